@@ -1,0 +1,107 @@
+# The engine's one Makefile (llm.c style: plain, no generator).
+#
+#   make              the library and the programs, into build/
+#   make test         every CPU + meta GoogleTest test (what CI runs)
+#   make test-cuda    the CUDA tests (GPU machine)
+#   make run          the main job (see README.md)
+#   make deps         installs missing build dependencies when run as root (Debian), else says how
+#
+# CUDA sources (engine/cuda/*.cpp, ops/cuda/*.cu, tests/**/*_cuda_test.cpp) are built when nvcc is found;
+# CUDA=0 forces them off.
+
+CXX      ?= g++
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA     ?= $(if $(NVCC),1,0)
+BUILD    ?= build
+OPT      ?= -O2
+EIGEN_INC ?= /usr/include/eigen3
+
+CXXFLAGS := -std=c++17 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -I$(EIGEN_INC) -MMD -MP
+LDFLAGS  := -fopenmp
+LDLIBS   := -lpthread
+
+ifeq ($(CUDA),1)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+# ENGINE_CUDA is defined once engine/cuda/ exists (the cuda device); until then nvcc only builds ops/cuda.
+CUDA_DEVICE := $(wildcard engine/cuda/cuda_device.cpp)
+CXXFLAGS  += $(if $(CUDA_DEVICE),-DENGINE_CUDA) -I$(CUDA_HOME)/include
+NVCCFLAGS := -std=c++17 -O3 -I. -DENGINE_CUDA -MMD -MP --expt-relaxed-constexpr \
+             -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
+             -gencode arch=compute_75,code=sm_75 -Xcompiler -fopenmp
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas
+endif
+
+# ---- sources --------------------------------------------------------------------------------------
+LIB_CPP  := $(wildcard engine/*.cpp graph/*.cpp ops/*.cpp ops/cpu/*.cpp models/*.cpp models/nn/*.cpp \
+                       models/*/*.cpp)
+ifeq ($(CUDA),1)
+LIB_CPP  += $(wildcard engine/cuda/*.cpp)
+LIB_CU   := $(wildcard ops/cuda/*.cu)
+endif
+LIB_OBJ  := $(LIB_CPP:%.cpp=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.cu.o)
+LIB      := $(BUILD)/libengine.a
+
+TOOLS    := $(patsubst tools/%.cpp,$(BUILD)/%,$(wildcard tools/engine_*.cpp))
+TOOL_LIB_CPP := $(filter-out tools/engine_%.cpp,$(wildcard tools/*.cpp))
+TOOL_LIB_OBJ := $(TOOL_LIB_CPP:%.cpp=$(BUILD)/%.o)
+
+TEST_CPP      := $(filter-out %_cuda_test.cpp,$(wildcard tests/*.cpp tests/*/*.cpp))
+TEST_OBJ      := $(TEST_CPP:%.cpp=$(BUILD)/%.o)
+CUDA_TEST_CPP := $(wildcard tests/*/*_cuda_test.cpp) tests/test_main.cpp $(wildcard tests/*/*_util.cpp)
+CUDA_TEST_OBJ := $(CUDA_TEST_CPP:%.cpp=$(BUILD)/%.o)
+GTEST_LIBS    := -lgtest -lpthread
+
+.PHONY: all test test-cuda run deps clean
+all: deps $(LIB) $(TOOLS)
+
+# ---- dependencies ---------------------------------------------------------------------------------
+# Installs what is missing when run as root on Debian/Ubuntu; otherwise stops with the exact command.
+deps:
+	@missing=""; \
+	[ -f $(EIGEN_INC)/Eigen/Dense ] || missing="$$missing libeigen3-dev"; \
+	[ -f /usr/include/gtest/gtest.h ] || missing="$$missing libgtest-dev"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing:$$missing"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) || exit 1; \
+	  else \
+	    echo "missing build dependencies:$$missing. Install them with: sudo apt-get install -y$$missing"; exit 1; \
+	  fi; \
+	fi
+
+# ---- build rules ----------------------------------------------------------------------------------
+$(BUILD)/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/engine_%: $(BUILD)/tools/engine_%.o $(TOOL_LIB_OBJ) $(LIB)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/engine_tests: $(TEST_OBJ) $(LIB)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(GTEST_LIBS) $(LDLIBS)
+
+$(BUILD)/engine_cuda_tests: $(CUDA_TEST_OBJ) $(LIB)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(GTEST_LIBS) $(LDLIBS)
+
+# ---- programs -------------------------------------------------------------------------------------
+test: deps $(BUILD)/engine_tests $(TOOLS)
+	$(BUILD)/engine_tests $(TEST_ARGS)
+
+test-cuda: deps $(BUILD)/engine_cuda_tests
+	$(BUILD)/engine_cuda_tests $(TEST_ARGS)
+
+run: all
+	tools/run_main_job.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,71 @@
+// allocator.cpp: best fit with splitting and coalescing (see allocator.h for the design notes).
+#include "engine/allocator.h"
+
+#include "engine/error.h"
+
+namespace engine {
+
+Allocator::Allocator(size_t capacity) : capacity_(capacity / kAlignment * kAlignment) {
+  if (capacity_ > 0) insert_free(0, capacity_);
+}
+
+void Allocator::insert_free(size_t offset, size_t size) {
+  free_by_offset_[offset] = size;
+  free_by_size_.insert({size, offset});
+}
+
+void Allocator::erase_free(size_t offset, size_t size) {
+  free_by_offset_.erase(offset);
+  free_by_size_.erase({size, offset});
+}
+
+std::optional<size_t> Allocator::allocate(size_t bytes) {
+  size_t size = round_up(bytes);
+  auto it = free_by_size_.lower_bound({size, 0});  // smallest block >= size, lowest offset among equals
+  if (it == free_by_size_.end()) return std::nullopt;
+  auto [block_size, offset] = *it;
+  erase_free(offset, block_size);
+  if (block_size > size) insert_free(offset + size, block_size - size);  // split: tail stays free
+  live_[offset] = size;
+  allocated_ += size;
+  if (offset + size > high_water_) high_water_ = offset + size;
+  return offset;
+}
+
+size_t Allocator::free(size_t offset) {
+  auto it = live_.find(offset);
+  ENGINE_CHECK(it != live_.end(), "allocator: free of offset ", offset, " which is not a live block");
+  size_t size = it->second;
+  live_.erase(it);
+  allocated_ -= size;
+  size_t start = offset, end = offset + size;
+  // Coalesce with the free neighbour after ...
+  auto next = free_by_offset_.find(end);
+  if (next != free_by_offset_.end()) {
+    end += next->second;
+    erase_free(next->first, next->second);
+  }
+  // ... and the free neighbour before.
+  auto prev = free_by_offset_.lower_bound(start);
+  if (prev != free_by_offset_.begin()) {
+    --prev;
+    if (prev->first + prev->second == start) {
+      start = prev->first;
+      erase_free(prev->first, prev->second);
+    }
+  }
+  insert_free(start, end - start);
+  return size;
+}
+
+size_t Allocator::end_in_use() const {
+  if (live_.empty()) return 0;
+  auto last = std::prev(live_.end());
+  return last->first + last->second;
+}
+
+size_t Allocator::largest_free_block() const {
+  return free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+}
+
+}  // namespace engine

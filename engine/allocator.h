@@ -1,0 +1,61 @@
+// allocator.h: best-fit, coalescing allocator over the offsets of one arena. Pure policy, no memory.
+//
+// Design notes
+// ------------
+// * The arena is a contiguous range [0, capacity). The allocator hands out offsets into it; the device
+//   turns an offset into a pointer (cpu, cuda) or into nothing at all (meta). Because the allocator never
+//   looks at memory, the same sequence of requests produces the same sequence of offsets on every device:
+//   that is what lets the meta device predict a GPU's peak and its out-of-memory point exactly.
+// * Every request is rounded up to kAlignment (256) bytes, as cudaMalloc aligns, so a tensor's data is
+//   always aligned for 16-byte vector loads.
+// * Best fit: the smallest free block that is large enough; among equals, the lowest offset (so the choice
+//   is deterministic). The block is split; the tail stays free. On free, a block merges with free
+//   neighbours on both sides (coalescing), so free space never stays needlessly fragmented.
+// * Vocabulary (as PyTorch's caching allocator): "requested" bytes are what the caller asked for,
+//   "allocated" bytes are the rounded sizes of live blocks, "high water" is the largest end offset ever
+//   used, and fragmentation at a moment is high water − allocated.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+
+namespace engine {
+
+class Allocator {
+ public:
+  static constexpr size_t kAlignment = 256;
+  static size_t round_up(size_t bytes) {
+    size_t b = bytes == 0 ? kAlignment : bytes;
+    return (b + kAlignment - 1) / kAlignment * kAlignment;
+  }
+
+  explicit Allocator(size_t capacity);
+
+  // Returns the offset of a block of round_up(bytes), or nothing when no free block is large enough.
+  std::optional<size_t> allocate(size_t bytes);
+  // Frees the block that starts at `offset` (must be live). Returns its rounded size.
+  size_t free(size_t offset);
+
+  size_t capacity() const { return capacity_; }
+  size_t allocated() const { return allocated_; }      // rounded bytes of live blocks
+  size_t high_water() const { return high_water_; }    // largest end offset ever used
+  size_t end_in_use() const;                           // end offset of the last live block now
+  size_t largest_free_block() const;
+  size_t live_blocks() const { return live_.size(); }
+  size_t free_blocks() const { return free_by_offset_.size(); }
+
+ private:
+  size_t capacity_;
+  size_t allocated_ = 0;
+  size_t high_water_ = 0;
+  std::map<size_t, size_t> live_;                    // offset -> size
+  std::map<size_t, size_t> free_by_offset_;          // offset -> size
+  std::set<std::pair<size_t, size_t>> free_by_size_; // (size, offset): best fit = lower_bound
+
+  void insert_free(size_t offset, size_t size);
+  void erase_free(size_t offset, size_t size);
+};
+
+}  // namespace engine

@@ -1,0 +1,74 @@
+// context.h: the tags that the allocator stamps on every block, taken from the running code's context.
+//
+// Each thread has one Context: the current phase (forward, backward, ...), the stack of module scopes
+// ("encoder", "layer.3", "attention") and the op that is running ("softmax"). A block's owner is then
+// "encoder.layer.3.attention/softmax". MemoryScope and PhaseScope are RAII guards that push and pop.
+// (graph/ re-exports MemoryScope; it lives here because the owner tag is part of the memory model.)
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace engine {
+
+enum class Phase : uint8_t { setup, forward, backward, optimizer, generate, kCount };
+const char* phase_name(Phase p);
+
+// Why a block exists (see ledger.h for the meaning of each).
+enum class Category : uint8_t { param, grad, optimizer, activation, temp, workspace, input, kCount };
+constexpr int kNumCategories = int(Category::kCount);
+const char* category_name(Category c);
+
+struct Context {
+  Phase phase = Phase::setup;
+  std::vector<std::string> scopes;  // module path pieces
+  const char* op = nullptr;          // op running now, or nullptr
+  Category category = Category::temp;  // category of new blocks (CategoryScope changes it)
+};
+
+Context& context();          // this thread's
+std::string current_owner();  // "a.b.c/op", "a.b.c", "/op" or "" (nothing known)
+std::string current_scope();  // "a.b.c"
+
+class MemoryScope {
+ public:
+  explicit MemoryScope(std::string name) { context().scopes.push_back(std::move(name)); }
+  ~MemoryScope() { context().scopes.pop_back(); }
+  MemoryScope(const MemoryScope&) = delete;
+  MemoryScope& operator=(const MemoryScope&) = delete;
+};
+
+class PhaseScope {
+ public:
+  explicit PhaseScope(Phase p) : saved_(context().phase) { context().phase = p; }
+  ~PhaseScope() { context().phase = saved_; }
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+ private:
+  Phase saved_;
+};
+
+// OpScope("softmax"): names the op for blocks allocated inside it. Nested ops keep the outermost name
+// (a composite op's inner allocations belong to it).
+class OpScope {
+ public:
+  explicit OpScope(const char* op) : saved_(context().op) { if (!saved_) context().op = op; }
+  ~OpScope() { context().op = saved_; }
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+ private:
+  const char* saved_;
+};
+
+// CategoryScope(Category::optimizer): blocks allocated inside are tagged with that category.
+class CategoryScope {
+ public:
+  explicit CategoryScope(Category c) : saved_(context().category) { context().category = c; }
+  ~CategoryScope() { context().category = saved_; }
+  CategoryScope(const CategoryScope&) = delete;
+  CategoryScope& operator=(const CategoryScope&) = delete;
+ private:
+  Category saved_;
+};
+
+}  // namespace engine

@@ -1,0 +1,27 @@
+// counters.h: FLOPs and bytes moved, counted by every op as it runs (for MFU and per-op reports).
+//
+// Each op adds its model FLOPs (a multiply-add counts 2) and the minimum bytes it must read and write.
+// The counts are the same on every device, so a meta run gives a config's FLOPs per step.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace engine {
+
+struct OpCount {
+  double flops = 0, bytes = 0;
+  int64_t calls = 0;
+};
+
+struct Counters {
+  std::map<std::string, OpCount> by_op;
+  double flops = 0, bytes = 0;
+  void reset() { *this = Counters(); }
+};
+
+Counters& counters();  // this thread's
+// Adds to the running op's entry (context().op when set, e.g. "softmax_backward", else `op`).
+void count_op(const char* op, double flops, double bytes);
+
+}  // namespace engine

@@ -1,0 +1,150 @@
+// device.cpp: the cpu and meta devices, and the out-of-memory report.
+#include "engine/device.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "engine/format.h"
+
+namespace engine {
+
+const char* device_type_name(DeviceType t) {
+  switch (t) {
+    case DeviceType::cpu: return "cpu";
+    case DeviceType::meta: return "meta";
+    case DeviceType::cuda: return "cuda";
+  }
+  return "?";
+}
+
+DeviceType device_type_from_name(const std::string& name) {
+  if (name == "cpu") return DeviceType::cpu;
+  if (name == "meta") return DeviceType::meta;
+  if (name == "cuda") return DeviceType::cuda;
+  throw Error(str("unknown device '", name, "': expected cpu, meta or cuda"));
+}
+
+// ---------------------------------------------------------------------------------------------------
+namespace {
+
+class CpuDevice : public Device {
+ public:
+  CpuDevice(size_t capacity, void* base) : Device(DeviceType::cpu, capacity, base), bytes_(capacity) {}
+  ~CpuDevice() override { if (base_) munmap(base_, bytes_); }
+ private:
+  size_t bytes_;
+};
+
+class MetaDevice : public Device {
+ public:
+  explicit MetaDevice(size_t capacity) : Device(DeviceType::meta, capacity, nullptr) {}
+};
+
+}  // namespace
+
+#ifdef ENGINE_CUDA
+std::shared_ptr<Device> create_cuda_device(size_t capacity);  // engine/cuda/cuda_device.cpp
+#endif
+
+std::shared_ptr<Device> Device::create(DeviceType type, size_t capacity) {
+  switch (type) {
+    case DeviceType::cpu: {
+      void* base = mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                        -1, 0);
+      ENGINE_CHECK(base != MAP_FAILED, "cpu device: cannot reserve an arena of ", format_bytes(capacity),
+                   " of address space (", std::strerror(errno), "); ask for less with --memory");
+      return std::shared_ptr<Device>(new CpuDevice(capacity, base));
+    }
+    case DeviceType::meta:
+      return std::shared_ptr<Device>(new MetaDevice(capacity));
+    case DeviceType::cuda:
+#ifdef ENGINE_CUDA
+      return create_cuda_device(capacity);
+#else
+      throw Error("device cuda: this build has no CUDA support (nvcc was not found, or CUDA=0); "
+                  "rebuild with nvcc on PATH, or use --device cpu or --device meta");
+#endif
+  }
+  throw Error("unknown device type");
+}
+
+Device::Device(DeviceType type, size_t capacity, void* base)
+    : type_(type), allocator_(capacity), base_(base) {}
+
+Device::~Device() = default;
+
+Device::Block Device::allocate(size_t bytes, Category category) {
+  auto offset = allocator_.allocate(bytes);
+  if (!offset) throw OutOfMemory(oom_report(bytes), bytes, capacity());
+  Block b;
+  b.offset = *offset;
+  b.bytes = bytes;
+  b.id = ledger_.on_alloc(*offset, bytes, Allocator::round_up(bytes), category, current_owner(),
+                          context().phase);
+  ledger_.note_high_water(allocator_.high_water());
+  return b;
+}
+
+void Device::release(const Block& block) {
+  allocator_.free(block.offset);
+  ledger_.on_free(block.id);
+}
+
+void Device::copy_to_device(size_t offset, const void* src, size_t bytes) {
+  if (base_ && bytes) std::memcpy(pointer(offset), src, bytes);
+}
+
+void Device::copy_to_host(void* dst, size_t offset, size_t bytes) const {
+  if (base_ && bytes) std::memcpy(dst, pointer(offset), bytes);
+  else if (bytes) std::memset(dst, 0, bytes);  // meta: there is no data
+}
+
+std::string Device::oom_report(size_t bytes) const {
+  std::ostringstream os;
+  size_t live = ledger_.live_bytes();
+  os << "out of memory on " << name() << ": " << current_owner() << " (phase " << phase_name(context().phase)
+     << ") requested " << format_bytes(Allocator::round_up(bytes)) << "; capacity " << format_bytes(capacity())
+     << ", live " << format_bytes(live) << ", free " << format_bytes(capacity() - allocator_.allocated())
+     << ", largest free block " << format_bytes(allocator_.largest_free_block()) << ", fragmentation "
+     << format_fixed(capacity() > live ? 100.0 * (capacity() - live - allocator_.largest_free_block()) /
+                                             double(capacity() - live)
+                                       : 0.0,
+                     1)
+     << "% of free space is not in the largest block.\n";
+  os << "  live by category:";
+  for (int c = 0; c < kNumCategories; c++)
+    if (ledger_.live_bytes(Category(c)))
+      os << " " << category_name(Category(c)) << " " << format_bytes(ledger_.live_bytes(Category(c))) << ";";
+  os << "\n  largest live tensors:\n";
+  std::vector<BlockInfo> blocks = ledger_.live_blocks();
+  std::stable_sort(blocks.begin(), blocks.end(),
+                   [](const BlockInfo& a, const BlockInfo& b) { return a.rounded > b.rounded; });
+  for (size_t i = 0; i < blocks.size() && i < 10; i++)
+    os << "    " << format_bytes(blocks[i].rounded) << "  " << category_name(blocks[i].category) << "  "
+       << (blocks[i].owner.empty() ? "(untagged)" : blocks[i].owner) << "\n";
+  os << "  fix: a smaller batch or sequence, --recompute, --attention flash, a lower --precision, or more "
+        "--memory";
+  return os.str();
+}
+
+// ---------------------------------------------------------------------------------------------------
+namespace {
+std::shared_ptr<Device>& default_slot() {
+  static std::shared_ptr<Device> d;
+  return d;
+}
+}  // namespace
+
+std::shared_ptr<Device> default_device() {
+  auto& d = default_slot();
+  if (!d) d = Device::create(DeviceType::cpu, kDefaultCpuCapacity);
+  return d;
+}
+
+void set_default_device(std::shared_ptr<Device> d) { default_slot() = std::move(d); }
+
+}  // namespace engine

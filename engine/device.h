@@ -1,0 +1,90 @@
+// device.h: a device = one arena of `capacity` bytes + the allocator that places blocks in it + the ledger
+// that says who holds them.
+//
+//   cpu   one mmap(MAP_NORESERVE) range: pages cost nothing until touched.
+//   meta  no storage at all: only offsets. Ops check shapes and allocate, then run no kernel.
+//   cuda  one cudaMalloc at start (engine/cuda/, built when nvcc is found).
+//
+// Tensors never allocate any other way. Because the allocator is pure policy over offsets, the meta
+// device makes exactly the placement decisions the cpu and cuda devices make for the same program.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "engine/allocator.h"
+#include "engine/error.h"
+#include "engine/ledger.h"
+
+namespace engine {
+
+enum class DeviceType : uint8_t { cpu, meta, cuda };
+const char* device_type_name(DeviceType t);
+DeviceType device_type_from_name(const std::string& name);  // "cpu" | "meta" | "cuda", else Error
+
+// Thrown before any kernel runs when a request does not fit. what() is the full report.
+struct OutOfMemory : Error {
+  OutOfMemory(const std::string& report, size_t requested, size_t capacity)
+      : Error(report), requested(requested), capacity(capacity) {}
+  size_t requested, capacity;
+};
+
+class Device {
+ public:
+  // capacity in bytes. cpu: virtual range reserved with MAP_NORESERVE. meta: any size.
+  static std::shared_ptr<Device> create(DeviceType type, size_t capacity);
+  virtual ~Device();
+
+  DeviceType type() const { return type_; }
+  std::string name() const { return device_type_name(type_); }
+  size_t capacity() const { return allocator_.capacity(); }
+  Allocator& allocator() { return allocator_; }
+  const Ledger& ledger() const { return ledger_; }
+  Ledger& ledger() { return ledger_; }
+  // Memory the device uses outside the arena (cuda: context + libraries), for the report.
+  size_t outside_arena() const { return outside_arena_; }
+
+  struct Block {
+    size_t offset = 0, bytes = 0;
+    int64_t id = -1;
+  };
+  // Allocates with tags from the current context; throws OutOfMemory with the full report.
+  Block allocate(size_t bytes, Category category);
+  void release(const Block& block);
+  // Pointer to arena offset (nullptr on meta).
+  void* pointer(size_t offset) const { return base_ ? static_cast<char*>(base_) + offset : nullptr; }
+
+  // Copies between host memory and the arena (memcpy on cpu, cudaMemcpy on cuda, nothing on meta).
+  virtual void copy_to_device(size_t offset, const void* src, size_t bytes);
+  virtual void copy_to_host(void* dst, size_t offset, size_t bytes) const;
+  virtual void synchronize() {}
+
+  // The out-of-memory report for a request of `bytes` (also used by the max-batch finder's messages).
+  std::string oom_report(size_t bytes) const;
+
+ protected:
+  Device(DeviceType type, size_t capacity, void* base);
+  DeviceType type_;
+  Allocator allocator_;
+  Ledger ledger_;
+  void* base_;
+  size_t outside_arena_ = 0;
+};
+
+// The device that factories use when none is named. Starts as a cpu device of kDefaultCpuCapacity;
+// DeviceGuard switches it for a scope.
+constexpr size_t kDefaultCpuCapacity = size_t(64) << 30;
+std::shared_ptr<Device> default_device();
+void set_default_device(std::shared_ptr<Device> d);
+
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(std::shared_ptr<Device> d) : saved_(default_device()) { set_default_device(std::move(d)); }
+  ~DeviceGuard() { set_default_device(saved_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+ private:
+  std::shared_ptr<Device> saved_;
+};
+
+}  // namespace engine

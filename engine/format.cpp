@@ -1,0 +1,45 @@
+// format.cpp: byte and number formatting.
+#include "engine/format.h"
+
+#include <cctype>
+#include <cstdio>
+
+#include "engine/error.h"
+
+namespace engine {
+
+std::string format_bytes(size_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) { v /= 1024.0; u++; }
+  char buf[64];
+  if (u == 0) std::snprintf(buf, sizeof buf, "%zu B", bytes);
+  else std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+std::string format_fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+size_t parse_bytes(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit((unsigned char)s[i]) || s[i] == '.')) i++;
+  ENGINE_CHECK(i > 0, "cannot read a memory size from '", s, "': expected a number with a unit, e.g. 24GB");
+  double v = std::stod(s.substr(0, i));
+  std::string unit = s.substr(i);
+  for (auto& c : unit) c = char(std::toupper((unsigned char)c));
+  double mult;
+  if (unit.empty() || unit == "B") mult = 1;
+  else if (unit == "K" || unit == "KB" || unit == "KIB") mult = 1024.0;
+  else if (unit == "M" || unit == "MB" || unit == "MIB") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB" || unit == "GIB") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TB" || unit == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
+  else throw Error(str("unknown memory unit '", s.substr(i), "' in '", s, "': use B, KB, MB, GB or TB"));
+  return size_t(v * mult);
+}
+
+}  // namespace engine

@@ -1,0 +1,289 @@
+// ledger.cpp: counters, the peak snapshot and the exports (see ledger.h).
+#include "engine/ledger.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+#include "engine/error.h"
+#include "engine/format.h"
+
+namespace engine {
+
+const char* category_name(Category c) {
+  switch (c) {
+    case Category::param: return "param";
+    case Category::grad: return "grad";
+    case Category::optimizer: return "optimizer";
+    case Category::activation: return "activation";
+    case Category::temp: return "temp";
+    case Category::workspace: return "workspace";
+    case Category::input: return "input";
+    default: return "?";
+  }
+}
+
+int64_t Ledger::on_alloc(size_t offset, size_t requested, size_t rounded, Category category,
+                         std::string owner, Phase phase) {
+  BlockInfo b;
+  b.id = next_id_++;
+  b.category = category;
+  b.phase = phase;
+  b.owner = std::move(owner);
+  b.requested = requested;
+  b.rounded = rounded;
+  b.offset = offset;
+  b.alloc_seq = ++seq_;
+  live_[int(category)] += rounded;
+  live_total_ += rounded;
+  alloc_count_++;
+  int64_t id = b.id;
+  live_map_.emplace(id, std::move(b));
+  update_peak();
+  return id;
+}
+
+void Ledger::on_free(int64_t id) {
+  auto it = live_map_.find(id);
+  ENGINE_CHECK(it != live_map_.end(), "ledger: free of unknown block ", id);
+  BlockInfo& b = it->second;
+  live_[int(b.category)] -= b.rounded;
+  live_total_ -= b.rounded;
+  b.free_seq = ++seq_;
+  freed_.push_back(std::move(b));
+  live_map_.erase(it);
+  if (freed_.size() > history_limit_) compact();
+}
+
+void Ledger::retag(int64_t id, Category category) {
+  auto it = live_map_.find(id);
+  ENGINE_CHECK(it != live_map_.end(), "ledger: retag of unknown block ", id);
+  BlockInfo& b = it->second;
+  if (b.category == category) return;
+  live_[int(b.category)] -= b.rounded;
+  b.category = category;
+  live_[int(category)] += b.rounded;
+  ++seq_;
+  update_peak();
+}
+
+Category Ledger::category(int64_t id) const {
+  auto it = live_map_.find(id);
+  ENGINE_CHECK(it != live_map_.end(), "ledger: category of unknown block ", id);
+  return it->second.category;
+}
+
+void Ledger::update_peak() {
+  for (int c = 0; c < kNumCategories; c++) peak_[c] = std::max(peak_[c], live_[c]);
+  if (live_total_ > peak_total_ || (live_total_ == peak_total_ && peak_seq_ == 0)) {
+    peak_total_ = live_total_;
+    peak_seq_ = seq_;
+    at_peak_ = live_;
+    high_water_at_peak_ = std::max(high_water_, live_total_);
+  }
+}
+
+void Ledger::reset_peak() {
+  materialized_peak_.clear();
+  materialized_seq_ = -1;
+  freed_.clear();
+  peak_ = live_;
+  at_peak_ = live_;
+  peak_total_ = live_total_;
+  peak_seq_ = seq_;
+  high_water_at_peak_ = std::max(high_water_, live_total_);
+  materialized_peak_ = live_blocks();
+  materialized_seq_ = peak_seq_;
+}
+
+void Ledger::check() const {
+  size_t sum = 0;
+  for (int c = 0; c < kNumCategories; c++) sum += live_[c];
+  ENGINE_CHECK(sum == live_total_, "ledger invariant broken: category sums ", sum, " != live total ",
+               live_total_);
+  size_t blocks = 0;
+  for (const auto& [id, b] : live_map_) blocks += b.rounded;
+  ENGINE_CHECK(blocks == live_total_, "ledger invariant broken: live blocks sum to ", blocks,
+               " but live total is ", live_total_);
+}
+
+std::vector<BlockInfo> Ledger::live_blocks() const {
+  std::vector<BlockInfo> out;
+  out.reserve(live_map_.size());
+  for (const auto& [id, b] : live_map_) out.push_back(b);
+  std::sort(out.begin(), out.end(), [](const BlockInfo& a, const BlockInfo& b) { return a.id < b.id; });
+  return out;
+}
+
+std::vector<BlockInfo> Ledger::peak_snapshot() const {
+  if (materialized_seq_ == peak_seq_) return materialized_peak_;
+  std::vector<BlockInfo> out;
+  for (const auto& b : freed_)
+    if (b.alloc_seq <= peak_seq_ && b.free_seq > peak_seq_) out.push_back(b);
+  for (const auto& [id, b] : live_map_)
+    if (b.alloc_seq <= peak_seq_) out.push_back(b);
+  std::sort(out.begin(), out.end(), [](const BlockInfo& a, const BlockInfo& b) { return a.id < b.id; });
+  return out;
+}
+
+void Ledger::compact() {
+  materialized_peak_ = peak_snapshot();
+  materialized_seq_ = peak_seq_;
+  freed_.clear();
+}
+
+std::vector<BlockInfo> Ledger::history() const {
+  std::vector<BlockInfo> out = freed_;
+  for (const auto& [id, b] : live_map_) out.push_back(b);
+  std::sort(out.begin(), out.end(), [](const BlockInfo& a, const BlockInfo& b) { return a.id < b.id; });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Exports
+
+namespace {
+struct Event {
+  int64_t seq;
+  bool alloc;
+  const BlockInfo* block;
+};
+
+std::vector<Event> events_of(const std::vector<BlockInfo>& blocks) {
+  std::vector<Event> ev;
+  for (const auto& b : blocks) {
+    ev.push_back({b.alloc_seq, true, &b});
+    if (b.free_seq >= 0) ev.push_back({b.free_seq, false, &b});
+  }
+  std::sort(ev.begin(), ev.end(), [](const Event& a, const Event& b) { return a.seq < b.seq; });
+  return ev;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') { o += '\\'; o += c; }
+    else if (uint8_t(c) < 0x20) o += str("\\u00", "0123456789abcdef"[(c >> 4) & 15], "0123456789abcdef"[c & 15]);
+    else o += c;
+  }
+  return o;
+}
+}  // namespace
+
+std::string Ledger::chrome_trace_json() const {
+  // Counter tracks ("C" events) per category in MiB, and phase slices ("X" events), on one process.
+  std::vector<BlockInfo> blocks = history();
+  std::vector<Event> ev = events_of(blocks);
+  std::ostringstream os;
+  os << "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"time_axis\":\"allocation event number\"},"
+        "\"traceEvents\":[\n";
+  os << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"engine arena\"}}";
+  std::array<int64_t, kNumCategories> cur{};
+  Phase phase = ev.empty() ? Phase::setup : ev.front().block->phase;
+  int64_t phase_start = ev.empty() ? 0 : ev.front().seq;
+  auto emit_phase = [&](int64_t end) {
+    os << ",\n{\"name\":\"" << json_escape(phase_name(phase)) << "\",\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":"
+       << phase_start << ",\"dur\":" << std::max<int64_t>(end - phase_start, 1) << "}";
+  };
+  for (const Event& e : ev) {
+    int c = int(e.block->category);
+    cur[c] += e.alloc ? int64_t(e.block->rounded) : -int64_t(e.block->rounded);
+    if (e.alloc && e.block->phase != phase) {
+      emit_phase(e.seq);
+      phase = e.block->phase;
+      phase_start = e.seq;
+    }
+    os << ",\n{\"name\":\"" << category_name(Category(c)) << "\",\"ph\":\"C\",\"pid\":1,\"ts\":" << e.seq
+       << ",\"args\":{\"MiB\":" << double(cur[c]) / (1 << 20) << "}}";
+  }
+  if (!ev.empty()) emit_phase(ev.back().seq);
+  os << "\n]}\n";
+  return os.str();
+}
+
+std::string Ledger::events_csv() const {
+  std::vector<BlockInfo> blocks = history();
+  std::vector<Event> ev = events_of(blocks);
+  std::ostringstream os;
+  os << "seq,event,block,category,phase,owner,requested,rounded,offset\n";
+  for (const Event& e : ev) {
+    const BlockInfo& b = *e.block;
+    os << e.seq << ',' << (e.alloc ? "alloc" : "free") << ',' << b.id << ',' << category_name(b.category)
+       << ',' << phase_name(b.phase) << ",\"" << b.owner << "\"," << b.requested << ',' << b.rounded << ','
+       << b.offset << '\n';
+  }
+  return os.str();
+}
+
+namespace {
+// "encoder.layer.3.attention/softmax" -> module at depth d: "encoder.layer.3"
+std::string module_prefix(const std::string& owner, int depth) {
+  std::string scope = owner.substr(0, owner.find('/'));
+  if (scope.empty()) return "(no module)";
+  size_t pos = 0;
+  for (int i = 0; i < depth; i++) {
+    pos = scope.find('.', pos);
+    if (pos == std::string::npos) return scope;
+    pos++;
+  }
+  return scope.substr(0, pos - 1);
+}
+// "encoder.layer.3.attention/softmax" -> "attention/softmax"; digits-only pieces are skipped.
+std::string layer_type(const std::string& owner) {
+  size_t slash = owner.find('/');
+  std::string scope = owner.substr(0, slash), op = slash == std::string::npos ? "" : owner.substr(slash);
+  std::string last;
+  size_t start = 0;
+  while (start <= scope.size()) {
+    size_t dot = scope.find('.', start);
+    std::string piece = scope.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    bool digits = !piece.empty() && std::all_of(piece.begin(), piece.end(), ::isdigit);
+    if (!piece.empty() && !digits) last = piece;
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  std::string t = last + op;
+  return t.empty() ? "(untagged)" : t;
+}
+
+void table(std::ostringstream& os, const char* title, const std::map<std::string, std::pair<size_t, int>>& rows,
+           size_t total, size_t max_rows) {
+  std::vector<std::pair<std::string, std::pair<size_t, int>>> v(rows.begin(), rows.end());
+  std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second.first > b.second.first; });
+  os << "| " << title << " | bytes | share | blocks |\n|---|---:|---:|---:|\n";
+  size_t shown = 0;
+  for (auto& [name, val] : v) {
+    if (shown++ == max_rows) {
+      os << "| … " << (v.size() - max_rows) << " more | | | |\n";
+      break;
+    }
+    os << "| " << name << " | " << format_bytes(val.first) << " | "
+       << format_fixed(total ? 100.0 * val.first / total : 0, 1) << "% | " << val.second << " |\n";
+  }
+  os << "\n";
+}
+}  // namespace
+
+std::string Ledger::peak_table_markdown(int module_depth) const {
+  std::vector<BlockInfo> snap = peak_snapshot();
+  std::map<std::string, std::pair<size_t, int>> by_cat, by_mod, by_type;
+  for (const auto& b : snap) {
+    auto add = [&](std::map<std::string, std::pair<size_t, int>>& m, const std::string& k) {
+      m[k].first += b.rounded;
+      m[k].second++;
+    };
+    add(by_cat, category_name(b.category));
+    add(by_mod, module_prefix(b.owner, module_depth));
+    add(by_type, layer_type(b.owner));
+  }
+  std::ostringstream os;
+  os << "Peak live: " << format_bytes(peak_total_) << " in " << snap.size()
+     << " blocks; arena high water at peak " << format_bytes(high_water_at_peak_) << " (fragmentation "
+     << format_bytes(fragmentation_at_peak()) << ").\n\n";
+  table(os, "category", by_cat, peak_total_, 100);
+  table(os, "module", by_mod, peak_total_, 25);
+  table(os, "layer type / op", by_type, peak_total_, 25);
+  return os.str();
+}
+
+}  // namespace engine

@@ -1,0 +1,101 @@
+// ledger.h: who holds every byte of the arena, why, and what was alive at the worst moment.
+//
+// Design notes
+// ------------
+// * Every block the allocator hands out is recorded with its tags: category (why it exists), owner
+//   (module path + op), phase, requested and rounded bytes, offset. Categories:
+//     param       model parameters             grad        their gradients
+//     optimizer   optimizer state (moments)    activation  tensors saved by autograd for backward
+//     temp        everything else that lives within an op or a step (outputs not saved, scratch)
+//     workspace   library workspaces (cuBLASLt) input       the batch (token ids, images, labels)
+//   A block may change category once it exists: an op output starts as `temp` and becomes `activation`
+//   when a backward node saves it (retag).
+// * Counters: live bytes now and at peak, in total and per category (each category's own peak), the
+//   allocation count, and the arena high water from the allocator. Invariant (check()): the per-category
+//   sums equal the live total.
+// * The peak snapshot is not copied at every new peak (that would cost O(live) per allocation during a
+//   forward pass). Instead every event has a sequence number; the ledger remembers the sequence number of
+//   the peak, and the snapshot is rebuilt on request from the blocks alive at that number: those still
+//   live and those in the history of freed blocks. When the history grows large it is compacted, the
+//   peak snapshot being materialized first, so memory stays bounded on long runs.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/context.h"
+
+namespace engine {
+
+
+struct BlockInfo {
+  int64_t id = -1;
+  Category category = Category::temp;
+  Phase phase = Phase::setup;
+  std::string owner;
+  size_t requested = 0, rounded = 0, offset = 0;
+  int64_t alloc_seq = 0;
+  int64_t free_seq = -1;  // -1 while live
+};
+
+class Ledger {
+ public:
+  // Records a new block; returns its id.
+  int64_t on_alloc(size_t offset, size_t requested, size_t rounded, Category category, std::string owner,
+                   Phase phase);
+  void on_free(int64_t id);
+  void retag(int64_t id, Category category);
+  Category category(int64_t id) const;
+  // Called by the device after every allocation so the peak records the arena's state too.
+  void note_high_water(size_t high_water) { high_water_ = high_water; }
+
+  size_t live_bytes() const { return live_total_; }
+  size_t live_bytes(Category c) const { return live_[int(c)]; }
+  size_t peak_bytes() const { return peak_total_; }
+  size_t peak_bytes(Category c) const { return peak_[int(c)]; }
+  // Per-category bytes at the moment of the total peak (these sum to peak_bytes()).
+  size_t peak_breakdown(Category c) const { return at_peak_[int(c)]; }
+  size_t high_water() const { return high_water_; }
+  size_t high_water_at_peak() const { return high_water_at_peak_; }
+  size_t fragmentation_at_peak() const { return high_water_at_peak_ - peak_total_; }
+  int64_t alloc_count() const { return alloc_count_; }
+  int64_t sequence() const { return seq_; }
+
+  // Blocks alive now, and alive at the peak (rebuilt from the history).
+  std::vector<BlockInfo> live_blocks() const;
+  std::vector<BlockInfo> peak_snapshot() const;
+  // Every block recorded since the last compaction, live and freed, in allocation order.
+  std::vector<BlockInfo> history() const;
+
+  // Starts a new peak measurement from the current live state (e.g. at the start of a step).
+  void reset_peak();
+  // Throws if per-category sums disagree with the total (a bookkeeping bug).
+  void check() const;
+
+  // Exports. Time axis of the trace is the event sequence number (deterministic on every device).
+  std::string chrome_trace_json() const;
+  std::string events_csv() const;
+  // Markdown tables of the peak snapshot: by category, by module (owner scope, depth levels deep),
+  // by layer type (the last scope piece with digits removed, + op).
+  std::string peak_table_markdown(int module_depth = 3) const;
+
+  void set_history_limit(size_t n) { history_limit_ = n; }
+
+ private:
+  std::unordered_map<int64_t, BlockInfo> live_map_;
+  std::vector<BlockInfo> freed_;                // history of freed blocks since compaction
+  std::vector<BlockInfo> materialized_peak_;    // valid when materialized_seq_ == peak_seq_
+  int64_t materialized_seq_ = -1;
+  std::array<size_t, kNumCategories> live_{}, peak_{}, at_peak_{};
+  size_t live_total_ = 0, peak_total_ = 0;
+  size_t high_water_ = 0, high_water_at_peak_ = 0;
+  int64_t seq_ = 0, peak_seq_ = 0, next_id_ = 0, alloc_count_ = 0;
+  size_t history_limit_ = size_t(1) << 20;
+
+  void update_peak();
+  void compact();
+};
+
+}  // namespace engine

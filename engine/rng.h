@@ -1,0 +1,63 @@
+// rng.h: a counter-based random number generator (Philox-4x32-10, Salmon et al. 2011).
+//
+// A random number is a pure function of (seed, counter): no state is carried from one number to the next.
+// So a dropout mask is regenerated exactly from the (seed, offset) it was drawn at, on any device and in
+// any order: recomputation (activation checkpointing) and the CUDA kernels reproduce the cpu's masks.
+//
+// Element i of a draw made at generator offset `off` (a multiple of 4) uses Philox block (off + i) / 4,
+// lane (off + i) % 4, keyed by the seed. A uniform float in [0, 1) keeps the top 24 bits.
+#pragma once
+#include <array>
+#include <cstdint>
+
+namespace engine {
+
+#if defined(__CUDACC__)
+#define ENGINE_HD __host__ __device__ __forceinline__
+#else
+#define ENGINE_HD inline
+#endif
+
+ENGINE_HD void philox4x32_10(uint64_t seed, uint64_t block, uint32_t out[4]) {
+  uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+  uint32_t c0 = uint32_t(block), c1 = uint32_t(block >> 32), c2 = 0, c3 = 0;
+  for (int r = 0; r < 10; r++) {
+    // One round: (c0, c1, c2, c3) <- (hi(B*c2)^c1^k0, lo(B*c2), hi(A*c0)^c3^k1, lo(A*c0)).
+    uint64_t a = uint64_t(0xD2511F53u) * c0;
+    uint64_t b = uint64_t(0xCD9E8D57u) * c2;
+    uint32_t n0 = uint32_t(b >> 32) ^ c1 ^ k0;
+    uint32_t n2 = uint32_t(a >> 32) ^ c3 ^ k1;
+    c0 = n0;
+    c1 = uint32_t(b);
+    c2 = n2;
+    c3 = uint32_t(a);
+    k0 += 0x9E3779B9u;  // key schedule (Weyl sequence)
+    k1 += 0xBB67AE85u;
+  }
+  out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+
+// Uniform in [0, 1) for element i of a draw at `offset`.
+ENGINE_HD float philox_uniform(uint64_t seed, uint64_t offset, uint64_t i) {
+  uint64_t n = offset + i;
+  uint32_t r[4];
+  philox4x32_10(seed, n >> 2, r);
+  return float(r[n & 3] >> 8) * (1.0f / 16777216.0f);
+}
+
+// The engine's generator: a seed and the offset of the next unused number.
+struct Generator {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+  // Reserves n numbers; returns the offset they start at (kept a multiple of 4).
+  uint64_t reserve(uint64_t n) {
+    uint64_t at = offset;
+    offset += (n + 3) / 4 * 4;
+    return at;
+  }
+};
+
+Generator& generator();            // the default generator (thread-local)
+void manual_seed(uint64_t seed);   // resets the default generator to (seed, 0)
+
+}  // namespace engine

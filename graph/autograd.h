@@ -1,0 +1,65 @@
+// autograd.h: grad mode, recording ops, and running backward.
+//
+//   backward(loss)                     d loss / d leaf accumulated into every leaf's .grad()
+//   grad({y}, {x}, {}, create_graph)   d y / d x returned, nothing accumulated (R1 penalty, grad checks)
+//   NoGrad ng;                         nothing recorded in this scope (inference, optimizer steps)
+//   recompute(fn, inputs)              activation checkpointing: fn's intermediates are not saved; fn runs
+//                                      again during backward (with the same random numbers)
+#pragma once
+#include <functional>
+#include <initializer_list>
+#include <vector>
+
+#include "graph/node.h"
+
+namespace graph {
+
+bool grad_enabled();
+void set_grad_enabled(bool on);
+
+class NoGrad {
+ public:
+  NoGrad() : saved_(grad_enabled()) { set_grad_enabled(false); }
+  ~NoGrad() { set_grad_enabled(saved_); }
+  NoGrad(const NoGrad&) = delete;
+  NoGrad& operator=(const NoGrad&) = delete;
+ private:
+  bool saved_;
+};
+
+class EnableGrad {
+ public:
+  explicit EnableGrad(bool on = true) : saved_(grad_enabled()) { set_grad_enabled(on); }
+  ~EnableGrad() { set_grad_enabled(saved_); }
+  EnableGrad(const EnableGrad&) = delete;
+  EnableGrad& operator=(const EnableGrad&) = delete;
+ private:
+  bool saved_;
+};
+
+// True when grad mode is on and any of the tensors requires grad: the op must record a node.
+bool any_requires_grad(std::initializer_list<Tensor> tensors);
+bool any_requires_grad(const std::vector<Tensor>& tensors);
+
+// Records a node for an op. `saved` may contain inputs and outputs; outputs are detected and stored
+// without their grad_fn (see node.h). Outputs get requires_grad and grad_fn set.
+std::shared_ptr<Node> record(const char* name, const std::vector<Tensor>& inputs,
+                             const std::vector<Tensor>& outputs, const std::vector<Tensor>& saved,
+                             Node::Rule rule);
+
+// Accumulates d(roots)/d(leaves) into leaf.grad. grad_roots default to ones for one-element roots.
+void backward(const Tensor& root, const Tensor& grad_root = Tensor(), bool create_graph = false,
+              bool retain_graph = false);
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots,
+              bool create_graph = false, bool retain_graph = false);
+
+// Returns d(outputs)/d(inputs) without touching any .grad. With create_graph the result is differentiable.
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs = {}, bool create_graph = false,
+                         bool retain_graph = false);
+
+// Activation checkpointing.
+using RecomputeFn = std::function<Tensor(const std::vector<Tensor>&)>;
+Tensor recompute(const RecomputeFn& fn, const std::vector<Tensor>& inputs);
+
+}  // namespace graph

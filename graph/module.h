@@ -1,0 +1,58 @@
+// module.h: Module (a tree of named parameters and children) and the scopes models use.
+//
+// Names are dotted paths ("encoder.layer.0.attention.self.query.weight") and are the checkpoint keys, so
+// a Hugging Face safetensors file loads by name. A module's forward is its own method (no fixed
+// signature); it opens `auto s = scope();` so every block it allocates is owned by its path.
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/context.h"
+#include "engine/tensor.h"
+
+namespace graph {
+
+using engine::MemoryScope;
+using engine::Tensor;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+
+  // Registers a parameter: it requires grad and its block is tagged `param`.
+  Tensor register_parameter(const std::string& name, Tensor t);
+  // Registers state that is saved in checkpoints but not trained (e.g. running statistics).
+  Tensor register_buffer(const std::string& name, Tensor t);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    m->local_name_ = name;
+    children_.emplace_back(name, m);
+    return m;
+  }
+
+  // All parameters (or buffers) below this module, with dotted names, in registration order.
+  std::vector<std::pair<std::string, Tensor>> named_parameters(const std::string& prefix = "") const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers(const std::string& prefix = "") const;
+  std::vector<Tensor> parameters() const;
+  int64_t num_parameters() const;
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool training() const { return training_; }
+  // Drops every parameter's gradient (its memory goes back to the arena).
+  void zero_grad();
+
+  const std::string& local_name() const { return local_name_; }
+  // The memory scope of this module's forward (its local name; nesting joins them with dots).
+  MemoryScope scope() const { return MemoryScope(local_name_); }
+
+ private:
+  std::vector<std::pair<std::string, Tensor>> params_, buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  std::string local_name_;
+  bool training_ = true;
+};
+
+}  // namespace graph

@@ -1,0 +1,64 @@
+// op.cpp: the shared argument checks and dispatch.
+#include "ops/op.h"
+
+namespace ops {
+
+void check_defined(const char* op, const char* arg, const Tensor& t) {
+  ENGINE_CHECK(t.defined(), op, ": argument '", arg, "' is an undefined tensor");
+}
+
+void check_floating(const char* op, const char* arg, const Tensor& t) {
+  check_defined(op, arg, t);
+  ENGINE_CHECK(engine::is_floating(t.dtype()), op, ": argument '", arg, "' must be a floating tensor, got ",
+               engine::dtype_name(t.dtype()));
+}
+
+void check_dtype(const char* op, const char* arg, const Tensor& t, DType expected) {
+  check_defined(op, arg, t);
+  ENGINE_CHECK(t.dtype() == expected, op, ": argument '", arg, "' must be ", engine::dtype_name(expected),
+               ", got ", engine::dtype_name(t.dtype()));
+}
+
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
+  ENGINE_CHECK(a.dtype() == b.dtype(), op, ": dtypes differ: ", engine::dtype_name(a.dtype()), " and ",
+               engine::dtype_name(b.dtype()), " (cast one with ops::to)");
+}
+
+void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
+  ENGINE_CHECK(a.device_ptr() == b.device_ptr(), op, ": tensors are on different devices (", a.device().name(),
+               " and ", b.device().name(), ")");
+}
+
+void check_dim(const char* op, const char* arg, const Tensor& t, int64_t ndim) {
+  check_defined(op, arg, t);
+  ENGINE_CHECK(t.dim() == ndim, op, ": argument '", arg, "' must have ", ndim, " dimensions, got shape ",
+               engine::shape_str(t.shape()));
+}
+
+int64_t normalize_dim(const char* op, int64_t dim, int64_t ndim) {
+  int64_t d = dim < 0 ? dim + ndim : dim;
+  ENGINE_CHECK(d >= 0 && d < ndim, op, ": dimension ", dim, " is out of range for ", ndim, " dimensions");
+  return d;
+}
+
+Tensor empty_like(const Tensor& like) { return Tensor::empty(like.shape(), like.dtype(), like.device_ptr()); }
+
+Tensor new_empty(const Tensor& like, const Shape& shape, DType dtype) {
+  return Tensor::empty(shape, dtype, like.device_ptr());
+}
+
+Tensor new_empty(const Tensor& like, const Shape& shape) { return new_empty(like, shape, like.dtype()); }
+
+void run_kernel(const char* op, const Tensor& like, const std::function<void()>& cpu,
+                const std::function<void()>& cuda) {
+  switch (like.device().type()) {
+    case DeviceType::cpu: cpu(); break;
+    case DeviceType::meta: break;
+    case DeviceType::cuda:
+      ENGINE_CHECK(cuda, op, ": this op has no cuda kernel yet; run it with --device cpu or meta");
+      cuda();
+      break;
+  }
+}
+
+}  // namespace ops

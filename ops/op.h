@@ -1,0 +1,55 @@
+// op.h: what every op implementation includes: argument checks with useful messages, output allocation,
+// kernel dispatch by device, FLOP counting, and the autograd recording API.
+//
+// The shape of an op (ops/<family>.cpp):
+//   Tensor softmax(const Tensor& x, int64_t dim) {
+//     OpScope op("softmax");                       // owner tag of what it allocates
+//     check_floating("softmax", "x", x);            // 1. checks
+//     Tensor y = empty_like(x);                     // 2. outputs through the allocator
+//     run_kernel("softmax", y, [&] { cpu::softmax_forward(...); });   // 3. kernel (none on meta)
+//     if (graph::any_requires_grad({x}))            // 4. the node, with what backward needs
+//       graph::record("softmax", {x}, {y}, {y}, [](Node& n, const std::vector<Tensor>& g) {...});
+//     engine::count_op("softmax", flops, bytes);    // 5. counters
+//     return y;
+//   }
+#pragma once
+#include <functional>
+#include <vector>
+
+#include "engine/context.h"
+#include "engine/counters.h"
+#include "engine/error.h"
+#include "engine/tensor.h"
+#include "graph/autograd.h"
+
+namespace ops {
+
+using engine::DeviceType;
+using engine::DType;
+using engine::OpScope;
+using engine::Shape;
+using engine::Tensor;
+using engine::str;
+using graph::Node;
+using Grads = std::vector<Tensor>;
+
+void check_defined(const char* op, const char* arg, const Tensor& t);
+void check_floating(const char* op, const char* arg, const Tensor& t);
+void check_dtype(const char* op, const char* arg, const Tensor& t, DType expected);
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);
+void check_same_device(const char* op, const Tensor& a, const Tensor& b);
+void check_dim(const char* op, const char* arg, const Tensor& t, int64_t ndim);
+// A dimension index in [-ndim, ndim) made non-negative, or an Error naming the op.
+int64_t normalize_dim(const char* op, int64_t dim, int64_t ndim);
+
+// New contiguous tensors on the same device as `like`.
+Tensor empty_like(const Tensor& like);
+Tensor new_empty(const Tensor& like, const Shape& shape, DType dtype);
+Tensor new_empty(const Tensor& like, const Shape& shape);
+
+// Runs the kernel for the tensor's device: cpu runs `cpu`, meta runs nothing (shapes and allocations
+// only), cuda runs `cuda` (an op without a cuda kernel says so).
+void run_kernel(const char* op, const Tensor& like, const std::function<void()>& cpu,
+                const std::function<void()>& cuda = nullptr);
+
+}  // namespace ops

@@ -1,0 +1,140 @@
+// reduce.cpp: sum, mean, amax, sum_to and their backward rules.
+#include "ops/reduce.h"
+
+#include <algorithm>
+
+#include "ops/cpu/reduce.h"
+#include "ops/elementwise.h"
+#include "ops/op.h"
+#include "ops/factory.h"
+#include "ops/view.h"
+
+namespace ops {
+
+namespace {
+
+// Which dimensions are reduced (all when dims is empty), validated.
+std::vector<bool> reduced_mask(const char* op, const Tensor& x, const std::vector<int64_t>& dims) {
+  std::vector<bool> mask(size_t(x.dim()), dims.empty());
+  for (int64_t d : dims) {
+    int64_t nd = normalize_dim(op, d, x.dim());
+    ENGINE_CHECK(!mask[nd], op, ": dimension ", d, " given twice");
+    mask[nd] = true;
+  }
+  return mask;
+}
+
+Shape kept_shape(const Shape& s, const std::vector<bool>& mask) {
+  Shape out = s;
+  for (size_t d = 0; d < s.size(); d++)
+    if (mask[d]) out[d] = 1;
+  return out;
+}
+
+Shape dropped_shape(const Shape& s, const std::vector<bool>& mask) {
+  Shape out;
+  for (size_t d = 0; d < s.size(); d++)
+    if (!mask[d]) out.push_back(s[d]);
+  return out;
+}
+
+Tensor reduce_sum(const char* name, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, bool is_mean) {
+  OpScope scope(name);
+  check_floating(name, "x", x);
+  std::vector<bool> mask = reduced_mask(name, x, dims);
+  Shape keep = kept_shape(x.shape(), mask);
+  int64_t count = keep.empty() ? 1 : x.numel() / std::max<int64_t>(engine::numel_of(keep), 1);
+  if (x.numel() == 0) count = 0;
+  double scale = is_mean ? (count > 0 ? 1.0 / double(count) : 0.0) : 1.0;
+  Tensor out = new_empty(x, keep);
+  run_kernel(name, out, [&] { cpu::sum(x, mask, scale, out); });
+  engine::count_op(name, double(x.numel()), double(x.nbytes() + out.nbytes()));
+  if (!keepdim) out = reshape(out, dropped_shape(x.shape(), mask));
+  if (graph::any_requires_grad({x})) {
+    Shape xs = x.shape();
+    graph::record(name, {x}, {out}, {}, [xs, keep, scale, is_mean](Node&, const Grads& g) -> Grads {
+      Tensor gk = reshape(g[0], keep);
+      Tensor gx = broadcast_to(gk, xs);
+      return {is_mean ? mul(gx, scale) : contiguous(gx)};
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
+  return reduce_sum("sum", x, dims, keepdim, false);
+}
+
+Tensor mean(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
+  return reduce_sum("mean", x, dims, keepdim, true);
+}
+
+Tensor sum_to(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  ENGINE_CHECK(int64_t(shape.size()) <= x.dim(), "sum_to: cannot sum ", engine::shape_str(x.shape()), " to ",
+               engine::shape_str(shape));
+  int64_t lead = x.dim() - int64_t(shape.size());
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < x.dim(); d++) {
+    if (d < lead) { dims.push_back(d); continue; }
+    int64_t want = shape[d - lead];
+    ENGINE_CHECK(want == x.shape()[d] || want == 1, "sum_to: cannot sum ", engine::shape_str(x.shape()), " to ",
+                 engine::shape_str(shape));
+    if (want == 1 && x.shape()[d] != 1) dims.push_back(d);
+  }
+  Tensor s = dims.empty() ? x : sum(x, dims, true);
+  return s.shape() == shape ? s : reshape(s, shape);
+}
+
+Tensor amax(const Tensor& x, int64_t dim, bool keepdim) {
+  OpScope scope("amax");
+  check_floating("amax", "x", x);
+  int64_t d = normalize_dim("amax", dim, x.dim());
+  Shape keep = x.shape();
+  keep[d] = 1;
+  Tensor values = new_empty(x, keep);
+  Tensor indices = new_empty(x, keep, DType::i64);
+  run_kernel("amax", values, [&] { cpu::amax(x, d, values, indices); });
+  engine::count_op("amax", double(x.numel()), double(x.nbytes() + values.nbytes()));
+  if (graph::any_requires_grad({x})) {
+    graph::record("amax", {x}, {values}, {indices}, [d, xs = x.shape()](Node& n, const Grads& g) -> Grads {
+      // Scatter the gradient to the argmax position: one_hot(index) * g, built from differentiable ops.
+      Tensor idx = n.saved(0);
+      Tensor positions = reshape(arange(xs[d], DType::i64, g[0].device_ptr()), [&] {
+        Shape s(xs.size(), 1);
+        s[d] = xs[d];
+        return s;
+      }());
+      Tensor hit = to(compare(CompareOp::eq, positions, idx), g[0].dtype());
+      return {mul(hit, g[0])};
+    });
+  }
+  if (!keepdim) {
+    Shape dropped = x.shape();
+    dropped.erase(dropped.begin() + d);
+    values = reshape(values, dropped);
+  }
+  return values;
+}
+
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  OpScope scope("argmax");
+  check_floating("argmax", "x", x);
+  int64_t d = normalize_dim("argmax", dim, x.dim());
+  Shape keep = x.shape();
+  keep[d] = 1;
+  Tensor values = new_empty(x, keep);
+  Tensor indices = new_empty(x, keep, DType::i64);
+  run_kernel("argmax", values, [&] { cpu::amax(x, d, values, indices); });
+  engine::count_op("argmax", double(x.numel()), double(x.nbytes() + indices.nbytes()));
+  if (!keepdim) {
+    Shape dropped = x.shape();
+    dropped.erase(dropped.begin() + d);
+    indices = Tensor::view_of(indices, dropped, engine::contiguous_strides(dropped), 0);
+  }
+  return indices;
+}
+
+}  // namespace ops
