@@ -18,9 +18,10 @@ namespace engine {
 #define ENGINE_HD inline
 #endif
 
-ENGINE_HD void philox4x32_10(uint64_t seed, uint64_t block, uint32_t out[4]) {
-  uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
-  uint32_t c0 = uint32_t(block), c1 = uint32_t(block >> 32), c2 = 0, c3 = 0;
+// The full generator: 128-bit counter, 64-bit key (Random123's philox4x32_10).
+ENGINE_HD void philox4x32_10_full(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
+  uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
+  uint32_t k0 = key[0], k1 = key[1];
   for (int r = 0; r < 10; r++) {
     // One round: (c0, c1, c2, c3) <- (hi(B*c2)^c1^k0, lo(B*c2), hi(A*c0)^c3^k1, lo(A*c0)).
     uint64_t a = uint64_t(0xD2511F53u) * c0;
@@ -35,6 +36,13 @@ ENGINE_HD void philox4x32_10(uint64_t seed, uint64_t block, uint32_t out[4]) {
     k1 += 0xBB67AE85u;
   }
   out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+
+// The engine's use: key = seed, counter = (block, 0).
+ENGINE_HD void philox4x32_10(uint64_t seed, uint64_t block, uint32_t out[4]) {
+  const uint32_t ctr[4] = {uint32_t(block), uint32_t(block >> 32), 0u, 0u};
+  const uint32_t key[2] = {uint32_t(seed), uint32_t(seed >> 32)};
+  philox4x32_10_full(ctr, key, out);
 }
 
 // Uniform in [0, 1) for element i of a draw at `offset`.
