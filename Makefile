@@ -39,6 +39,7 @@ LIB_CPP  += $(wildcard engine/cuda/*.cpp)
 LIB_CU   := $(wildcard ops/cuda/*.cu)
 endif
 LIB_OBJ  := $(LIB_CPP:%.cpp=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.cu.o)
+# A thin archive: it refers to the objects by path, so ops/attention.o and models/nn/attention.o coexist.
 LIB      := $(BUILD)/libengine.a
 
 TOOLS    := $(patsubst tools/%.cpp,$(BUILD)/%,$(wildcard tools/engine_*.cpp))
@@ -80,12 +81,12 @@ $(BUILD)/%.cu.o: %.cu
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	rm -f $@ && ar rcsT $@ $^
 
 $(BUILD)/engine_%: $(BUILD)/tools/engine_%.o $(TOOL_LIB_OBJ) $(LIB)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/engine_tests: $(TEST_OBJ) $(LIB)
+$(BUILD)/engine_tests: $(TEST_OBJ) $(TOOL_LIB_OBJ) $(LIB)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(GTEST_LIBS) $(LDLIBS)
 
 $(BUILD)/engine_cuda_tests: $(CUDA_TEST_OBJ) $(LIB)

@@ -7,6 +7,7 @@
 
 #include "engine/error.h"
 #include "engine/format.h"
+#include "engine/json.h"
 
 namespace engine {
 
@@ -71,6 +72,12 @@ Category Ledger::category(int64_t id) const {
   auto it = live_map_.find(id);
   ENGINE_CHECK(it != live_map_.end(), "ledger: category of unknown block ", id);
   return it->second.category;
+}
+
+void Ledger::set_owner(int64_t id, std::string owner) {
+  auto it = live_map_.find(id);
+  ENGINE_CHECK(it != live_map_.end(), "ledger: set_owner of unknown block ", id);
+  it->second.owner = std::move(owner);
 }
 
 void Ledger::update_peak() {
@@ -159,15 +166,6 @@ std::vector<Event> events_of(const std::vector<BlockInfo>& blocks) {
   return ev;
 }
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') { o += '\\'; o += c; }
-    else if (uint8_t(c) < 0x20) o += str("\\u00", "0123456789abcdef"[(c >> 4) & 15], "0123456789abcdef"[c & 15]);
-    else o += c;
-  }
-  return o;
-}
 }  // namespace
 
 std::string Ledger::chrome_trace_json() const {
@@ -182,7 +180,7 @@ std::string Ledger::chrome_trace_json() const {
   Phase phase = ev.empty() ? Phase::setup : ev.front().block->phase;
   int64_t phase_start = ev.empty() ? 0 : ev.front().seq;
   auto emit_phase = [&](int64_t end) {
-    os << ",\n{\"name\":\"" << json_escape(phase_name(phase)) << "\",\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":"
+    os << ",\n{\"name\":" << json::quote(phase_name(phase)) << ",\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":"
        << phase_start << ",\"dur\":" << std::max<int64_t>(end - phase_start, 1) << "}";
   };
   for (const Event& e : ev) {
@@ -246,10 +244,34 @@ std::string layer_type(const std::string& owner) {
   return t.empty() ? "(untagged)" : t;
 }
 
+// "h.2" before "h.10": digit runs compare as numbers.
+bool natural_less(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit((unsigned char)a[i]) && std::isdigit((unsigned char)b[j])) {
+      size_t i2 = i, j2 = j;
+      while (i2 < a.size() && std::isdigit((unsigned char)a[i2])) i2++;
+      while (j2 < b.size() && std::isdigit((unsigned char)b[j2])) j2++;
+      unsigned long long x = std::stoull(a.substr(i, i2 - i)), y = std::stoull(b.substr(j, j2 - j));
+      if (x != y) return x < y;
+      i = i2;
+      j = j2;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      i++;
+      j++;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
 void table(std::ostringstream& os, const char* title, const std::map<std::string, std::pair<size_t, int>>& rows,
            size_t total, size_t max_rows) {
   std::vector<std::pair<std::string, std::pair<size_t, int>>> v(rows.begin(), rows.end());
-  std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second.first > b.second.first; });
+  std::sort(v.begin(), v.end(), [](auto& a, auto& b) {
+    if (a.second.first != b.second.first) return a.second.first > b.second.first;
+    return natural_less(a.first, b.first);
+  });
   os << "| " << title << " | bytes | share | blocks |\n|---|---:|---:|---:|\n";
   size_t shown = 0;
   for (auto& [name, val] : v) {

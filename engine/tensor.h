@@ -32,6 +32,7 @@ struct Storage {
   void* data() const { return device->pointer(block.offset); }
   void set_category(Category c) { device->ledger().retag(block.id, c); }
   Category category() const { return device->ledger().category(block.id); }
+  void set_owner(std::string owner) { device->ledger().set_owner(block.id, std::move(owner)); }
   std::shared_ptr<Device> device;
   Device::Block block;
 };

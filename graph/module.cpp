@@ -65,6 +65,11 @@ void Module::train(bool on) {
   for (auto& [n, c] : children_) c->train(on);
 }
 
+void Module::tag_memory(const std::string& prefix) const {
+  for (auto& [name, t] : named_parameters(prefix)) t.storage()->set_owner(name);
+  for (auto& [name, t] : named_buffers(prefix)) t.storage()->set_owner(name);
+}
+
 void Module::zero_grad() {
   for (auto& [n, t] : named_parameters()) t.set_grad(Tensor());
 }

@@ -41,6 +41,9 @@ class Module {
   void train(bool on = true);
   void eval() { train(false); }
   bool training() const { return training_; }
+  // Names every parameter's and buffer's block in the ledger by its dotted path (a module does not know
+  // its path while it is being built). A model calls this on its root once it is built.
+  void tag_memory(const std::string& prefix = "") const;
   // Drops every parameter's gradient (its memory goes back to the arena).
   void zero_grad();
 

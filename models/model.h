@@ -1,0 +1,73 @@
+// model.h: what a trainable model gives the programs (engine_train, engine_bench) and the tests.
+//
+// A Model owns its Module tree, its optimizer and learning-rate schedule, and its data (synthetic, seeded,
+// unless a file is given). train_step(step) is one optimizer step; the default does what a supervised
+// model does (batch -> loss -> backward -> clip -> update); models with several losses per step (GANs,
+// unsupervised MT) override it. Memory phases are set here, so every model's ledger reads the same way:
+//   forward (the batch, tagged `input`, and the loss), backward, optimizer (clip, update, zero_grad).
+// A model's constructor builds its Module tree, calls module().tag_memory() (parameters are then owned by
+// their dotted names in the ledger), and creates its optimizer and schedule.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+
+#include "graph/module.h"
+#include "ops/lr_schedule.h"
+#include "ops/optim.h"
+
+namespace models {
+
+using engine::Tensor;
+using Batch = std::map<std::string, Tensor>;
+
+// Everything a command line can say about a model. 0 or "" means "the model's default".
+struct ModelConfig {
+  std::string name;
+  std::string size;          // e.g. base | large | tiny
+  int64_t seq = 0;           // sequence length
+  int64_t batch = 0;         // sequences or images per step
+  int64_t tokens = 0;        // tokens per step (translation models)
+  std::string attention = "naive";
+  std::string recompute = "none";  // none | attention | layer
+  std::string data;          // a data file; synthetic data when empty
+  std::string task;
+  uint64_t seed = 1;
+};
+
+struct StepResult {
+  double loss = 0;                         // the main loss (0 on meta: no values)
+  std::map<std::string, double> losses;    // every loss by name, for models with several
+  int64_t items = 0;                       // sequences, images or target tokens processed
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual graph::Module& module() = 0;
+  // One line for the program header: the architecture and its main sizes.
+  virtual std::string summary() const = 0;
+  // Unit of throughput: "seq", "img" or "tok".
+  virtual const char* item_unit() const = 0;
+  // The batch size in the unit the user gave (sequences, images, tokens), for the max-batch finder.
+  virtual int64_t batch_size() const = 0;
+
+  virtual StepResult train_step(int64_t step);
+  // Forward only, in eval mode, without recording a graph.
+  virtual StepResult eval_step(int64_t step);
+
+  ops::Optimizer& optimizer() { return *optimizer_; }
+
+ protected:
+  // The batch for `step` (tensors are tagged `input` by the caller).
+  virtual Batch make_batch(int64_t step) = 0;
+  // The scalar loss of a batch, and the number of items it counts.
+  virtual Tensor loss(const Batch& batch) = 0;
+  virtual int64_t items(const Batch& batch) const = 0;
+
+  std::unique_ptr<ops::Optimizer> optimizer_;
+  std::unique_ptr<ops::LrSchedule> schedule_;  // may be null: constant lr
+  double clip_norm_ = 0;                       // 0: no clipping
+};
+
+}  // namespace models

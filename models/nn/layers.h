@@ -1,0 +1,52 @@
+// layers.h: the basic layers every model is built from: Linear, LayerNorm, Embedding, Dropout settings.
+//
+// Each is a graph::Module holding its parameters under PyTorch's names (weight, bias), so a checkpoint
+// written by PyTorch loads by name. forward() opens the module's memory scope, so the ledger attributes
+// what the layer allocates to its dotted path.
+#pragma once
+#include <memory>
+
+#include "graph/module.h"
+
+namespace models::nn {
+
+using engine::Tensor;
+
+// How parameters start. PyTorch's default for Linear is uniform(+-1/sqrt(in)) for weight and bias; BERT
+// and most transformers use normal(0, 0.02) weights and zero biases.
+struct Init {
+  enum class Kind { pytorch_default, normal, zeros } kind = Kind::pytorch_default;
+  double std = 0.02;
+  static Init normal(double std) { return {Kind::normal, std}; }
+};
+
+class Linear : public graph::Module {
+ public:
+  Linear(int64_t in, int64_t out, bool bias = true, Init init = {});
+  Tensor forward(const Tensor& x) const;  // [..., in] -> [..., out]
+  int64_t in_features, out_features;
+  Tensor weight;  // [out, in]
+  Tensor bias;    // [out] or undefined
+};
+
+class LayerNorm : public graph::Module {
+ public:
+  explicit LayerNorm(int64_t dim, double eps = 1e-5);
+  Tensor forward(const Tensor& x) const;  // over the last dimension
+  double eps;
+  Tensor weight, bias;  // [dim]
+};
+
+class Embedding : public graph::Module {
+ public:
+  Embedding(int64_t num, int64_t dim, int64_t padding_idx = -1, Init init = Init::normal(1.0));
+  Tensor forward(const Tensor& ids) const;  // ids [...] -> [..., dim]
+  int64_t num, dim, padding_idx;
+  Tensor weight;  // [num, dim]
+};
+
+// Parameter initialization helper shared by the layers: a tensor of `shape` on the default device drawn from
+// `init` (fan_in for the PyTorch default).
+Tensor init_tensor(const engine::Shape& shape, const Init& init, int64_t fan_in);
+
+}  // namespace models::nn

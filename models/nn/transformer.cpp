@@ -1,0 +1,47 @@
+// transformer.cpp: the Transformer layer.
+#include "models/nn/transformer.h"
+
+#include "ops/dropout.h"
+#include "ops/elementwise.h"
+
+namespace models::nn {
+
+Tensor activation(const std::string& name, const Tensor& x) {
+  if (name == "relu") return ops::relu(x);
+  if (name == "gelu") return ops::gelu(x);
+  if (name == "gelu_tanh") return ops::gelu_tanh(x);
+  throw engine::Error(engine::str("unknown activation '", name, "': expected relu, gelu or gelu_tanh"));
+}
+
+TransformerLayer::TransformerLayer(const TransformerLayerConfig& c) : config(c) {
+  AttentionConfig ac;
+  ac.dim = c.dim;
+  ac.heads = c.heads;
+  ac.dropout = c.attention_dropout;
+  ac.algo = c.algo;
+  ac.init = c.init;
+  self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(ac));
+  self_attn_layer_norm = register_module("self_attn_layer_norm", std::make_shared<LayerNorm>(c.dim, c.layer_norm_eps));
+  fc1 = register_module("fc1", std::make_shared<Linear>(c.dim, c.ffn, true, c.init));
+  fc2 = register_module("fc2", std::make_shared<Linear>(c.ffn, c.dim, true, c.init));
+  final_layer_norm = register_module("final_layer_norm", std::make_shared<LayerNorm>(c.dim, c.layer_norm_eps));
+}
+
+Tensor TransformerLayer::forward(const Tensor& x_in, const Tensor& key_padding_mask, bool causal) const {
+  auto s = scope();
+  bool train = training();
+  Tensor x = x_in;
+  // Self-attention block.
+  Tensor h = config.normalize_before ? self_attn_layer_norm->forward(x) : x;
+  h = self_attn->forward(h, h, key_padding_mask, causal);
+  x = ops::add(x, ops::dropout(h, config.dropout, train));
+  if (!config.normalize_before) x = self_attn_layer_norm->forward(x);
+  // Feed-forward block.
+  h = config.normalize_before ? final_layer_norm->forward(x) : x;
+  h = fc2->forward(ops::dropout(activation(config.activation, fc1->forward(h)), config.activation_dropout, train));
+  x = ops::add(x, ops::dropout(h, config.dropout, train));
+  if (!config.normalize_before) x = final_layer_norm->forward(x);
+  return x;
+}
+
+}  // namespace models::nn

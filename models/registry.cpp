@@ -1,0 +1,32 @@
+// registry.cpp: the table of models. An explicit table (not self-registering static objects, which a
+// static library's linker may drop) so that what exists is visible in one place.
+#include "models/registry.h"
+
+#include "engine/error.h"
+#include "models/transformer_lm.h"
+
+namespace models {
+
+const std::vector<ModelEntry>& registry() {
+  static const std::vector<ModelEntry> table = {
+      {"transformer_lm", "decoder-only Transformer language model (GPT-2 shapes; sizes tiny, small, medium)",
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new TransformerLM(c)); }},
+  };
+  return table;
+}
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (const auto& e : registry()) names.push_back(e.name);
+  return names;
+}
+
+std::unique_ptr<Model> create_model(const ModelConfig& config) {
+  for (const auto& e : registry())
+    if (e.name == config.name) return e.create(config);
+  std::string valid;
+  for (const auto& n : model_names()) valid += (valid.empty() ? "" : ", ") + n;
+  throw engine::Error(engine::str("unknown model '", config.name, "': valid models are ", valid));
+}
+
+}  // namespace models

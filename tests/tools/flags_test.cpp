@@ -1,0 +1,106 @@
+// flags_test.cpp: strict flag parsing (unknown flags, bad values, choices) and the engine_train program's
+// error messages and exit codes, run as a user would run it.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <sys/wait.h>
+
+#include "engine/error.h"
+#include "tools/flags.h"
+
+namespace {
+
+bool parse(tools::Flags& f, std::vector<std::string> args) {
+  std::vector<char*> argv;
+  static std::string prog = "prog";
+  argv.push_back(prog.data());
+  for (auto& a : args) argv.push_back(a.data());
+  return f.parse(int(argv.size()), argv.data());
+}
+
+tools::Flags make() {
+  tools::Flags f("prog", "test program");
+  f.add_int("batch", 8, "batch size");
+  f.add_double("lr", 0.1, "learning rate");
+  f.add_choice("device", "cpu", {"cpu", "meta"}, "device");
+  f.add_bool("verbose", "talk");
+  f.add_string("out", "", "output file");
+  return f;
+}
+
+std::string error_of(std::vector<std::string> args) {
+  auto f = make();
+  try {
+    parse(f, args);
+  } catch (const engine::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Runs a command, returns (exit status, stdout+stderr).
+std::pair<int, std::string> shell(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+}  // namespace
+
+TEST(Flags, ParsesBothSpellingsAndDefaults) {
+  auto f = make();
+  EXPECT_TRUE(parse(f, {"--batch", "12", "--lr=0.5", "--device", "meta", "--verbose"}));
+  EXPECT_EQ(f.integer("batch"), 12);
+  EXPECT_DOUBLE_EQ(f.real("lr"), 0.5);
+  EXPECT_EQ(f.str("device"), "meta");
+  EXPECT_TRUE(f.on("verbose"));
+  EXPECT_TRUE(f.given("batch"));
+  EXPECT_FALSE(f.given("out"));
+  auto g = make();
+  EXPECT_TRUE(parse(g, {}));
+  EXPECT_EQ(g.integer("batch"), 8);
+  EXPECT_FALSE(g.on("verbose"));
+}
+
+TEST(Flags, BadCommandLinesSayWhatIsWrong) {
+  EXPECT_NE(error_of({"--bacth", "3"}).find("unknown flag --bacth"), std::string::npos);
+  EXPECT_NE(error_of({"--bacth", "3"}).find("--batch"), std::string::npos) << "lists the valid flags";
+  EXPECT_NE(error_of({"--batch", "x3"}).find("needs an integer"), std::string::npos);
+  EXPECT_NE(error_of({"--lr", "fast"}).find("needs a number"), std::string::npos);
+  EXPECT_NE(error_of({"--device", "tpu"}).find("choose one of cpu, meta"), std::string::npos);
+  EXPECT_NE(error_of({"--batch"}).find("needs a value"), std::string::npos);
+  EXPECT_NE(error_of({"batch"}).find("unexpected argument"), std::string::npos);
+}
+
+TEST(EngineTrain, HelpUnknownModelAndBadFlag) {
+  auto [code, out] = shell("build/engine_train --help");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("--model"), std::string::npos);
+  std::tie(code, out) = shell("build/engine_train --model nosuchmodel --device meta");
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("unknown model 'nosuchmodel'"), std::string::npos) << out;
+  EXPECT_NE(out.find("transformer_lm"), std::string::npos) << "lists the valid models: " << out;
+  std::tie(code, out) = shell("build/engine_train --model transformer_lm --stepz 3");
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("unknown flag --stepz"), std::string::npos) << out;
+}
+
+TEST(EngineTrain, OutOfMemoryIsAReportNotACrash) {
+  auto [code, out] = shell("build/engine_train --model transformer_lm --size small --device meta --memory 2GB --steps 1");
+  EXPECT_EQ(code, 3) << out;
+  EXPECT_NE(out.find("out of memory on meta"), std::string::npos) << out;
+  EXPECT_NE(out.find("largest live tensors"), std::string::npos) << out;
+}
+
+TEST(EngineTrain, MetaRunOfAFullSizeModel) {
+  auto [code, out] = shell("build/engine_train --model transformer_lm --size small --device meta --steps 2");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("step 2/2 | loss - |"), std::string::npos) << out;
+  EXPECT_NE(out.find("| param |"), std::string::npos) << out;
+  EXPECT_NE(out.find("| optimizer |"), std::string::npos) << out;
+}
