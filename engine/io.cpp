@@ -13,19 +13,37 @@
 namespace engine {
 
 void write_file_atomic(const std::string& path, const std::string& content) {
+  write_file_atomic(path, [&](const ByteSink& write) { write(content.data(), content.size()); });
+}
+
+void write_file_atomic(const std::string& path, const std::function<void(const ByteSink& write)>& produce) {
   std::string tmp = path + ".tmp." + std::to_string(getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   ENGINE_CHECK(fd >= 0, "cannot write '", path, "': ", std::strerror(errno));
-  size_t done = 0;
-  while (done < content.size()) {
-    ssize_t n = write(fd, content.data() + done, content.size() - done);
-    if (n < 0) {
-      int err = errno;
+  auto fail = [&](int err) {
+    close(fd);
+    fd = -1;  // cleaned up: the catch below must not do it again
+    unlink(tmp.c_str());
+    throw Error(str("cannot write '", path, "': ", std::strerror(err)));
+  };
+  ByteSink write = [&](const void* data, size_t bytes) {
+    const char* p = static_cast<const char*>(data);
+    while (bytes > 0) {
+      ssize_t n = ::write(fd, p, bytes);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) fail(errno);
+      p += n;
+      bytes -= size_t(n);
+    }
+  };
+  try {
+    produce(write);
+  } catch (...) {
+    if (fd >= 0) {
       close(fd);
       unlink(tmp.c_str());
-      throw Error(str("cannot write '", path, "': ", std::strerror(err)));
     }
-    done += size_t(n);
+    throw;
   }
   bool ok = fsync(fd) == 0;
   ok = close(fd) == 0 && ok;
@@ -33,6 +51,14 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     int err = errno;
     unlink(tmp.c_str());
     throw Error(str("cannot write '", path, "': ", std::strerror(err)));
+  }
+  // Make the rename itself durable (best effort: not every file system can fsync a directory).
+  size_t slash = path.find_last_of('/');
+  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
   }
 }
 

@@ -3,10 +3,18 @@
 // write_file_atomic writes to "<path>.tmp.<pid>", flushes it to disk, then renames it over `path`: after a
 // crash either the old file or the complete new one is there, never a truncated one.
 #pragma once
+#include <cstddef>
+#include <functional>
 #include <string>
 
 namespace engine {
 
 void write_file_atomic(const std::string& path, const std::string& content);
+
+// The same for content produced piece by piece (a checkpoint need not be held in memory whole): `produce`
+// receives a sink that appends bytes to the temporary file. If produce throws, the temporary is removed
+// and `path` is untouched.
+using ByteSink = std::function<void(const void* data, size_t bytes)>;
+void write_file_atomic(const std::string& path, const std::function<void(const ByteSink& write)>& produce);
 
 }  // namespace engine

@@ -1,0 +1,244 @@
+// attention.cpp: attention by two algorithms (naive: engine ops; flash: the engine's tiled op), the masks
+// both share, and the flash op's forward and backward (kernels in ops/cpu/attention.cpp).
+#include "ops/attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "engine/rng.h"
+#include "ops/cpu/attention.h"
+#include "ops/dropout.h"
+#include "ops/elementwise.h"
+#include "ops/factory.h"
+#include "ops/matmul.h"
+#include "ops/op.h"
+#include "ops/reduce.h"
+#include "ops/shape.h"
+#include "ops/softmax.h"
+#include "ops/view.h"
+
+namespace ops {
+
+const char* attention_algo_name(AttentionAlgo a) { return a == AttentionAlgo::flash ? "flash" : "naive"; }
+
+AttentionAlgo attention_algo_from_name(const std::string& name) {
+  if (name == "naive") return AttentionAlgo::naive;
+  if (name == "flash") return AttentionAlgo::flash;
+  throw engine::Error(str("attention: unknown algorithm '", name, "' (expected naive or flash)"));
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The log-sum-exp's type: the kernels' accumulation type (f64 for f64, else f32).
+DType accumulation_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+
+double resolve_scale(double scale, int64_t D) { return scale != 0 ? scale : 1.0 / std::sqrt(double(D)); }
+
+void check_attention_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                            const Tensor& key_padding_mask) {
+  check_dim(op, "q", q, 4);
+  check_dim(op, "k", k, 4);
+  check_dim(op, "v", v, 4);
+  check_floating(op, "q", q);
+  check_same_dtype(op, q, k);
+  check_same_dtype(op, q, v);
+  check_same_device(op, q, k);
+  check_same_device(op, q, v);
+  ENGINE_CHECK(k.size(0) == q.size(0) && k.size(1) == q.size(1) && k.size(3) == q.size(3), op,
+               ": k must be [B, H, Lk, D] for q [B, H, Lq, D] = ", engine::shape_str(q.shape()), ", got ",
+               engine::shape_str(k.shape()));
+  ENGINE_CHECK(v.size(0) == k.size(0) && v.size(1) == k.size(1) && v.size(2) == k.size(2), op,
+               ": v must be [B, H, Lk, Dv] for k [B, H, Lk, D] = ", engine::shape_str(k.shape()), ", got ",
+               engine::shape_str(v.shape()));
+  if (key_padding_mask.defined()) {
+    check_dtype(op, "key_padding_mask", key_padding_mask, DType::boolean);
+    check_same_device(op, q, key_padding_mask);
+    ENGINE_CHECK(key_padding_mask.shape() == (Shape{q.size(0), k.size(2)}), op,
+                 ": key_padding_mask must be [B, Lk] = [", q.size(0), ", ", k.size(2), "], got ",
+                 engine::shape_str(key_padding_mask.shape()));
+  }
+}
+
+// Model FLOPs of the forward: S = Q K^T and O = P V; causal attention does half the work.
+double attention_forward_flops(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+  double pairs = double(q.size(0) * q.size(1)) * double(q.size(2)) * double(k.size(2));
+  return 2.0 * pairs * double(q.size(3) + v.size(3)) * (causal ? 0.5 : 1.0);
+}
+
+// The masked-out (query, key) pairs as a bool tensor that broadcasts to [B, H, Lq, Lk] (true = masked):
+// [B, 1, 1, Lk] (padding), [Lq, Lk] (causal) or [B, 1, Lq, Lk] (both); undefined when nothing is masked.
+// Built from engine ops (no gradient), identically on every device.
+Tensor attention_mask(const Tensor& q, int64_t Lk, const Tensor& key_padding_mask, bool causal) {
+  OpScope scope("attention_mask");
+  graph::NoGrad ng;
+  Tensor padded;  // [B, 1, 1, Lk]
+  if (key_padding_mask.defined()) padded = reshape(key_padding_mask, {q.size(0), 1, 1, Lk});
+  if (!causal) return padded;
+  // Causal, bottom-right aligned: key j is after query i's diagonal when j > i + (Lk - Lq).
+  const int64_t Lq = q.size(2);
+  Tensor key_index = reshape(arange(Lk, DType::f32, q.device_ptr()), {1, Lk});                 // [1, Lk]
+  Tensor last_key = add(reshape(arange(Lq, DType::f32, q.device_ptr()), {Lq, 1}), double(Lk - Lq));  // [Lq, 1]
+  Tensor future = compare(CompareOp::gt, key_index, last_key);                                  // [Lq, Lk]
+  if (!padded.defined()) return future;
+  // Either masks it: max of the two as 0/1 numbers.                                             [B, 1, Lq, Lk]
+  Tensor either = maximum(to(padded, DType::f32), to(future, DType::f32));
+  return compare(CompareOp::gt, either, 0.5);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// naive: the [B, H, Lq, Lk] scores and probabilities as tensors, each op saving what it saves.
+
+Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
+                       const AttentionOptions& o) {
+  const double scale = resolve_scale(o.scale, q.size(3));
+  const int64_t Lq = q.size(2), Lk = k.size(2);
+  Tensor scores = mul(matmul(q, transpose(k, -2, -1)), scale);  // [B, H, Lq, Lk]
+  Tensor masked = attention_mask(q, Lk, key_padding_mask, o.causal);
+  // A row with every key masked would be softmax(-inf, ..., -inf) = NaN. Such rows (possible with padding,
+  // or causal with Lq > Lk) are left unmasked here and their output multiplied by 0 below: output 0,
+  // gradient 0, as flash gives.
+  Tensor row_visible;  // [B or 1, 1, Lq or 1, 1]: 1 where the row sees some key, else 0
+  if (masked.defined() && (key_padding_mask.defined() || Lq > Lk)) {
+    graph::NoGrad ng;
+    Tensor hidden = to(masked, q.dtype());
+    Tensor seen = sum(add(neg(hidden), 1.0), {-1}, true);  // visible keys per row
+    row_visible = to(compare(CompareOp::gt, seen, 0.5), q.dtype());
+    masked = compare(CompareOp::gt, mul(hidden, row_visible), 0.5);
+  }
+  if (masked.defined()) scores = masked_fill(scores, masked, -kInf);
+  Tensor probs = softmax(scores, -1);  // [B, H, Lq, Lk]
+  // Dropout draws B*H*Lq*Lk numbers at the generator's offset, element (b, h, i, j) at its flat index in
+  // the contiguous probabilities: the numbering flash uses.
+  if (o.training && o.dropout_p > 0) probs = dropout(probs, o.dropout_p);
+  Tensor out = matmul(probs, v);  // [B, H, Lq, Dv]
+  return row_visible.defined() ? mul(out, row_visible) : out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// flash backward as engine ops: the same formulas as the kernel (ops/cpu/attention.cpp), with the
+// [B, H, Lq, Lk] tiles as whole tensors. Used when the gradient must itself be differentiable.
+
+std::vector<Tensor> flash_attention_backward_composite(const Tensor& dout, const Tensor& dlse, const Tensor& q,
+                                                       const Tensor& k, const Tensor& v, const Tensor& out,
+                                                       const Tensor& lse, const Tensor& key_padding_mask,
+                                                       const FlashAttentionParams& p) {
+  Tensor scores = mul(matmul(q, transpose(k, -2, -1)), p.scale);  // S [B, H, Lq, Lk]
+  Tensor masked = attention_mask(q, k.size(2), key_padding_mask, p.causal);
+  if (masked.defined()) scores = masked_fill(scores, masked, -kInf);
+  // P = exp(S - lse), in lse's type; lse = +inf on a fully masked row makes it 0.
+  Tensor probs = to(exp(sub(to(scores, lse.dtype()), unsqueeze(lse, -1))), q.dtype());  // [B, H, Lq, Lk]
+  Tensor dprobs = matmul(dout, transpose(v, -2, -1));                                   // dO V^T
+  Tensor kept = probs;                                                                  // P∘Z
+  if (p.dropout_p > 0) {
+    kept = dropout_mask_apply(probs, p.dropout_p, p.seed, p.offset);  // the forward's draw, regenerated
+    dprobs = dropout_mask_apply(dprobs, p.dropout_p, p.seed, p.offset);
+  }
+  Tensor delta = sum(mul(dout, out), {-1}, true);  // [B, H, Lq, 1]
+  if (dlse.defined()) delta = sub(delta, to(unsqueeze(dlse, -1), delta.dtype()));
+  Tensor dscores = mul(probs, sub(dprobs, delta));  // dS = P∘(dP - delta)
+  Tensor dq = mul(matmul(dscores, k), p.scale);
+  Tensor dk = mul(matmul(transpose(dscores, -2, -1), q), p.scale);
+  Tensor dv = matmul(transpose(kept, -2, -1), dout);
+  return {dq, dk, dv};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+// flash
+
+std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                            const Tensor& key_padding_mask, FlashAttentionParams params) {
+  OpScope scope("flash_attention");
+  check_attention_inputs("flash_attention", q, k, v, key_padding_mask);
+  ENGINE_CHECK(params.dropout_p >= 0 && params.dropout_p < 1, "flash_attention: dropout_p must be in [0, 1), got ",
+               params.dropout_p);
+  params.scale = resolve_scale(params.scale, q.size(3));
+  const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), Dv = v.size(3);
+  Tensor pad = key_padding_mask.defined() ? contiguous(key_padding_mask) : Tensor();
+  Tensor out = new_empty(q, {B, H, Lq, Dv});                               // [B, H, Lq, Dv]
+  Tensor lse = new_empty(q, {B, H, Lq}, accumulation_dtype(q.dtype()));    // [B, H, Lq]
+  run_kernel("flash_attention", out, [&] { cpu::flash_attention_forward({q, k, v, pad}, params, out, lse); });
+  engine::count_op("flash_attention", attention_forward_flops(q, k, v, params.causal),
+                   double(q.nbytes() + k.nbytes() + v.nbytes() + out.nbytes() + lse.nbytes()));
+  if (graph::any_requires_grad({q, k, v})) {
+    // Saved: q, k, v (inputs, alive anyway in a model), out and lse: O(L) bytes.
+    graph::record("flash_attention", {q, k, v}, {out, lse}, {q, k, v, out, lse},
+                  [pad, params](Node& n, const Grads& g) -> Grads {
+                    return flash_attention_backward(g[0], g[1], n.saved(0), n.saved(1), n.saved(2), n.saved(3),
+                                                    n.saved(4), pad, params);
+                  });
+  }
+  return {out, lse};
+}
+
+std::vector<Tensor> flash_attention_backward(const Tensor& dout, const Tensor& dlse, const Tensor& q,
+                                             const Tensor& k, const Tensor& v, const Tensor& out,
+                                             const Tensor& lse, const Tensor& key_padding_mask,
+                                             FlashAttentionParams params) {
+  const char* name = "flash_attention_backward";
+  OpScope scope(name);
+  check_attention_inputs(name, q, k, v, key_padding_mask);
+  params.scale = resolve_scale(params.scale, q.size(3));
+  const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), Dv = v.size(3);
+  const DType acc = accumulation_dtype(q.dtype());
+  ENGINE_CHECK(out.shape() == (Shape{B, H, Lq, Dv}) && dout.shape() == out.shape(), name,
+               ": out and dout must be [B, H, Lq, Dv] = ", engine::shape_str({B, H, Lq, Dv}), ", got ",
+               engine::shape_str(out.shape()), " and ", engine::shape_str(dout.shape()));
+  ENGINE_CHECK(lse.shape() == (Shape{B, H, Lq}) && lse.dtype() == acc, name, ": lse must be ",
+               engine::dtype_name(acc), " [B, H, Lq] = ", engine::shape_str({B, H, Lq}), ", got ",
+               engine::dtype_name(lse.dtype()), " ", engine::shape_str(lse.shape()));
+  ENGINE_CHECK(!dlse.defined() || dlse.shape() == lse.shape(), name, ": dlse must be ",
+               engine::shape_str(lse.shape()), ", got ", engine::shape_str(dlse.shape()));
+  check_same_dtype(name, q, dout);
+  check_same_dtype(name, q, out);
+
+  // The gradient will be differentiated again (create_graph): compute it with engine ops.
+  if (graph::any_requires_grad({dout, dlse, q, k, v, out, lse}))
+    return flash_attention_backward_composite(dout, dlse, q, k, v, out, lse, key_padding_mask, params);
+
+  Tensor pad = key_padding_mask.defined() ? contiguous(key_padding_mask) : Tensor();
+  Tensor lse_c = contiguous(lse);
+  Tensor dlse_c = dlse.defined() ? contiguous(to(dlse, acc)) : Tensor();
+  Tensor dq = new_empty(q, q.shape());                              // [B, H, Lq, D]
+  Tensor dk = new_empty(q, k.shape());                              // [B, H, Lk, D]
+  Tensor dv = new_empty(q, v.shape());                              // [B, H, Lk, Dv]
+  Tensor delta = new_empty(q, {B, H, Lq}, acc);                     // [B, H, Lq] rowsum(dO∘O) - dlse
+  Tensor dq_accum = acc == q.dtype() ? dq : new_empty(q, q.shape(), acc);  // [B, H, Lq, D]
+  run_kernel(name, dq, [&] {
+    cpu::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, dq_accum, dq, dk, dv);
+  });
+  // S recomputed, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q.
+  double fwd = attention_forward_flops(q, k, v, params.causal);
+  double flops = fwd * double(3 * q.size(3) + 2 * Dv) / double(q.size(3) + Dv);
+  engine::count_op(name, flops,
+                   double(q.nbytes() + k.nbytes() + v.nbytes() + out.nbytes() + dout.nbytes() + lse.nbytes() +
+                          dq.nbytes() + dk.nbytes() + dv.nbytes()));
+  return {dq, dk, dv};
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The entry point
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
+                 const AttentionOptions& options) {
+  check_attention_inputs("attention", q, k, v, key_padding_mask);
+  ENGINE_CHECK(options.dropout_p >= 0 && options.dropout_p < 1, "attention: dropout_p must be in [0, 1), got ",
+               options.dropout_p);
+  if (options.algo == AttentionAlgo::naive) return naive_attention(q, k, v, key_padding_mask, options);
+  FlashAttentionParams params;
+  params.causal = options.causal;
+  params.scale = resolve_scale(options.scale, q.size(3));
+  if (options.training && options.dropout_p > 0) {
+    // The reservation naive's dropout makes on its [B, H, Lq, Lk] probabilities.
+    engine::Generator& gen = engine::generator();
+    params.dropout_p = options.dropout_p;
+    params.seed = gen.seed;
+    params.offset = gen.reserve(uint64_t(q.size(0) * q.size(1) * q.size(2)) * uint64_t(k.size(2)));
+  }
+  return flash_attention_forward(q, k, v, key_padding_mask, params)[0];
+}
+
+}  // namespace ops

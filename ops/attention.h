@@ -1,0 +1,87 @@
+// attention.h: scaled dot-product attention, softmax(q k^T * scale + mask) v, by two algorithms that compute
+// exactly the same function and differ only in the memory they hold.
+//
+//   naive  composed of engine ops (matmul, masked_fill, softmax, dropout, matmul), as the 2020 frameworks
+//          did it: the [B, H, Lq, Lk] scores and probabilities are materialized in the arena, and the
+//          probabilities stay saved for backward: activation memory quadratic in the sequence length.
+//          Backward is autograd through those ops.
+//   flash  the engine's own op, a tiled FlashAttention-2 (Dao 2023): blocks of queries x blocks of keys with
+//          an online softmax; it saves only q, k, v, the output and the row log-sum-exp [B, H, Lq]:
+//          activation memory linear in the sequence length. Backward recomputes the probabilities tile by
+//          tile from the log-sum-exp (ops/cpu/attention.cpp explains both passes).
+//
+// Shapes: q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv] (any strides) -> out [B, H, Lq, Dv] contiguous.
+// key_padding_mask: undefined, or bool [B, Lk] where true means "this key is padding: attend to it nowhere".
+//
+// Masking conventions (both algorithms):
+//   causal  query i attends keys j <= i + (Lk - Lq): bottom-right aligned, as flash-attention does, so that
+//           with a KV cache (Lq < Lk) the last query sees every key. With Lq == Lk it is the usual j <= i.
+//   fully masked rows (every key padded, or causal with Lq > Lk for the first Lq - Lk queries): the output
+//           row is 0 and no gradient flows through it, never NaN. flash: the row's log-sum-exp is +inf, so
+//           the recomputed probabilities exp(s - lse) are all 0. naive: such a row is left unmasked (its
+//           softmax stays finite) and its output row is multiplied by 0.
+// Dropout (training and dropout_p > 0) drops attention probabilities: element (b, h, i, j) is kept iff
+// philox_uniform(seed, offset, ((b*H + h)*Lq + i)*Lk + j) >= p and scaled by 1/(1 - p), where (seed, offset)
+// is a reservation of B*H*Lq*Lk numbers from engine::generator(). Both algorithms reserve and index the same
+// way (naive through ops::dropout on its contiguous probabilities), so the same seed gives the same result.
+//
+// FLOPs: 2*B*H*Lq*Lk*(D + Dv) forward (= 4*B*H*Lq*Lk*D when Dv == D), halved when causal; flash backward
+// 2*B*H*Lq*Lk*(3*D + 2*Dv) (= 2.5x forward: S is recomputed, then dV, dP, dQ, dK). naive's FLOPs are counted
+// by the ops it is made of.
+//
+// Double backward: naive through autograd. flash: flash_attention_backward is the fused kernel when its
+// result needs no graph; when it does (create_graph), it is computed by the same formulas written with
+// engine ops (probabilities recomputed from q, k and the log-sum-exp), which autograd differentiates. That
+// path materializes [B, H, Lq, Lk] like naive: second derivatives are for checks (R1-style penalties on
+// attention models would pay naive's memory).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace ops {
+
+using engine::Tensor;
+
+enum class AttentionAlgo { naive, flash };
+const char* attention_algo_name(AttentionAlgo a);          // "naive" | "flash"
+AttentionAlgo attention_algo_from_name(const std::string& name);  // else an Error listing both
+
+struct AttentionOptions {
+  AttentionAlgo algo = AttentionAlgo::naive;
+  bool causal = false;
+  double dropout_p = 0;    // in [0, 1)
+  bool training = true;    // dropout only while training
+  double scale = 0;        // 0 -> 1/sqrt(D)
+};
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
+                 const AttentionOptions& options);
+
+// ---------------------------------------------------------------------------------------------------
+// The flash op itself (attention() with AttentionAlgo::flash calls it). Parameters passed by value, as the
+// CUDA kernel will take them.
+struct FlashAttentionParams {
+  bool causal = false;
+  double scale = 0;         // 0 -> 1/sqrt(D)
+  double dropout_p = 0;     // 0: no dropout
+  uint64_t seed = 0;        // where the dropout keep mask was drawn (engine::Generator reservation)
+  uint64_t offset = 0;
+};
+
+// {out [B, H, Lq, Dv] (q's dtype), lse [B, H, Lq]}. lse is the log-sum-exp of each row of scaled, masked
+// scores, in the accumulation type (f32, or f64 for f64 inputs so the f64 reference stays exact); +inf for
+// a fully masked row. Both outputs are differentiable (d lse / d s = the probabilities).
+std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                            const Tensor& key_padding_mask, FlashAttentionParams params);
+
+// {dq, dk, dv} from the gradients of out and lse (dlse may be undefined: zero). The FlashAttention-2
+// backward; computed with engine ops instead when a graph of it is needed (see above).
+std::vector<Tensor> flash_attention_backward(const Tensor& dout, const Tensor& dlse, const Tensor& q,
+                                             const Tensor& k, const Tensor& v, const Tensor& out,
+                                             const Tensor& lse, const Tensor& key_padding_mask,
+                                             FlashAttentionParams params);
+
+}  // namespace ops

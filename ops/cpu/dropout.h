@@ -1,0 +1,13 @@
+// cpu/dropout.h: CPU reference kernel of dropout (the mask is drawn from Philox, never stored).
+#pragma once
+#include <cstdint>
+
+#include "engine/tensor.h"
+
+namespace ops::cpu {
+
+// out[i] = philox_uniform(seed, offset, i) >= p ? x[i] / (1 - p) : 0, i the row-major element index of x
+// (any strides); out contiguous with x's shape.
+void dropout(const engine::Tensor& x, double p, uint64_t seed, uint64_t offset, const engine::Tensor& out);
+
+}  // namespace ops::cpu

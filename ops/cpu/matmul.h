@@ -1,0 +1,13 @@
+// cpu/matmul.h: the CPU reference GEMM (Eigen) behind matmul, bmm and linear.
+#pragma once
+#include "engine/tensor.h"
+
+namespace ops::cpu {
+
+// out[..., M, N] = bias[N] (or 0) + a[..., M, K] @ b[..., K, N].
+// out is contiguous; a and b may have any strides, and their batch dimensions (all but the last two)
+// broadcast to out's (missing or size-1 dimensions repeat). bias is undefined or [N], any stride.
+void matmul(const engine::Tensor& a, const engine::Tensor& b, const engine::Tensor& bias,
+            const engine::Tensor& out);
+
+}  // namespace ops::cpu

@@ -1,0 +1,29 @@
+// dropout.h: inverted dropout with masks regenerated from the counter-based RNG instead of saved.
+//
+//   dropout(x, p, training)   element i (row-major index) is kept iff philox_uniform(seed, offset, i) >= p
+//                             (the float u compared with p in double) and then scaled by 1 / (1 - p); else 0.
+//                             (seed, offset) is a reservation of numel(x) numbers from engine::generator(),
+//                             made on every device (meta too), so later draws line up across devices.
+//   p == 0 or !training      returns x itself: no allocation, no node, no numbers reserved.
+//
+// No mask is saved. PyTorch keeps a bool (or byte) mask per dropout as an activation, 1 byte per element;
+// here backward regenerates it from (seed, offset): the node saves nothing, and dropout's activation cost
+// is 0 bytes (the price is recomputing the Philox draws, ~free next to the memory traffic). Backward is
+// dropout_mask_apply(g, p, seed, offset): the same function applied to g. It is linear in g and diagonal,
+// so its own backward is itself again (double backward). Recomputation (graph::recompute) restores the
+// generator, so replayed forwards draw the same masks.
+// FLOPs: 1 per element (the multiply; the random draw is not counted).
+#pragma once
+#include <cstdint>
+
+#include "engine/tensor.h"
+
+namespace ops {
+
+using engine::Tensor;
+
+Tensor dropout(const Tensor& x, double p, bool training = true);
+// g * keep(seed, offset, i) / (1 - p), elementwise: the dropout drawn at (seed, offset), applied to g.
+Tensor dropout_mask_apply(const Tensor& g, double p, uint64_t seed, uint64_t offset);
+
+}  // namespace ops

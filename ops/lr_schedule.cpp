@@ -1,0 +1,86 @@
+// lr_schedule.cpp: the schedules of lr_schedule.h.
+#include "ops/lr_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/error.h"
+
+namespace ops {
+
+namespace {
+void check_step(const char* schedule, int64_t step) {
+  ENGINE_CHECK(step >= 0, schedule, ": step must be >= 0, got ", step);
+}
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+ConstantLr::ConstantLr(double base) : base_(base) {
+  ENGINE_CHECK(base >= 0, "constant lr: base rate must be >= 0, got ", base);
+}
+
+double ConstantLr::lr(int64_t step) const {
+  check_step("constant lr", step);
+  return base_;
+}
+
+std::string ConstantLr::describe() const { return engine::str("constant(lr ", base_, ")"); }
+
+// ---------------------------------------------------------------------------------------------------
+LinearWarmupDecay::LinearWarmupDecay(double base, int64_t warmup, int64_t total, bool tf_bert)
+    : base_(base), warmup_(warmup), total_(total), tf_bert_(tf_bert) {
+  ENGINE_CHECK(base >= 0, "linear warmup/decay: base rate must be >= 0, got ", base);
+  ENGINE_CHECK(warmup >= 0 && total > 0 && warmup <= total, "linear warmup/decay: need 0 <= warmup <= total and ",
+               "total > 0, got warmup ", warmup, ", total ", total);
+}
+
+double LinearWarmupDecay::lr(int64_t step) const {
+  check_step("linear warmup/decay", step);
+  if (step < warmup_) return base_ * double(step) / double(warmup_);
+  if (tf_bert_) return base_ * (1.0 - double(std::min(step, total_)) / double(total_));
+  if (total_ == warmup_) return 0.0;
+  return base_ * std::max(0.0, double(total_ - step) / double(total_ - warmup_));
+}
+
+std::string LinearWarmupDecay::describe() const {
+  return engine::str("linear_warmup_decay(lr ", base_, ", warmup ", warmup_, ", total ", total_,
+                     tf_bert_ ? ", google-research/bert form)" : ")");
+}
+
+// ---------------------------------------------------------------------------------------------------
+InverseSqrt::InverseSqrt(double base, int64_t warmup, double warmup_init_lr)
+    : base_(base), warmup_init_lr_(warmup_init_lr < 0 ? (warmup > 0 ? 0.0 : base) : warmup_init_lr),
+      warmup_(warmup) {
+  ENGINE_CHECK(base >= 0, "inverse_sqrt: base rate must be >= 0, got ", base);
+  ENGINE_CHECK(warmup >= 0, "inverse_sqrt: warmup must be >= 0, got ", warmup);
+}
+
+double InverseSqrt::lr(int64_t step) const {
+  check_step("inverse_sqrt", step);
+  if (step < warmup_) return warmup_init_lr_ + double(step) * (base_ - warmup_init_lr_) / double(warmup_);
+  // fairseq with warmup 0 would compute 0^-0.5 at step 0; we take the rate at step 1 instead (= base).
+  double w = double(std::max<int64_t>(warmup_, 1));
+  return base_ * std::sqrt(w) / std::sqrt(double(std::max<int64_t>(step, 1)));
+}
+
+std::string InverseSqrt::describe() const {
+  return engine::str("inverse_sqrt(lr ", base_, ", warmup ", warmup_, ", warmup_init_lr ", warmup_init_lr_, ")");
+}
+
+// ---------------------------------------------------------------------------------------------------
+PolyLr::PolyLr(double base, int64_t max_steps, double power) : base_(base), max_steps_(max_steps), power_(power) {
+  ENGINE_CHECK(base >= 0, "poly lr: base rate must be >= 0, got ", base);
+  ENGINE_CHECK(max_steps > 0, "poly lr: max_steps must be > 0, got ", max_steps);
+  ENGINE_CHECK(power > 0, "poly lr: power must be > 0, got ", power);
+}
+
+double PolyLr::lr(int64_t step) const {
+  check_step("poly lr", step);
+  return base_ * std::pow(1.0 - double(std::min(step, max_steps_)) / double(max_steps_), power_);
+}
+
+std::string PolyLr::describe() const {
+  return engine::str("poly(lr ", base_, ", max_steps ", max_steps_, ", power ", power_, ")");
+}
+
+}  // namespace ops

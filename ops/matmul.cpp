@@ -1,0 +1,135 @@
+// matmul.cpp: matmul, bmm and linear: shape rules, allocation, dispatch to the GEMM kernel, backward rules.
+#include "ops/matmul.h"
+
+#include "ops/cpu/matmul.h"
+#include "ops/elementwise.h"
+#include "ops/op.h"
+#include "ops/reduce.h"
+#include "ops/view.h"
+
+namespace ops {
+
+namespace {
+
+// The broadcast batch shape of a [..., M, K] and b [..., K, N], or an Error naming both full shapes.
+Shape matmul_batch_shape(const Tensor& a, const Tensor& b) {
+  Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  size_t n = std::max(ba.size(), bb.size());
+  Shape batch(n);
+  for (size_t i = 0; i < n; i++) {
+    int64_t da = i < n - ba.size() ? 1 : ba[i - (n - ba.size())];
+    int64_t db = i < n - bb.size() ? 1 : bb[i - (n - bb.size())];
+    ENGINE_CHECK(da == db || da == 1 || db == 1, "matmul: batch dimensions of a ", engine::shape_str(a.shape()),
+                 " and b ", engine::shape_str(b.shape()), " do not broadcast (", da, " vs ", db, ")");
+    batch[i] = da == 1 ? db : da;
+  }
+  return batch;
+}
+
+// Both operands have at least 2 dimensions here.
+Tensor matmul_batched(const Tensor& a, const Tensor& b) {
+  OpScope scope("matmul");
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  ENGINE_CHECK(b.size(-2) == K, "matmul: a ", engine::shape_str(a.shape()), " times b ", engine::shape_str(b.shape()),
+               ": a's last dimension (", K, ") must equal b's second-to-last (", b.size(-2), ")");
+  Shape out_shape = matmul_batch_shape(a, b);
+  const int64_t batch = engine::numel_of(out_shape);
+  out_shape.push_back(M);
+  out_shape.push_back(N);
+  Tensor out = new_empty(a, out_shape);  // [..., M, N]
+  run_kernel("matmul", out, [&] { cpu::matmul(a, b, Tensor(), out); });
+  engine::count_op("matmul", 2.0 * double(batch) * double(M) * double(N) * double(K),
+                   double(a.nbytes() + b.nbytes() + out.nbytes()));
+  if (graph::any_requires_grad({a, b})) {
+    // da needs b and db needs a: save each operand only when the other one's gradient needs it.
+    Tensor save_a = b.requires_grad() ? a : Tensor();
+    Tensor save_b = a.requires_grad() ? b : Tensor();
+    graph::record("matmul", {a, b}, {out}, {save_a, save_b},
+                  [sa = a.shape(), sb = b.shape()](Node& n, const Grads& g) -> Grads {
+                    Tensor ga, gb;
+                    if (n.needs_input_grad(0)) ga = sum_to(matmul(g[0], transpose(n.saved(1), -1, -2)), sa);
+                    if (n.needs_input_grad(1)) gb = sum_to(matmul(transpose(n.saved(0), -1, -2), g[0]), sb);
+                    return {ga, gb};
+                  });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_floating("matmul", "a", a);
+  check_floating("matmul", "b", b);
+  check_same_dtype("matmul", a, b);
+  check_same_device("matmul", a, b);
+  ENGINE_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: operands need at least 1 dimension, got a ",
+               engine::shape_str(a.shape()), " and b ", engine::shape_str(b.shape()));
+  if (a.dim() >= 2 && b.dim() >= 2) return matmul_batched(a, b);
+  // A vector operand: a row [1, K] or a column [K, 1] (a view, or a copy if strided), removed afterwards.
+  Tensor out = matmul_batched(a.dim() == 1 ? unsqueeze(a, 0) : a, b.dim() == 1 ? unsqueeze(b, -1) : b);
+  if (b.dim() == 1) out = squeeze(out, -1);
+  if (a.dim() == 1) out = squeeze(out, b.dim() == 1 ? -1 : -2);
+  return out;
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  check_dim("bmm", "a", a, 3);
+  check_dim("bmm", "b", b, 3);
+  ENGINE_CHECK(a.size(0) == b.size(0), "bmm: batch sizes differ: a ", engine::shape_str(a.shape()), " and b ",
+               engine::shape_str(b.shape()), " (use matmul to broadcast)");
+  return matmul(a, b);
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  OpScope scope("linear");
+  check_floating("linear", "x", x);
+  check_floating("linear", "weight", weight);
+  check_same_dtype("linear", x, weight);
+  check_same_device("linear", x, weight);
+  ENGINE_CHECK(x.dim() >= 1, "linear: x must have at least 1 dimension, got ", engine::shape_str(x.shape()));
+  check_dim("linear", "weight", weight, 2);
+  const int64_t in = weight.size(1), out_features = weight.size(0);
+  ENGINE_CHECK(x.size(-1) == in, "linear: x ", engine::shape_str(x.shape()), " and weight [out, in] ",
+               engine::shape_str(weight.shape()), ": x's last dimension (", x.size(-1), ") must equal in (", in, ")");
+  if (bias.defined()) {
+    check_same_dtype("linear", x, bias);
+    check_same_device("linear", x, bias);
+    ENGINE_CHECK(bias.dim() == 1 && bias.size(0) == out_features, "linear: bias must be [", out_features,
+                 "] to match weight ", engine::shape_str(weight.shape()), ", got ", engine::shape_str(bias.shape()));
+  }
+  Shape out_shape(x.shape().begin(), x.shape().end() - 1);
+  const int64_t rows = engine::numel_of(out_shape);
+  out_shape.push_back(out_features);
+  Tensor y = new_empty(x, out_shape);  // [..., out]
+
+  // Kernel views (not recorded): x as rows [R, in], W^T as [in, out] (strides swapped: no copy), y as [R, out].
+  Tensor x_rows;
+  {
+    graph::NoGrad ng;  // a non-contiguous x is copied once, a temporary of this op
+    Tensor xc = contiguous(x);
+    x_rows = Tensor::view_of(xc, {rows, in}, {in, 1}, xc.offset());
+  }
+  Tensor w_t = Tensor::view_of(weight, {in, out_features}, {weight.strides()[1], weight.strides()[0]}, weight.offset());
+  Tensor y_rows = Tensor::view_of(y, {rows, out_features}, {out_features, 1}, y.offset());
+  run_kernel("linear", y, [&] { cpu::matmul(x_rows, w_t, bias, y_rows); });
+  x_rows = Tensor();  // free the copy (if any) before recording
+  engine::count_op("linear", 2.0 * double(rows) * double(in) * double(out_features),
+                   double(x.nbytes() + weight.nbytes() + (bias.defined() ? bias.nbytes() : 0) + y.nbytes()));
+
+  if (graph::any_requires_grad({x, weight, bias})) {
+    Tensor save_x = weight.requires_grad() ? x : Tensor();
+    Tensor save_w = x.requires_grad() ? weight : Tensor();
+    graph::record("linear", {x, weight, bias}, {y}, {save_x, save_w},
+                  [in, out_features](Node& n, const Grads& g) -> Grads {
+                    Tensor gx, gw, gb;
+                    if (n.needs_input_grad(0)) gx = linear(g[0], transpose(n.saved(1), 0, 1));  // g @ W
+                    if (n.needs_input_grad(1))  // [out, R] @ [R, in]
+                      gw = matmul(transpose(reshape(g[0], {-1, out_features}), 0, 1), reshape(n.saved(0), {-1, in}));
+                    if (n.needs_input_grad(2)) gb = sum_to(g[0], {out_features});
+                    return {gx, gw, gb};
+                  });
+  }
+  return y;
+}
+
+}  // namespace ops

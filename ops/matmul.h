@@ -1,0 +1,35 @@
+// matmul.h: matrix products: matmul (batched, broadcasting), bmm, and linear (x W^T + b, PyTorch layout).
+//
+// Shapes (as in PyTorch):
+//   matmul(a, b)   [..., M, K] x [..., K, N] -> [..., M, N]; the batch dimensions (...) broadcast as in NumPy.
+//                  A 1-D a is a row [1, K] and a 1-D b a column [K, 1]; that dimension is removed from the
+//                  result ([K] x [K] -> [], [K] x [K, N] -> [N]).
+//   bmm(a, b)      [B, M, K] x [B, K, N] -> [B, M, N], no broadcasting (the strict form, for clarity at call sites).
+//   linear(x, W, b) x [..., in], weight [out, in], bias [out] or undefined -> [..., out]. The leading dimensions
+//                  are flattened into rows: one GEMM [R, in] x [in, out] whose result starts from the bias
+//                  (GEMM with beta = 1), so the bias costs no separate broadcast-add pass or buffer.
+// FLOPs: 2 * M * N * K per product (a multiply-add is 2); bias adds are not counted.
+//
+// Strided operands: a matrix whose rows or columns are contiguous (a plain or a transposed view, e.g. W^T
+// in linear, transpose(a) in backward) is given to Eigen as it is, without a copy. Any other layout
+// (e.g. a slice with a step in both matrix dimensions) is packed into host scratch by the CPU kernel; a
+// non-contiguous x in linear is copied once (an op-level temporary, identical on every device) because its
+// leading dimensions must be flattened. bf16/f16 blocks are converted to float and multiplied with Eigen's
+// float GEMM (the reference for the tensor-core kernels, not a fast path).
+//
+// Backward (engine ops, so double backward works):
+//   matmul: da = sum_to(g @ b^T, a.shape), db = sum_to(a^T @ g, b.shape)   (sum_to undoes broadcasting)
+//   linear: dx = linear(g, W^T) (= g @ W), dW = g2^T @ x2 (g2, x2: rows flattened), db = sum of g over rows.
+// Saved: both operands (matmul), x and W (linear); no output.
+#pragma once
+#include "engine/tensor.h"
+
+namespace ops {
+
+using engine::Tensor;
+
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor bmm(const Tensor& a, const Tensor& b);
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+}  // namespace ops

@@ -1,0 +1,148 @@
+// norm.cpp: layer_norm, its fused multi-output backward op, and that op's own rule (double backward).
+#include "ops/norm.h"
+
+#include "ops/cpu/norm.h"
+#include "ops/elementwise.h"
+#include "ops/op.h"
+#include "ops/reduce.h"
+
+namespace ops {
+
+namespace {
+
+// Checks a [C] parameter (weight or bias) of layer_norm against x [..., C].
+void check_norm_param(const char* op, const char* arg, const Tensor& p, const Tensor& x) {
+  if (!p.defined()) return;
+  check_same_dtype(op, x, p);
+  check_same_device(op, x, p);
+  ENGINE_CHECK(p.dim() == 1 && p.size(0) == x.size(-1), op, ": ", arg, " must be [", x.size(-1), "] for x ",
+               engine::shape_str(x.shape()), ", got ", engine::shape_str(p.shape()));
+}
+
+// The statistics' dtype: float, or double for f64 inputs (the kernel's acc_t).
+DType stats_dtype(const Tensor& x) { return x.dtype() == DType::f64 ? DType::f64 : DType::f32; }
+
+// Rule of layer_norm_backward. Its outputs (dx, dweight, dbias) get upstream gradients (hx, hw, hb); we need
+// the gradients of  L2 = <hx, dx> + <hw, dweight> + <hb, dbias>  with respect to g, x and weight.
+// Per row, with r = rstd, xhat = (x - mean) r, a = g * weight, P(v) = v - mean(v) - xhat * mean(v * xhat)
+// (the projection in dx = r P(a); P is self-adjoint):
+//   d/dg      = weight * r P(hx) + hw * xhat + hb
+//   d/dweight = sum_rows g * r P(hx)
+//   d/dx      = r P(u) - (dL2/dr) r^2 xhat / C,  where u = dL2/dxhat at fixed r
+//               = hw * g - r (hx * mean(a xhat) + a * mean(hx xhat)),  dL2/dr = sum(hx * P(a))
+// (the first term is the usual layer-norm chain through xhat; the second the explicit r of dx = r P(a)).
+Grads layer_norm_double_backward(Node& n, const Tensor& hx, const Tensor& hw, const Tensor& hb, double eps,
+                                 bool has_weight) {
+  Tensor g = n.saved(0), x = n.saved(1);
+  Tensor w = has_weight ? n.saved(2) : Tensor();
+  const double C = double(x.size(-1));
+  auto row_mean = [](const Tensor& t) { return mean(t, {-1}, true); };  // [..., 1]
+  // Statistics recomputed with ops, so that this rule is itself differentiable in x.
+  Tensor xc = sub(x, row_mean(x));
+  Tensor r = rsqrt(add(row_mean(mul(xc, xc)), eps));  // [..., 1]
+  Tensor xhat = mul(xc, r);
+  Tensor a = w.defined() ? mul(g, w) : g;
+  auto project = [&](const Tensor& v) { return sub(sub(v, row_mean(v)), mul(xhat, row_mean(mul(v, xhat)))); };
+
+  Tensor dg, dx, dw;
+  Tensor r_p_hx = hx.defined() ? mul(r, project(hx)) : Tensor();
+  if (n.needs_input_grad(0)) {
+    if (r_p_hx.defined()) dg = w.defined() ? mul(r_p_hx, w) : r_p_hx;
+    if (hw.defined()) dg = dg.defined() ? add(dg, mul(hw, xhat)) : mul(hw, xhat);
+    if (hb.defined()) dg = dg.defined() ? add(dg, hb) : contiguous(broadcast_to(hb, g.shape()));
+  }
+  if (n.needs_input_grad(2) && r_p_hx.defined()) dw = sum_to(mul(g, r_p_hx), w.shape());
+  if (n.needs_input_grad(1)) {
+    Tensor u = hw.defined() ? mul(hw, g) : Tensor();
+    if (hx.defined()) {
+      Tensor via_xhat = neg(mul(r, add(mul(hx, row_mean(mul(a, xhat))), mul(a, row_mean(mul(hx, xhat))))));
+      u = u.defined() ? add(u, via_xhat) : via_xhat;
+    }
+    if (u.defined()) dx = mul(r, project(u));
+    if (hx.defined()) {
+      Tensor dl2_dr = sum(mul(hx, project(a)), {-1}, true);  // [..., 1]
+      Tensor via_r = mul(mul(dl2_dr, mul(r, r)), mul(xhat, -1.0 / C));
+      dx = dx.defined() ? add(dx, via_r) : via_r;
+    }
+  }
+  return {dg, dx, dw};
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  OpScope scope("layer_norm");
+  check_floating("layer_norm", "x", x);
+  ENGINE_CHECK(x.dim() >= 1, "layer_norm: x must have at least 1 dimension (the normalized one), got a scalar");
+  check_norm_param("layer_norm", "weight", weight, x);
+  check_norm_param("layer_norm", "bias", bias, x);
+  ENGINE_CHECK(eps >= 0, "layer_norm: eps must be >= 0, got ", eps);
+  const int64_t C = x.size(-1), rows = C > 0 ? x.numel() / C : 0;
+  Tensor y = empty_like(x);                                 // [..., C]
+  Tensor mean = new_empty(x, {rows}, stats_dtype(x));       // [rows]
+  Tensor rstd = new_empty(x, {rows}, stats_dtype(x));       // [rows]
+  run_kernel("layer_norm", y, [&] { cpu::layer_norm_forward(x, weight, bias, eps, y, mean, rstd); });
+  engine::count_op("layer_norm", 8.0 * double(x.numel()),
+                   double(x.nbytes() + y.nbytes() + mean.nbytes() + rstd.nbytes()));
+  if (graph::any_requires_grad({x, weight, bias})) {
+    std::vector<Tensor> saved = {x, mean, rstd};
+    if (weight.defined()) saved.push_back(weight);
+    bool has_weight = weight.defined();
+    graph::record("layer_norm", {x, weight, bias}, {y}, saved, [eps, has_weight](Node& n, const Grads& g) -> Grads {
+      Tensor w = has_weight ? n.saved(3) : Tensor();
+      LayerNormGrads r = layer_norm_backward(g[0], n.saved(0), w, n.saved(1), n.saved(2), eps,
+                                             {n.needs_input_grad(0), n.needs_input_grad(1), n.needs_input_grad(2)});
+      return {r.dx, r.dweight, r.dbias};
+    });
+  }
+  return y;
+}
+
+LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& rstd, double eps, std::array<bool, 3> output_mask) {
+  const char* name = "layer_norm_backward";
+  OpScope scope(name);
+  check_floating(name, "g", g);
+  check_floating(name, "x", x);
+  check_same_dtype(name, g, x);
+  check_same_device(name, g, x);
+  ENGINE_CHECK(g.shape() == x.shape(), name, ": gradient g ", engine::shape_str(g.shape()), " and x ",
+               engine::shape_str(x.shape()), " must have the same shape");
+  check_norm_param(name, "weight", weight, x);
+  const int64_t C = x.size(-1), rows = C > 0 ? x.numel() / C : 0;
+  for (const Tensor* s : {&mean, &rstd}) {
+    check_dtype(name, s == &mean ? "mean" : "rstd", *s, stats_dtype(x));
+    ENGINE_CHECK(s->shape() == Shape{rows}, name, ": saved statistics must be [", rows, "] for x ",
+                 engine::shape_str(x.shape()), ", got ", engine::shape_str(s->shape()));
+  }
+  ENGINE_CHECK(!output_mask[1] || weight.defined(), name, ": dweight requested without a weight");
+  LayerNormGrads out;
+  if (output_mask[0]) out.dx = empty_like(x);                         // [..., C]
+  if (output_mask[1]) out.dweight = new_empty(x, {C});                // [C]
+  if (output_mask[2]) out.dbias = new_empty(x, {C});                  // [C]
+  run_kernel(name, x, [&] { cpu::layer_norm_backward(g, x, weight, mean, rstd, out.dx, out.dweight, out.dbias); });
+  engine::count_op(name, 10.0 * double(x.numel()),
+                   double(g.nbytes() + x.nbytes() + (out.dx.defined() ? x.nbytes() : 0)));
+
+  if (graph::any_requires_grad({g, x, weight})) {
+    // One node for the three outputs; slot[k] = the node output that holds dx, dweight, dbias (or -1).
+    std::vector<Tensor> outputs;
+    std::array<int, 3> slot{-1, -1, -1};
+    const Tensor* results[3] = {&out.dx, &out.dweight, &out.dbias};
+    for (int k = 0; k < 3; k++)
+      if (results[k]->defined()) {
+        slot[k] = int(outputs.size());
+        outputs.push_back(*results[k]);
+      }
+    std::vector<Tensor> saved = {g, x};
+    if (weight.defined()) saved.push_back(weight);
+    bool has_weight = weight.defined();
+    graph::record(name, {g, x, weight}, outputs, saved, [slot, eps, has_weight](Node& n, const Grads& h) -> Grads {
+      auto upstream = [&](int k) { return slot[k] >= 0 ? h[size_t(slot[k])] : Tensor(); };
+      return layer_norm_double_backward(n, upstream(0), upstream(1), upstream(2), eps, has_weight);
+    });
+  }
+  return out;
+}
+
+}  // namespace ops

@@ -1,0 +1,324 @@
+// optim.cpp: the optimizer bookkeeping (lazy state, step counts, checkpoints) and the fused update ops.
+#include "ops/optim.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "graph/autograd.h"
+#include "ops/cpu/optim.h"
+#include "ops/elementwise.h"
+#include "ops/factory.h"
+#include "ops/op.h"
+
+namespace ops {
+
+// ---------------------------------------------------------------------------------------------------
+// Fused update ops: checks, kernel, counters. They allocate nothing.
+
+namespace {
+
+void check_update(const char* op, const ParamUpdate& t, size_t num_slots) {
+  check_floating(op, "param", t.param);
+  check_defined(op, "grad", t.grad);
+  ENGINE_CHECK(t.param.is_contiguous(), op, ": the parameter must be contiguous, got shape ",
+               engine::shape_str(t.param.shape()), " with strides ", engine::shape_str(t.param.strides()));
+  ENGINE_CHECK(t.slots.size() == num_slots, op, ": expected ", num_slots, " state tensors, got ", t.slots.size());
+  auto check_like = [&](const char* what, const Tensor& x) {
+    check_defined(op, what, x);
+    ENGINE_CHECK(x.shape() == t.param.shape(), op, ": ", what, " has shape ", engine::shape_str(x.shape()),
+                 ", the parameter ", engine::shape_str(t.param.shape()));
+    ENGINE_CHECK(x.dtype() == t.param.dtype(), op, ": ", what, " has dtype ", engine::dtype_name(x.dtype()),
+                 ", the parameter ", engine::dtype_name(t.param.dtype()));
+    check_same_device(op, t.param, x);
+    ENGINE_CHECK(x.is_contiguous(), op, ": ", what, " must be contiguous");
+  };
+  check_like("grad", t.grad);
+  for (const Tensor& s : t.slots) check_like("state", s);
+}
+
+// Bytes: param and slots read and written, grad read.
+void count_update(const char* op, const ParamUpdate& t, double flops_per_element) {
+  double n = double(t.param.numel()), es = double(engine::dtype_size(t.param.dtype()));
+  engine::count_op(op, flops_per_element * n, n * es * (3 + 2 * double(t.slots.size())));
+}
+
+}  // namespace
+
+void sgd_update(const ParamUpdate& t, const SgdStep& h) {
+  OpScope scope("sgd");
+  check_update("sgd", t, h.momentum != 0 ? 1 : 0);
+  run_kernel("sgd", t.param, [&] { cpu::sgd_update(t, h); });
+  count_update("sgd", t, 6);
+}
+
+void adam_update(const ParamUpdate& t, const AdamStep& h) {
+  OpScope scope("adam");
+  check_update("adam", t, 2);
+  run_kernel("adam", t.param, [&] { cpu::adam_update(t, h); });
+  count_update("adam", t, 12);
+}
+
+void adamax_update(const ParamUpdate& t, const AdamaxStep& h) {
+  OpScope scope("adamax");
+  check_update("adamax", t, 2);
+  run_kernel("adamax", t.param, [&] { cpu::adamax_update(t, h); });
+  count_update("adamax", t, 10);
+}
+
+void rmsprop_update(const ParamUpdate& t, const RmsPropStep& h) {
+  OpScope scope("rmsprop");
+  check_update("rmsprop", t, 1 + (h.momentum != 0) + h.centered);
+  run_kernel("rmsprop", t.param, [&] { cpu::rmsprop_update(t, h); });
+  count_update("rmsprop", t, 10);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Optimizer
+
+Optimizer::Optimizer(const char* name, const NamedTensors& params, double lr, double weight_decay,
+                     std::vector<std::string> slot_names, std::vector<double> slot_initial_values)
+    : name_(name), slot_names_(std::move(slot_names)), slot_initial_values_(std::move(slot_initial_values)),
+      lr_(lr), weight_decay_(weight_decay) {
+  std::set<std::string> seen;
+  for (const auto& [n, p] : params) {
+    ENGINE_CHECK(p.defined(), name_, ": parameter '", n, "' is undefined");
+    ENGINE_CHECK(engine::is_floating(p.dtype()), name_, ": parameter '", n, "' has dtype ",
+                 engine::dtype_name(p.dtype()), "; only floating tensors can be optimized");
+    ENGINE_CHECK(seen.insert(n).second, name_, ": parameter name '", n, "' appears twice");
+    entries_.push_back(Entry{n, p, {}, 0, true});
+  }
+}
+
+void Optimizer::exclude_from_weight_decay(const std::function<bool(const std::string&)>& excluded) {
+  for (Entry& e : entries_) e.decay = !excluded(e.name);
+}
+
+// The slots of one parameter: tagged `optimizer`, owned by "<param name>/<optimizer>", in phase optimizer.
+void Optimizer::allocate_slots(Entry& e) const {
+  engine::CategoryScope category(engine::Category::optimizer);
+  engine::PhaseScope phase(engine::Phase::optimizer);
+  engine::MemoryScope owner(e.name);
+  OpScope op(name_);
+  e.slots.clear();
+  for (double init : slot_initial_values_)
+    e.slots.push_back(full(e.param.shape(), init, e.param.dtype(), e.param.device_ptr()));
+}
+
+void Optimizer::step() {
+  graph::NoGrad no_grad;
+  engine::PhaseScope phase(engine::Phase::optimizer);
+  for (Entry& e : entries_) {
+    Tensor g = e.param.grad();
+    if (!g.defined()) continue;
+    if (e.slots.size() != slot_names_.size()) allocate_slots(e);
+    e.steps++;
+    engine::MemoryScope owner(e.name);
+    update(ParamUpdate{e.param, contiguous(g), e.slots}, e.decay ? weight_decay_ : 0.0, e.steps);
+  }
+  step_count_++;
+}
+
+void Optimizer::zero_grad() {
+  for (Entry& e : entries_) e.param.set_grad(Tensor());
+}
+
+OptimizerState Optimizer::state() const {
+  OptimizerState s;
+  s.metadata["optimizer"] = name_;
+  s.metadata["optimizer.step"] = std::to_string(step_count_);
+  for (const Entry& e : entries_) {
+    if (e.steps == 0) continue;
+    s.metadata["optimizer.step." + e.name] = std::to_string(e.steps);
+    for (size_t k = 0; k < e.slots.size(); k++) s.tensors.emplace_back(e.name + "." + slot_names_[k], e.slots[k]);
+  }
+  return s;
+}
+
+namespace {
+int64_t parse_count(const std::string& key, const std::string& text) {
+  size_t used = 0;
+  long long v = -1;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  ENGINE_CHECK(used == text.size() && !text.empty() && v >= 0, "optimizer state: metadata '", key, "' = '", text,
+               "' is not a non-negative integer");
+  return v;
+}
+}  // namespace
+
+void Optimizer::load_state(const std::map<std::string, Tensor>& tensors,
+                           const std::map<std::string, std::string>& metadata) {
+  auto get = [&](const std::string& key) -> const std::string* {
+    auto it = metadata.find(key);
+    return it == metadata.end() ? nullptr : &it->second;
+  };
+  const std::string* saved_name = get("optimizer");
+  ENGINE_CHECK(saved_name, name_, ": load_state: the metadata has no 'optimizer' entry (not an optimizer state?)");
+  ENGINE_CHECK(*saved_name == name_, name_, ": load_state: the state was saved by optimizer '", *saved_name, "'");
+  const std::string* step = get("optimizer.step");
+  ENGINE_CHECK(step, name_, ": load_state: the metadata has no 'optimizer.step' entry");
+  // Check everything before changing anything, so a failed load leaves the optimizer as it was.
+  std::vector<int64_t> steps(entries_.size(), 0);
+  std::vector<std::vector<Tensor>> slots(entries_.size());
+  for (size_t i = 0; i < entries_.size(); i++) {
+    const Entry& e = entries_[i];
+    if (const std::string* s = get("optimizer.step." + e.name)) steps[i] = parse_count("optimizer.step." + e.name, *s);
+    for (const std::string& slot : slot_names_) {
+      std::string key = e.name + "." + slot;
+      auto it = tensors.find(key);
+      if (steps[i] == 0) {
+        ENGINE_CHECK(it == tensors.end(), name_, ": load_state: '", key, "' is present but parameter '", e.name,
+                     "' has no step count in the metadata");
+        continue;
+      }
+      ENGINE_CHECK(it != tensors.end(), name_, ": load_state: missing state tensor '", key, "'");
+      const Tensor& t = it->second;
+      ENGINE_CHECK(t.shape() == e.param.shape() && t.dtype() == e.param.dtype(), name_, ": load_state: '", key,
+                   "' is ", engine::dtype_name(t.dtype()), " ", engine::shape_str(t.shape()), ", the parameter is ",
+                   engine::dtype_name(e.param.dtype()), " ", engine::shape_str(e.param.shape()));
+      ENGINE_CHECK(t.device_ptr() == e.param.device_ptr(), name_, ": load_state: '", key, "' is on device ",
+                   t.device().name(), ", not on the parameter's device (load the file onto that device)");
+      ENGINE_CHECK(t.is_contiguous(), name_, ": load_state: '", key, "' is not contiguous");
+      slots[i].push_back(t);
+    }
+  }
+  for (size_t i = 0; i < entries_.size(); i++) {
+    entries_[i].steps = steps[i];
+    entries_[i].slots = slots[i];
+    for (const Tensor& t : slots[i]) {  // tagged as if allocated by the first step
+      t.set_category(engine::Category::optimizer);
+      t.storage()->set_owner(entries_[i].name + "/" + name_);
+    }
+  }
+  step_count_ = parse_count("optimizer.step", *step);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The optimizers
+
+namespace {
+std::vector<std::string> sgd_slots(const SgdOptions& o) {
+  return o.momentum != 0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{};
+}
+std::vector<std::string> rmsprop_slots(const RmsPropOptions& o) {
+  std::vector<std::string> s = {"square_avg"};
+  if (o.momentum != 0) s.push_back("momentum_buffer");
+  if (o.centered) s.push_back("grad_avg");
+  return s;
+}
+void check_options(const char* name, double lr, double weight_decay, double eps) {
+  ENGINE_CHECK(lr >= 0, name, ": learning rate must be >= 0, got ", lr);
+  ENGINE_CHECK(weight_decay >= 0, name, ": weight_decay must be >= 0, got ", weight_decay);
+  ENGINE_CHECK(eps >= 0, name, ": eps must be >= 0, got ", eps);
+}
+void check_beta(const char* name, const char* which, double beta) {
+  ENGINE_CHECK(beta >= 0 && beta < 1, name, ": ", which, " must be in [0, 1), got ", beta);
+}
+}  // namespace
+
+Sgd::Sgd(const NamedTensors& params, const SgdOptions& o)
+    : Optimizer("sgd", params, o.lr, o.weight_decay, sgd_slots(o), std::vector<double>(sgd_slots(o).size(), 0.0)),
+      o_(o) {
+  check_options("sgd", o.lr, o.weight_decay, 0);
+  ENGINE_CHECK(o.momentum >= 0, "sgd: momentum must be >= 0, got ", o.momentum);
+  ENGINE_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
+               "sgd: nesterov needs momentum > 0 and dampening 0 (as in PyTorch)");
+}
+
+void Sgd::update(const ParamUpdate& t, double weight_decay, int64_t step) {
+  sgd_update(t, SgdStep{lr(), o_.momentum, o_.dampening, weight_decay, o_.nesterov, step == 1});
+}
+
+Adam::Adam(const NamedTensors& params, const AdamOptions& o) : Adam("adam", params, o, false) {}
+
+Adam::Adam(const char* name, const NamedTensors& params, const AdamOptions& o, bool decoupled)
+    : Optimizer(name, params, o.lr, o.weight_decay, {"exp_avg", "exp_avg_sq"}, {0.0, 0.0}), o_(o),
+      decoupled_(decoupled) {
+  check_options(name, o.lr, o.weight_decay, o.eps);
+  check_beta(name, "beta1", o.beta1);
+  check_beta(name, "beta2", o.beta2);
+}
+
+void Adam::update(const ParamUpdate& t, double weight_decay, int64_t step) {
+  adam_update(t, AdamStep{lr(), o_.beta1, o_.beta2, o_.eps, weight_decay, decoupled_, step});
+}
+
+AdamW::AdamW(const NamedTensors& params, const AdamOptions& o) : Adam("adamw", params, o, true) {}
+
+Adamax::Adamax(const NamedTensors& params, const AdamaxOptions& o)
+    : Optimizer("adamax", params, o.lr, o.weight_decay, {"exp_avg", "exp_inf"}, {0.0, 0.0}), o_(o) {
+  check_options("adamax", o.lr, o.weight_decay, o.eps);
+  check_beta("adamax", "beta1", o.beta1);
+  check_beta("adamax", "beta2", o.beta2);
+}
+
+void Adamax::update(const ParamUpdate& t, double weight_decay, int64_t step) {
+  adamax_update(t, AdamaxStep{lr(), o_.beta1, o_.beta2, o_.eps, weight_decay, step});
+}
+
+RmsProp::RmsProp(const NamedTensors& params, const RmsPropOptions& o)
+    : Optimizer(o.tf_style ? "rmsprop_tf" : "rmsprop", params, o.lr, o.weight_decay, rmsprop_slots(o),
+                [&] {
+                  // TF starts its mean square at 1 (tf.train.RMSPropOptimizer's "rms" slot), PyTorch at 0.
+                  std::vector<double> init(rmsprop_slots(o).size(), 0.0);
+                  init[0] = o.tf_style ? 1.0 : 0.0;
+                  return init;
+                }()),
+      o_(o) {
+  check_options("rmsprop", o.lr, o.weight_decay, o.eps);
+  check_beta("rmsprop", "alpha", o.alpha);
+  ENGINE_CHECK(o.momentum >= 0, "rmsprop: momentum must be >= 0, got ", o.momentum);
+}
+
+void RmsProp::update(const ParamUpdate& t, double weight_decay, int64_t) {
+  rmsprop_update(t, RmsPropStep{lr(), o_.alpha, o_.eps, weight_decay, o_.momentum, o_.centered, o_.tf_style});
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Gradient clipping
+
+Tensor squared_norms(const std::vector<Tensor>& xs) {
+  OpScope scope("squared_norms");
+  ENGINE_CHECK(!xs.empty(), "squared_norms: no tensors given");
+  double bytes = 0;
+  for (const Tensor& x : xs) {
+    check_floating("squared_norms", "x", x);
+    check_same_device("squared_norms", xs[0], x);
+    ENGINE_CHECK(x.is_contiguous(), "squared_norms: tensors must be contiguous, got shape ",
+                 engine::shape_str(x.shape()), " with strides ", engine::shape_str(x.strides()));
+    bytes += double(x.nbytes());
+  }
+  Tensor out = new_empty(xs[0], {int64_t(xs.size())}, engine::DType::f64);
+  run_kernel("squared_norms", out, [&] { cpu::squared_norms(xs, out); });
+  engine::count_op("squared_norms", 2 * bytes, bytes + double(out.nbytes()));
+  return out;
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  ENGINE_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
+  graph::NoGrad no_grad;
+  engine::PhaseScope phase(engine::Phase::optimizer);
+  OpScope scope("clip_grad_norm");
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params) {
+    check_defined("clip_grad_norm", "param", p);
+    if (p.grad().defined()) grads.push_back(contiguous(p.grad()));
+  }
+  if (grads.empty()) return 0.0;
+  // One small tensor of per-grad sums, read once: a single device-to-host sync on cuda.
+  double total = 0;
+  for (double s : squared_norms(grads).to_double()) total += s;
+  double norm = std::sqrt(total);
+  double coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0 || std::isnan(coef)) {
+    for (const Tensor& p : params)
+      if (p.grad().defined()) mul_(p.grad(), coef);
+  }
+  return norm;
+}
+
+}  // namespace ops

@@ -1,0 +1,81 @@
+// lr_schedule_test.cpp: each schedule against values computed by hand (shown in the comments).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/error.h"
+#include "ops/lr_schedule.h"
+
+TEST(LrSchedule, Constant) {
+  ops::ConstantLr s(0.1);
+  EXPECT_EQ(s.lr(0), 0.1);
+  EXPECT_EQ(s.lr(1000000), 0.1);
+}
+
+TEST(LrSchedule, LinearWarmupThenLinearDecayHuggingFace) {
+  // base 1e-4, warmup 10, total 110: warmup 1e-5 per step, then decay 1e-6 per step to 0 at 110.
+  ops::LinearWarmupDecay s(1e-4, 10, 110);
+  EXPECT_EQ(s.lr(0), 0.0);
+  EXPECT_NEAR(s.lr(1), 1e-5, 1e-18);
+  EXPECT_NEAR(s.lr(5), 5e-5, 1e-18);
+  EXPECT_NEAR(s.lr(10), 1e-4, 1e-18);   // peak
+  EXPECT_NEAR(s.lr(11), 0.99e-4, 1e-18);  // (110 - 11) / 100
+  EXPECT_NEAR(s.lr(60), 0.5e-4, 1e-18);
+  EXPECT_EQ(s.lr(110), 0.0);
+  EXPECT_EQ(s.lr(500), 0.0);  // clamped, never negative
+}
+
+TEST(LrSchedule, LinearWarmupThenLinearDecayGoogleBert) {
+  // google-research/bert: the decay line base * (1 - step / total) starts at step 0; warmup overrides it.
+  ops::LinearWarmupDecay s(1e-4, 10, 100, /*tf_bert=*/true);
+  EXPECT_NEAR(s.lr(5), 5e-5, 1e-18);
+  EXPECT_NEAR(s.lr(10), 0.9e-4, 1e-18);  // not 1e-4: the jump at the end of warmup
+  EXPECT_NEAR(s.lr(50), 0.5e-4, 1e-18);
+  EXPECT_EQ(s.lr(100), 0.0);
+  EXPECT_EQ(s.lr(150), 0.0);
+}
+
+TEST(LrSchedule, InverseSqrtAsFairseq) {
+  // fairseq defaults: warmup_init_lr -1 -> 0. base 5e-4, warmup 4000.
+  ops::InverseSqrt s(5e-4, 4000);
+  EXPECT_EQ(s.lr(0), 0.0);                     // fairseq's first update runs at warmup_init_lr
+  EXPECT_NEAR(s.lr(1), 1.25e-7, 1e-20);        // 5e-4 / 4000
+  EXPECT_NEAR(s.lr(2000), 2.5e-4, 1e-18);
+  EXPECT_NEAR(s.lr(4000), 5e-4, 1e-18);        // decay_factor / sqrt(4000) = base
+  EXPECT_NEAR(s.lr(16000), 2.5e-4, 1e-18);     // base * sqrt(4000 / 16000) = base / 2
+  EXPECT_NEAR(s.lr(36000), 5e-4 / 3, 1e-18);
+  // = base * min(step / warmup, sqrt(warmup / step)) when warmup_init_lr = 0
+  for (int64_t step : {1, 100, 3999, 4000, 4001, 10000, 123456})
+    EXPECT_NEAR(s.lr(step), 5e-4 * std::min(step / 4000.0, std::sqrt(4000.0 / step)), 1e-18) << step;
+
+  // warmup_init_lr 1e-7 (common in fairseq recipes): lr = 1e-7 + step * (5e-4 - 1e-7) / 4000 during warmup.
+  ops::InverseSqrt w(5e-4, 4000, 1e-7);
+  EXPECT_NEAR(w.lr(0), 1e-7, 1e-20);
+  EXPECT_NEAR(w.lr(2000), 1e-7 + 2000 * (5e-4 - 1e-7) / 4000, 1e-18);
+  EXPECT_NEAR(w.lr(4000), 5e-4, 1e-18);
+
+  // No warmup: warmup_init_lr defaults to base, and the decay is base / sqrt(step).
+  ops::InverseSqrt nw(1e-3, 0);
+  EXPECT_NEAR(nw.lr(1), 1e-3, 1e-18);
+  EXPECT_NEAR(nw.lr(4), 0.5e-3, 1e-18);
+}
+
+TEST(LrSchedule, PolyAsDeepLab) {
+  // base 0.007, max 30000 steps, power 0.9: base * (1 - step / max)^0.9
+  ops::PolyLr s(0.007, 30000, 0.9);
+  EXPECT_EQ(s.lr(0), 0.007);
+  EXPECT_NEAR(s.lr(15000), 0.007 * std::pow(0.5, 0.9), 1e-15);  // 0.007 * 0.535887 = 0.0037512
+  EXPECT_NEAR(s.lr(15000), 0.0037512, 1e-7);
+  EXPECT_NEAR(s.lr(27000), 0.007 * std::pow(0.1, 0.9), 1e-15);  // 0.007 * 0.125893 = 0.00088125
+  EXPECT_EQ(s.lr(30000), 0.0);
+  EXPECT_EQ(s.lr(40000), 0.0);
+  ops::PolyLr linear(1.0, 4, 1.0);
+  EXPECT_EQ(linear.lr(1), 0.75);
+}
+
+TEST(LrSchedule, BadArgumentsAreErrors) {
+  EXPECT_THROW(ops::LinearWarmupDecay(1e-4, 200, 100), engine::Error);
+  EXPECT_THROW(ops::PolyLr(0.1, 0), engine::Error);
+  EXPECT_THROW(ops::ConstantLr(0.1).lr(-1), engine::Error);
+  EXPECT_NE(ops::InverseSqrt(5e-4, 4000).describe().find("warmup 4000"), std::string::npos);
+}

@@ -1,0 +1,237 @@
+// matmul_test.cpp: matmul / bmm / linear against naive triple loops, strided operands without copies,
+// gradients and second derivatives against finite differences, shape errors, FLOPs, meta allocations.
+#include <gtest/gtest.h>
+
+#include "engine/counters.h"
+#include "graph/autograd.h"
+#include "ops/elementwise.h"
+#include "ops/factory.h"
+#include "ops/matmul.h"
+#include "ops/reduce.h"
+#include "ops/view.h"
+#include "tests/util/gradcheck_util.h"
+#include "tests/util/meta_util.h"
+
+using engine::DType;
+using engine::Shape;
+using engine::Tensor;
+using testutil::rand_input;
+
+namespace {
+
+// a [..., M, K] @ b [..., K, N] with NumPy batch broadcasting, as plain loops over the values in row-major
+// order. Returns the values; `shape` receives the result's shape.
+std::vector<double> naive_matmul(const Tensor& a, const Tensor& b, Shape& shape) {
+  std::vector<double> av = a.to_double(), bv = b.to_double();
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  size_t nd = std::max(ba.size(), bb.size());
+  ba.insert(ba.begin(), nd - ba.size(), 1);
+  bb.insert(bb.begin(), nd - bb.size(), 1);
+  Shape batch(nd);
+  for (size_t d = 0; d < nd; d++) batch[d] = std::max(ba[d], bb[d]);
+  std::vector<double> out;
+  for (int64_t n = 0; n < engine::numel_of(batch); n++) {
+    int64_t rest = n, ia = 0, ib = 0, sa = 1, sb = 1;  // flat batch index of a and b
+    for (int64_t d = int64_t(nd) - 1; d >= 0; d--) {
+      int64_t i = rest % batch[d];
+      rest /= batch[d];
+      ia += (ba[d] == 1 ? 0 : i) * sa;
+      ib += (bb[d] == 1 ? 0 : i) * sb;
+      sa *= ba[d];
+      sb *= bb[d];
+    }
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) {
+        double s = 0;
+        for (int64_t k = 0; k < K; k++) s += av[(ia * M + i) * K + k] * bv[(ib * K + k) * N + j];
+        out.push_back(s);
+      }
+  }
+  shape = batch;
+  shape.push_back(M);
+  shape.push_back(N);
+  return out;
+}
+
+void expect_matches_naive(const Tensor& a, const Tensor& b, double tol) {
+  Shape shape;
+  std::vector<double> want = naive_matmul(a, b, shape);
+  Tensor got = ops::matmul(a, b);
+  ASSERT_EQ(got.shape(), shape);
+  std::vector<double> g = got.to_double();
+  for (size_t i = 0; i < want.size(); i++) ASSERT_NEAR(g[i], want[i], tol) << "element " << i;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const engine::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Matmul, TwoDimensionalMatchesNaive) {
+  for (DType t : {DType::f64, DType::f32}) {
+    Tensor a = ops::rand({5, 7}, -1, 1, t), b = ops::rand({7, 3}, -1, 1, t);
+    expect_matches_naive(a, b, t == DType::f64 ? 1e-12 : 1e-5);
+  }
+}
+
+TEST(Matmul, BatchDimensionsBroadcast) {
+  expect_matches_naive(ops::rand({2, 1, 3, 4}, -1, 1, DType::f64), ops::rand({3, 4, 5}, -1, 1, DType::f64), 1e-12);
+  expect_matches_naive(ops::rand({4, 6}, -1, 1, DType::f64), ops::rand({2, 6, 3}, -1, 1, DType::f64), 1e-12);
+}
+
+TEST(Matmul, StridedOperands) {
+  // Transposed views (one unit stride) are mapped without a copy: the op allocates only its output.
+  Tensor at = ops::transpose(ops::rand({6, 4}, -1, 1, DType::f64), 0, 1);  // [4, 6], strides [1, 4]
+  Tensor bt = ops::transpose(ops::rand({3, 6}, -1, 1, DType::f64), 0, 1);  // [6, 3], strides [1, 6]
+  auto& ledger = engine::default_device()->ledger();
+  int64_t before = ledger.alloc_count();
+  Tensor out = ops::matmul(at, bt);
+  EXPECT_EQ(ledger.alloc_count() - before, 1);
+  expect_matches_naive(at, bt, 1e-12);
+  // No unit stride at all (a step in both dimensions): packed by the kernel, same values.
+  Tensor big = ops::rand({8, 12}, -1, 1, DType::f64);
+  Tensor stepped = ops::slice(ops::slice(big, 0, 0, 8, 2), 1, 0, 12, 2);  // [4, 6]
+  expect_matches_naive(stepped, bt, 1e-12);
+  // A batch dimension broadcast by a stride-0 view.
+  Tensor bb = ops::broadcast_to(ops::rand({6, 3}, -1, 1, DType::f64), {2, 6, 3});
+  expect_matches_naive(ops::rand({2, 4, 6}, -1, 1, DType::f64), bb, 1e-12);
+}
+
+TEST(Matmul, VectorOperands) {
+  Tensor v = ops::rand({4}, -1, 1, DType::f64), m = ops::rand({4, 3}, -1, 1, DType::f64);
+  Tensor bm = ops::rand({2, 5, 4}, -1, 1, DType::f64);
+  EXPECT_EQ(ops::matmul(v, v).shape(), Shape{});
+  EXPECT_EQ(ops::matmul(v, m).shape(), (Shape{3}));
+  EXPECT_EQ(ops::matmul(bm, v).shape(), (Shape{2, 5}));
+  std::vector<double> vv = v.to_double();
+  double dot = 0;
+  for (double x : vv) dot += x * x;
+  EXPECT_NEAR(ops::matmul(v, v).item(), dot, 1e-12);
+  Shape s;
+  std::vector<double> want = naive_matmul(ops::reshape(v, {1, 4}), m, s);
+  std::vector<double> got = ops::matmul(v, m).to_double();
+  for (size_t i = 0; i < want.size(); i++) EXPECT_NEAR(got[i], want[i], 1e-12);
+}
+
+TEST(Matmul, Bf16AgreesWithF32WithinRounding) {
+  Tensor a = ops::rand({8, 16}, -1, 1), b = ops::rand({16, 8}, -1, 1);
+  Tensor a16 = ops::to(a, DType::bf16), b16 = ops::to(b, DType::bf16);
+  // Reference: the same bf16 values multiplied in f32; the bf16 result differs by its final rounding.
+  Tensor ref = ops::matmul(ops::to(a16, DType::f32), ops::to(b16, DType::f32));
+  Tensor got = ops::matmul(a16, b16);
+  EXPECT_EQ(got.dtype(), DType::bf16);
+  std::vector<double> r = ref.to_double(), g = got.to_double();
+  for (size_t i = 0; i < r.size(); i++) EXPECT_NEAR(g[i], r[i], 1e-2 * std::max(1.0, std::fabs(r[i])));
+}
+
+TEST(Matmul, LinearMatchesNaive) {
+  Tensor x = ops::rand({2, 3, 4}, -1, 1, DType::f64);
+  Tensor w = ops::rand({5, 4}, -1, 1, DType::f64), b = ops::rand({5}, -1, 1, DType::f64);
+  std::vector<double> xv = x.to_double(), wv = w.to_double(), bv = b.to_double();
+  auto check = [&](const Tensor& y, bool with_bias) {
+    ASSERT_EQ(y.shape(), (Shape{2, 3, 5}));
+    std::vector<double> yv = y.to_double();
+    for (int r = 0; r < 6; r++)
+      for (int o = 0; o < 5; o++) {
+        double s = with_bias ? bv[o] : 0.0;
+        for (int i = 0; i < 4; i++) s += xv[r * 4 + i] * wv[o * 4 + i];
+        EXPECT_NEAR(yv[r * 5 + o], s, 1e-12);
+      }
+  };
+  check(ops::linear(x, w, b), true);
+  check(ops::linear(x, w), false);
+  // A non-contiguous x (same values) gives the same result.
+  Tensor xt = ops::transpose(ops::contiguous(ops::transpose(x, 0, 1)), 0, 1);
+  ASSERT_FALSE(xt.is_contiguous());
+  check(ops::linear(xt, w, b), true);
+  // Contiguous x: the output is the op's only allocation (bias folded into the GEMM, W^T not copied).
+  auto& ledger = engine::default_device()->ledger();
+  int64_t before = ledger.alloc_count();
+  Tensor y = ops::linear(x, w, b);
+  EXPECT_EQ(ledger.alloc_count() - before, 1);
+}
+
+TEST(Matmul, FlopsAreTwoMNK) {
+  engine::counters().reset();
+  ops::matmul(ops::zeros({2, 3, 4}), ops::zeros({4, 5}));
+  EXPECT_DOUBLE_EQ(engine::counters().by_op["matmul"].flops, 2.0 * 2 * 3 * 5 * 4);
+  ops::linear(ops::zeros({6, 4}), ops::zeros({7, 4}), ops::zeros({7}));
+  EXPECT_DOUBLE_EQ(engine::counters().by_op["linear"].flops, 2.0 * 6 * 7 * 4);
+}
+
+TEST(Matmul, GradAndDoubleBackward) {
+  struct Case {
+    const char* name;
+    Shape a, b;
+  };
+  std::vector<Case> cases = {{"2d", {3, 4}, {4, 2}},          {"batched broadcast", {2, 1, 2, 3}, {3, 3, 2}},
+                             {"matrix x batch", {2, 3}, {2, 3, 2}}, {"vector x matrix", {3}, {3, 2}},
+                             {"batch x vector", {2, 2, 3}, {3}},    {"dot", {4}, {4}}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Tensor a = rand_input(c.a), b = rand_input(c.b);
+    testutil::Fn f = [](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1]); };
+    testutil::expect_gradcheck(f, {a, b});
+    testutil::expect_double_backward(f, {a, b});
+  }
+  // Transposed operands go through the same rule.
+  Tensor a = rand_input({4, 3}), b = rand_input({2, 4});
+  testutil::Fn ft = [](const std::vector<Tensor>& in) {
+    return ops::matmul(ops::transpose(in[0], 0, 1), ops::transpose(in[1], 0, 1));
+  };
+  testutil::expect_gradcheck(ft, {a, b});
+  testutil::expect_double_backward(ft, {a, b});
+  Tensor p = rand_input({2, 3, 4}), q = rand_input({2, 4, 2});
+  testutil::Fn fb = [](const std::vector<Tensor>& in) { return ops::bmm(in[0], in[1]); };
+  testutil::expect_gradcheck(fb, {p, q});
+}
+
+TEST(Matmul, LinearGradAndDoubleBackward) {
+  Tensor x = rand_input({2, 3, 4}), w = rand_input({5, 4}), b = rand_input({5});
+  testutil::Fn f = [](const std::vector<Tensor>& in) { return ops::linear(in[0], in[1], in[2]); };
+  testutil::expect_gradcheck(f, {x, w, b});
+  testutil::expect_double_backward(f, {x, w, b});
+  // Nonlinear in the output so that second derivatives mix x and W.
+  testutil::Fn sq = [](const std::vector<Tensor>& in) {
+    Tensor y = ops::linear(in[0], in[1]);
+    return ops::mul(y, y);
+  };
+  testutil::expect_gradcheck(sq, {x, w});
+  testutil::expect_double_backward(sq, {x, w});
+  Tensor v = rand_input({4});  // a single row
+  testutil::expect_gradcheck(f, {v, w, b});
+}
+
+TEST(Matmul, ShapeErrorsNameTheShapes) {
+  Tensor a = ops::zeros({2, 3}), b = ops::zeros({4, 5});
+  std::string e = error_of([&] { ops::matmul(a, b); });
+  EXPECT_NE(e.find("matmul"), std::string::npos);
+  EXPECT_NE(e.find("[2, 3]"), std::string::npos);
+  EXPECT_NE(e.find("[4, 5]"), std::string::npos);
+  e = error_of([] { ops::matmul(ops::zeros({2, 2, 3}), ops::zeros({3, 3, 4})); });
+  EXPECT_NE(e.find("batch"), std::string::npos) << e;
+  EXPECT_NE(error_of([] { ops::matmul(ops::zeros({2, 3}), ops::zeros({3, 2}, DType::f64)); }), "");
+  EXPECT_NE(error_of([] { ops::bmm(ops::zeros({2, 2, 3}), ops::zeros({3, 3, 4})); }).find("bmm"), std::string::npos);
+  e = error_of([] { ops::linear(ops::zeros({2, 3}), ops::zeros({5, 4})); });
+  EXPECT_NE(e.find("linear"), std::string::npos);
+  EXPECT_NE(e.find("[5, 4]"), std::string::npos);
+  e = error_of([] { ops::linear(ops::zeros({2, 4}), ops::zeros({5, 4}), ops::zeros({4})); });
+  EXPECT_NE(e.find("bias"), std::string::npos);
+}
+
+TEST(Matmul, MetaAllocatesLikeCpu) {
+  testutil::expect_meta_allocates_like_cpu([] {
+    Tensor a = ops::rand({2, 3, 4}).set_requires_grad(true);
+    Tensor b = ops::rand({4, 5}).set_requires_grad(true);
+    Tensor w = ops::rand({6, 5}).set_requires_grad(true), bias = ops::rand({6}).set_requires_grad(true);
+    Tensor y = ops::linear(ops::matmul(a, b), w, bias);
+    graph::backward(ops::sum(y));
+  });
+}

@@ -1,0 +1,201 @@
+// norm_test.cpp: layer_norm against the textbook formula, its saved statistics, the fused backward op
+// against the closed-form gradients, gradients and second derivatives (of layer_norm and of
+// layer_norm_backward itself) against finite differences, errors, meta allocations.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "graph/autograd.h"
+#include "ops/elementwise.h"
+#include "ops/factory.h"
+#include "ops/norm.h"
+#include "ops/reduce.h"
+#include "ops/view.h"
+#include "tests/util/gradcheck_util.h"
+#include "tests/util/meta_util.h"
+
+using engine::DType;
+using engine::Shape;
+using engine::Tensor;
+using testutil::rand_input;
+
+namespace {
+
+// Per row of C values: mean, 1/sqrt(biased variance + eps), from the definitions.
+struct RowStats {
+  std::vector<double> mean, rstd;
+};
+RowStats row_stats(const std::vector<double>& x, int64_t C, double eps) {
+  RowStats s;
+  for (size_t r = 0; r < x.size() / size_t(C); r++) {
+    double m = 0, v = 0;
+    for (int64_t c = 0; c < C; c++) m += x[r * C + c] / double(C);
+    for (int64_t c = 0; c < C; c++) v += (x[r * C + c] - m) * (x[r * C + c] - m) / double(C);
+    s.mean.push_back(m);
+    s.rstd.push_back(1 / std::sqrt(v + eps));
+  }
+  return s;
+}
+
+// y = (x - mean) / sqrt(var + eps) * w + b, row by row.
+std::vector<double> layer_norm_formula(const std::vector<double>& x, const std::vector<double>& w,
+                                       const std::vector<double>& b, int64_t C, double eps) {
+  RowStats s = row_stats(x, C, eps);
+  std::vector<double> y(x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    size_t r = i / size_t(C), c = i % size_t(C);
+    y[i] = (x[i] - s.mean[r]) * s.rstd[r] * (w.empty() ? 1.0 : w[c]) + (b.empty() ? 0.0 : b[c]);
+  }
+  return y;
+}
+
+// The saved statistics as layer_norm_backward expects them ([rows], f64 here), computed with plain ops
+// and detached: the op treats them as constants (its rule recomputes them from x).
+std::pair<Tensor, Tensor> stats_tensors(const Tensor& x, double eps) {
+  graph::NoGrad ng;
+  Tensor xd = x.detach();
+  Tensor mu = ops::mean(xd, {-1}, true);
+  Tensor xc = ops::sub(xd, mu);
+  Tensor rstd = ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {-1}, true), eps));
+  return {ops::contiguous(ops::reshape(mu, {-1})), ops::contiguous(ops::reshape(rstd, {-1}))};
+}
+
+}  // namespace
+
+TEST(LayerNorm, MatchesFormula) {
+  const double eps = 1e-5;
+  Tensor x = ops::rand({2, 3, 6}, -2, 2, DType::f64);
+  Tensor w = ops::rand({6}, 0.5, 1.5, DType::f64), b = ops::rand({6}, -1, 1, DType::f64);
+  std::vector<double> want = layer_norm_formula(x.to_double(), w.to_double(), b.to_double(), 6, eps);
+  std::vector<double> got = ops::layer_norm(x, w, b, eps).to_double();
+  for (size_t i = 0; i < want.size(); i++) EXPECT_NEAR(got[i], want[i], 1e-13);
+  std::vector<double> plain = layer_norm_formula(x.to_double(), {}, {}, 6, eps);
+  std::vector<double> got_plain = ops::layer_norm(x, Tensor(), Tensor(), eps).to_double();
+  for (size_t i = 0; i < plain.size(); i++) EXPECT_NEAR(got_plain[i], plain[i], 1e-13);
+  // A non-contiguous x with the same values.
+  Tensor xt = ops::transpose(ops::contiguous(ops::transpose(x, 0, 1)), 0, 1);
+  ASSERT_FALSE(xt.is_contiguous());
+  std::vector<double> got_t = ops::layer_norm(xt, w, b, eps).to_double();
+  for (size_t i = 0; i < want.size(); i++) EXPECT_NEAR(got_t[i], want[i], 1e-13);
+  // f32 and bf16 storage: statistics in f32, so within the storage precision of the formula.
+  for (DType t : {DType::f32, DType::bf16}) {
+    Tensor xs = ops::to(x, t), ws = ops::to(w, t), bs = ops::to(b, t);
+    std::vector<double> ref = layer_norm_formula(xs.to_double(), ws.to_double(), bs.to_double(), 6, eps);
+    std::vector<double> y = ops::layer_norm(xs, ws, bs, eps).to_double();
+    double tol = t == DType::f32 ? 1e-5 : 2e-2;
+    for (size_t i = 0; i < ref.size(); i++) EXPECT_NEAR(y[i], ref[i], tol * std::max(1.0, std::fabs(ref[i])));
+  }
+}
+
+TEST(LayerNorm, SavesInputAndRowStatistics) {
+  Tensor x = ops::rand({4, 5}, -1, 1).set_requires_grad(true);
+  Tensor w = ops::rand({5}).set_requires_grad(true), b = ops::rand({5}).set_requires_grad(true);
+  Tensor y = ops::layer_norm(x, w, b, 1e-5);
+  auto& saved = y.grad_fn()->saved_tensors;
+  ASSERT_EQ(saved.size(), 4u);  // x, mean, rstd, weight (not y, not bias)
+  EXPECT_TRUE(saved[0].data.same_storage(x));
+  for (int k : {1, 2}) {
+    EXPECT_EQ(saved[k].data.shape(), (Shape{4}));
+    EXPECT_EQ(saved[k].data.dtype(), DType::f32);
+  }
+  RowStats s = row_stats(x.to_double(), 5, 1e-5);
+  std::vector<double> mean = saved[1].data.to_double(), rstd = saved[2].data.to_double();
+  for (size_t r = 0; r < 4; r++) {
+    EXPECT_NEAR(mean[r], s.mean[r], 1e-6);
+    EXPECT_NEAR(rstd[r], s.rstd[r], 1e-4 * s.rstd[r]);
+  }
+  Tensor x64 = rand_input({2, 3});
+  EXPECT_EQ(ops::layer_norm(x64, Tensor(), Tensor()).grad_fn()->saved_tensors[1].data.dtype(), DType::f64);
+}
+
+TEST(LayerNorm, BackwardOpMatchesClosedForm) {
+  const double eps = 1e-5;
+  const int64_t C = 5;
+  Tensor x = ops::rand({3, C}, -2, 2, DType::f64), w = ops::rand({C}, 0.5, 1.5, DType::f64);
+  Tensor g = ops::rand({3, C}, -1, 1, DType::f64);
+  auto [mean, rstd] = stats_tensors(x, eps);
+  ops::LayerNormGrads r = ops::layer_norm_backward(g, x, w, mean, rstd, eps, {true, true, true});
+  std::vector<double> xv = x.to_double(), wv = w.to_double(), gv = g.to_double();
+  RowStats s = row_stats(xv, C, eps);
+  std::vector<double> dx = r.dx.to_double(), dw = r.dweight.to_double(), db = r.dbias.to_double();
+  std::vector<double> dw_want(C, 0.0), db_want(C, 0.0);
+  for (int64_t row = 0; row < 3; row++) {
+    // dx = rstd * (a - mean(a) - xhat * mean(a * xhat)),  a = g * w
+    double ma = 0, max = 0;
+    for (int64_t c = 0; c < C; c++) {
+      double xhat = (xv[row * C + c] - s.mean[row]) * s.rstd[row];
+      ma += gv[row * C + c] * wv[c] / C;
+      max += gv[row * C + c] * wv[c] * xhat / C;
+      dw_want[c] += gv[row * C + c] * xhat;
+      db_want[c] += gv[row * C + c];
+    }
+    for (int64_t c = 0; c < C; c++) {
+      double xhat = (xv[row * C + c] - s.mean[row]) * s.rstd[row];
+      EXPECT_NEAR(dx[row * C + c], s.rstd[row] * (gv[row * C + c] * wv[c] - ma - xhat * max), 1e-12);
+    }
+  }
+  for (int64_t c = 0; c < C; c++) {
+    EXPECT_NEAR(dw[c], dw_want[c], 1e-12);
+    EXPECT_NEAR(db[c], db_want[c], 1e-12);
+  }
+  // Only what is asked for is computed (and allocated).
+  ops::LayerNormGrads only_dx = ops::layer_norm_backward(g, x, w, mean, rstd, eps, {true, false, false});
+  EXPECT_TRUE(only_dx.dx.defined());
+  EXPECT_FALSE(only_dx.dweight.defined());
+  EXPECT_FALSE(only_dx.dbias.defined());
+}
+
+TEST(LayerNorm, GradAndDoubleBackward) {
+  Tensor x = rand_input({3, 5}, -2, 2), w = rand_input({5}, 0.5, 1.5), b = rand_input({5});
+  testutil::Fn full = [](const std::vector<Tensor>& in) { return ops::layer_norm(in[0], in[1], in[2], 1e-5); };
+  testutil::expect_gradcheck(full, {x, w, b});
+  testutil::expect_double_backward(full, {x, w, b});
+  testutil::Fn plain = [](const std::vector<Tensor>& in) { return ops::layer_norm(in[0], Tensor(), Tensor(), 1e-5); };
+  testutil::expect_gradcheck(plain, {x});
+  testutil::expect_double_backward(plain, {x});
+  Tensor x3 = rand_input({2, 2, 4}, -2, 2), w3 = rand_input({4}, 0.5, 1.5);
+  testutil::Fn no_bias = [](const std::vector<Tensor>& in) { return ops::layer_norm(in[0], in[1], Tensor(), 1e-5); };
+  testutil::expect_gradcheck(no_bias, {x3, w3});
+  testutil::expect_double_backward(no_bias, {x3, w3});
+}
+
+TEST(LayerNorm, BackwardOpIsDifferentiable) {
+  // layer_norm_backward as a function of (g, x, w), each output separately: checks its own rule (first
+  // derivatives) and that rule's rule (second derivatives), with the statistics recomputed from x.
+  const double eps = 1e-5;
+  Tensor g = rand_input({2, 4}), x = rand_input({2, 4}, -2, 2), w = rand_input({4}, 0.5, 1.5);
+  for (int k = 0; k < 3; k++) {
+    SCOPED_TRACE(k);
+    testutil::Fn f = [k, eps](const std::vector<Tensor>& in) {
+      auto [mean, rstd] = stats_tensors(in[1], eps);
+      ops::LayerNormGrads r = ops::layer_norm_backward(in[0], in[1], in[2], mean, rstd, eps, {true, true, true});
+      return k == 0 ? r.dx : k == 1 ? r.dweight : r.dbias;
+    };
+    testutil::expect_gradcheck(f, {g, x, w});
+    testutil::expect_double_backward(f, {g, x, w});
+  }
+}
+
+TEST(LayerNorm, Errors) {
+  Tensor x = ops::zeros({2, 6});
+  try {
+    ops::layer_norm(x, ops::ones({5}), Tensor());
+    FAIL() << "expected an error";
+  } catch (const engine::Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("layer_norm"), std::string::npos);
+    EXPECT_NE(msg.find("weight"), std::string::npos);
+    EXPECT_NE(msg.find("[2, 6]"), std::string::npos);
+    EXPECT_NE(msg.find("[5]"), std::string::npos);
+  }
+  EXPECT_THROW(ops::layer_norm(x, Tensor(), ops::zeros({6}, DType::f64)), engine::Error);
+  EXPECT_THROW(ops::layer_norm(ops::scalar(1.0), Tensor(), Tensor()), engine::Error);
+}
+
+TEST(LayerNorm, MetaAllocatesLikeCpu) {
+  testutil::expect_meta_allocates_like_cpu([] {
+    Tensor x = ops::rand({2, 3, 8}).set_requires_grad(true);
+    Tensor w = ops::ones({8}).set_requires_grad(true), b = ops::zeros({8}).set_requires_grad(true);
+    graph::backward(ops::sum(ops::mul(ops::layer_norm(x, w, b, 1e-5), x)));
+  });
+}
