@@ -53,6 +53,11 @@ CUDA_TEST_OBJ := $(CUDA_TEST_CPP:%.cpp=$(BUILD)/%.o)
 GTEST_LIBS    := -lgtest -lpthread
 
 .PHONY: all test test-cuda run deps clean
+.SECONDARY:
+# Build in parallel on every core unless the caller gave -j (use -j1 for readable errors).
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(shell nproc)
+endif
 all: deps $(LIB) $(TOOLS)
 
 # ---- dependencies ---------------------------------------------------------------------------------
