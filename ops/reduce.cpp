@@ -88,53 +88,51 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   return s.shape() == shape ? s : reshape(s, shape);
 }
 
-Tensor amax(const Tensor& x, int64_t dim, bool keepdim) {
-  OpScope scope("amax");
-  check_floating("amax", "x", x);
-  int64_t d = normalize_dim("amax", dim, x.dim());
+namespace {
+
+// The maximum along dim d and its (first) index, both with d kept as size 1.
+std::pair<Tensor, Tensor> max_with_index(const char* name, const Tensor& x, int64_t d) {
   Shape keep = x.shape();
   keep[d] = 1;
   Tensor values = new_empty(x, keep);
   Tensor indices = new_empty(x, keep, DType::i64);
-  run_kernel("amax", values, [&] { cpu::amax(x, d, values, indices); });
-  engine::count_op("amax", double(x.numel()), double(x.nbytes() + values.nbytes()));
+  run_kernel(name, values, [&] { cpu::amax(x, d, values, indices); });
+  engine::count_op(name, double(x.numel()), double(x.nbytes() + values.nbytes() + indices.nbytes()));
+  return {values, indices};
+}
+
+Shape without_dim(const Shape& s, int64_t d) {
+  Shape out = s;
+  out.erase(out.begin() + d);
+  return out;
+}
+
+}  // namespace
+
+Tensor amax(const Tensor& x, int64_t dim, bool keepdim) {
+  OpScope scope("amax");
+  check_floating("amax", "x", x);
+  int64_t d = normalize_dim("amax", dim, x.dim());
+  auto [values, indices] = max_with_index("amax", x, d);
   if (graph::any_requires_grad({x})) {
     graph::record("amax", {x}, {values}, {indices}, [d, xs = x.shape()](Node& n, const Grads& g) -> Grads {
       // Scatter the gradient to the argmax position: one_hot(index) * g, built from differentiable ops.
-      Tensor idx = n.saved(0);
-      Tensor positions = reshape(arange(xs[d], DType::i64, g[0].device_ptr()), [&] {
-        Shape s(xs.size(), 1);
-        s[d] = xs[d];
-        return s;
-      }());
-      Tensor hit = to(compare(CompareOp::eq, positions, idx), g[0].dtype());
+      Shape along(xs.size(), 1);
+      along[d] = xs[d];
+      Tensor positions = reshape(arange(xs[d], DType::i64, g[0].device_ptr()), along);
+      Tensor hit = to(compare(CompareOp::eq, positions, n.saved(0)), g[0].dtype());
       return {mul(hit, g[0])};
     });
   }
-  if (!keepdim) {
-    Shape dropped = x.shape();
-    dropped.erase(dropped.begin() + d);
-    values = reshape(values, dropped);
-  }
-  return values;
+  return keepdim ? values : reshape(values, without_dim(x.shape(), d));
 }
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   OpScope scope("argmax");
   check_floating("argmax", "x", x);
   int64_t d = normalize_dim("argmax", dim, x.dim());
-  Shape keep = x.shape();
-  keep[d] = 1;
-  Tensor values = new_empty(x, keep);
-  Tensor indices = new_empty(x, keep, DType::i64);
-  run_kernel("argmax", values, [&] { cpu::amax(x, d, values, indices); });
-  engine::count_op("argmax", double(x.numel()), double(x.nbytes() + indices.nbytes()));
-  if (!keepdim) {
-    Shape dropped = x.shape();
-    dropped.erase(dropped.begin() + d);
-    indices = Tensor::view_of(indices, dropped, engine::contiguous_strides(dropped), 0);
-  }
-  return indices;
+  Tensor indices = max_with_index("argmax", x, d).second;
+  return keepdim ? indices : reshape(indices, without_dim(x.shape(), d));
 }
 
 }  // namespace ops
