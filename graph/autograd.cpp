@@ -47,6 +47,7 @@ Tensor Node::saved(size_t i) {
   ENGINE_CHECK(i < saved_tensors.size(), name, ": saved tensor ", i, " does not exist (", saved_tensors.size(),
                " saved); was the graph already released by an earlier backward? pass retain_graph");
   const SavedTensor& s = saved_tensors[i];
+  if (!s.defined) return Tensor();
   ENGINE_CHECK(s.data.defined(), name, ": saved tensor ", i, " was released by an earlier backward; "
                "pass retain_graph=true to run backward twice");
   if (!s.is_output || !grad_enabled()) return s.data;
@@ -126,6 +127,7 @@ std::shared_ptr<Node> record(const char* name, const std::vector<Tensor>& inputs
   }
   for (const Tensor& s : saved) {
     SavedTensor st;
+    st.defined = s.defined();
     int out_nr = -1;
     for (size_t k = 0; k < outputs.size(); k++)
       if (outputs[k].impl() == s.impl()) out_nr = int(k);
@@ -339,7 +341,7 @@ Tensor recompute(const RecomputeFn& fn, const std::vector<Tensor>& inputs) {
            std::vector<Tensor> need;
            for (size_t i = 0; i < self.saved_tensors.size(); i++) {
              Tensor in = self.saved(i);
-             Tensor d = in.detach();
+             Tensor d = in.defined() ? in.detach() : Tensor();
              if (self.needs_input_grad(i)) {
                d.set_requires_grad(true);
                need.push_back(d);

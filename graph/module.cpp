@@ -2,6 +2,8 @@
 #include "graph/module.h"
 
 #include "engine/error.h"
+#include "graph/autograd.h"
+#include "ops/elementwise.h"
 
 namespace graph {
 
@@ -68,6 +70,50 @@ void Module::train(bool on) {
 void Module::tag_memory(const std::string& prefix) const {
   for (auto& [name, t] : named_parameters(prefix)) t.storage()->set_owner(name);
   for (auto& [name, t] : named_buffers(prefix)) t.storage()->set_owner(name);
+}
+
+std::vector<std::string> Module::load(const std::map<std::string, Tensor>& tensors, bool strict,
+                                      const std::vector<std::string>& ignored) {
+  auto targets = named_parameters();
+  auto buffers = named_buffers();
+  targets.insert(targets.end(), buffers.begin(), buffers.end());
+  std::vector<std::string> missing, loaded;
+  for (auto& [name, t] : targets) {
+    auto it = tensors.find(name);
+    if (it == tensors.end()) {
+      missing.push_back(name);
+      continue;
+    }
+    ENGINE_CHECK(it->second.shape() == t.shape(), "checkpoint tensor '", name, "' has shape ",
+                 engine::shape_str(it->second.shape()), " but the model's parameter has shape ",
+                 engine::shape_str(t.shape()));
+    loaded.push_back(name);
+  }
+  auto list = [](const std::vector<std::string>& names) {
+    std::string s;
+    for (size_t i = 0; i < names.size() && i < 20; i++) s += (i ? ", " : "") + names[i];
+    if (names.size() > 20) s += engine::str(", ... (", names.size(), " in all)");
+    return s;
+  };
+  if (strict) {
+    ENGINE_CHECK(missing.empty(), "checkpoint is missing ", missing.size(), " of the model's tensors: ", list(missing));
+    std::vector<std::string> unexpected;
+    for (const auto& [name, t] : tensors) {
+      bool known = false;
+      for (auto& [n, p] : targets) known |= n == name;
+      for (const auto& i : ignored) known |= i == name;
+      if (!known) unexpected.push_back(name);
+    }
+    ENGINE_CHECK(unexpected.empty(), "checkpoint has ", unexpected.size(), " tensors the model does not have: ",
+                 list(unexpected));
+  }
+  // All checks passed: now copy (nothing is half-loaded on error).
+  graph::NoGrad ng;
+  for (auto& [name, t] : targets) {
+    auto it = tensors.find(name);
+    if (it != tensors.end()) ops::copy_(t, it->second);
+  }
+  return loaded;
 }
 
 void Module::zero_grad() {

@@ -4,6 +4,7 @@
 // a Hugging Face safetensors file loads by name. A module's forward is its own method (no fixed
 // signature); it opens `auto s = scope();` so every block it allocates is owned by its path.
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -46,6 +47,14 @@ class Module {
   void tag_memory(const std::string& prefix = "") const;
   // Drops every parameter's gradient (its memory goes back to the arena).
   void zero_grad();
+
+  // Copies `tensors` into this module's parameters and buffers by dotted name (dtype converted). Every
+  // tensor must match its parameter's shape, or an Error names it and both shapes. strict: every
+  // parameter and buffer must be present (an Error lists the missing ones) and every tensor used (an Error
+  // lists the unexpected ones, except names in `ignored`, e.g. tied copies a checkpoint also stores).
+  // Returns the names that were loaded.
+  std::vector<std::string> load(const std::map<std::string, Tensor>& tensors, bool strict = true,
+                                const std::vector<std::string>& ignored = {});
 
   const std::string& local_name() const { return local_name_; }
   // The memory scope of this module's forward (its local name; nesting joins them with dots).

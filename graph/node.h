@@ -33,6 +33,7 @@ struct Edge {
 
 struct SavedTensor {
   Tensor data;
+  bool defined = true;  // an undefined tensor (an optional argument) is saved as such
   bool is_output = false;
   int output_nr = 0;
 };
