@@ -67,9 +67,12 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   run_kernel(name, out, [&] { cpu::binary(op, a, b, out); });
   engine::count_op(name, double(out.numel()), double(a.nbytes() + b.nbytes() + out.nbytes()));
   if (graph::any_requires_grad({a, b})) {
+    // Save only what the gradients need (as PyTorch does): a * c with a constant c saves c alone.
+    bool need_a = a.requires_grad(), need_b = b.requires_grad();
     std::vector<Tensor> saved;
-    if (op == BinaryOp::mul || op == BinaryOp::div || op == BinaryOp::maximum || op == BinaryOp::minimum)
-      saved = {a, b};
+    if (op == BinaryOp::mul) saved = {need_b ? a : Tensor(), need_a ? b : Tensor()};
+    if (op == BinaryOp::div) saved = {need_b ? a : Tensor(), b};
+    if (op == BinaryOp::maximum || op == BinaryOp::minimum) saved = {a, b};
     Shape sa = a.shape(), sb = b.shape();
     graph::record(name, {a, b}, {out}, saved, [op, sa, sb](Node& n, const Grads& g) -> Grads {
       const Tensor& go = g[0];
