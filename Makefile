@@ -25,9 +25,10 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # ENGINE_CUDA is defined once engine/cuda/ exists (the cuda device); until then nvcc only builds ops/cuda.
 CUDA_DEVICE := $(wildcard engine/cuda/cuda_device.cpp)
 CXXFLAGS  += $(if $(CUDA_DEVICE),-DENGINE_CUDA) -I$(CUDA_HOME)/include
-NVCCFLAGS := -std=c++17 -O3 -I. -DENGINE_CUDA -MMD -MP --expt-relaxed-constexpr \
-             -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
-             -gencode arch=compute_75,code=sm_75 -Xcompiler -fopenmp
+# Hopper first, plus Ampere and Turing. While developing, CUDA_ARCHS=90 builds one target (3x faster).
+CUDA_ARCHS ?= 90 80 75
+NVCCFLAGS := -std=c++17 -O3 -I. -DENGINE_CUDA -MMD -MP --expt-relaxed-constexpr -Xcompiler -fopenmp \
+             $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas
 endif
 
@@ -46,7 +47,7 @@ TOOLS    := $(patsubst tools/%.cpp,$(BUILD)/%,$(wildcard tools/engine_*.cpp))
 TOOL_LIB_CPP := $(filter-out tools/engine_%.cpp,$(wildcard tools/*.cpp))
 TOOL_LIB_OBJ := $(TOOL_LIB_CPP:%.cpp=$(BUILD)/%.o)
 
-TEST_CPP      := $(filter-out %_cuda_test.cpp,$(wildcard tests/*.cpp tests/*/*.cpp))
+TEST_CPP      := $(filter-out %_cuda_test.cpp tests/util/cuda%,$(wildcard tests/*.cpp tests/*/*.cpp))
 TEST_OBJ      := $(TEST_CPP:%.cpp=$(BUILD)/%.o)
 CUDA_TEST_CPP := $(wildcard tests/*/*_cuda_test.cpp) tests/test_main.cpp $(wildcard tests/*/*_util.cpp)
 CUDA_TEST_OBJ := $(CUDA_TEST_CPP:%.cpp=$(BUILD)/%.o)
@@ -86,7 +87,7 @@ $(BUILD)/%.cu.o: %.cu
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcsT $@ $^
+	rm -f $@ && ar rcsTP $@ $^
 
 $(BUILD)/engine_%: $(BUILD)/tools/engine_%.o $(TOOL_LIB_OBJ) $(LIB)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(LDLIBS)
@@ -99,7 +100,7 @@ $(BUILD)/engine_cuda_tests: $(CUDA_TEST_OBJ) $(LIB)
 
 # ---- programs -------------------------------------------------------------------------------------
 test: deps $(BUILD)/engine_tests $(TOOLS)
-	$(BUILD)/engine_tests $(TEST_ARGS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BUILD)/engine_tests $(TEST_ARGS)
 
 test-cuda: deps $(BUILD)/engine_cuda_tests
 	$(BUILD)/engine_cuda_tests $(TEST_ARGS)

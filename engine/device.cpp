@@ -89,6 +89,15 @@ Device::Block Device::allocate(size_t bytes, Category category) {
   return b;
 }
 
+const Device::Block& Device::workspace(size_t bytes) {
+  if (workspace_.id < 0) {
+    workspace_ = allocate(bytes, Category::workspace);
+    ledger_.set_owner(workspace_.id, "gemm workspace");
+  }
+  ENGINE_CHECK(bytes <= workspace_.bytes, "device workspace: ", bytes, " bytes asked, ", workspace_.bytes, " held");
+  return workspace_;
+}
+
 void Device::release(const Block& block) {
   allocator_.free(block.offset);
   ledger_.on_free(block.id);

@@ -51,6 +51,10 @@ class Device {
   // Allocates with tags from the current context; throws OutOfMemory with the full report.
   Block allocate(size_t bytes, Category category);
   void release(const Block& block);
+  // A block tagged `workspace` of `bytes`, allocated on first use and kept while the device lives
+  // (cuBLASLt's GEMM workspace). Ops ask for it on every device type at the same moment, so the meta
+  // device's placements stay those of cuda. Asking again with a larger size is an Error.
+  const Block& workspace(size_t bytes);
   // Pointer to arena offset (nullptr on meta).
   void* pointer(size_t offset) const { return base_ ? static_cast<char*>(base_) + offset : nullptr; }
 
@@ -69,6 +73,7 @@ class Device {
   Ledger ledger_;
   void* base_;
   size_t outside_arena_ = 0;
+  Block workspace_;
 };
 
 // The device that factories use when none is named. Starts as a cpu device of kDefaultCpuCapacity;

@@ -45,12 +45,16 @@ ENGINE_HD void philox4x32_10(uint64_t seed, uint64_t block, uint32_t out[4]) {
   philox4x32_10_full(ctr, key, out);
 }
 
+// One 32-bit Philox output as a uniform float in [0, 1) (its top 24 bits). Kernels that use all four lanes
+// of a block convert each with this, so they draw exactly what philox_uniform does.
+ENGINE_HD float philox_bits_to_uniform(uint32_t bits) { return float(bits >> 8) * (1.0f / 16777216.0f); }
+
 // Uniform in [0, 1) for element i of a draw at `offset`.
 ENGINE_HD float philox_uniform(uint64_t seed, uint64_t offset, uint64_t i) {
   uint64_t n = offset + i;
   uint32_t r[4];
   philox4x32_10(seed, n >> 2, r);
-  return float(r[n & 3] >> 8) * (1.0f / 16777216.0f);
+  return philox_bits_to_uniform(r[n & 3]);
 }
 
 // The engine's generator: a seed and the offset of the next unused number.

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "graph/module.h"
 #include "ops/lr_schedule.h"
@@ -51,6 +52,13 @@ class Model {
   virtual const char* item_unit() const = 0;
   // The batch size in the unit the user gave (sequences, images, tokens), for the max-batch finder.
   virtual int64_t batch_size() const = 0;
+  // Copies a checkpoint's weights into module() by name, strictly (a missing, unexpected or mis-shaped
+  // tensor is an Error naming it); returns the names loaded. tools/checkpoint.* calls it for engine and
+  // Hugging Face files alike. A model whose files hold tied copies or other names overrides it (BERT:
+  // the tied "cls.predictions.decoder.weight", the decoder bias stored under two names).
+  virtual std::vector<std::string> load_weights(const std::map<std::string, Tensor>& tensors) {
+    return module().load(tensors, true);
+  }
 
   virtual StepResult train_step(int64_t step);
   // Forward only, in eval mode, without recording a graph.

@@ -3,6 +3,9 @@
 #include "models/registry.h"
 
 #include "engine/error.h"
+#include "models/bert/pretraining.h"
+#include "models/bert/squad.h"
+#include "models/mtdnn/mtdnn.h"
 #include "models/transformer_lm.h"
 
 namespace models {
@@ -11,6 +14,10 @@ const std::vector<ModelEntry>& registry() {
   static const std::vector<ModelEntry> table = {
       {"transformer_lm", "decoder-only Transformer language model (GPT-2 shapes; sizes tiny, small, medium)",
        [](const ModelConfig& c) { return std::unique_ptr<Model>(new TransformerLM(c)); }},
+      {"bert_base", "BERT-Base masked-LM + next-sentence pretraining (sizes base, large, tiny)", [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertPretraining(c)); }},
+      {"bert_squad", "BERT fine-tuning for SQuAD 1.1 span prediction (sizes base, large, tiny)", [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertSquad(c)); }},
+      {"mtdnn", "MT-DNN: BERT-Large with SAN/linear heads, multi-task GLUE fine-tuning (--task one or a list)",
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new mtdnn::Mtdnn(c)); }},
   };
   return table;
 }

@@ -7,6 +7,9 @@
 
 #include "engine/rng.h"
 #include "ops/cpu/attention.h"
+#ifdef ENGINE_CUDA
+#include "ops/cuda/attention.h"
+#endif
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
@@ -160,7 +163,8 @@ std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, co
   Tensor pad = key_padding_mask.defined() ? contiguous(key_padding_mask) : Tensor();
   Tensor out = new_empty(q, {B, H, Lq, Dv});                               // [B, H, Lq, Dv]
   Tensor lse = new_empty(q, {B, H, Lq}, accumulation_dtype(q.dtype()));    // [B, H, Lq]
-  run_kernel("flash_attention", out, [&] { cpu::flash_attention_forward({q, k, v, pad}, params, out, lse); });
+  run_kernel("flash_attention", out, [&] { cpu::flash_attention_forward({q, k, v, pad}, params, out, lse); },
+             CUDA_KERNEL(cuda::flash_attention_forward({q, k, v, pad}, params, out, lse)));
   engine::count_op("flash_attention", attention_forward_flops(q, k, v, params.causal),
                    double(q.nbytes() + k.nbytes() + v.nbytes() + out.nbytes() + lse.nbytes()));
   if (graph::any_requires_grad({q, k, v})) {
@@ -207,9 +211,13 @@ std::vector<Tensor> flash_attention_backward(const Tensor& dout, const Tensor& d
   Tensor dv = new_empty(q, v.shape());                              // [B, H, Lk, Dv]
   Tensor delta = new_empty(q, {B, H, Lq}, acc);                     // [B, H, Lq] rowsum(dO∘O) - dlse
   Tensor dq_accum = acc == q.dtype() ? dq : new_empty(q, q.shape(), acc);  // [B, H, Lq, D]
-  run_kernel(name, dq, [&] {
-    cpu::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, dq_accum, dq, dk, dv);
-  });
+  run_kernel(
+      name, dq,
+      [&] {
+        cpu::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, dq_accum, dq, dk, dv);
+      },
+      CUDA_KERNEL(cuda::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, dq_accum,
+                                                 dq, dk, dv)));
   // S recomputed, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q.
   double fwd = attention_forward_flops(q, k, v, params.causal);
   double flops = fwd * double(3 * q.size(3) + 2 * Dv) / double(q.size(3) + Dv);

@@ -2,6 +2,9 @@
 #include "ops/elementwise.h"
 
 #include "ops/cpu/elementwise.h"
+#ifdef ENGINE_CUDA
+#include "ops/cuda/elementwise.h"
+#endif
 #include "ops/factory.h"
 #include "ops/op.h"
 #include "ops/reduce.h"
@@ -64,7 +67,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   check_same_device(name, a, b);
   Shape shape = broadcast_shapes(name, a.shape(), b.shape());
   Tensor out = new_empty(a, shape);
-  run_kernel(name, out, [&] { cpu::binary(op, a, b, out); });
+  run_kernel(name, out, [&] { cpu::binary(op, a, b, out); }, CUDA_KERNEL(cuda::binary(op, a, b, out)));
   engine::count_op(name, double(out.numel()), double(a.nbytes() + b.nbytes() + out.nbytes()));
   if (graph::any_requires_grad({a, b})) {
     // Save only what the gradients need (as PyTorch does): a * c with a constant c saves c alone.
@@ -128,7 +131,8 @@ Tensor unary_second(UnaryOp op, const Tensor& s, double alpha, double beta) {
   ENGINE_CHECK(!graph::any_requires_grad({s}), unary_name(op),
                ": a third derivative is not supported (double backward is)");
   Tensor out = empty_like(s);
-  run_kernel("unary_second", out, [&] { cpu::unary_d2(op, alpha, beta, s, out); });
+  run_kernel("unary_second", out, [&] { cpu::unary_d2(op, alpha, beta, s, out); },
+             CUDA_KERNEL(cuda::unary_d2(op, alpha, beta, s, out)));
   engine::count_op("unary_second", double(out.numel()), double(2 * out.nbytes()));
   return out;
 }
@@ -139,7 +143,8 @@ Tensor unary(UnaryOp op, const Tensor& x, double alpha, double beta) {
   OpScope scope(name);
   check_floating(name, "x", x);
   Tensor y = empty_like(x);
-  run_kernel(name, y, [&] { cpu::unary(op, alpha, beta, x, y); });
+  run_kernel(name, y, [&] { cpu::unary(op, alpha, beta, x, y); },
+             CUDA_KERNEL(cuda::unary(op, alpha, beta, x, y)));
   engine::count_op(name, double(y.numel()), double(x.nbytes() + y.nbytes()));
   if (graph::any_requires_grad({x})) {
     std::vector<Tensor> saved;
@@ -158,7 +163,8 @@ Tensor unary_backward(UnaryOp op, const Tensor& g, const Tensor& s, double alpha
   ENGINE_CHECK(g.shape() == s.shape(), "unary_backward: gradient shape ", engine::shape_str(g.shape()),
                " differs from saved shape ", engine::shape_str(s.shape()));
   Tensor out = empty_like(g);
-  run_kernel("unary_backward", out, [&] { cpu::unary_backward(op, alpha, beta, g, s, out); });
+  run_kernel("unary_backward", out, [&] { cpu::unary_backward(op, alpha, beta, g, s, out); },
+             CUDA_KERNEL(cuda::unary_backward(op, alpha, beta, g, s, out)));
   engine::count_op("unary_backward", 2.0 * double(out.numel()), double(g.nbytes() + s.nbytes() + out.nbytes()));
   if (graph::any_requires_grad({g, s})) {
     graph::record("unary_backward", {g, s}, {out}, {g, s}, [op, alpha, beta](Node& n, const Grads& gg) -> Grads {
@@ -203,7 +209,8 @@ Tensor compare(CompareOp op, const Tensor& x, double c) {
   OpScope scope("compare");
   check_defined("compare", "x", x);
   Tensor out = new_empty(x, x.shape(), DType::boolean);
-  run_kernel("compare", out, [&] { cpu::compare_scalar(op, x, c, out); });
+  run_kernel("compare", out, [&] { cpu::compare_scalar(op, x, c, out); },
+             CUDA_KERNEL(cuda::compare_scalar(op, x, c, out)));
   engine::count_op("compare", double(out.numel()), double(x.nbytes() + out.nbytes()));
   return out;
 }
@@ -213,7 +220,7 @@ Tensor compare(CompareOp op, const Tensor& a, const Tensor& b) {
   check_same_dtype("compare", a, b);
   check_same_device("compare", a, b);
   Tensor out = new_empty(a, broadcast_shapes("compare", a.shape(), b.shape()), DType::boolean);
-  run_kernel("compare", out, [&] { cpu::compare(op, a, b, out); });
+  run_kernel("compare", out, [&] { cpu::compare(op, a, b, out); }, CUDA_KERNEL(cuda::compare(op, a, b, out)));
   engine::count_op("compare", double(out.numel()), double(a.nbytes() + b.nbytes() + out.nbytes()));
   return out;
 }
@@ -226,7 +233,7 @@ Tensor to(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   OpScope scope("to");
   Tensor y = new_empty(x, x.shape(), dtype);
-  run_kernel("to", y, [&] { cpu::copy(x, y); });
+  run_kernel("to", y, [&] { cpu::copy(x, y); }, CUDA_KERNEL(cuda::copy(x, y)));
   engine::count_op("to", 0, double(x.nbytes() + y.nbytes()));
   if (engine::is_floating(dtype) && graph::any_requires_grad({x})) {
     DType from = x.dtype();
@@ -239,7 +246,7 @@ Tensor clone(const Tensor& x) {
   OpScope scope("clone");
   check_defined("clone", "x", x);
   Tensor y = empty_like(x);
-  run_kernel("clone", y, [&] { cpu::copy(x, y); });
+  run_kernel("clone", y, [&] { cpu::copy(x, y); }, CUDA_KERNEL(cuda::copy(x, y)));
   engine::count_op("clone", 0, double(2 * x.nbytes()));
   if (graph::any_requires_grad({x}))
     graph::record("clone", {x}, {y}, {}, [](Node&, const Grads& g) -> Grads { return {g[0]}; });
@@ -282,21 +289,21 @@ void add_(const Tensor& a, const Tensor& b, double alpha) {
   check_same_dtype("add_", a, b);
   ENGINE_CHECK(broadcast_shapes("add_", a.shape(), b.shape()) == a.shape(), "add_: ", engine::shape_str(b.shape()),
                " does not broadcast to ", engine::shape_str(a.shape()));
-  run_kernel("add_", a, [&] { cpu::add_inplace(a, b, alpha); });
+  run_kernel("add_", a, [&] { cpu::add_inplace(a, b, alpha); }, CUDA_KERNEL(cuda::add_inplace(a, b, alpha)));
   engine::count_op("add_", double(2 * a.numel()), double(2 * a.nbytes() + b.nbytes()));
 }
 
 void mul_(const Tensor& a, double c) {
   OpScope scope("mul_");
   check_inplace("mul_", a);
-  run_kernel("mul_", a, [&] { cpu::scale_inplace(a, c); });
+  run_kernel("mul_", a, [&] { cpu::scale_inplace(a, c); }, CUDA_KERNEL(cuda::scale_inplace(a, c)));
   engine::count_op("mul_", double(a.numel()), double(2 * a.nbytes()));
 }
 
 void fill_(const Tensor& a, double value) {
   OpScope scope("fill_");
   check_inplace("fill_", a);
-  run_kernel("fill_", a, [&] { cpu::fill(a, value); });
+  run_kernel("fill_", a, [&] { cpu::fill(a, value); }, CUDA_KERNEL(cuda::fill(a, value)));
   engine::count_op("fill_", 0, double(a.nbytes()));
 }
 
@@ -306,7 +313,7 @@ void copy_(const Tensor& dst, const Tensor& src) {
   check_same_device("copy_", dst, src);
   ENGINE_CHECK(broadcast_shapes("copy_", dst.shape(), src.shape()) == dst.shape(), "copy_: source shape ",
                engine::shape_str(src.shape()), " does not broadcast to ", engine::shape_str(dst.shape()));
-  run_kernel("copy_", dst, [&] { cpu::copy(src, dst); });
+  run_kernel("copy_", dst, [&] { cpu::copy(src, dst); }, CUDA_KERNEL(cuda::copy(src, dst)));
   engine::count_op("copy_", 0, double(src.nbytes() + dst.nbytes()));
 }
 

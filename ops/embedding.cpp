@@ -3,6 +3,9 @@
 #include "ops/embedding.h"
 
 #include "ops/cpu/shape.h"
+#ifdef ENGINE_CUDA
+#include "ops/cuda/shape.h"
+#endif
 #include "ops/elementwise.h"
 #include "ops/factory.h"
 #include "ops/op.h"
@@ -27,7 +30,8 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx) {
   check_padding_idx("embedding", padding_idx, V);
   Tensor flat_ids = reshape(ids, {N});  // [N], a view when ids is contiguous
   Tensor rows = new_empty(weight, {N, C});  // [N, C]
-  run_kernel("embedding", rows, [&] { cpu::gather("embedding", weight, 0, expand_index(flat_ids, {N, C}, 0), rows); });
+  run_kernel("embedding", rows, [&] { cpu::gather("embedding", weight, 0, expand_index(flat_ids, {N, C}, 0), rows); },
+             CUDA_KERNEL(cuda::gather("embedding", weight, 0, expand_index(flat_ids, {N, C}, 0), rows)));
   engine::count_op("embedding", 0, double(2 * rows.nbytes() + ids.nbytes()));
   Shape out_shape = ids.shape();
   out_shape.push_back(C);
@@ -57,9 +61,11 @@ Tensor embedding_backward(const Tensor& g, const Tensor& ids, int64_t num_embedd
     g_rows = reshape(g, {N, C});   // [N, C]
   }
   Tensor out = new_empty(g, {V, C});  // [V, C]
-  run_kernel("embedding_backward", out, [&] {
-    cpu::scatter_add("embedding_backward", g_rows, 0, expand_index(flat_ids, {N, C}, 0), padding_idx, out);
-  });
+  run_kernel(
+      "embedding_backward", out,
+      [&] { cpu::scatter_add("embedding_backward", g_rows, 0, expand_index(flat_ids, {N, C}, 0), padding_idx, out); },
+      CUDA_KERNEL(
+          cuda::scatter_add("embedding_backward", g_rows, 0, expand_index(flat_ids, {N, C}, 0), padding_idx, out)));
   engine::count_op("embedding_backward", double(g.numel()), double(g.nbytes() + ids.nbytes() + out.nbytes()));
   if (graph::any_requires_grad({g})) {
     graph::record("embedding_backward", {g}, {out}, {ids}, [V, padding_idx](Node& n, const Grads& gg) -> Grads {

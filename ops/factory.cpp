@@ -5,6 +5,9 @@
 
 #include "engine/rng.h"
 #include "ops/cpu/cpu_util.h"
+#ifdef ENGINE_CUDA
+#include "ops/cuda/factory.h"
+#endif
 #include "ops/elementwise.h"
 #include "ops/op.h"
 
@@ -72,6 +75,22 @@ Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, DType
   return from_host(values, shape, dtype, device);
 }
 
+Tensor to_device(const Tensor& t, DevicePtr device) {
+  OpScope scope("to_device");
+  Tensor src = t;
+  {
+    graph::NoGrad ng;
+    src = contiguous(t);
+  }
+  Tensor out = Tensor::empty(src.shape(), src.dtype(), or_default(device));
+  if (src.is_meta() || out.is_meta()) return out;
+  std::vector<char> host(src.nbytes());
+  src.device().copy_to_host(host.data(), src.storage()->block.offset + size_t(src.offset()) * engine::dtype_size(src.dtype()),
+                            host.size());
+  out.copy_from_host(host.data(), host.size());
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Random: element i takes uniform numbers at generator positions offset + i (rand, randint) or
 // offset + 2i, offset + 2i + 1 (randn, Box-Muller). Every device reserves the same numbers.
@@ -104,7 +123,9 @@ Tensor random(Dist dist, const Shape& shape, double a, double b, DType dtype, De
         p[i] = static_cast<T>(static_cast<engine::acc_t<T>>(v));
       }
     });
-  });
+  }, CUDA_KERNEL(if (dist == Dist::uniform) cuda::rand_uniform(t, a, b, seed, offset);
+                 else if (dist == Dist::integer) cuda::randint(t, b, seed, offset);
+                 else cuda::randn(t, a, b, seed, offset)));
   return t;
 }
 }  // namespace

@@ -33,6 +33,9 @@ Tensor from_vector(const std::vector<float>& values, const Shape& shape, DType d
 Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, DType dtype = DType::i64,
                    DevicePtr device = nullptr);
 
+// A copy of t on another device (through host memory; contiguous result; no gradient).
+Tensor to_device(const Tensor& t, DevicePtr device);
+
 // Uniform in [low, high) and normal(mean, std), from the default generator.
 Tensor rand(const Shape& shape, double low = 0, double high = 1, DType dtype = DType::f32,
             DevicePtr device = nullptr);

@@ -2,6 +2,9 @@
 #include "ops/loss.h"
 
 #include "ops/cpu/loss.h"
+#ifdef ENGINE_CUDA
+#include "ops/cuda/loss.h"
+#endif
 #include "ops/elementwise.h"
 #include "ops/factory.h"
 #include "ops/op.h"
@@ -42,7 +45,14 @@ Tensor pointwise_loss_forward(const char* name, cpu::PointwiseLoss kind, const T
   ENGINE_CHECK(a.shape() == b.shape(), name, ": ", a_name, " of shape ", engine::shape_str(a.shape()), " and ",
                b_name, " of shape ", engine::shape_str(b.shape()), " differ (expected one shape)");
   Tensor out = new_empty(a, loss_shape(r, a.shape()), loss_dtype(a.dtype()));
-  run_kernel(name, out, [&] { cpu::pointwise_loss(kind, a, b, w, r, out); });
+  // A mean or sum on the GPU adds per-block partial sums in a fixed order: one per 4096 elements, at most
+  // 1024, allocated on every device (meta predicts cuda exactly).
+  Tensor partials;
+  if (r != Reduction::none)
+    partials = new_empty(a, {std::min<int64_t>(1024, std::max<int64_t>(1, (a.numel() + 4095) / 4096))}, out.dtype());
+  run_kernel(name, out, [&] { cpu::pointwise_loss(kind, a, b, w, r, out); },
+             CUDA_KERNEL(cuda::pointwise_loss(kind, a, b, w, r, out, partials)));
+  partials = Tensor();
   engine::count_op(name, flops_per_element * double(a.numel()),
                    double(a.nbytes() + b.nbytes() + (w.defined() ? w.nbytes() : 0) + out.nbytes()));
   return out;
@@ -73,9 +83,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
   Tensor loss = new_empty(logits, loss_shape(reduction, {N}), dt);  // [] or [N]
   Tensor lse = new_empty(logits, {N}, dt);                           // [N] row log-sum-exp, kept for backward
   Tensor divisor = reduction == Reduction::mean ? new_empty(logits, {}, dt) : Tensor();  // [] max(#counted, 1)
-  run_kernel("cross_entropy", loss, [&] {
-    cpu::cross_entropy_forward(logits, target, ignore_index, label_smoothing, reduction, loss, lse, divisor);
-  });
+  // The GPU adds a mean or sum from per-row losses in a fixed order: [N], allocated on every device.
+  Tensor row_loss = reduction != Reduction::none ? new_empty(logits, {N}, dt) : Tensor();
+  run_kernel(
+      "cross_entropy", loss,
+      [&] { cpu::cross_entropy_forward(logits, target, ignore_index, label_smoothing, reduction, loss, lse, divisor); },
+      CUDA_KERNEL(cuda::cross_entropy_forward(logits, target, ignore_index, label_smoothing, reduction, loss, lse,
+                                              divisor, row_loss)));
+  row_loss = Tensor();
   engine::count_op("cross_entropy", 4.0 * double(N * V),
                    double(logits.nbytes() + target.nbytes() + lse.nbytes() + loss.nbytes()));
   if (graph::any_requires_grad({logits})) {
@@ -113,9 +128,13 @@ Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tenso
                  ", expected []");
   }
   Tensor dlogits = empty_like(logits);  // [N, V]
-  run_kernel(name, dlogits, [&] {
-    cpu::cross_entropy_backward(g, logits, target, lse, divisor, ignore_index, label_smoothing, reduction, dlogits);
-  });
+  run_kernel(
+      name, dlogits,
+      [&] {
+        cpu::cross_entropy_backward(g, logits, target, lse, divisor, ignore_index, label_smoothing, reduction, dlogits);
+      },
+      CUDA_KERNEL(cuda::cross_entropy_backward(g, logits, target, lse, divisor, ignore_index, label_smoothing,
+                                               reduction, dlogits)));
   engine::count_op(name, 4.0 * double(N * V), double(2 * logits.nbytes() + target.nbytes() + lse.nbytes()));
   if (graph::any_requires_grad({g, logits})) {
     std::vector<Tensor> saved = {g, logits, target, lse};

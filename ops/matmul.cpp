@@ -2,6 +2,9 @@
 #include "ops/matmul.h"
 
 #include "ops/cpu/matmul.h"
+#ifdef ENGINE_CUDA
+#include "ops/cuda/matmul.h"
+#endif
 #include "ops/elementwise.h"
 #include "ops/op.h"
 #include "ops/reduce.h"
@@ -27,8 +30,20 @@ Shape matmul_batch_shape(const Tensor& a, const Tensor& b) {
 }
 
 // Both operands have at least 2 dimensions here.
-Tensor matmul_batched(const Tensor& a, const Tensor& b) {
+// The GEMM library's workspace (cuBLASLt on cuda), asked for on every device so meta places it too.
+constexpr size_t kGemmWorkspace = size_t(32) << 20;
+
+// An operand the GEMM kernels take as it is: unit stride along its rows or its columns (a plain or a
+// transposed matrix); anything else is copied, identically on every device.
+Tensor gemm_operand(const Tensor& t) {
+  int64_t sr = t.strides()[size_t(t.dim() - 2)], sc = t.strides()[size_t(t.dim() - 1)];
+  bool ok = sc == 1 || sr == 1 || t.size(-1) == 1 || t.size(-2) == 1;
+  return ok ? t : contiguous(t);
+}
+
+Tensor matmul_batched(const Tensor& a_in, const Tensor& b_in) {
   OpScope scope("matmul");
+  Tensor a = gemm_operand(a_in), b = gemm_operand(b_in);
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
   ENGINE_CHECK(b.size(-2) == K, "matmul: a ", engine::shape_str(a.shape()), " times b ", engine::shape_str(b.shape()),
                ": a's last dimension (", K, ") must equal b's second-to-last (", b.size(-2), ")");
@@ -37,7 +52,9 @@ Tensor matmul_batched(const Tensor& a, const Tensor& b) {
   out_shape.push_back(M);
   out_shape.push_back(N);
   Tensor out = new_empty(a, out_shape);  // [..., M, N]
-  run_kernel("matmul", out, [&] { cpu::matmul(a, b, Tensor(), out); });
+  out.device().workspace(kGemmWorkspace);
+  run_kernel("matmul", out, [&] { cpu::matmul(a, b, Tensor(), out); },
+             CUDA_KERNEL(cuda::matmul(a, b, Tensor(), out)));
   engine::count_op("matmul", 2.0 * double(batch) * double(M) * double(N) * double(K),
                    double(a.nbytes() + b.nbytes() + out.nbytes()));
   if (graph::any_requires_grad({a, b})) {
@@ -111,7 +128,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
   Tensor w_t = Tensor::view_of(weight, {in, out_features}, {weight.strides()[1], weight.strides()[0]}, weight.offset());
   Tensor y_rows = Tensor::view_of(y, {rows, out_features}, {out_features, 1}, y.offset());
-  run_kernel("linear", y, [&] { cpu::matmul(x_rows, w_t, bias, y_rows); });
+  y.device().workspace(kGemmWorkspace);
+  run_kernel("linear", y, [&] { cpu::matmul(x_rows, w_t, bias, y_rows); },
+             CUDA_KERNEL(cuda::matmul(x_rows, w_t, bias, y_rows)));
   x_rows = Tensor();  // free the copy (if any) before recording
   engine::count_op("linear", 2.0 * double(rows) * double(in) * double(out_features),
                    double(x.nbytes() + weight.nbytes() + (bias.defined() ? bias.nbytes() : 0) + y.nbytes()));

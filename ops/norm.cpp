@@ -2,6 +2,9 @@
 #include "ops/norm.h"
 
 #include "ops/cpu/norm.h"
+#ifdef ENGINE_CUDA
+#include "ops/cuda/norm.h"
+#endif
 #include "ops/elementwise.h"
 #include "ops/op.h"
 #include "ops/reduce.h"
@@ -21,6 +24,10 @@ void check_norm_param(const char* op, const char* arg, const Tensor& p, const Te
 
 // The statistics' dtype: float, or double for f64 inputs (the kernel's acc_t).
 DType stats_dtype(const Tensor& x) { return x.dtype() == DType::f64 ? DType::f64 : DType::f32; }
+
+// Row chunks of layer_norm_backward's column sums: about 16 rows each, at most 512 (a few MB of partial
+// sums at BERT widths; enough blocks to fill a GPU).
+int64_t column_sum_chunks(int64_t rows) { return std::min<int64_t>(512, std::max<int64_t>(1, (rows + 15) / 16)); }
 
 // Rule of layer_norm_backward. Its outputs (dx, dweight, dbias) get upstream gradients (hx, hw, hb); we need
 // the gradients of  L2 = <hx, dx> + <hw, dweight> + <hb, dbias>  with respect to g, x and weight.
@@ -81,7 +88,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   Tensor y = empty_like(x);                                 // [..., C]
   Tensor mean = new_empty(x, {rows}, stats_dtype(x));       // [rows]
   Tensor rstd = new_empty(x, {rows}, stats_dtype(x));       // [rows]
-  run_kernel("layer_norm", y, [&] { cpu::layer_norm_forward(x, weight, bias, eps, y, mean, rstd); });
+  run_kernel("layer_norm", y, [&] { cpu::layer_norm_forward(x, weight, bias, eps, y, mean, rstd); },
+             CUDA_KERNEL(cuda::layer_norm_forward(x, weight, bias, eps, y, mean, rstd)));
   engine::count_op("layer_norm", 8.0 * double(x.numel()),
                    double(x.nbytes() + y.nbytes() + mean.nbytes() + rstd.nbytes()));
   if (graph::any_requires_grad({x, weight, bias})) {
@@ -120,7 +128,13 @@ LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tenso
   if (output_mask[0]) out.dx = empty_like(x);                         // [..., C]
   if (output_mask[1]) out.dweight = new_empty(x, {C});                // [C]
   if (output_mask[2]) out.dbias = new_empty(x, {C});                  // [C]
-  run_kernel(name, x, [&] { cpu::layer_norm_backward(g, x, weight, mean, rstd, out.dx, out.dweight, out.dbias); });
+  // The GPU's deterministic column sums of dweight/dbias: per-chunk partial rows [P, 2, C], P a fixed function
+  // of the row count (never of the GPU), allocated on every device so that meta predicts cuda exactly.
+  Tensor workspace;
+  if (output_mask[1] || output_mask[2]) workspace = new_empty(x, {column_sum_chunks(rows), 2, C}, stats_dtype(x));
+  run_kernel(name, x, [&] { cpu::layer_norm_backward(g, x, weight, mean, rstd, out.dx, out.dweight, out.dbias); },
+             CUDA_KERNEL(cuda::layer_norm_backward(g, x, weight, mean, rstd, out.dx, out.dweight, out.dbias, workspace)));
+  workspace = Tensor();
   engine::count_op(name, 10.0 * double(x.numel()),
                    double(g.nbytes() + x.nbytes() + (out.dx.defined() ? x.nbytes() : 0)));
 

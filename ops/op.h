@@ -52,4 +52,12 @@ Tensor new_empty(const Tensor& like, const Shape& shape);
 void run_kernel(const char* op, const Tensor& like, const std::function<void()>& cpu,
                 const std::function<void()>& cuda = nullptr);
 
+// The cuda argument of run_kernel: CUDA_KERNEL(cuda::softmax_forward(x, y)) is that call in a build with
+// CUDA and nothing (an op without a cuda kernel) in a build without.
+#ifdef ENGINE_CUDA
+#define CUDA_KERNEL(...) [&] { __VA_ARGS__; }
+#else
+#define CUDA_KERNEL(...) nullptr
+#endif
+
 }  // namespace ops

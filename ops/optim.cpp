@@ -7,6 +7,9 @@
 
 #include "graph/autograd.h"
 #include "ops/cpu/optim.h"
+#ifdef ENGINE_CUDA
+#include "ops/cuda/optim.h"
+#endif
 #include "ops/elementwise.h"
 #include "ops/factory.h"
 #include "ops/op.h"
@@ -48,28 +51,28 @@ void count_update(const char* op, const ParamUpdate& t, double flops_per_element
 void sgd_update(const ParamUpdate& t, const SgdStep& h) {
   OpScope scope("sgd");
   check_update("sgd", t, h.momentum != 0 ? 1 : 0);
-  run_kernel("sgd", t.param, [&] { cpu::sgd_update(t, h); });
+  run_kernel("sgd", t.param, [&] { cpu::sgd_update(t, h); }, CUDA_KERNEL(cuda::sgd_update(t, h)));
   count_update("sgd", t, 6);
 }
 
 void adam_update(const ParamUpdate& t, const AdamStep& h) {
   OpScope scope("adam");
   check_update("adam", t, 2);
-  run_kernel("adam", t.param, [&] { cpu::adam_update(t, h); });
+  run_kernel("adam", t.param, [&] { cpu::adam_update(t, h); }, CUDA_KERNEL(cuda::adam_update(t, h)));
   count_update("adam", t, 12);
 }
 
 void adamax_update(const ParamUpdate& t, const AdamaxStep& h) {
   OpScope scope("adamax");
   check_update("adamax", t, 2);
-  run_kernel("adamax", t.param, [&] { cpu::adamax_update(t, h); });
+  run_kernel("adamax", t.param, [&] { cpu::adamax_update(t, h); }, CUDA_KERNEL(cuda::adamax_update(t, h)));
   count_update("adamax", t, 10);
 }
 
 void rmsprop_update(const ParamUpdate& t, const RmsPropStep& h) {
   OpScope scope("rmsprop");
   check_update("rmsprop", t, 1 + (h.momentum != 0) + h.centered);
-  run_kernel("rmsprop", t.param, [&] { cpu::rmsprop_update(t, h); });
+  run_kernel("rmsprop", t.param, [&] { cpu::rmsprop_update(t, h); }, CUDA_KERNEL(cuda::rmsprop_update(t, h)));
   count_update("rmsprop", t, 10);
 }
 
@@ -281,6 +284,10 @@ void RmsProp::update(const ParamUpdate& t, double weight_decay, int64_t) {
 // ---------------------------------------------------------------------------------------------------
 // Gradient clipping
 
+namespace {
+constexpr int64_t kNormChunk = int64_t(1) << 16;  // elements per partial sum of squared_norms' cuda kernel
+}  // namespace
+
 Tensor squared_norms(const std::vector<Tensor>& xs) {
   OpScope scope("squared_norms");
   ENGINE_CHECK(!xs.empty(), "squared_norms: no tensors given");
@@ -293,7 +300,13 @@ Tensor squared_norms(const std::vector<Tensor>& xs) {
     bytes += double(x.nbytes());
   }
   Tensor out = new_empty(xs[0], {int64_t(xs.size())}, engine::DType::f64);
-  run_kernel("squared_norms", out, [&] { cpu::squared_norms(xs, out); });
+  // The GPU's deterministic two-stage sum: one f64 partial per 65536 elements of each tensor, allocated on
+  // every device (meta predicts cuda exactly).
+  int64_t chunks = 0;
+  for (const Tensor& x : xs) chunks += (x.numel() + kNormChunk - 1) / kNormChunk;
+  Tensor partials = new_empty(xs[0], {chunks}, engine::DType::f64);
+  run_kernel("squared_norms", out, [&] { cpu::squared_norms(xs, out); },
+             CUDA_KERNEL(cuda::squared_norms(xs, out, partials)));
   engine::count_op("squared_norms", 2 * bytes, bytes + double(out.nbytes()));
   return out;
 }

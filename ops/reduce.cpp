@@ -4,6 +4,9 @@
 #include <algorithm>
 
 #include "ops/cpu/reduce.h"
+#ifdef ENGINE_CUDA
+#include "ops/cuda/reduce.h"
+#endif
 #include "ops/elementwise.h"
 #include "ops/op.h"
 #include "ops/factory.h"
@@ -38,6 +41,24 @@ Shape dropped_shape(const Shape& s, const std::vector<bool>& mask) {
   return out;
 }
 
+// How many pieces the GPU cuts each output's inputs into (1: none), so that a sum with few outputs and many
+// inputs each (a full sum, a bias gradient) still spreads over the whole GPU; the pieces' partial sums go to a
+// workspace [splits, outputs] and are added in order (deterministic). A function of the shape alone, and the
+// workspace is allocated on every device alike (cpu and meta leave it unused) so that meta predicts the GPU.
+// Rows (innermost dimension reduced): a piece is one block of >= 4096 inputs; columns (innermost kept): a
+// block serves 32 outputs, a piece is >= 256 inputs of each. Aim: about 2048 blocks, at most 1024 pieces.
+int64_t sum_splits(const Tensor& x, const std::vector<bool>& mask, int64_t outputs) {
+  if (outputs == 0 || x.numel() == 0) return 1;
+  bool inner_reduced = true;
+  for (size_t d = 0; d < mask.size(); d++)
+    if (x.shape()[d] != 1) inner_reduced = mask[d];
+  const int64_t per_output = x.numel() / outputs;
+  const int64_t blocks = inner_reduced ? outputs : (outputs + 31) / 32;
+  const int64_t min_piece = inner_reduced ? 4096 : 256;
+  int64_t splits = std::min<int64_t>({(2048 + blocks - 1) / blocks, per_output / min_piece, 1024});
+  return splits >= 2 ? splits : 1;
+}
+
 Tensor reduce_sum(const char* name, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, bool is_mean) {
   OpScope scope(name);
   check_floating(name, "x", x);
@@ -47,7 +68,12 @@ Tensor reduce_sum(const char* name, const Tensor& x, const std::vector<int64_t>&
   if (x.numel() == 0) count = 0;
   double scale = is_mean ? (count > 0 ? 1.0 / double(count) : 0.0) : 1.0;
   Tensor out = new_empty(x, keep);
-  run_kernel(name, out, [&] { cpu::sum(x, mask, scale, out); });
+  {
+    const int64_t splits = sum_splits(x, mask, out.numel());
+    Tensor partials;  // [splits, outputs] workspace of the GPU kernel, freed with this scope
+    if (splits > 1) partials = new_empty(x, {splits, out.numel()}, x.dtype() == DType::f64 ? DType::f64 : DType::f32);
+    run_kernel(name, out, [&] { cpu::sum(x, mask, scale, out); }, CUDA_KERNEL(cuda::sum(x, mask, scale, out, partials)));
+  }
   engine::count_op(name, double(x.numel()), double(x.nbytes() + out.nbytes()));
   if (!keepdim) out = reshape(out, dropped_shape(x.shape(), mask));
   if (graph::any_requires_grad({x})) {
@@ -96,7 +122,8 @@ std::pair<Tensor, Tensor> max_with_index(const char* name, const Tensor& x, int6
   keep[d] = 1;
   Tensor values = new_empty(x, keep);
   Tensor indices = new_empty(x, keep, DType::i64);
-  run_kernel(name, values, [&] { cpu::amax(x, d, values, indices); });
+  run_kernel(name, values, [&] { cpu::amax(x, d, values, indices); },
+             CUDA_KERNEL(cuda::amax(x, d, values, indices)));
   engine::count_op(name, double(x.numel()), double(x.nbytes() + values.nbytes() + indices.nbytes()));
   return {values, indices};
 }

@@ -2,6 +2,9 @@
 #include "ops/shape.h"
 
 #include "ops/cpu/shape.h"
+#ifdef ENGINE_CUDA
+#include "ops/cuda/shape.h"
+#endif
 #include "ops/elementwise.h"
 #include "ops/op.h"
 #include "ops/reduce.h"
@@ -58,7 +61,7 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
     shape[d] += x.shape()[d];
   }
   Tensor out = new_empty(first, shape);
-  run_kernel("concat", out, [&] { cpu::concat(xs, d, out); });
+  run_kernel("concat", out, [&] { cpu::concat(xs, d, out); }, CUDA_KERNEL(cuda::concat(xs, d, out)));
   engine::count_op("concat", 0, double(2 * out.nbytes()));
   if (graph::any_requires_grad(xs)) {
     graph::record("concat", xs, {out}, {}, [d, sizes](Node& n, const Grads& g) -> Grads {
@@ -117,7 +120,8 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   Shape shape = x.shape();
   shape[d] = index.numel();
   Tensor out = new_empty(x, shape);
-  run_kernel("index_select", out, [&] { cpu::gather("index_select", x, d, expand_index(index, shape, d), out); });
+  run_kernel("index_select", out, [&] { cpu::gather("index_select", x, d, expand_index(index, shape, d), out); },
+             CUDA_KERNEL(cuda::gather("index_select", x, d, expand_index(index, shape, d), out)));
   engine::count_op("index_select", 0, double(2 * out.nbytes() + index.nbytes()));
   if (graph::any_requires_grad({x})) {
     graph::record("index_select", {x}, {out}, {index}, [d, size = x.shape()[d]](Node& n, const Grads& g) -> Grads {
@@ -139,9 +143,10 @@ Tensor index_select_backward(const Tensor& g, int64_t dim, const Tensor& index, 
   Shape shape = g.shape();
   shape[d] = size;
   Tensor out = new_empty(g, shape);
-  run_kernel("index_select_backward", out, [&] {
-    cpu::scatter_add("index_select_backward", g, d, expand_index(index, g.shape(), d), -1, out);
-  });
+  run_kernel(
+      "index_select_backward", out,
+      [&] { cpu::scatter_add("index_select_backward", g, d, expand_index(index, g.shape(), d), -1, out); },
+      CUDA_KERNEL(cuda::scatter_add("index_select_backward", g, d, expand_index(index, g.shape(), d), -1, out)));
   engine::count_op("index_select_backward", double(g.numel()), double(g.nbytes() + index.nbytes() + out.nbytes()));
   if (graph::any_requires_grad({g})) {
     graph::record("index_select_backward", {g}, {out}, {index}, [d](Node& n, const Grads& gg) -> Grads {
@@ -169,7 +174,8 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   const int64_t d = normalize_dim("gather", dim, x.dim());
   check_gather_shapes("gather", x.shape(), index, d);
   Tensor out = new_empty(x, index.shape());
-  run_kernel("gather", out, [&] { cpu::gather("gather", x, d, index, out); });
+  run_kernel("gather", out, [&] { cpu::gather("gather", x, d, index, out); },
+             CUDA_KERNEL(cuda::gather("gather", x, d, index, out)));
   engine::count_op("gather", 0, double(2 * out.nbytes() + index.nbytes()));
   if (graph::any_requires_grad({x})) {
     graph::record("gather", {x}, {out}, {index}, [d, xs = x.shape()](Node& n, const Grads& g) -> Grads {
@@ -189,7 +195,8 @@ Tensor gather_backward(const Tensor& g, int64_t dim, const Tensor& index, const 
   const int64_t d = normalize_dim("gather_backward", dim, int64_t(x_shape.size()));
   check_gather_shapes("gather_backward", x_shape, index, d);
   Tensor out = new_empty(g, x_shape);
-  run_kernel("gather_backward", out, [&] { cpu::scatter_add("gather_backward", g, d, index, -1, out); });
+  run_kernel("gather_backward", out, [&] { cpu::scatter_add("gather_backward", g, d, index, -1, out); },
+             CUDA_KERNEL(cuda::scatter_add("gather_backward", g, d, index, -1, out)));
   engine::count_op("gather_backward", double(g.numel()), double(g.nbytes() + index.nbytes() + out.nbytes()));
   if (graph::any_requires_grad({g})) {
     graph::record("gather_backward", {g}, {out}, {index}, [d](Node& n, const Grads& gg) -> Grads {
@@ -210,7 +217,8 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   ENGINE_CHECK(broadcast_shapes("masked_fill", x.shape(), mask.shape()) == x.shape(), "masked_fill: mask of shape ",
                engine::shape_str(mask.shape()), " does not broadcast to x's shape ", engine::shape_str(x.shape()));
   Tensor out = empty_like(x);
-  run_kernel("masked_fill", out, [&] { cpu::masked_fill(x, mask, value, out); });
+  run_kernel("masked_fill", out, [&] { cpu::masked_fill(x, mask, value, out); },
+             CUDA_KERNEL(cuda::masked_fill(x, mask, value, out)));
   engine::count_op("masked_fill", 0, double(x.nbytes() + mask.nbytes() + out.nbytes()));
   if (graph::any_requires_grad({x})) {
     graph::record("masked_fill", {x}, {out}, {mask}, [](Node& n, const Grads& g) -> Grads {
@@ -230,7 +238,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   check_same_device("where", cond, a);
   Shape shape = broadcast_shapes("where", broadcast_shapes("where", cond.shape(), a.shape()), b.shape());
   Tensor out = new_empty(a, shape);
-  run_kernel("where", out, [&] { cpu::where(cond, a, b, out); });
+  run_kernel("where", out, [&] { cpu::where(cond, a, b, out); }, CUDA_KERNEL(cuda::where(cond, a, b, out)));
   engine::count_op("where", 0, double(cond.nbytes() + a.nbytes() + b.nbytes() + out.nbytes()));
   if (graph::any_requires_grad({a, b})) {
     graph::record("where", {a, b}, {out}, {cond}, [sa = a.shape(), sb = b.shape()](Node& n, const Grads& g) -> Grads {

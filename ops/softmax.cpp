@@ -3,6 +3,9 @@
 #include "ops/softmax.h"
 
 #include "ops/cpu/softmax.h"
+#ifdef ENGINE_CUDA
+#include "ops/cuda/softmax.h"
+#endif
 #include "ops/elementwise.h"
 #include "ops/op.h"
 #include "ops/reduce.h"
@@ -17,7 +20,7 @@ Tensor softmax_impl(const char* name, const Tensor& x, int64_t dim, bool log) {
   ENGINE_CHECK(x.dim() >= 1, name, ": x must have at least 1 dimension, got a scalar");
   int64_t d = normalize_dim(name, dim, x.dim());
   Tensor y = empty_like(x);
-  run_kernel(name, y, [&] { cpu::softmax_forward(x, d, log, y); });
+  run_kernel(name, y, [&] { cpu::softmax_forward(x, d, log, y); }, CUDA_KERNEL(cuda::softmax_forward(x, d, log, y)));
   engine::count_op(name, 5.0 * double(x.numel()), double(x.nbytes() + y.nbytes()));
   if (graph::any_requires_grad({x})) {
     graph::record(name, {x}, {y}, {y}, [d, log](Node& n, const Grads& g) -> Grads {
@@ -57,7 +60,8 @@ Tensor softmax_backward_impl(const char* name, const Tensor& g, const Tensor& y,
   ENGINE_CHECK(y.dim() >= 1, name, ": y must have at least 1 dimension, got a scalar");
   int64_t d = normalize_dim(name, dim, y.dim());
   Tensor out = empty_like(y);
-  run_kernel(name, out, [&] { cpu::softmax_backward(g, y, d, log, out); });
+  run_kernel(name, out, [&] { cpu::softmax_backward(g, y, d, log, out); },
+             CUDA_KERNEL(cuda::softmax_backward(g, y, d, log, out)));
   engine::count_op(name, 4.0 * double(y.numel()), double(g.nbytes() + y.nbytes() + out.nbytes()));
   if (graph::any_requires_grad({g, y})) {
     graph::record(name, {g, y}, {out}, {g, y}, [d, log](Node& n, const Grads& h) -> Grads {

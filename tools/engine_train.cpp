@@ -1,12 +1,17 @@
 // engine_train: train (or run) one registered model and report where its memory goes.
 //
-//   engine_train --model transformer_lm --size small --device meta --memory 24GB
+//   engine_train --model transformer_lm --size small --device meta --gpu rtx2080ti
+//   engine_train --model transformer_lm --size small --device meta --gpu rtx2080ti --find-max-batch
+//   engine_train --model transformer_lm --steps 5 --save run.safetensors   (then --load run.safetensors)
 //
 // Prints a header (model, parameters, device, arena capacity), one line per step in a fixed format, and at
-// the end the live memory at the peak by category, by module and by layer type. Errors (unknown model or
-// flag, impossible shape, out of memory) are reported as one clear message and a non-zero exit status.
+// the end the live memory at the peak by category, by module and by layer type. --find-max-batch instead
+// searches the largest batch that fits (tools/max_batch.h); --save/--load write and resume checkpoints
+// (tools/checkpoint.h). Errors (unknown model or flag, impossible shape, out of memory) are reported as one
+// clear message and a non-zero exit status (3 for out of memory).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -14,7 +19,11 @@
 #include "engine/format.h"
 #include "engine/io.h"
 #include "models/registry.h"
+#include "tools/checkpoint.h"
 #include "tools/flags.h"
+#include "tools/gpu_profiles.h"
+#include "tools/max_batch.h"
+#include "tools/progress.h"
 
 namespace {
 
@@ -35,43 +44,105 @@ size_t default_capacity(engine::DeviceType type) {
   return size_t(1) << 40;  // meta without --memory: 1 TiB, i.e. "measure the peak, nothing is refused"
 }
 
+// Arena capacity: --memory, a --gpu profile's memory less its reserve, or the device's default.
+size_t arena_capacity(const tools::Flags& flags, engine::DeviceType type, std::string* note) {
+  ENGINE_CHECK(!(flags.given("gpu") && flags.given("memory")), "engine_train: give --gpu or --memory, not both "
+               "(--gpu ", flags.str("gpu"), " already sets the arena to that card's memory less its reserve)");
+  if (flags.given("gpu")) {
+    const tools::GpuProfile& gpu = tools::find_gpu_profile(flags.str("gpu"));
+    *note = engine::str(" (gpu ", gpu.name, ": ", gpu.memory_mib, " MiB less a ", gpu.reserve_mib, " MiB reserve)");
+    return tools::gpu_arena_capacity(gpu);
+  }
+  return flags.given("memory") ? engine::parse_bytes(flags.str("memory")) : default_capacity(type);
+}
+
+int find_max_batch(const models::ModelConfig& config, const tools::Flags& flags, engine::DeviceType type,
+                   size_t capacity, const std::string& capacity_note) {
+  ENGINE_CHECK(type != engine::DeviceType::meta || flags.given("gpu") || flags.given("memory"),
+               "engine_train --find-max-batch on meta: give --gpu NAME or --memory SIZE (the default meta arena "
+               "of 1 TiB never fills)");
+  ENGINE_CHECK(!flags.given("save") && !flags.given("load") && !flags.given("batch"),
+               "engine_train --find-max-batch chooses the batch itself and trains nothing: drop --batch, --save "
+               "and --load");
+  tools::MaxBatchOptions options;
+  options.steps = int(std::max<int64_t>(2, flags.given("steps") ? flags.integer("steps") : 2));
+  options.inference = flags.on("inference");
+  tools::ProgressBar bar("max batch", 0);
+  int probes = 0;
+  options.on_probe = [&](const tools::MaxBatchProbe& p, int64_t fit, int64_t fail) {
+    bar.update(++probes, engine::str("batch ", p.batch, p.fits ? " fits" : " does not fit", " | fits ", fit,
+                                     fail ? engine::str(", fails ", fail) : std::string()));
+  };
+  std::printf("max batch of %s on %s, arena %s%s\n", config.name.c_str(), engine::device_type_name(type),
+              format_bytes(capacity).c_str(), capacity_note.c_str());
+  tools::MaxBatchResult r = tools::find_max_batch(config, type, capacity, options);
+  bar.clear();
+  std::printf("%s", tools::describe_max_batch(r, capacity, options).c_str());
+  return 0;
+}
+
 int run(int argc, char** argv) {
   tools::Flags flags("engine_train", "Train a model of the engine and report its memory, byte for byte.\n"
-                                     "models: " + joined_model_names());
-  flags.add_string("model", "", "model to run (required): " + joined_model_names());
+                                     "models: " + joined_model_names() + "\ngpu profiles: " +
+                                     tools::gpu_profile_names());
+  flags.add_string("model", "", "model to run (required unless --load names it): " + joined_model_names());
   flags.add_string("size", "", "model size (the model's default when empty)");
   flags.add_int("seq", 0, "sequence length (0: the model's default)");
   flags.add_int("batch", 0, "batch size in sequences or images (0: the model's default)");
-  flags.add_int("steps", 10, "training steps to run");
+  flags.add_int("tokens", 0, "batch size in tokens, for translation models (0: the model's default)");
+  flags.add_int("steps", 10, "steps to run (after --load: steps to run beyond the saved one)");
   flags.add_choice("device", "cpu", {"cpu", "meta", "cuda"}, "where to run; meta allocates but computes nothing");
   flags.add_string("memory", "", "arena capacity, e.g. 24GB (default: physical memory on cpu, 1 TiB on meta)");
+  flags.add_string("gpu", "", "arena capacity of a named card (its memory less a context reserve): " +
+                                  tools::gpu_profile_names());
   flags.add_choice("attention", "naive", {"naive", "flash"}, "attention algorithm");
-  flags.add_choice("recompute", "none", {"none", "layer"}, "activation checkpointing");
+  flags.add_choice("recompute", "none", {"none", "attention", "layer"}, "activation checkpointing");
   flags.add_int("seed", 1, "random seed (weights, data, dropout)");
+  flags.add_string("data", "", "data file (synthetic data when empty)");
+  flags.add_string("task", "", "task of a multi-task model (the model's default when empty)");
+  flags.add_bool("inference", "run eval steps (forward only, no gradients, eval mode) instead of training");
+  flags.add_bool("find-max-batch", "find the largest batch that fits the arena (2 steps per probe) and stop");
+  flags.add_string("save", "", "write a checkpoint (weights, optimizer state, step, RNG) after the last step");
+  flags.add_string("load", "", "start from a checkpoint: an engine one resumes exactly; a Hugging Face one "
+                               "gives the weights");
   flags.add_string("trace", "", "write the allocation timeline as Chrome trace JSON (opens in Perfetto)");
   flags.add_string("report", "", "write the run's header, step lines and memory tables as markdown");
   if (!flags.parse(argc, argv)) return 0;
-  ENGINE_CHECK(!flags.str("model").empty(), "engine_train: --model is required; valid models: ", joined_model_names());
   ENGINE_CHECK(flags.integer("steps") >= 1, "engine_train: --steps must be at least 1");
-  ENGINE_CHECK(flags.integer("batch") >= 0 && flags.integer("seq") >= 0, "engine_train: --batch and --seq must be positive");
-
-  engine::DeviceType type = engine::device_type_from_name(flags.str("device"));
-  size_t capacity = flags.str("memory").empty() ? default_capacity(type) : engine::parse_bytes(flags.str("memory"));
-  auto device = engine::Device::create(type, capacity);
-  engine::DeviceGuard guard(device);
+  ENGINE_CHECK(flags.integer("batch") >= 0 && flags.integer("seq") >= 0 && flags.integer("tokens") >= 0,
+               "engine_train: --batch, --seq and --tokens must be positive");
 
   models::ModelConfig config;
   config.name = flags.str("model");
   config.size = flags.str("size");
   config.seq = flags.integer("seq");
   config.batch = flags.integer("batch");
+  config.tokens = flags.integer("tokens");
   config.attention = flags.str("attention");
   config.recompute = flags.str("recompute");
+  config.data = flags.str("data");
+  config.task = flags.str("task");
   config.seed = uint64_t(flags.integer("seed"));
+  const std::string load = flags.str("load"), save = flags.str("save");
+  if (!load.empty()) tools::fill_config_from_checkpoint(load, config, [&](const std::string& f) { return flags.given(f); });
+  ENGINE_CHECK(!config.name.empty(), "engine_train: --model is required; valid models: ", joined_model_names());
+
+  engine::DeviceType type = engine::device_type_from_name(flags.str("device"));
+  std::string capacity_note;
+  size_t capacity = arena_capacity(flags, type, &capacity_note);
+  if (flags.on("find-max-batch")) return find_max_batch(config, flags, type, capacity, capacity_note);
+
+  auto device = engine::Device::create(type, capacity);
+  engine::DeviceGuard guard(device);
   std::unique_ptr<models::Model> model = models::create_model(config);
+  const bool inference = flags.on("inference");
+  tools::CheckpointLoad loaded;
+  if (!load.empty()) loaded = tools::load_checkpoint(load, *model, !inference);
 
   std::string out;
-  auto say = [&out](const std::string& line) {
+  tools::ProgressBar bar(inference ? "eval" : "training", flags.integer("steps"));
+  auto say = [&out, &bar](const std::string& line) {
+    bar.clear();
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
     out += line + "\n";
@@ -79,27 +150,45 @@ int run(int argc, char** argv) {
   const engine::Ledger& ledger = device->ledger();
   say(model->summary());
   say(engine::str("parameters ", model->module().num_parameters(), " (", format_bytes(ledger.live_bytes(engine::Category::param)),
-                  ") | device ", device->name(), " | arena ", format_bytes(device->capacity()),
-                  type == engine::DeviceType::meta ? " | meta: shapes and allocations only, no arithmetic" : ""));
+                  ") | device ", device->name(), " | arena ", format_bytes(device->capacity()), capacity_note,
+                  type == engine::DeviceType::meta ? " | meta: shapes and allocations only, no arithmetic" : "",
+                  inference ? " | inference: forward only, eval mode" : ""));
+  if (!load.empty())
+    say(loaded.engine_checkpoint
+            ? engine::str("loaded ", load, ": ", loaded.weights, " weights", loaded.optimizer_restored ? ", optimizer state" : "",
+                          ", resuming after step ", loaded.step)
+            : engine::str("loaded ", load, ": ", loaded.weights, " weights (no engine metadata: weights only)"));
 
-  int64_t steps = flags.integer("steps");
-  for (int64_t step = 1; step <= steps; step++) {
+  const int64_t first = loaded.step + 1, last = loaded.step + flags.integer("steps");
+  for (int64_t step = first; step <= last; step++) {
     auto t0 = std::chrono::steady_clock::now();
-    models::StepResult r = model->train_step(step);
+    models::StepResult r = inference ? model->eval_step(step) : model->train_step(step);
     device->synchronize();
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     ledger.check();
     std::string loss = type == engine::DeviceType::meta ? "-" : format_fixed(r.loss, 4);
-    say(engine::str("step ", step, "/", steps, " | loss ", loss, " | ", format_fixed(ms, 1), " ms | ",
+    say(engine::str("step ", step, "/", last, " | loss ", loss, " | ", format_fixed(ms, 1), " ms | ",
                     format_fixed(double(r.items) / (ms / 1000.0), 1), " ", model->item_unit(), "/s | peak ",
                     format_bytes(ledger.peak_bytes())));
+    if (last - first >= 1) bar.update(step - first + 1, engine::str("step ", step));
   }
   say("");
   say("## Memory at the peak");
   say(ledger.peak_table_markdown());
   if (!flags.str("report").empty()) engine::write_file_atomic(flags.str("report"), out);
   if (!flags.str("trace").empty()) engine::write_file_atomic(flags.str("trace"), ledger.chrome_trace_json());
+  if (!save.empty()) {
+    tools::save_checkpoint(save, *model, config, last);
+    std::printf("saved %s after step %lld\n", save.c_str(), (long long)last);
+  }
   return 0;
+}
+
+// Errors print as "engine_train: <what>" (messages that already name the program keep one prefix).
+int fail(const std::exception& e, int code) {
+  std::string what = e.what();
+  std::fprintf(stderr, "%s%s\n", what.rfind("engine_train", 0) == 0 ? "" : "engine_train: ", what.c_str());
+  return code;
 }
 
 }  // namespace
@@ -108,10 +197,8 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const engine::OutOfMemory& e) {
-    std::fprintf(stderr, "engine_train: %s\n", e.what());
-    return 3;
+    return fail(e, 3);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "engine_train: %s\n", e.what());
-    return 2;
+    return fail(e, 2);
   }
 }

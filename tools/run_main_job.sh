@@ -1,11 +1,46 @@
 #!/usr/bin/env bash
-# The main job (make run): train a model on the best device present and report its memory.
-# Today (no CUDA device in the engine yet): a small config trains on the cpu, and the full-size config's
-# memory is measured on the meta device, which computes nothing and says so.
+# The main job (make run): train the default model on the best device present and report its memory.
+#
+#   GPU machine (and an engine built with its cuda device): the full-size model trains on the GPU.
+#   Otherwise: a small config trains a few steps on the cpu, then the full-size config's memory is measured
+#   on the meta device (shapes and allocations only, no arithmetic), and its max batch on the 2020 study's
+#   RTX 2080 Ti profile, so the run ends with the numbers the study is about.
+#
+# The default model is bert_base (the 2020 table's language model) when this build has it, else
+# transformer_lm. Usage: tools/run_main_job.sh [BUILD_DIR]
 set -euo pipefail
 BUILD=${1:-build}
-echo "== training transformer_lm (tiny) on the cpu =="
-"$BUILD/engine_train" --model transformer_lm --size tiny --device cpu --steps 30
+TRAIN="$BUILD/engine_train"
+
+# The engine's cuda device is not there yet (engine_train --device cuda is an error): when it trains,
+# set this to 1 and a GPU machine takes the cuda path.
+ENGINE_HAS_CUDA=0
+
+if "$TRAIN" --help | grep -q '^models: .*bert_base'; then
+  MODEL=bert_base SMALL=tiny FULL=base
+else
+  MODEL=transformer_lm SMALL=tiny FULL=small
+fi
+
+GPU=""
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  GPU=$(nvidia-smi -L | head -n 1)
+fi
+
+if [ -n "$GPU" ] && [ "$ENGINE_HAS_CUDA" = 1 ]; then
+  echo "== training $MODEL ($FULL) on the GPU: $GPU =="
+  "$TRAIN" --model "$MODEL" --size "$FULL" --device cuda --steps 20
+  exit 0
+fi
+
+if [ -n "$GPU" ]; then
+  echo "(a GPU is present: $GPU; the engine has no cuda device yet, so this run takes the cpu path)"
+fi
+echo "== training $MODEL ($SMALL) on the cpu, a few steps =="
+"$TRAIN" --model "$MODEL" --size "$SMALL" --device cpu --steps 10
 echo
-echo "== full size (GPT-2 small, seq 1024, batch 8): memory from the meta device (no arithmetic) =="
-"$BUILD/engine_train" --model transformer_lm --size small --device meta --memory 24GB --steps 2
+echo "== $MODEL ($FULL), full size: memory measured on the meta device (allocations only, no arithmetic) =="
+"$TRAIN" --model "$MODEL" --size "$FULL" --device meta --steps 2
+echo
+echo "== $MODEL ($FULL): max batch on an RTX 2080 Ti (meta device, the card's memory less its context reserve) =="
+"$TRAIN" --model "$MODEL" --size "$FULL" --device meta --gpu rtx2080ti --find-max-batch

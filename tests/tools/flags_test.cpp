@@ -2,14 +2,13 @@
 // error messages and exit codes, run as a user would run it.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
-#include <sys/wait.h>
-
 #include "engine/error.h"
+#include "tests/tools/shell_util.h"
 #include "tools/flags.h"
 
 namespace {
+
+using testutil::shell;
 
 bool parse(tools::Flags& f, std::vector<std::string> args) {
   std::vector<char*> argv;
@@ -37,17 +36,6 @@ std::string error_of(std::vector<std::string> args) {
     return e.what();
   }
   return "";
-}
-
-// Runs a command, returns (exit status, stdout+stderr).
-std::pair<int, std::string> shell(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 }  // namespace

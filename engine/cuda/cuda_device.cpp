@@ -1,0 +1,104 @@
+// cuda_device.cpp: the cuda device: one cudaMalloc arena, one stream, one cuBLASLt handle.
+//
+// At creation the CUDA context and cuBLASLt are initialized first, then cudaMemGetInfo tells how much the
+// context and libraries took ("outside arena", reported) and how much is free. The arena is then one
+// cudaMalloc of `capacity` bytes (0: all free memory but a reserve for what libraries allocate lazily).
+// No other cudaMalloc happens anywhere: library workspaces are carved from the arena.
+#include <cstdio>
+#include <cstring>
+
+#include "engine/cuda/runtime.h"
+#include "engine/device.h"
+#include "engine/format.h"
+
+namespace engine::cuda {
+
+namespace {
+cudaStream_t g_stream = nullptr;
+cublasLtHandle_t g_cublaslt = nullptr;
+int g_sms = 0;
+bool g_tf32 = false;
+}  // namespace
+
+void check(cudaError_t e, const char* what, const char* file, int line) {
+  if (e == cudaSuccess) return;
+  throw Error(str("CUDA error in ", what, " at ", file, ":", line, ": ", cudaGetErrorName(e), " (",
+                  cudaGetErrorString(e), ")"));
+}
+
+void check(cublasStatus_t s, const char* what, const char* file, int line) {
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  throw Error(str("cuBLASLt error in ", what, " at ", file, ":", line, ": status ", int(s)));
+}
+
+cudaStream_t stream() { return g_stream; }
+cublasLtHandle_t cublaslt() { return g_cublaslt; }
+int multiprocessors() { return g_sms; }
+void set_allow_tf32(bool on) { g_tf32 = on; }
+bool allow_tf32() { return g_tf32; }
+
+namespace {
+
+// Memory that libraries may still allocate after the arena is taken (cuBLASLt's lazily loaded kernels,
+// the CUDA runtime's own pools): left free when the capacity is chosen automatically.
+constexpr size_t kLibraryReserve = size_t(512) << 20;
+
+class CudaDevice : public Device {
+ public:
+  CudaDevice(size_t capacity, void* base, size_t outside) : Device(DeviceType::cuda, capacity, base) {
+    outside_arena_ = outside;
+  }
+  ~CudaDevice() override {
+    synchronize_quietly();
+    if (base_) cudaFree(base_);
+  }
+  void copy_to_device(size_t offset, const void* src, size_t bytes) override {
+    if (!bytes) return;
+    ENGINE_CUDA_CHECK(cudaMemcpyAsync(pointer(offset), src, bytes, cudaMemcpyHostToDevice, g_stream));
+    ENGINE_CUDA_CHECK(cudaStreamSynchronize(g_stream));  // src may be a temporary host buffer
+  }
+  void copy_to_host(void* dst, size_t offset, size_t bytes) const override {
+    if (!bytes) return;
+    ENGINE_CUDA_CHECK(cudaMemcpyAsync(dst, pointer(offset), bytes, cudaMemcpyDeviceToHost, g_stream));
+    ENGINE_CUDA_CHECK(cudaStreamSynchronize(g_stream));
+  }
+  void synchronize() override { ENGINE_CUDA_CHECK(cudaStreamSynchronize(g_stream)); }
+
+ private:
+  void synchronize_quietly() {
+    if (g_stream) cudaStreamSynchronize(g_stream);
+  }
+};
+
+}  // namespace
+
+}  // namespace engine::cuda
+
+namespace engine {
+
+std::shared_ptr<Device> create_cuda_device(size_t capacity) {
+  using namespace engine::cuda;
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  ENGINE_CHECK(e == cudaSuccess && count > 0, "device cuda: no CUDA GPU is visible (", cudaGetErrorString(e),
+               "); use --device cpu, or --device meta to predict a GPU's memory without one");
+  ENGINE_CUDA_CHECK(cudaSetDevice(0));
+  ENGINE_CUDA_CHECK(cudaFree(nullptr));  // creates the context
+  if (!g_stream) ENGINE_CUDA_CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
+  if (!g_cublaslt) ENGINE_CUBLAS_CHECK(cublasLtCreate(&g_cublaslt));
+  cudaDeviceProp prop;
+  ENGINE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  g_sms = prop.multiProcessorCount;
+  size_t free_bytes = 0, total = 0;
+  ENGINE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  size_t outside = total - free_bytes;
+  if (capacity == 0) capacity = free_bytes > kLibraryReserve ? free_bytes - kLibraryReserve : 0;
+  ENGINE_CHECK(capacity <= free_bytes, "device cuda: an arena of ", format_bytes(capacity), " does not fit: ",
+               prop.name, " has ", format_bytes(free_bytes), " free of ", format_bytes(total), " (",
+               format_bytes(outside), " taken by the CUDA context and libraries); ask for less with --memory");
+  void* base = nullptr;
+  ENGINE_CUDA_CHECK(cudaMalloc(&base, capacity));
+  return std::shared_ptr<Device>(new CudaDevice(capacity, base, outside));
+}
+
+}  // namespace engine

@@ -1,0 +1,31 @@
+// runtime.h: the CUDA runtime as the engine uses it: one device, one stream, one cuBLASLt handle, and
+// checked calls. Included only by CUDA code (engine/cuda/, ops/cuda/), never by the cpu/meta build.
+//
+// Every CUDA and cuBLASLt call goes through ENGINE_CUDA_CHECK / ENGINE_CUBLAS_CHECK, and every kernel
+// launch is followed by ENGINE_CUDA_LAUNCH_CHECK("op"): a failure becomes an engine::Error naming the op,
+// the call, and the file and line, never a silent wrong result.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "engine/error.h"
+
+namespace engine::cuda {
+
+void check(cudaError_t e, const char* what, const char* file, int line);
+void check(cublasStatus_t s, const char* what, const char* file, int line);
+
+cudaStream_t stream();          // the engine's one stream
+cublasLtHandle_t cublaslt();    // created with the device
+int multiprocessors();          // SM count of the device
+// TF32 for f32 GEMMs (--precision tf32); off by default (true fp32, as in 2020).
+void set_allow_tf32(bool on);
+bool allow_tf32();
+
+}  // namespace engine::cuda
+
+#define ENGINE_CUDA_CHECK(call) ::engine::cuda::check((call), #call, __FILE__, __LINE__)
+#define ENGINE_CUBLAS_CHECK(call) ::engine::cuda::check((call), #call, __FILE__, __LINE__)
+#define ENGINE_CUDA_LAUNCH_CHECK(op) ::engine::cuda::check(cudaGetLastError(), op " (kernel launch)", __FILE__, __LINE__)

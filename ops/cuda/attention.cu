@@ -1,0 +1,144 @@
+// cuda/attention.cu: the entry points of the flash attention kernels on the GPU: the op's tensors become
+// one FlashArgs struct (passed by value to every kernel), and each call picks its path:
+//
+//   tensor cores (attention_fwd.cu, attention_bwd.cu) when the dtype is bf16 or f16, D == Dv is 64 or 128,
+//     scale > 0, the GPU is sm_80 or later, and q, k, v (and dout) have unit-stride, 16-byte aligned rows
+//     (every [B, H, L, D] view of a contiguous [B, L, H, D] projection qualifies: no copy is ever made);
+//   generic (attention_generic.cu) otherwise: any dtype, head dim and strides.
+// Both compute the cpu reference's function (ops/cpu/attention.cpp) with the same masks and dropout draw.
+#include "ops/cuda/attention.h"
+
+#include <cmath>
+#include <string>
+
+#include "engine/cuda/runtime.h"
+#include "ops/cuda/attention_common.cuh"
+
+namespace ops::cuda {
+
+using engine::DType;
+
+namespace {
+
+FlashTuning g_tuning;
+
+attn::Strides strides_of(const Tensor& t) {
+  return {t.strides()[0], t.strides()[1], t.strides()[2], t.strides()[3]};
+}
+
+int compute_capability_major() {
+  static const int major = [] {
+    int v = 0;
+    ENGINE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, 0));
+    return v;
+  }();
+  return major;
+}
+
+// Rows the tensor-core kernels can copy 16 bytes at a time: unit stride along D, 16-byte aligned start,
+// and every other stride a multiple of 8 elements (dimensions of size 1 have no stride that matters).
+bool rows_are_16_byte_vectors(const Tensor& t) {
+  if (t.strides()[3] != 1) return false;
+  if ((reinterpret_cast<uintptr_t>(t.data_ptr()) & 15u) != 0) return false;
+  for (int d = 0; d < 3; d++)
+    if (t.size(d) > 1 && t.strides()[size_t(d)] % 8 != 0) return false;
+  return true;
+}
+
+bool use_tensor_cores(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& p, const Tensor* dout) {
+  const DType t = in.q.dtype();
+  if (t != DType::bf16 && t != DType::f16) return false;
+  const int64_t D = in.q.size(3);
+  if (D != in.v.size(3) || (D != 64 && D != 128)) return false;
+  if (!(p.scale > 0)) return false;  // the kernels take the row max of unscaled scores
+  if (compute_capability_major() < 8) return false;
+  for (const Tensor* x : {&in.q, &in.k, &in.v})
+    if (!rows_are_16_byte_vectors(*x)) return false;
+  return dout == nullptr || rows_are_16_byte_vectors(*dout);
+}
+
+attn::FlashArgs make_args(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& p) {
+  constexpr int64_t kIntMax = 2147483647;
+  for (int d = 0; d < 4; d++)
+    ENGINE_CHECK(in.q.size(d) <= kIntMax && in.k.size(d) <= kIntMax && in.v.size(d) <= kIntMax,
+                 "flash_attention (cuda): every dimension must be below 2^31, got q ", engine::shape_str(in.q.shape()),
+                 ", k ", engine::shape_str(in.k.shape()));
+  attn::FlashArgs a;
+  a.q = in.q.data_ptr();
+  a.k = in.k.data_ptr();
+  a.v = in.v.data_ptr();
+  a.pad = in.key_padding_mask.defined() ? static_cast<const uint8_t*>(in.key_padding_mask.data_ptr()) : nullptr;
+  a.qs = strides_of(in.q);
+  a.ks = strides_of(in.k);
+  a.vs = strides_of(in.v);
+  a.B = int(in.q.size(0));
+  a.H = int(in.q.size(1));
+  a.Lq = int(in.q.size(2));
+  a.Lk = int(in.k.size(2));
+  a.D = int(in.q.size(3));
+  a.Dv = int(in.v.size(3));
+  a.causal = p.causal;
+  a.scale = float(p.scale);
+  a.scale_f64 = p.scale;
+  a.scale_log2 = float(p.scale * 1.4426950408889634);
+  if (p.dropout_p > 0) {
+    // u = (r >> 8) / 2^24 >= p exactly when (r >> 8) >= ceil(p * 2^24) (p * 2^24 is exact in double).
+    a.dropout = true;
+    a.keep_threshold = uint32_t(std::ceil(p.dropout_p * 16777216.0));
+    a.keep_scale = float(1.0 / (1.0 - p.dropout_p));
+    a.keep_scale_f64 = 1.0 / (1.0 - p.dropout_p);
+    a.seed = p.seed;
+    a.offset = p.offset;
+  }
+  return a;
+}
+
+}  // namespace
+
+void flash_attention_forward(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& params,
+                             const Tensor& out, const Tensor& lse) {
+  attn::FlashArgs a = make_args(in, params);
+  a.out = out.data_ptr();
+  a.lse = lse.data_ptr();
+  if (int64_t(a.B) * a.H * a.Lq == 0) return;
+  if (use_tensor_cores(in, params, nullptr) &&
+      attn::launch_forward_tensor_core(a, in.q.dtype() == DType::bf16, g_tuning.forward))
+    return;
+  attn::launch_forward_generic(a, int(in.q.dtype()));
+}
+
+void flash_attention_backward(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& params,
+                              const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
+                              const Tensor& delta, const Tensor& dq_accum, const Tensor& dq, const Tensor& dk,
+                              const Tensor& dv) {
+  (void)dq_accum;  // dQ is summed in registers by its own pass
+  attn::FlashArgs a = make_args(in, params);
+  a.o = out.data_ptr();
+  a.os = strides_of(out);
+  a.dout = dout.data_ptr();
+  a.dos = strides_of(dout);
+  a.lse = lse.data_ptr();
+  a.dlse = dlse.defined() ? dlse.data_ptr() : nullptr;
+  a.delta = delta.data_ptr();
+  a.dq = dq.data_ptr();
+  a.dk = dk.data_ptr();
+  a.dv = dv.data_ptr();
+  if (int64_t(a.B) * a.H == 0) return;
+  attn::launch_backward_delta(a, int(in.q.dtype()));
+  if (use_tensor_cores(in, params, &dout) &&
+      attn::launch_backward_tensor_core(a, in.q.dtype() == DType::bf16, g_tuning.backward))
+    return;
+  attn::launch_backward_generic(a, int(in.q.dtype()));
+}
+
+void set_flash_tuning(FlashTuning t) { g_tuning = t; }
+int flash_forward_variants(int head_dim) { return attn::forward_tensor_core_variants(head_dim); }
+int flash_backward_variants(int head_dim) { return attn::backward_tensor_core_variants(head_dim); }
+std::string flash_forward_variant_name(int head_dim, int variant) {
+  return attn::forward_tensor_core_name(head_dim, variant);
+}
+std::string flash_backward_variant_name(int head_dim, int variant) {
+  return attn::backward_tensor_core_name(head_dim, variant);
+}
+
+}  // namespace ops::cuda

@@ -1,0 +1,258 @@
+// cuda/loss.cu: cross-entropy (fused log-softmax) forward and backward, and the pointwise losses.
+//
+// Cross-entropy forward: one block per row of logits [N, V] (32 threads for a few classes, 256 for a
+// vocabulary), an online (max, sum of exp) plus the plain sum of x per thread, block reductions, then
+// thread 0 writes lse and the row's loss. Backward: one block per row writes a_i (exp(x - lse_i) - q).
+// Reductions over rows and elements (mean, sum) are deterministic without atomics: per-row losses or
+// per-block partial sums go to a workspace the op allocated, and one block adds them in a fixed order.
+// Math in acc_t (f32; f64 for f64), pointwise terms from the same ENGINE_HD function as the CPU's.
+#include "ops/cpu/cpu_util.h"  // broadcast_strides
+#include "ops/cuda/kernel_util.cuh"
+#include "ops/cuda/loss.h"
+
+namespace ops::cuda {
+
+using engine::Tensor;
+
+namespace {
+
+constexpr int kReduceThreads = 1024;  // the single block that adds partials / per-row losses
+
+// Threads per row block: a warp for a few classes, up to 256 for a vocabulary.
+int row_threads(int64_t V) { return int(std::min<int64_t>(256, std::max<int64_t>(32, (V + 31) / 32 * 32))); }
+
+// ---------------------------------------------------------------------------------------------------
+// Cross-entropy
+
+// Block per row. Bytes per row: V reads of logits (strided by cs), one of the target; bound: memory.
+// row_loss is `out` [N] for Reduction::none, the workspace otherwise.
+template <typename T, typename I>
+__global__ void __launch_bounds__(256)
+    cross_entropy_forward_rows(const T* __restrict__ x, int64_t rs, int64_t cs, const I* __restrict__ target,
+                               int64_t ts, int64_t N, int64_t V, int64_t ignore_index, acc_t<T> eps,
+                               acc_t<T>* __restrict__ lse, acc_t<T>* __restrict__ row_loss, IndexError* err) {
+  using A = acc_t<T>;
+  __shared__ A scratch[32];
+  for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
+    const T* xr = x + row * rs;
+    A m = A(-INFINITY), s = 0, sum_x = 0;
+    for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
+      const A v = to_acc<A>(xr[c * cs]);
+      online_add(m, s, v);
+      sum_x += v;
+    }
+    block_online_reduce(m, s, scratch);
+    sum_x = block_sum(sum_x, scratch);
+    if (threadIdx.x != 0) continue;
+    const A row_lse = m + std::log(s);
+    lse[row] = row_lse;
+    const int64_t t = int64_t(target[row * ts]);
+    A loss = 0;
+    if (t != ignore_index) {
+      if (t < 0 || t >= V) {
+        report_bad_index(err, t);
+      } else {
+        loss = (A(1) - eps) * (row_lse - to_acc<A>(xr[t * cs]));
+        if (eps > A(0)) loss += eps * (row_lse - sum_x / A(V));  // only when smoothing, as the CPU
+      }
+    }
+    row_loss[row] = loss;
+  }
+}
+
+// One block: out = sum (or mean over the counted rows) of row_loss; divisor = max(#counted, 1) for a mean.
+template <typename A, typename I>
+__global__ void __launch_bounds__(kReduceThreads)
+    cross_entropy_reduce(const A* __restrict__ row_loss, const I* __restrict__ target, int64_t ts, int64_t N,
+                         int64_t ignore_index, bool mean, A* __restrict__ out, A* __restrict__ divisor) {
+  __shared__ A scratch[32];
+  __shared__ long long count_scratch[32];
+  A total = 0;
+  long long count = 0;
+  for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
+    total += row_loss[i];
+    count += int64_t(target[i * ts]) != ignore_index;
+  }
+  total = block_sum(total, scratch);
+  count = block_sum(count, count_scratch);
+  if (threadIdx.x != 0) return;
+  const A div = A(count > 1 ? count : 1);  // an all-ignored batch has loss 0, not 0/0
+  out[0] = mean ? total / div : total;
+  if (mean) divisor[0] = div;
+}
+
+// Block per row: d[row, c] = a (exp(x - lse) - q), q = (1 - eps) onehot(t) + eps / V. Bytes per row: V
+// reads + V writes; bound: memory.
+template <typename T, typename I>
+__global__ void __launch_bounds__(256)
+    cross_entropy_backward_rows(const acc_t<T>* __restrict__ g, int64_t gs, const T* __restrict__ x, int64_t rs,
+                                int64_t cs, const I* __restrict__ target, int64_t ts, const acc_t<T>* __restrict__ lse,
+                                const acc_t<T>* __restrict__ divisor, int64_t N, int64_t V, int64_t ignore_index,
+                                acc_t<T> eps, T* __restrict__ d, IndexError* err) {
+  using A = acc_t<T>;
+  const A smooth = eps / A(V);
+  const A scale = divisor ? A(1) / divisor[0] : A(1);
+  for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
+    T* dr = d + row * V;
+    const int64_t t = int64_t(target[row * ts]);
+    const bool bad = t != ignore_index && (t < 0 || t >= V);
+    if (bad && threadIdx.x == 0) report_bad_index(err, t);
+    if (t == ignore_index || bad) {
+      for (int64_t c = threadIdx.x; c < V; c += blockDim.x) dr[c] = from_acc<T>(A(0));
+      continue;
+    }
+    const A a = g[row * gs] * scale, row_lse = lse[row];
+    const T* xr = x + row * rs;
+    for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
+      const A q = smooth + (c == t ? A(1) - eps : A(0));
+      dr[c] = from_acc<T>(a * (std::exp(to_acc<A>(xr[c * cs]) - row_lse) - q));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Pointwise losses: the term of element i from a, b (and w, broadcast), located through the Indexer.
+
+template <typename T, typename I>
+__device__ __forceinline__ acc_t<T> loss_term(cpu::PointwiseLoss kind, const T* a, const T* b, const T* w,
+                                              const Indexer<3, I>& ix, I i) {
+  using A = acc_t<T>;
+  I off[3];
+  ix.offsets(i, off);
+  return cpu::pointwise_loss_term<A>(kind, to_acc<A>(a[off[0]]), to_acc<A>(b[off[1]]), w ? to_acc<A>(w[off[2]]) : A(1));
+}
+
+// Reduction::none: out[i] = term(i), grid-stride. Bytes: 2-3 reads + one write per element; bound: memory.
+template <typename T, typename I>
+__global__ void pointwise_loss_elements(cpu::PointwiseLoss kind, const T* __restrict__ a, const T* __restrict__ b,
+                                        const T* __restrict__ w, const __grid_constant__ Indexer<3, I> ix, I n,
+                                        acc_t<T>* __restrict__ out) {
+  for (I i = I(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += I(gridDim.x) * blockDim.x)
+    out[i] = loss_term(kind, a, b, w, ix, i);
+}
+
+// mean/sum, stage 1: block k sums the terms of elements [k * per_block, (k + 1) * per_block) into
+// partials[k] (grid = P exactly: the split is the op's, not the GPU's). Bytes: 2-3 reads per element.
+template <typename T, typename I>
+__global__ void __launch_bounds__(256)
+    pointwise_loss_partials(cpu::PointwiseLoss kind, const T* __restrict__ a, const T* __restrict__ b,
+                            const T* __restrict__ w, const __grid_constant__ Indexer<3, I> ix, I n, I per_block,
+                            acc_t<T>* __restrict__ partials) {
+  using A = acc_t<T>;
+  __shared__ A scratch[32];
+  const I begin = I(blockIdx.x) * per_block;
+  const I end = n - begin < per_block ? n : begin + per_block;
+  A total = 0;
+  for (I i = begin + threadIdx.x; i < end; i += blockDim.x) total += loss_term(kind, a, b, w, ix, i);
+  total = block_sum(total, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+// mean/sum, stage 2: one block adds the P partials (fixed order) and divides by n for a mean.
+template <typename A>
+__global__ void __launch_bounds__(kReduceThreads)
+    sum_partials(const A* __restrict__ partials, int64_t P, int64_t n, bool mean, A* __restrict__ out) {
+  __shared__ A scratch[32];
+  A total = 0;
+  for (int64_t k = threadIdx.x; k < P; k += blockDim.x) total += partials[k];
+  total = block_sum(total, scratch);
+  if (threadIdx.x == 0) out[0] = mean ? (n > 0 ? total / A(n) : A(0)) : total;
+}
+
+template <typename T> const T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+
+void pointwise_loss(cpu::PointwiseLoss kind, const Tensor& a, const Tensor& b, const Tensor& w, Reduction reduction,
+                    const Tensor& out, const Tensor& partials) {
+  const engine::Shape& shape = a.shape();
+  const int64_t n = a.numel();
+  const engine::Shape w_strides = w.defined() ? cpu::broadcast_strides(w, shape) : engine::Shape(shape.size(), 0);
+  const bool reduce = reduction != Reduction::none;
+  ENGINE_CHECK(!reduce || (partials.defined() && partials.numel() >= 1 && partials.is_contiguous()),
+               "pointwise loss: cuda needs a [P] workspace for a mean or sum");
+  cudaStream_t stream = engine::cuda::stream();
+  auto launch = [&](auto index_tag) {
+    using I = decltype(index_tag);
+    const auto ix = make_indexer<3, I>("pointwise loss", shape, {a.strides(), b.strides(), w_strides});
+    ENGINE_CUDA_FLOAT_SWITCH(a.dtype(), T, {
+      using A = acc_t<T>;
+      const T* pa = static_cast<const T*>(a.data_ptr());
+      const T* pb = static_cast<const T*>(b.data_ptr());
+      const T* pw = ptr_or_null<T>(w);
+      A* po = static_cast<A*>(out.data_ptr());
+      if (!reduce) {
+        if (n > 0) pointwise_loss_elements<T, I><<<grid_for(n, 256), 256, 0, stream>>>(kind, pa, pb, pw, ix, I(n), po);
+      } else {
+        const int64_t P = partials.numel(), per_block = std::max<int64_t>(1, (n + P - 1) / P);
+        A* pp = static_cast<A*>(partials.data_ptr());
+        pointwise_loss_partials<T, I><<<unsigned(P), 256, 0, stream>>>(kind, pa, pb, pw, ix, I(n), I(per_block), pp);
+        ENGINE_CUDA_LAUNCH_CHECK("pointwise loss (partial sums)");
+        sum_partials<A><<<1, kReduceThreads, 0, stream>>>(pp, P, n, reduction == Reduction::mean, po);
+      }
+    });
+  };
+  if (fits_int32(n, {&a, &b}) && (!w.defined() || fits_int32(n, {&w}))) launch(int32_t{});
+  else launch(int64_t{});
+  ENGINE_CUDA_LAUNCH_CHECK("pointwise loss");
+}
+
+void cross_entropy_forward(const Tensor& logits, const Tensor& target, int64_t ignore_index, double label_smoothing,
+                           Reduction reduction, const Tensor& out, const Tensor& lse, const Tensor& divisor,
+                           const Tensor& row_loss) {
+  const int64_t N = logits.shape()[0], V = logits.shape()[1];
+  const int64_t rs = logits.strides()[0], cs = logits.strides()[1], ts = target.strides()[0];
+  const bool reduce = reduction != Reduction::none;
+  ENGINE_CHECK(!reduce || (row_loss.defined() && row_loss.numel() == N),
+               "cross_entropy: cuda needs a [", N, "] workspace for a mean or sum");
+  cudaStream_t stream = engine::cuda::stream();
+  IndexError* err = index_error_begin();
+  ENGINE_CUDA_INDEX_SWITCH(target.dtype(), I, {
+    const I* pt = static_cast<const I*>(target.data_ptr());
+    ENGINE_CUDA_FLOAT_SWITCH(logits.dtype(), T, {
+      using A = acc_t<T>;
+      A* per_row = static_cast<A*>((reduce ? row_loss : out).data_ptr());
+      if (N > 0)
+        cross_entropy_forward_rows<T, I><<<grid_for(N, 1, 16), row_threads(V), 0, stream>>>(
+            static_cast<const T*>(logits.data_ptr()), rs, cs, pt, ts, N, V, ignore_index, A(label_smoothing),
+            static_cast<A*>(lse.data_ptr()), per_row, err);
+      ENGINE_CUDA_LAUNCH_CHECK("cross_entropy");
+      if (reduce) {
+        cross_entropy_reduce<A, I><<<1, kReduceThreads, 0, stream>>>(
+            per_row, pt, ts, N, ignore_index, reduction == Reduction::mean, static_cast<A*>(out.data_ptr()),
+            divisor.defined() ? static_cast<A*>(divisor.data_ptr()) : nullptr);
+        ENGINE_CUDA_LAUNCH_CHECK("cross_entropy (reduction)");
+      }
+    });
+  });
+  index_error_end("cross_entropy: target", V);
+}
+
+void cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& target, const Tensor& lse,
+                            const Tensor& divisor, int64_t ignore_index, double label_smoothing, Reduction reduction,
+                            const Tensor& dlogits) {
+  const int64_t N = logits.shape()[0], V = logits.shape()[1];
+  if (N == 0) return;
+  const int64_t rs = logits.strides()[0], cs = logits.strides()[1], ts = target.strides()[0];
+  const int64_t gs = reduction == Reduction::none ? g.strides()[0] : 0;
+  cudaStream_t stream = engine::cuda::stream();
+  IndexError* err = index_error_begin();
+  ENGINE_CUDA_INDEX_SWITCH(target.dtype(), I, {
+    ENGINE_CUDA_FLOAT_SWITCH(logits.dtype(), T, {
+      using A = acc_t<T>;
+      cross_entropy_backward_rows<T, I><<<grid_for(N, 1, 16), row_threads(V), 0, stream>>>(
+          static_cast<const A*>(g.data_ptr()), gs, static_cast<const T*>(logits.data_ptr()), rs, cs,
+          static_cast<const I*>(target.data_ptr()), ts, static_cast<const A*>(lse.data_ptr()),
+          reduction == Reduction::mean ? static_cast<const A*>(divisor.data_ptr()) : nullptr, N, V, ignore_index,
+          A(label_smoothing), static_cast<T*>(dlogits.data_ptr()), err);
+    });
+  });
+  ENGINE_CUDA_LAUNCH_CHECK("cross_entropy_backward");
+  index_error_end("cross_entropy_backward: target", V);
+}
+
+}  // namespace ops::cuda

@@ -1,0 +1,383 @@
+// cuda/norm.cu: layer norm forward and backward over the last dimension (C), rows located with an Indexer.
+//
+// Two kernel shapes, as in softmax.cu:
+//   warp   unit stride along C, 16-byte aligned, C <= 1024: one warp per row, the row in registers, lane l
+//          owning columns ((i * 32 + l) * VEC + k). Statistics take two passes over the registers (mean,
+//          then the sum of squared deviations), exactly the CPU's formula, with no extra memory traffic.
+//   block  anything else (long or strided rows): one 256-thread block per row, re-reading the row from L2.
+// Backward column sums (dweight = sum_rows g * xhat, dbias = sum_rows g) are deterministic and use no
+// atomics: the op hands us a workspace [P, 2, C]; chunk b of the rows (a fixed split, the same on every
+// GPU) is one block, whose lanes add their columns' terms row after row into their warp's shared-memory
+// sums; the block adds its warps in order and writes workspace[b]; then
+// layer_norm_param_grads adds the P partial rows in a fixed tree (32 stripes, then the stripes in order).
+#include "ops/cuda/kernel_util.cuh"
+#include "ops/cuda/norm.h"
+
+namespace ops::cuda {
+
+using engine::Shape;
+using engine::Tensor;
+
+namespace {
+
+constexpr int kWarpsPerBlock = 4;    // forward warp kernel: 4 rows per 128-thread block
+constexpr int kBackwardWarps = 4;    // backward warp kernel: one row chunk per 128-thread block
+constexpr int kRowBlock = 256;       // block kernels
+
+// x[c] for the warp kernels' chunk layout: VEC elements at p + c (VEC == 1: a single element).
+template <int VEC, typename T, typename A>
+__device__ __forceinline__ void load_or_fill(const T* p, int c, A fill, A (&out)[VEC]) {
+  if (p) {
+    load_vec<VEC>(p + c, out);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) out[k] = fill;
+  }
+}
+
+template <typename T, typename A>
+__device__ __forceinline__ A load_or(const T* p, int64_t i, A fill) { return p ? to_acc<A>(p[i]) : fill; }
+
+// ---------------------------------------------------------------------------------------------------
+// Forward
+
+// Warp per row. Bytes per row: C reads of x, C writes of y (weight and bias hit L1); bound: memory.
+template <typename T, int VEC, int ITEMS>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    layer_norm_forward_warp(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                            T* __restrict__ y, acc_t<T>* __restrict__ mean, acc_t<T>* __restrict__ rstd,
+                            const __grid_constant__ Indexer<2, int64_t> ix, int64_t rows, int C, acc_t<T> eps) {
+  using A = acc_t<T>;
+  const int lane = threadIdx.x & 31;
+  for (int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5); row < rows;
+       row += int64_t(gridDim.x) * kWarpsPerBlock) {
+    int64_t off[2];
+    ix.offsets(row, off);
+    A v[ITEMS][VEC];
+    A sum = 0;
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++) {
+      const int c = (i * 32 + lane) * VEC;
+      if (c < C) {
+        load_vec<VEC>(x + off[0] + c, v[i]);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) sum += v[i][k];
+      }
+    }
+    const A mu = warp_sum(sum) / A(C);
+    A sq = 0;
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++) {
+      if ((i * 32 + lane) * VEC < C) {
+#pragma unroll
+        for (int k = 0; k < VEC; k++) sq += (v[i][k] - mu) * (v[i][k] - mu);
+      }
+    }
+    const A r = A(1) / std::sqrt(warp_sum(sq) / A(C) + eps);
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++) {
+      const int c = (i * 32 + lane) * VEC;
+      if (c < C) {
+        A wv[VEC], bv[VEC], o[VEC];
+        load_or_fill<VEC>(w, c, A(1), wv);
+        load_or_fill<VEC>(b, c, A(0), bv);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) o[k] = (v[i][k] - mu) * r * wv[k] + bv[k];
+        store_vec<VEC>(y + off[1] + c, o);
+      }
+    }
+    if (lane == 0) {
+      mean[row] = mu;
+      rstd[row] = r;
+    }
+  }
+}
+
+// Block per row, any strides along C. Bytes per row: 3 C reads (two from L2) + C writes; bound: memory.
+template <typename T>
+__global__ void __launch_bounds__(kRowBlock)
+    layer_norm_forward_block(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                             T* __restrict__ y, acc_t<T>* __restrict__ mean, acc_t<T>* __restrict__ rstd,
+                             const __grid_constant__ Indexer<2, int64_t> ix, int64_t rows, int64_t C, int64_t sx, int64_t sy, int64_t sw,
+                             int64_t sb, acc_t<T> eps) {
+  using A = acc_t<T>;
+  __shared__ A scratch[32];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    int64_t off[2];
+    ix.offsets(row, off);
+    const T* xr = x + off[0];
+    A sum = 0;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += to_acc<A>(xr[c * sx]);
+    const A mu = block_sum(sum, scratch) / A(C);
+    A sq = 0;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      A d = to_acc<A>(xr[c * sx]) - mu;
+      sq += d * d;
+    }
+    const A r = A(1) / std::sqrt(block_sum(sq, scratch) / A(C) + eps);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+      y[off[1] + c * sy] = from_acc<T>((to_acc<A>(xr[c * sx]) - mu) * r * load_or(w, c * sw, A(1)) + load_or(b, c * sb, A(0)));
+    if (threadIdx.x == 0) {
+      mean[row] = mu;
+      rstd[row] = r;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Backward: per row, with xhat = (x - mean) rstd and a = g * weight,
+//   dx = rstd (a - mean(a) - xhat mean(a xhat));  partial column sums of g * xhat and g.
+
+// Block b takes rows [b * rows_per_block, ...), its 4 warps one row at a time. Each lane adds its columns
+// g * xhat and g into its warp's rows of shared memory (lane-private addresses: no barrier until the end,
+// and no registers held across rows, which keeps occupancy up); at the end the block adds its warps in
+// order and writes workspace[b]. Bytes per row: 2 C reads, C writes (dx); bound: memory.
+template <typename T, int VEC, int ITEMS>
+__global__ void __launch_bounds__(kBackwardWarps * 32)
+    layer_norm_backward_warp(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ w,
+                             const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ rstd,
+                             T* __restrict__ dx, acc_t<T>* __restrict__ workspace,
+                             const __grid_constant__ Indexer<3, int64_t> ix, int64_t rows, int C,
+                             int64_t rows_per_block) {
+  using A = acc_t<T>;
+  constexpr int kCap = 32 * ITEMS * VEC;  // columns one warp covers
+  __shared__ __align__(16) A sums[kBackwardWarps][2][kCap];  // per warp: [dweight, dbias][columns]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  A* warp_dw = sums[warp][0];
+  A* warp_db = sums[warp][1];
+  if (workspace) {
+    for (int c = lane; c < kCap; c += 32) warp_dw[c] = warp_db[c] = A(0);
+    __syncwarp();
+  }
+  const int64_t begin = int64_t(blockIdx.x) * rows_per_block;
+  const int64_t end = min(rows, begin + rows_per_block);
+  for (int64_t row = begin + warp; row < end; row += kBackwardWarps) {
+    int64_t off[3];
+    ix.offsets(row, off);
+    const A mu = mean[row], r = rstd[row];
+    A gv[ITEMS][VEC], xh[ITEMS][VEC];
+    A sum_a = 0, sum_a_xhat = 0;
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++) {
+      const int c = (i * 32 + lane) * VEC;
+      if (c < C) {
+        A wv[VEC];  // weight: re-read per row from L1 rather than held (registers bound occupancy here)
+        load_or_fill<VEC>(w, c, A(1), wv);
+        load_vec<VEC>(g + off[0] + c, gv[i]);
+        load_vec<VEC>(x + off[1] + c, xh[i]);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+          xh[i][k] = (xh[i][k] - mu) * r;
+          const A a = gv[i][k] * wv[k];
+          sum_a += a;
+          sum_a_xhat += a * xh[i][k];
+        }
+        if (workspace) {
+          Vec<A, VEC>& sw = *reinterpret_cast<Vec<A, VEC>*>(warp_dw + c);
+          Vec<A, VEC>& sb = *reinterpret_cast<Vec<A, VEC>*>(warp_db + c);
+          Vec<A, VEC> vw = sw, vb = sb;
+#pragma unroll
+          for (int k = 0; k < VEC; k++) {
+            vw.v[k] += gv[i][k] * xh[i][k];
+            vb.v[k] += gv[i][k];
+          }
+          sw = vw;
+          sb = vb;
+        }
+      }
+    }
+    const A mean_a = warp_sum(sum_a) / A(C), mean_a_xhat = warp_sum(sum_a_xhat) / A(C);
+    if (!dx) continue;
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++) {
+      const int c = (i * 32 + lane) * VEC;
+      if (c < C) {
+        A wv[VEC], o[VEC];
+        load_or_fill<VEC>(w, c, A(1), wv);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) o[k] = r * (gv[i][k] * wv[k] - mean_a - xh[i][k] * mean_a_xhat);
+        store_vec<VEC>(dx + off[2] + c, o);
+      }
+    }
+  }
+  if (!workspace) return;
+  __syncthreads();
+  // The block's column sums: its warps added in warp order (deterministic).
+  A* out = workspace + int64_t(blockIdx.x) * 2 * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    A sw = 0, sb = 0;
+#pragma unroll
+    for (int k = 0; k < kBackwardWarps; k++) {
+      sw += sums[k][0][c];
+      sb += sums[k][1][c];
+    }
+    out[c] = sw;
+    out[C + c] = sb;
+  }
+}
+
+// Block per row, any strides; block b takes rows [b * rows_per_block, ...) and keeps its column sums
+// directly in workspace[b] (each thread owns its columns: no races). Bytes per row: 4 C reads (two from
+// L2) + C writes + 4 C workspace accesses (L2); bound: memory.
+template <typename T>
+__global__ void __launch_bounds__(kRowBlock)
+    layer_norm_backward_block(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ w,
+                              const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ rstd,
+                              T* __restrict__ dx, acc_t<T>* __restrict__ workspace, const __grid_constant__ Indexer<3, int64_t> ix,
+                              int64_t rows, int64_t C, int64_t sg, int64_t sx, int64_t sdx, int64_t sw,
+                              int64_t rows_per_block) {
+  using A = acc_t<T>;
+  __shared__ A scratch[32];
+  A* part = workspace ? workspace + int64_t(blockIdx.x) * 2 * C : nullptr;
+  if (part)
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) part[c] = part[C + c] = A(0);
+  const int64_t begin = int64_t(blockIdx.x) * rows_per_block;
+  const int64_t end = min(rows, begin + rows_per_block);
+  for (int64_t row = begin; row < end; row++) {
+    int64_t off[3];
+    ix.offsets(row, off);
+    const A mu = mean[row], r = rstd[row];
+    A sum_a = 0, sum_a_xhat = 0;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      const A gc = to_acc<A>(g[off[0] + c * sg]), xhat = (to_acc<A>(x[off[1] + c * sx]) - mu) * r;
+      const A a = gc * load_or(w, c * sw, A(1));
+      sum_a += a;
+      sum_a_xhat += a * xhat;
+      if (part) {
+        part[c] += gc * xhat;
+        part[C + c] += gc;
+      }
+    }
+    const A mean_a = block_sum(sum_a, scratch) / A(C), mean_a_xhat = block_sum(sum_a_xhat, scratch) / A(C);
+    if (!dx) continue;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      const A xhat = (to_acc<A>(x[off[1] + c * sx]) - mu) * r;
+      const A a = to_acc<A>(g[off[0] + c * sg]) * load_or(w, c * sw, A(1));
+      dx[off[2] + c * sdx] = from_acc<T>(r * (a - mean_a - xhat * mean_a_xhat));
+    }
+  }
+}
+
+// dweight[c], dbias[c] = sums of the P partial rows. Block: 32 columns x 32 stripes; stripe s adds partial
+// rows s, s + 32, ... in order, then thread (column, 0) adds the 32 stripes in order. Bytes: 2 P C reads.
+template <typename T>
+__global__ void __launch_bounds__(1024)
+    layer_norm_param_grads(const acc_t<T>* __restrict__ workspace, int64_t P, int64_t C, T* __restrict__ dw,
+                           int64_t sdw, T* __restrict__ db, int64_t sdb) {
+  using A = acc_t<T>;
+  __shared__ A stripes[2][32][33];
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  const int64_t c = int64_t(blockIdx.x) * 32 + tx;
+  A sw = 0, sb = 0;
+  if (c < C) {
+    for (int64_t b = ty; b < P; b += 32) {
+      sw += workspace[b * 2 * C + c];
+      sb += workspace[b * 2 * C + C + c];
+    }
+  }
+  stripes[0][ty][tx] = sw;
+  stripes[1][ty][tx] = sb;
+  __syncthreads();
+  if (ty != 0 || c >= C) return;
+  sw = sb = 0;
+  for (int s = 0; s < 32; s++) {
+    sw += stripes[0][s][tx];
+    sb += stripes[1][s][tx];
+  }
+  if (dw) dw[c * sdw] = from_acc<T>(sw);
+  if (db) db[c * sdb] = from_acc<T>(sb);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Launch helpers
+
+template <typename T> const T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+int64_t stride_or_zero(const Tensor& t) { return t.defined() ? t.strides().back() : 0; }
+bool unit_or_undefined(const Tensor& t) { return !t.defined() || t.strides().back() == 1 || t.size(-1) == 1; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+                        const Tensor& mean, const Tensor& rstd) {
+  const int64_t C = x.size(-1), rows = C > 0 ? x.numel() / C : 0;
+  if (rows == 0) return;
+  const auto ix = row_indexer<2>("layer_norm", x.shape(), x.dim() - 1, {x.strides(), y.strides()});
+  const bool unit = C == 1 || (x.strides().back() == 1 && y.strides().back() == 1 && unit_or_undefined(weight) &&
+                               unit_or_undefined(bias));
+  cudaStream_t stream = engine::cuda::stream();
+  ENGINE_CUDA_FLOAT_SWITCH(x.dtype(), T, {
+    using A = acc_t<T>;
+    const T* px = static_cast<const T*>(x.data_ptr());
+    const T *pw = ptr_or_null<T>(weight), *pb = ptr_or_null<T>(bias);
+    T* py = static_cast<T*>(y.data_ptr());
+    A* pm = static_cast<A*>(mean.data_ptr());
+    A* pr = static_cast<A*>(rstd.data_ptr());
+    constexpr int V = vec16<T>();
+    const bool vec = unit && rows_aligned<2>(ix, C, V, {px, py, pw, pb});
+    bool done = vec && with_lane_items<V>(C, [&](auto items) {
+      layer_norm_forward_warp<T, V, decltype(items)::value><<<grid_for(rows, kWarpsPerBlock, 16), kWarpsPerBlock * 32,
+                                                              0, stream>>>(px, pw, pb, py, pm, pr, ix, rows, int(C), A(eps));
+    });
+    if (!done)
+      layer_norm_forward_block<T><<<grid_for(rows, 1, 8), kRowBlock, 0, stream>>>(
+          px, pw, pb, py, pm, pr, ix, rows, C, x.strides().back(), y.strides().back(), stride_or_zero(weight),
+          stride_or_zero(bias), A(eps));
+  });
+  ENGINE_CUDA_LAUNCH_CHECK("layer_norm");
+}
+
+void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                         const Tensor& workspace) {
+  const int64_t C = x.size(-1), rows = C > 0 ? x.numel() / C : 0;
+  if (C == 0) return;
+  const bool sums = dweight.defined() || dbias.defined();
+  ENGINE_CHECK(!sums || (workspace.defined() && workspace.dim() == 3 && workspace.size(1) == 2 &&
+                         workspace.size(2) == C && workspace.is_contiguous()),
+               "layer_norm_backward: cuda needs a contiguous [P, 2, ", C, "] workspace for dweight/dbias");
+  // Row chunks: the workspace's P when column sums are wanted (a fixed split), else about 32 rows each.
+  const int64_t chunks = sums ? workspace.size(0) : std::max<int64_t>(1, (rows + 31) / 32);
+  ENGINE_CHECK(chunks >= 1, "layer_norm_backward: the workspace has no row chunks");
+  const int64_t rows_per_block = std::max<int64_t>(1, (rows + chunks - 1) / chunks);
+  const Shape& dx_strides = dx.defined() ? dx.strides() : x.strides();
+  const auto ix = row_indexer<3>("layer_norm_backward", x.shape(), x.dim() - 1, {g.strides(), x.strides(), dx_strides});
+  const bool unit = C == 1 || (g.strides().back() == 1 && x.strides().back() == 1 && unit_or_undefined(dx) &&
+                               unit_or_undefined(weight));
+  cudaStream_t stream = engine::cuda::stream();
+  ENGINE_CUDA_FLOAT_SWITCH(x.dtype(), T, {
+    using A = acc_t<T>;
+    const T* pg = static_cast<const T*>(g.data_ptr());
+    const T* px = static_cast<const T*>(x.data_ptr());
+    const T* pw = ptr_or_null<T>(weight);
+    const A* pm = static_cast<const A*>(mean.data_ptr());
+    const A* pr = static_cast<const A*>(rstd.data_ptr());
+    T* pdx = dx.defined() ? static_cast<T*>(dx.data_ptr()) : nullptr;
+    A* ws = sums ? static_cast<A*>(workspace.data_ptr()) : nullptr;
+    constexpr int V = vec16<T>();
+    const bool vec = unit && rows_aligned<3>(ix, C, V, {pg, px, pw, pdx});
+    if (rows > 0 || sums) {
+      bool done = vec && with_lane_items<V>(C, [&](auto items) {
+        layer_norm_backward_warp<T, V, decltype(items)::value><<<unsigned(chunks), kBackwardWarps * 32, 0, stream>>>(
+            pg, px, pw, pm, pr, pdx, ws, ix, rows, int(C), rows_per_block);
+      });
+      if (!done)
+        layer_norm_backward_block<T><<<unsigned(chunks), kRowBlock, 0, stream>>>(
+            pg, px, pw, pm, pr, pdx, ws, ix, rows, C, g.strides().back(), x.strides().back(), stride_or_zero(dx),
+            stride_or_zero(weight), rows_per_block);
+      ENGINE_CUDA_LAUNCH_CHECK("layer_norm_backward");
+    }
+    if (sums) {
+      T* pdw = dweight.defined() ? static_cast<T*>(dweight.data_ptr()) : nullptr;
+      T* pdb = dbias.defined() ? static_cast<T*>(dbias.data_ptr()) : nullptr;
+      layer_norm_param_grads<T><<<unsigned((C + 31) / 32), 1024, 0, stream>>>(
+          ws, chunks, C, pdw, stride_or_zero(dweight), pdb, stride_or_zero(dbias));
+      ENGINE_CUDA_LAUNCH_CHECK("layer_norm_backward (column sums)");
+    }
+  });
+}
+
+}  // namespace ops::cuda

@@ -1,0 +1,23 @@
+// cuda/norm.h: the GPU kernels of layer normalization, with the contract of ops/cpu/norm.h plus one
+// workspace for the deterministic column sums of the backward pass.
+#pragma once
+#include "engine/tensor.h"
+
+namespace ops::cuda {
+
+// y [..., C] = (x - mean) * rstd * weight + bias; writes mean and rstd [rows] (dtype acc_t of x's).
+// weight, bias: [C] or undefined. Any strides.
+void layer_norm_forward(const engine::Tensor& x, const engine::Tensor& weight, const engine::Tensor& bias,
+                        double eps, const engine::Tensor& y, const engine::Tensor& mean, const engine::Tensor& rstd);
+
+// dx [..., C], dweight [C], dbias [C] (each may be undefined: not computed) from g, x, weight (or
+// undefined) and the saved mean, rstd; as ops::cpu::layer_norm_backward.
+// workspace [P, 2, C] (stats dtype, contiguous) is given when dweight or dbias is requested: rows are
+// split into P fixed chunks, chunk b writes its column sums of g * xhat and g to workspace[b], and a
+// second kernel adds the P partial rows in order. P is the op's choice (ops/norm.cpp), the same on
+// every device; the result does not depend on the GPU.
+void layer_norm_backward(const engine::Tensor& g, const engine::Tensor& x, const engine::Tensor& weight,
+                         const engine::Tensor& mean, const engine::Tensor& rstd, const engine::Tensor& dx,
+                         const engine::Tensor& dweight, const engine::Tensor& dbias, const engine::Tensor& workspace);
+
+}  // namespace ops::cuda

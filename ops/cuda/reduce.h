@@ -1,0 +1,20 @@
+// cuda/reduce.h: the GPU kernels of the reduce family, with ops/cpu/reduce.h's contract, plus the
+// workspace the op allocates for reductions that the GPU sums in pieces (see ops/reduce.cpp).
+#pragma once
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace ops::cuda {
+
+// out = sum of x over the dimensions where reduced[d] is true (out has x's shape with those set to 1,
+// contiguous), times `scale`. `partials` is undefined, or a [splits, out.numel()] workspace of the
+// accumulation type (f32; f64 for f64): each output's inputs are then summed in `splits` pieces by
+// separate blocks and the pieces added in order by a second kernel (deterministic: no atomics).
+void sum(const engine::Tensor& x, const std::vector<bool>& reduced, double scale, const engine::Tensor& out,
+         const engine::Tensor& partials);
+// values and i64 indices of the max along dim (out shapes: x's with dim set to 1); the first maximum on
+// ties, and a NaN wins (the first NaN), as on the cpu.
+void amax(const engine::Tensor& x, int64_t dim, const engine::Tensor& values, const engine::Tensor& indices);
+
+}  // namespace ops::cuda

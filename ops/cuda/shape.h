@@ -1,0 +1,30 @@
+// cuda/shape.h: the GPU kernels of the shape family (concat, gather, scatter-add, masked_fill, where), with
+// the contracts of ops/cpu/shape.h. Embedding and index_select run through gather / scatter_add too.
+//
+// Index range errors: the CPU throws while it runs; these kernels record an out-of-range index in a
+// zero-copy host flag and the launcher throws the CPU's message after the kernel (one stream
+// synchronization per indexing op; see IndexError in kernel_util.cuh).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace ops::cuda {
+
+// out (contiguous) = the inputs placed one after the other along dim.
+void concat(const std::vector<engine::Tensor>& xs, int64_t dim, const engine::Tensor& out);
+// out (contiguous, index's shape): out[.., i, ..] = x[.., index[.., i, ..], ..] along dim; any dtype.
+void gather(const char* op, const engine::Tensor& x, int64_t dim, const engine::Tensor& index,
+            const engine::Tensor& out);
+// out (contiguous) = 0, then out[.., index[.., i, ..], ..] += g[.., i, ..], each output element summing its
+// contributions in the CPU's order (increasing i) in acc_t, without atomics: bit-identical to the CPU in
+// f32. Entries whose index equals `skip` add nothing (-1 skips none).
+void scatter_add(const char* op, const engine::Tensor& g, int64_t dim, const engine::Tensor& index, int64_t skip,
+                 const engine::Tensor& out);
+// out (contiguous, x's shape) = mask ? value : x, the bool mask broadcast to x's shape.
+void masked_fill(const engine::Tensor& x, const engine::Tensor& mask, double value, const engine::Tensor& out);
+// out (contiguous, broadcast shape) = cond ? a : b.
+void where(const engine::Tensor& cond, const engine::Tensor& a, const engine::Tensor& b, const engine::Tensor& out);
+
+}  // namespace ops::cuda

@@ -1,0 +1,180 @@
+// norm_cuda_test.cpp: layer_norm on the GPU against the cpu reference: outputs, mean/rstd-dependent
+// gradients dx, dweight, dbias (the deterministic two-stage column sums, with many row chunks), the fused
+// backward op's own rule (double backward), over the warp kernels of each register size, the block kernels
+// (long, strided, misaligned rows), without weight or bias; repeatability; the ledger equal to meta's.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+
+#include "graph/autograd.h"
+#include "ops/elementwise.h"
+#include "ops/factory.h"
+#include "ops/norm.h"
+#include "ops/reduce.h"
+#include "ops/view.h"
+#include "tests/util/cuda_compare_util.h"
+
+using engine::DType;
+using engine::Shape;
+using engine::Tensor;
+using testutil::cpu_input;
+using testutil::expect_cuda_matches_cpu;
+using testutil::Tolerance;
+
+namespace {
+
+const DType kFloats[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
+
+struct Case {
+  const char* layout;
+  Shape shape;  // of x; C = last
+  bool transpose;  // x = transpose(input, 0, last): a non-unit stride along C
+  bool misalign;   // drop the first column
+};
+
+const Case kCases[] = {
+    {"warp, 1 item", {7, 3, 32}, false, false},
+    {"warp, 3 items (384)", {10, 384}, false, false},
+    {"warp, 6 items (768)", {33, 768}, false, false},
+    {"warp, 8 items (1024)", {9, 1024}, false, false},
+    {"block, unaligned C", {13, 5}, false, false},
+    {"block, long rows", {5, 3000}, false, false},
+    {"block, misaligned", {6, 257}, false, true},
+    {"block, strided", {64, 4, 17}, true, false},
+    {"many row chunks (512 partial rows)", {9000, 64}, false, false},
+};
+
+Tensor layout(const Case& c, const Tensor& x) {
+  Tensor t = c.transpose ? ops::transpose(x, 0, x.dim() - 1) : x;
+  return c.misalign ? ops::slice(t, -1, 1, t.size(-1)) : t;
+}
+
+// dweight/dbias sum over thousands of rows: the cpu adds row after row, the GPU in chunks and trees.
+Tolerance column_sum_tolerance(DType dt) {
+  return dt == DType::f32 ? Tolerance{1e-4, 1e-4} : Tolerance{};
+}
+
+// Median wall time (ms) of fn on the cuda device over `reps` runs after a warm-up, synchronized each time.
+double median_ms(const std::function<void()>& fn, int reps = 15) {
+  engine::DeviceGuard guard(testutil::cuda_device());
+  fn();
+  testutil::cuda_device()->synchronize();
+  std::vector<double> ms;
+  for (int i = 0; i < reps; i++) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn();
+    testutil::cuda_device()->synchronize();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace
+
+TEST(LayerNormCuda, ForwardAndGradientsMatchCpuOnEveryPath) {
+  for (DType dt : kFloats) {
+    for (const Case& c : kCases) {
+      for (int affine = 0; affine < 3; affine++) {  // weight and bias, weight only, neither
+        std::string what = engine::str("layer_norm ", engine::dtype_name(dt), " ", c.layout, " ",
+                                       engine::shape_str(c.shape), affine == 0 ? " weight+bias" : affine == 1 ? " weight" : " plain");
+        const int64_t C = layout(c, cpu_input(c.shape, dt)).size(-1);
+        auto f = [&c, affine](const std::vector<Tensor>& in) {
+          return ops::layer_norm(layout(c, in[0]), affine < 2 ? in[1] : Tensor(), affine == 0 ? in[2] : Tensor(), 1e-5);
+        };
+        // Rows with an offset and a spread, so mean and rstd matter.
+        expect_cuda_matches_cpu(what, f,
+                                {cpu_input(c.shape, dt, 2, 5, true), cpu_input({C}, dt, 0.5, 1.5, true),
+                                 cpu_input({C}, dt, -1, 1, true)},
+                                column_sum_tolerance(dt));
+      }
+    }
+  }
+}
+
+TEST(LayerNormCuda, BackwardOpAndItsRuleMatchCpu) {
+  // layer_norm_backward called directly with g, x, weight requiring grad: its three outputs are the fused
+  // kernel's, their gradients run the op's rule (double backward) on each device.
+  const Case cases[] = {kCases[2], kCases[4], kCases[7]};
+  for (DType dt : {DType::f32, DType::f64}) {
+    for (const Case& c : cases) {
+      std::string what = engine::str("layer_norm_backward ", engine::dtype_name(dt), " ", c.layout);
+      const int64_t C = layout(c, cpu_input(c.shape, dt)).size(-1);
+      auto f = [&c](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+        Tensor g = layout(c, in[0]), x = layout(c, in[1]), w = in[2];
+        Tensor mean, rstd;
+        {
+          // The statistics as the forward saves them ([rows], acc dtype), from a detached forward.
+          graph::NoGrad ng;
+          const DType st = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+          Tensor xs = ops::to(x, st);
+          const int64_t rows = x.numel() / x.size(-1);
+          Tensor mu = ops::mean(xs, {-1}, true);
+          Tensor xc = ops::sub(xs, mu);
+          mean = ops::reshape(mu, {rows});
+          rstd = ops::reshape(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {-1}), 1e-5)), {rows});
+        }
+        ops::LayerNormGrads r = ops::layer_norm_backward(g, x, w, mean, rstd, 1e-5, {true, true, true});
+        return {r.dx, r.dweight, r.dbias};
+      };
+      testutil::expect_cuda_matches_cpu_multi(what, f,
+                                              {cpu_input(c.shape, dt, -1, 1, true), cpu_input(c.shape, dt, 2, 5, true),
+                                               cpu_input({C}, dt, 0.5, 1.5, true)},
+                                              column_sum_tolerance(dt));
+    }
+  }
+}
+
+TEST(LayerNormCuda, RepeatableBitForBit) {
+  // The column sums use no atomics: two runs give the same bits.
+  Tensor x = testutil::to_cuda(cpu_input({4000, 768}, DType::f32, -2, 2, true));
+  Tensor w = testutil::to_cuda(cpu_input({768}, DType::f32, 0.5, 1.5, true));
+  Tensor b = testutil::to_cuda(cpu_input({768}, DType::f32, -1, 1, true));
+  engine::DeviceGuard guard(testutil::cuda_device());
+  std::vector<Tensor> runs[2];
+  for (auto& r : runs) {
+    Tensor y = ops::layer_norm(x, w, b, 1e-5);
+    r = graph::grad({y}, {x, w, b}, {ops::mul(ops::ones_like(y), 0.37)});
+    r.push_back(y);
+  }
+  for (size_t k = 0; k < runs[0].size(); k++)
+    testutil::expect_equal(engine::str("layer_norm run twice, result ", k), runs[0][k], runs[1][k]);
+}
+
+TEST(LayerNormCuda, LedgerMatchesMeta) {
+  // The backward's column-sum workspace is allocated on both devices alike.
+  testutil::expect_cuda_ledger_matches_meta([] {
+    Tensor x = ops::rand({300, 96}, -2, 2, DType::f32).set_requires_grad(true);
+    Tensor w = ops::rand({96}, 0.5, 1.5, DType::f32).set_requires_grad(true);
+    Tensor b = ops::rand({96}, -1, 1, DType::f32).set_requires_grad(true);
+    graph::backward(ops::sum(ops::layer_norm(x, w, b, 1e-5)));
+  });
+}
+
+// Not run by default (--gtest_also_run_disabled_tests): bytes moved per second at BERT sizes.
+TEST(LayerNormCuda, DISABLED_Bandwidth) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (int64_t C : {768, 1024, 4096}) {
+      const int64_t rows = (int64_t(16) << 20) / C * 2;  // 32M elements
+      Tensor x = testutil::to_cuda(cpu_input({rows, C}, dt, -2, 2));
+      Tensor w = testutil::to_cuda(cpu_input({C}, dt, 0.5, 1.5)), b = testutil::to_cuda(cpu_input({C}, dt, -1, 1));
+      Tensor g = testutil::to_cuda(cpu_input({rows, C}, dt, -1, 1));
+      const double bytes = double(x.nbytes());
+      double fwd = median_ms([&] { ops::layer_norm(x, w, b, 1e-5); });
+      Tensor mean, rstd;
+      {
+        engine::DeviceGuard guard(testutil::cuda_device());
+        Tensor xs = ops::to(x, DType::f32);
+        Tensor mu = ops::mean(xs, {-1}, true), xc = ops::sub(xs, mu);
+        mean = ops::reshape(mu, {rows});
+        rstd = ops::reshape(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {-1}), 1e-5)), {rows});
+      }
+      double bwd = median_ms([&] { ops::layer_norm_backward(g, x, w, mean, rstd, 1e-5, {true, true, true}); });
+      std::printf("layer_norm %s [%ld, %ld]: forward %.3f ms %.0f GB/s, backward (dx, dw, db) %.3f ms %.0f GB/s\n",
+                  engine::dtype_name(dt), long(rows), long(C), fwd, 2 * bytes / fwd / 1e6, bwd, 3 * bytes / bwd / 1e6);
+    }
+  }
+}

@@ -1,0 +1,253 @@
+// optim_cuda_test.cpp: the fused optimizer updates on the GPU against the cpu reference over several steps
+// (every option: momentum, dampening, Nesterov, weight decay L2 / decoupled, centered, TensorFlow-style
+// RMSProp), in f32, f64 and bf16, on vector-aligned, odd-length and misaligned tensors; squared_norms and
+// clip_grad_norm (deterministic f64 sums); an Adam optimizer stepping on the GPU; the ledger equal to meta's.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <utility>
+
+#include "graph/autograd.h"
+#include "ops/elementwise.h"
+#include "ops/factory.h"
+#include "ops/optim.h"
+#include "ops/view.h"
+#include "tests/util/cuda_compare_util.h"
+
+using engine::DType;
+using engine::Shape;
+using engine::Tensor;
+using testutil::cpu_input;
+using testutil::to_cuda;
+using testutil::Tolerance;
+
+namespace {
+
+struct Layout {
+  const char* name;
+  int64_t n;
+  bool misalign;  // every tensor starts one element into its storage (contiguous, not 16-byte aligned)
+};
+const Layout kLayouts[] = {{"aligned", 4096, false}, {"odd length (scalar tail)", 1001, false}, {"misaligned", 777, true}};
+
+// A contiguous [n] tensor with values in [low, high), possibly one element into its storage.
+Tensor make(const Layout& l, DType dt, double low, double high) {
+  if (!l.misalign) return cpu_input({l.n}, dt, low, high);
+  return ops::slice(cpu_input({l.n + 1}, dt, low, high), 0, 1, l.n + 1);
+}
+
+Tolerance update_tolerance(DType dt) {
+  // One ulp or two per step where the GPU fuses a multiply-add; bf16 state rounds the same way on both.
+  return dt == DType::f32 ? Tolerance{1e-6, 1e-5} : testutil::tolerance_for(dt);
+}
+
+using Range = std::pair<double, double>;
+
+// Runs `update(ParamUpdate, step)` for 3 steps on cpu tensors and on cuda copies; compares param and slots.
+// Slot k starts uniform in slot_ranges[k]: realistic states (second moments positive and, for centered
+// RMSProp, above the squared mean, so that no result hangs on a cancellation).
+void expect_update_matches(const std::string& what, DType dt, const std::vector<Range>& slot_ranges,
+                           const std::function<void(const ops::ParamUpdate&, int)>& update) {
+  const size_t num_slots = slot_ranges.size();
+  for (const Layout& l : kLayouts) {
+    ops::ParamUpdate cpu{make(l, dt, -1, 1), make(l, dt, -1, 1), {}};
+    for (const Range& r : slot_ranges) cpu.slots.push_back(make(l, dt, r.first, r.second));
+    ops::ParamUpdate gpu{to_cuda(cpu.param), to_cuda(cpu.grad), {}};
+    for (const Tensor& s : cpu.slots) gpu.slots.push_back(to_cuda(s));
+    if (l.misalign) {  // re-create the misaligned views on the GPU
+      auto shifted = [](const Tensor& t) {
+        Tensor big = to_cuda(ops::zeros({t.numel() + 1}, t.dtype()));
+        engine::DeviceGuard guard(testutil::cuda_device());
+        Tensor v = ops::slice(big, 0, 1, t.numel() + 1);
+        ops::copy_(v, to_cuda(t));
+        return v;
+      };
+      gpu.param = shifted(cpu.param);
+      gpu.grad = shifted(cpu.grad);
+      for (size_t k = 0; k < gpu.slots.size(); k++) gpu.slots[k] = shifted(cpu.slots[k]);
+    }
+    for (int step = 1; step <= 3; step++) {
+      update(cpu, step);
+      {
+        engine::DeviceGuard guard(testutil::cuda_device());
+        update(gpu, step);
+      }
+      std::string at = engine::str(what, " ", engine::dtype_name(dt), " ", l.name, " step ", step);
+      testutil::expect_close(at + ": param", cpu.param, gpu.param, update_tolerance(dt));
+      for (size_t k = 0; k < num_slots; k++)
+        testutil::expect_close(engine::str(at, ": slot ", k), cpu.slots[k], gpu.slots[k], update_tolerance(dt));
+    }
+  }
+}
+
+const DType kDtypes[] = {DType::f32, DType::f64, DType::bf16};
+
+// Median wall time (ms) of fn on the cuda device over `reps` runs after a warm-up, synchronized each time.
+double median_ms(const std::function<void()>& fn, int reps = 15) {
+  engine::DeviceGuard guard(testutil::cuda_device());
+  fn();
+  testutil::cuda_device()->synchronize();
+  std::vector<double> ms;
+  for (int i = 0; i < reps; i++) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn();
+    testutil::cuda_device()->synchronize();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace
+
+TEST(OptimCuda, SgdMatchesCpu) {
+  for (DType dt : kDtypes) {
+    expect_update_matches("sgd plain", dt, {}, [](const ops::ParamUpdate& t, int) { ops::sgd_update(t, {0.1}); });
+    for (bool nesterov : {false, true}) {
+      expect_update_matches(nesterov ? "sgd nesterov" : "sgd momentum+dampening+wd", dt, {{-0.5, 0.5}},
+                            [nesterov](const ops::ParamUpdate& t, int step) {
+                              ops::SgdStep h{0.05 * step, 0.9, nesterov ? 0.0 : 0.1, 0.01, nesterov, step == 1};
+                              ops::sgd_update(t, h);
+                            });
+    }
+  }
+}
+
+TEST(OptimCuda, AdamAndAdamWMatchCpu) {
+  for (DType dt : kDtypes) {
+    for (bool decoupled : {false, true}) {
+      expect_update_matches(decoupled ? "adamw" : "adam l2", dt, {{-0.5, 0.5}, {0, 0.5}},
+                            [decoupled](const ops::ParamUpdate& t, int step) {
+                              ops::AdamStep h;
+                              h.lr = 1e-3 * step;
+                              h.weight_decay = 0.01;
+                              h.decoupled_weight_decay = decoupled;
+                              h.step = step;
+                              ops::adam_update(t, h);
+                            });
+    }
+  }
+}
+
+TEST(OptimCuda, AdamaxMatchesCpu) {
+  for (DType dt : kDtypes)
+    expect_update_matches("adamax", dt, {{-0.5, 0.5}, {0, 0.5}}, [](const ops::ParamUpdate& t, int step) {
+      ops::AdamaxStep h;
+      h.lr = 2e-3;
+      h.weight_decay = 0.02;
+      h.step = step;
+      ops::adamax_update(t, h);
+    });
+}
+
+TEST(OptimCuda, RmsPropMatchesCpu) {
+  for (DType dt : kDtypes) {
+    for (bool tf : {false, true}) {
+      for (bool centered : {false, true}) {
+        for (double momentum : {0.0, 0.9}) {
+          // square_avg in [1, 2), momentum_buffer and grad_avg in [-0.5, 0.5): square_avg > grad_avg^2.
+          std::vector<Range> slots = {{1, 2}};
+          if (momentum != 0) slots.push_back({-0.5, 0.5});
+          if (centered) slots.push_back({-0.5, 0.5});
+          std::string what = engine::str("rmsprop", tf ? " tf" : "", centered ? " centered" : "",
+                                         momentum != 0 ? " momentum" : "");
+          expect_update_matches(what, dt, slots,
+                                [=](const ops::ParamUpdate& t, int) {
+                                  ops::RmsPropStep h{1e-2, 0.9, tf ? 1.0 : 1e-8, 1e-3, momentum, centered, tf};
+                                  ops::rmsprop_update(t, h);
+                                });
+        }
+      }
+    }
+  }
+}
+
+TEST(OptimCuda, SquaredNormsAndClipGradNorm) {
+  // Sizes around the 65536-element chunk, an empty tensor, mixed dtypes.
+  std::vector<Tensor> xs = {cpu_input({65536}, DType::f32), cpu_input({3, 70001}, DType::f32),
+                            cpu_input({0}, DType::f32), cpu_input({513}, DType::bf16), cpu_input({200000}, DType::f64)};
+  std::vector<Tensor> gpu;
+  for (const Tensor& x : xs) gpu.push_back(to_cuda(x));
+  Tensor want = ops::squared_norms(xs), got;
+  {
+    engine::DeviceGuard guard(testutil::cuda_device());
+    got = ops::squared_norms(gpu);
+  }
+  testutil::expect_close("squared_norms", want, got, Tolerance{1e-9, 1e-12});
+  // Repeatable: the same bits twice.
+  {
+    engine::DeviceGuard guard(testutil::cuda_device());
+    testutil::expect_equal("squared_norms run twice", got, ops::squared_norms(gpu));
+  }
+  // clip_grad_norm: same norm, same scaled gradients.
+  std::vector<Tensor> cpu_params, gpu_params;
+  for (const Shape& s : {Shape{300, 7}, Shape{1000}}) {
+    Tensor p = cpu_input(s, DType::f32, -1, 1, true);
+    p.set_grad(cpu_input(s, DType::f32, -1, 1));
+    Tensor q = to_cuda(p);
+    q.set_grad(to_cuda(p.grad()));
+    cpu_params.push_back(p);
+    gpu_params.push_back(q);
+  }
+  double n_cpu = ops::clip_grad_norm(cpu_params, 1.0), n_gpu;
+  {
+    engine::DeviceGuard guard(testutil::cuda_device());
+    n_gpu = ops::clip_grad_norm(gpu_params, 1.0);
+  }
+  EXPECT_NEAR(n_gpu, n_cpu, 1e-9 * n_cpu);
+  for (size_t k = 0; k < cpu_params.size(); k++)
+    testutil::expect_close(engine::str("clipped gradient ", k), cpu_params[k].grad(), gpu_params[k].grad());
+}
+
+TEST(OptimCuda, AdamOptimizerStepsOnTheGpu) {
+  // The Optimizer class end to end: lazy slots on the parameter's device, three steps.
+  Tensor p = cpu_input({64, 33}, DType::f32, -1, 1, true);
+  Tensor q = to_cuda(p);
+  ops::AdamOptions o;
+  o.lr = 1e-2;
+  o.weight_decay = 0.1;
+  ops::AdamW cpu_opt({{"w", p}}, o), gpu_opt({{"w", q}}, o);
+  for (int step = 0; step < 3; step++) {
+    Tensor g = cpu_input({64, 33}, DType::f32, -1, 1);
+    p.set_grad(g);
+    q.set_grad(to_cuda(g));
+    cpu_opt.step();
+    engine::DeviceGuard guard(testutil::cuda_device());
+    gpu_opt.step();
+  }
+  testutil::expect_close("AdamW parameter after 3 steps", p, q, update_tolerance(DType::f32));
+}
+
+TEST(OptimCuda, LedgerMatchesMeta) {
+  testutil::expect_cuda_ledger_matches_meta([] {
+    Tensor p = ops::rand({128, 40}, -1, 1, DType::f32).set_requires_grad(true);
+    Tensor b = ops::rand({40}, -1, 1, DType::f32).set_requires_grad(true);
+    ops::Adam opt({{"w", p}, {"b", b}}, ops::AdamOptions{});
+    for (int step = 0; step < 2; step++) {
+      p.set_grad(ops::rand({128, 40}, -1, 1, DType::f32));
+      b.set_grad(ops::rand({40}, -1, 1, DType::f32));
+      ops::clip_grad_norm({p, b}, 0.5);
+      opt.step();
+    }
+  });
+}
+
+// Not run by default (--gtest_also_run_disabled_tests): Adam over 64M parameters, squared norms.
+TEST(OptimCuda, DISABLED_Bandwidth) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const int64_t n = int64_t(64) << 20;
+    ops::ParamUpdate t{testutil::to_cuda(cpu_input({n}, dt)), testutil::to_cuda(cpu_input({n}, dt)),
+                       {testutil::to_cuda(cpu_input({n}, dt)), testutil::to_cuda(cpu_input({n}, dt, 0, 1))}};
+    const double bytes = double(t.param.nbytes());
+    ops::AdamStep h;
+    h.lr = 1e-4;
+    double adam = median_ms([&] { ops::adam_update(t, h); });
+    double norms = median_ms([&] { ops::squared_norms({t.param, t.grad}); });
+    std::printf("adam %s [%ld]: %.3f ms %.0f GB/s; squared_norms of 2 x [%ld]: %.3f ms %.0f GB/s\n",
+                engine::dtype_name(dt), long(n), adam, 7 * bytes / adam / 1e6, long(n), norms, 2 * bytes / norms / 1e6);
+  }
+}

@@ -1,0 +1,97 @@
+// engine_train_test.cpp: the engine_train program's new flags, run as a user runs them: --gpu (capacity in
+// the header, errors), --inference, --find-max-batch, --save/--load (resumed step lines equal an
+// uninterrupted run's), and the checkpoint errors a user sees. Output is piped, so no progress bar.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "engine/format.h"
+#include "tests/tools/shell_util.h"
+#include "tools/gpu_profiles.h"
+
+namespace {
+
+using testutil::shell;
+
+const std::string kTrain = "build/engine_train --model transformer_lm --size tiny --seq 16 --batch 4 ";
+
+// The "loss X" pieces of the step lines, in order.
+std::vector<std::string> step_losses(const std::string& out) {
+  std::vector<std::string> v;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("step ", 0) == 0) {
+      size_t at = line.find("| loss ") + 7;
+      v.push_back(line.substr(at, line.find(" |", at) - at));
+    }
+  return v;
+}
+
+}  // namespace
+
+TEST(EngineTrain, GpuProfileSetsTheArena) {
+  auto [code, out] = shell(kTrain + "--device meta --gpu h200 --steps 1");
+  ASSERT_EQ(code, 0) << out;
+  const auto& h200 = tools::find_gpu_profile("h200");
+  std::string expected = "arena " + engine::format_bytes(tools::gpu_arena_capacity(h200)) + " (gpu h200: 143771 MiB less a " +
+                         std::to_string(h200.reserve_mib) + " MiB reserve)";
+  EXPECT_NE(out.find(expected), std::string::npos) << out;
+
+  std::tie(code, out) = shell(kTrain + "--device meta --gpu rtx9090");
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("unknown gpu profile 'rtx9090': valid profiles are rtx2060"), std::string::npos) << out;
+  std::tie(code, out) = shell(kTrain + "--device meta --gpu h200 --memory 24GB");
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("give --gpu or --memory, not both"), std::string::npos) << out;
+  EXPECT_EQ(out.find("engine_train: engine_train:"), std::string::npos) << "one program prefix: " << out;
+}
+
+TEST(EngineTrain, InferenceRunsEvalSteps) {
+  auto [code, out] = shell(kTrain + "--inference --steps 2");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("inference: forward only, eval mode"), std::string::npos) << out;
+  EXPECT_NE(out.find("step 2/2 | loss "), std::string::npos) << out;
+  EXPECT_EQ(out.find("| grad |"), std::string::npos) << "no gradients at the peak: " << out;
+  EXPECT_EQ(out.find("| optimizer |"), std::string::npos) << "no optimizer state: " << out;
+}
+
+TEST(EngineTrain, FindMaxBatch) {
+  auto [code, out] = shell("build/engine_train --model transformer_lm --size tiny --device meta --memory 48MB "
+                           "--find-max-batch");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find(" seq fit, "), std::string::npos) << out;
+  EXPECT_NE(out.find("binding term: activation grew most"), std::string::npos) << out;
+  EXPECT_EQ(out.find('\r'), std::string::npos) << "no progress bar when stderr is not a terminal";
+  std::tie(code, out) = shell("build/engine_train --model transformer_lm --device meta --find-max-batch");
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("give --gpu NAME or --memory SIZE"), std::string::npos) << out;
+}
+
+TEST(EngineTrain, SaveThenLoadResumesTheSameLosses) {
+  char tmpl[] = "/tmp/engine_train_test_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string dir = tmpl, ck = dir + "/run.safetensors";
+  auto [code, whole] = shell(kTrain + "--steps 4");
+  ASSERT_EQ(code, 0) << whole;
+  auto [c1, first] = shell(kTrain + "--steps 2 --save " + ck);
+  ASSERT_EQ(c1, 0) << first;
+  EXPECT_NE(first.find("saved " + ck + " after step 2"), std::string::npos) << first;
+  auto [c2, second] = shell("build/engine_train --load " + ck + " --steps 2");  // the config comes from the file
+  ASSERT_EQ(c2, 0) << second;
+  EXPECT_NE(second.find("optimizer state, resuming after step 2"), std::string::npos) << second;
+  EXPECT_NE(second.find("step 4/4 | loss"), std::string::npos) << second;
+  auto all = step_losses(whole), resumed = step_losses(first);
+  for (const auto& l : step_losses(second)) resumed.push_back(l);
+  EXPECT_EQ(resumed, all) << whole << "\n---\n" << first << "\n---\n" << second;
+
+  std::filesystem::resize_file(ck, 64);
+  auto [c3, broken] = shell("build/engine_train --model transformer_lm --load " + ck + " --steps 1");
+  EXPECT_EQ(c3, 2);
+  EXPECT_NE(broken.find(ck), std::string::npos) << "the error names the file: " << broken;
+  auto [c4, meta] = shell(kTrain + "--device meta --steps 1 --save " + dir + "/meta.safetensors");
+  EXPECT_EQ(c4, 2);
+  EXPECT_NE(meta.find("nothing to save"), std::string::npos) << meta;
+  std::filesystem::remove_all(dir);
+}

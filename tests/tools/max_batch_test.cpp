@@ -1,0 +1,111 @@
+// max_batch_test.cpp: the max-batch finder on the meta device. Its verdict is checked independently: a
+// batch of N trains two steps on a fresh device, N + 1 runs out of memory; the binding term is the
+// category that grows with the batch.
+#include <gtest/gtest.h>
+
+#include "engine/rng.h"
+#include "models/registry.h"
+#include "tools/max_batch.h"
+
+namespace {
+
+constexpr size_t kCapacity = size_t(48) << 20;  // 48 MiB: a tiny transformer_lm fits a few dozen sequences
+
+models::ModelConfig tiny_lm() {
+  models::ModelConfig c;
+  c.name = "transformer_lm";
+  c.size = "tiny";
+  return c;
+}
+
+// Two training steps of `batch` on a fresh meta device, written apart from the finder's probe.
+bool trains(int64_t batch, size_t capacity) {
+  models::ModelConfig c = tiny_lm();
+  c.batch = batch;
+  engine::DeviceGuard guard(engine::Device::create(engine::DeviceType::meta, capacity));
+  try {
+    auto model = models::create_model(c);
+    model->train_step(1);
+    model->train_step(2);
+  } catch (const engine::OutOfMemory&) {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST(MaxBatch, FindsTheLargestBatchThatFitsOnMeta) {
+  engine::manual_seed(1234);
+  engine::generator().reserve(40);
+  const engine::Generator before = engine::generator();
+  int calls = 0;
+  tools::MaxBatchOptions options;
+  options.on_probe = [&](const tools::MaxBatchProbe&, int64_t, int64_t) { calls++; };
+  tools::MaxBatchResult r = tools::find_max_batch(tiny_lm(), engine::DeviceType::meta, kCapacity, options);
+  // The caller's random stream is left where it was (every probe's model reseeds it).
+  EXPECT_EQ(engine::generator().seed, before.seed);
+  EXPECT_EQ(engine::generator().offset, before.offset);
+
+  ASSERT_GT(r.largest_fit, 1);
+  EXPECT_EQ(r.first_fail, r.largest_fit + 1);
+  EXPECT_TRUE(trains(r.largest_fit, kCapacity)) << "batch " << r.largest_fit << " should fit";
+  EXPECT_FALSE(trains(r.largest_fit + 1, kCapacity)) << "batch " << r.largest_fit + 1 << " should not fit";
+  EXPECT_EQ(r.unit, "seq");
+  EXPECT_EQ(calls, int(r.probes.size()));
+  EXPECT_LE(r.probes.size(), 16u) << "exponential search then bisection: about 2 log2(N) probes";
+  EXPECT_EQ(r.probes[0].batch, 1);
+
+  // Activations grow with the batch: they are what binds, and both figures are reported.
+  EXPECT_EQ(r.binding, engine::Category::activation);
+  EXPECT_GT(r.binding_fail_bytes, r.binding_fit_bytes);
+  EXPECT_GT(r.binding_fit_bytes, 0u);
+  EXPECT_NE(r.failure.find("out of memory on meta"), std::string::npos) << r.failure;
+  std::string text = tools::describe_max_batch(r, kCapacity, options);
+  EXPECT_NE(text.find("max batch: " + std::to_string(r.largest_fit) + " seq fit, " + std::to_string(r.first_fail) +
+                      " do not"), std::string::npos) << text;
+  EXPECT_NE(text.find("binding term: activation grew most"), std::string::npos) << text;
+  EXPECT_NE(text.find("| " + std::to_string(r.first_fail) + " | no |"), std::string::npos) << text;
+}
+
+TEST(MaxBatch, ProbesRunTwoStepsSoOptimizerStateCounts) {
+  tools::MaxBatchProbe p = tools::probe_batch(tiny_lm(), engine::DeviceType::meta, kCapacity, 2, 2);
+  EXPECT_TRUE(p.fits);
+  EXPECT_GT(p.breakdown[size_t(engine::Category::optimizer)], 0u) << "AdamW's moments exist in the second step";
+  tools::MaxBatchProbe one = tools::probe_batch(tiny_lm(), engine::DeviceType::meta, kCapacity, 2, 1);
+  EXPECT_LE(one.peak, p.peak);
+}
+
+TEST(MaxBatch, InferenceFitsMoreAndTheLimitStopsTheSearch) {
+  tools::MaxBatchResult train = tools::find_max_batch(tiny_lm(), engine::DeviceType::meta, kCapacity);
+  tools::MaxBatchOptions eval;
+  eval.inference = true;
+  tools::MaxBatchResult forward = tools::find_max_batch(tiny_lm(), engine::DeviceType::meta, kCapacity, eval);
+  EXPECT_GT(forward.largest_fit, train.largest_fit) << "no saved activations, no gradients, no optimizer state";
+
+  tools::MaxBatchOptions limited;
+  limited.limit = 6;
+  tools::MaxBatchResult r = tools::find_max_batch(tiny_lm(), engine::DeviceType::meta, size_t(1) << 34, limited);
+  EXPECT_EQ(r.largest_fit, 6);
+  EXPECT_EQ(r.first_fail, 0);
+  ASSERT_EQ(r.probes.size(), 4u);  // 1, 2, 4, 6
+  EXPECT_EQ(r.probes.back().batch, 6);
+  EXPECT_NE(tools::describe_max_batch(r, size_t(1) << 34, limited).find("every batch up to the search limit 6"),
+            std::string::npos);
+}
+
+TEST(MaxBatch, NothingFitsAndOtherErrorsAreNotVerdicts) {
+  tools::MaxBatchResult r = tools::find_max_batch(tiny_lm(), engine::DeviceType::meta, size_t(1) << 20);
+  EXPECT_EQ(r.largest_fit, 0);
+  EXPECT_EQ(r.first_fail, 1);
+  EXPECT_EQ(r.probes.size(), 1u);
+  models::ModelConfig bad = tiny_lm();
+  bad.size = "enormous";
+  try {
+    tools::find_max_batch(bad, engine::DeviceType::meta, kCapacity);
+    FAIL() << "a bad config is an error, not 'nothing fits'";
+  } catch (const engine::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("probe at batch 1 failed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("unknown --size 'enormous'"), std::string::npos) << e.what();
+  }
+}

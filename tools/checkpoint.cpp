@@ -1,0 +1,168 @@
+// checkpoint.cpp: the checkpoint's metadata, the save, and the load that splits a file into weights and
+// optimizer state.
+#include "tools/checkpoint.h"
+
+#include <set>
+
+#include "engine/rng.h"
+#include "engine/safetensors.h"
+
+namespace tools {
+
+namespace {
+
+using engine::Error;
+using engine::str;
+using engine::Tensor;
+using Metadata = std::map<std::string, std::string>;
+
+constexpr const char* kMarker = "engine.checkpoint";  // present (= "1") in every engine checkpoint
+
+// The ModelConfig fields a checkpoint records, named as engine_train's flags.
+struct TextField {
+  const char* flag;
+  std::string models::ModelConfig::*member;
+};
+struct CountField {
+  const char* flag;
+  int64_t models::ModelConfig::*member;
+};
+constexpr TextField kTextFields[] = {{"model", &models::ModelConfig::name},
+                                     {"size", &models::ModelConfig::size},
+                                     {"attention", &models::ModelConfig::attention},
+                                     {"recompute", &models::ModelConfig::recompute},
+                                     {"data", &models::ModelConfig::data},
+                                     {"task", &models::ModelConfig::task}};
+constexpr CountField kCountFields[] = {{"seq", &models::ModelConfig::seq},
+                                       {"batch", &models::ModelConfig::batch},
+                                       {"tokens", &models::ModelConfig::tokens}};
+
+std::string key(const char* flag) { return std::string("engine.") + flag; }
+
+uint64_t parse_u64(const std::string& path, const Metadata& m, const std::string& k) {
+  auto it = m.find(k);
+  ENGINE_CHECK(it != m.end(), path, ": the checkpoint's metadata has no '", k, "' entry");
+  const std::string& text = it->second;
+  ENGINE_CHECK(!text.empty() && text.size() <= 20 && text.find_first_not_of("0123456789") == std::string::npos, path,
+               ": metadata '", k, "' = '", text, "' is not a non-negative integer");
+  return std::stoull(text);
+}
+
+// Every error of a load names the file (the safetensors reader's already do).
+template <typename F>
+auto naming_file(const std::string& path, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const engine::OutOfMemory&) {
+    throw;
+  } catch (const Error& e) {
+    std::string what = e.what();
+    if (what.find(path) != std::string::npos) throw;
+    throw Error(str(path, ": ", what));
+  }
+}
+
+std::string listed(const std::vector<std::string>& names) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < 10; i++) s += (i ? ", " : "") + names[i];
+  if (names.size() > 10) s += str(", ... (", names.size(), " in all)");
+  return s;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+void save_checkpoint(const std::string& path, models::Model& model, const models::ModelConfig& config,
+                     int64_t step) {
+  auto params = model.module().named_parameters();
+  ENGINE_CHECK(params.empty() || params.front().second.device().type() != engine::DeviceType::meta, "--save ", path,
+               ": the model is on the meta device, which holds shapes and no values: there is nothing to save "
+               "(run on cpu or cuda to save a checkpoint)");
+  ops::OptimizerState optimizer = model.optimizer().state();
+  std::vector<std::pair<std::string, Tensor>> tensors = params;
+  for (auto& b : model.module().named_buffers()) tensors.push_back(b);
+  for (auto& s : optimizer.tensors) tensors.push_back(s);
+  std::set<std::string> seen;
+  for (const auto& [name, t] : tensors)
+    ENGINE_CHECK(seen.insert(name).second, "--save ", path, ": two tensors are named '", name,
+                 "' (an optimizer state name equals a parameter's or buffer's)");
+
+  Metadata metadata = optimizer.metadata;
+  metadata[kMarker] = "1";
+  for (const auto& f : kTextFields) metadata[key(f.flag)] = config.*f.member;
+  for (const auto& f : kCountFields) metadata[key(f.flag)] = std::to_string(config.*f.member);
+  metadata[key("batch")] = std::to_string(model.batch_size());  // the batch in effect, defaults resolved
+  metadata[key("seed")] = std::to_string(config.seed);
+  metadata[key("step")] = std::to_string(step);
+  metadata[key("generator.seed")] = std::to_string(engine::generator().seed);
+  metadata[key("generator.offset")] = std::to_string(engine::generator().offset);
+  engine::save_safetensors(path, tensors, metadata);
+}
+
+// ---------------------------------------------------------------------------------------------------
+void fill_config_from_checkpoint(const std::string& path, models::ModelConfig& config,
+                                 const std::function<bool(const std::string& field)>& given) {
+  Metadata m = engine::read_safetensors_metadata(path);
+  if (!m.count(kMarker)) return;  // weights only: the command line says what model they are for
+  auto saved = [&](const char* flag) -> const std::string* {
+    auto it = m.find(key(flag));
+    return it == m.end() ? nullptr : &it->second;
+  };
+  const std::string* model = saved("model");
+  ENGINE_CHECK(model, path, ": the checkpoint's metadata has no 'engine.model' entry");
+  ENGINE_CHECK(!given("model") || config.name == *model, path, ": this checkpoint was written by model '", *model,
+               "', not '", config.name, "'");
+  for (const auto& f : kTextFields)
+    if (!given(f.flag) && saved(f.flag)) config.*f.member = *saved(f.flag);
+  for (const auto& f : kCountFields)
+    if (!given(f.flag) && saved(f.flag)) config.*f.member = int64_t(parse_u64(path, m, key(f.flag)));
+  if (!given("seed") && saved("seed")) config.seed = parse_u64(path, m, key("seed"));
+}
+
+// ---------------------------------------------------------------------------------------------------
+CheckpointLoad load_checkpoint(const std::string& path, models::Model& model, bool with_optimizer) {
+  return naming_file(path, [&] {
+    Metadata metadata = engine::read_safetensors_metadata(path);
+    CheckpointLoad result;
+    result.engine_checkpoint = metadata.count(kMarker) > 0;
+
+    // Onto the model's device: weights are copied from there, optimizer state is adopted in place.
+    auto params = model.module().named_parameters();
+    auto device = params.empty() ? engine::default_device() : params.front().second.device_ptr();
+    std::map<std::string, Tensor> tensors;
+    {
+      engine::MemoryScope owner("checkpoint");
+      tensors = engine::load_safetensors(path, device);
+    }
+
+    // An engine file: the module's names are weights, the rest optimizer state. Any other file: all of it
+    // is weights, and the model's load_weights decides what it accepts.
+    std::set<std::string> module_names;
+    for (const auto& [n, t] : params) module_names.insert(n);
+    for (const auto& [n, t] : model.module().named_buffers()) module_names.insert(n);
+    std::map<std::string, Tensor> weights, rest;
+    for (auto& [name, t] : tensors) (result.engine_checkpoint && !module_names.count(name) ? rest : weights)[name] = t;
+    tensors.clear();
+    result.weights = model.load_weights(weights).size();
+    weights.clear();  // the copies go back to the arena
+    if (!result.engine_checkpoint) return result;
+
+    if (with_optimizer && !rest.empty()) {
+      model.optimizer().load_state(rest, metadata);
+      result.optimizer_restored = true;
+      for (const auto& [name, t] : model.optimizer().state().tensors) rest.erase(name);
+      std::vector<std::string> unknown;
+      for (const auto& [name, t] : rest) unknown.push_back(name);
+      ENGINE_CHECK(unknown.empty(), "the checkpoint has ", unknown.size(),
+                   " tensors that neither the model nor its optimizer has: ", listed(unknown));
+    }
+    result.step = int64_t(parse_u64(path, metadata, key("step")));
+    engine::Generator g;
+    g.seed = parse_u64(path, metadata, key("generator.seed"));
+    g.offset = parse_u64(path, metadata, key("generator.offset"));
+    engine::generator() = g;
+    return result;
+  });
+}
+
+}  // namespace tools

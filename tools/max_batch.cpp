@@ -1,0 +1,142 @@
+// max_batch.cpp: probes on fresh devices, the exponential + bisection search, and the report.
+#include "tools/max_batch.h"
+
+#include <algorithm>
+
+#include "engine/format.h"
+#include "engine/rng.h"
+#include "models/registry.h"
+
+namespace tools {
+
+using engine::Category;
+using engine::format_bytes;
+
+namespace {
+
+// The field of the config that the search sets (see max_batch.h).
+int64_t& batch_knob(models::ModelConfig& config) { return config.batch; }
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+}  // namespace
+
+MaxBatchProbe probe_batch(const models::ModelConfig& config, engine::DeviceType type, size_t capacity, int64_t batch,
+                          int steps, bool inference) {
+  ENGINE_CHECK(batch >= 1 && steps >= 1, "max batch: a probe needs batch >= 1 and steps >= 1, got batch ", batch,
+               " and ", steps, " steps");
+  models::ModelConfig c = config;
+  batch_knob(c) = batch;
+  MaxBatchProbe probe;
+  probe.batch = batch;
+  auto device = engine::Device::create(type, capacity);
+  {
+    engine::DeviceGuard guard(device);
+    try {
+      std::unique_ptr<models::Model> model = models::create_model(c);
+      probe.unit = model->item_unit();
+      for (int step = 1; step <= steps; step++) {
+        if (inference) model->eval_step(step);
+        else model->train_step(step);
+      }
+      probe.fits = true;
+    } catch (const engine::OutOfMemory& e) {
+      probe.failure = first_line(e.what());
+    } catch (const std::exception& e) {  // not a memory verdict: a bug or a bad config, say where
+      throw engine::Error(engine::str("max batch: the probe at batch ", batch, " failed: ", e.what()));
+    }
+  }  // the model is gone; the ledger keeps the counters
+  const engine::Ledger& ledger = device->ledger();
+  probe.peak = ledger.peak_bytes();
+  for (int k = 0; k < engine::kNumCategories; k++) probe.breakdown[size_t(k)] = ledger.peak_breakdown(Category(k));
+  return probe;
+}
+
+MaxBatchResult find_max_batch(const models::ModelConfig& config, engine::DeviceType type, size_t capacity,
+                              const MaxBatchOptions& options) {
+  ENGINE_CHECK(options.steps >= 1 && options.limit >= 1, "max batch: steps and limit must be at least 1");
+  // Every probe's model reseeds the engine's generator; the caller's stream continues as it was.
+  const engine::Generator saved_generator = engine::generator();
+  MaxBatchResult r;
+  auto run = [&](int64_t batch) {
+    r.probes.push_back(probe_batch(config, type, capacity, batch, options.steps, options.inference));
+    const MaxBatchProbe& p = r.probes.back();
+    if (p.fits) r.largest_fit = std::max(r.largest_fit, batch);
+    else if (r.first_fail == 0 || batch < r.first_fail) r.first_fail = batch;
+    if (options.on_probe) options.on_probe(p, r.largest_fit, r.first_fail);
+  };
+  // Exponential phase: 1, 2, 4, ... (the last one clamped to the limit) until a probe fails.
+  for (int64_t b = 1; r.first_fail == 0 && r.largest_fit < options.limit; b = std::min(2 * b, options.limit)) run(b);
+  // Bisection phase: largest_fit fits, first_fail does not.
+  while (r.first_fail > 0 && r.first_fail - r.largest_fit > 1) run(r.largest_fit + (r.first_fail - r.largest_fit) / 2);
+  engine::generator() = saved_generator;
+
+  for (const auto& p : r.probes)
+    if (r.unit.empty()) r.unit = p.unit;
+  if (r.unit.empty()) r.unit = "items";  // no probe got as far as building the model
+
+  if (r.first_fail > 0) {
+    auto at = [&](int64_t batch) -> const MaxBatchProbe* {
+      for (const auto& p : r.probes)
+        if (p.batch == batch) return &p;
+      return nullptr;
+    };
+    const MaxBatchProbe* fail = at(r.first_fail);
+    const MaxBatchProbe* fit = at(r.largest_fit);  // null when nothing fits: growth from zero
+    r.failure = fail->failure;
+    long double best = -1e30L;
+    for (int k = 0; k < engine::kNumCategories; k++) {
+      size_t before = fit ? fit->breakdown[size_t(k)] : 0, after = fail->breakdown[size_t(k)];
+      long double growth = (long double)after - (long double)before;
+      if (growth > best) {
+        best = growth;
+        r.binding = Category(k);
+        r.binding_fit_bytes = before;
+        r.binding_fail_bytes = after;
+      }
+    }
+  }
+  return r;
+}
+
+std::string describe_max_batch(const MaxBatchResult& r, size_t capacity, const MaxBatchOptions& options) {
+  std::string o;
+  std::string what = engine::str(options.steps, options.inference ? " eval" : " training", " step",
+                                 options.steps > 1 ? "s" : "", " per probe");
+  if (r.first_fail == 0) {
+    o += engine::str("max batch: every batch up to the search limit ", options.limit, " ", r.unit, " fits (arena ",
+                     format_bytes(capacity), ", ", what, ")\n");
+  } else if (r.largest_fit == 0) {
+    o += engine::str("max batch: not even a batch of 1 ", r.unit, " fits (arena ", format_bytes(capacity), ", ", what,
+                     ")\n");
+  } else {
+    o += engine::str("max batch: ", r.largest_fit, " ", r.unit, " fit, ", r.first_fail, " do not (arena ",
+                     format_bytes(capacity), ", ", what, ", ", r.probes.size(), " probes)\n");
+  }
+  if (r.first_fail > 0) {
+    if (r.largest_fit > 0)
+      o += engine::str("binding term: ", engine::category_name(r.binding), " grew most: ",
+                       format_bytes(r.binding_fit_bytes), " at the peak of batch ", r.largest_fit, " -> ",
+                       format_bytes(r.binding_fail_bytes), " at batch ", r.first_fail, " before it failed\n");
+    else
+      o += engine::str("binding term: ", engine::category_name(r.binding), " is the largest: ",
+                       format_bytes(r.binding_fail_bytes), " at batch 1 before it failed\n");
+    o += engine::str("at batch ", r.first_fail, ": ", r.failure, "\n");
+  }
+  // The probes, by batch: what each peak was made of.
+  std::vector<MaxBatchProbe> sorted = r.probes;
+  std::sort(sorted.begin(), sorted.end(), [](const MaxBatchProbe& a, const MaxBatchProbe& b) { return a.batch < b.batch; });
+  o += "\n| batch | fits | peak |";
+  for (int k = 0; k < engine::kNumCategories; k++) o += std::string(" ") + engine::category_name(Category(k)) + " |";
+  o += "\n|---:|:---|---:|";
+  for (int k = 0; k < engine::kNumCategories; k++) o += "---:|";
+  o += "\n";
+  for (const auto& p : sorted) {
+    o += engine::str("| ", p.batch, " | ", p.fits ? "yes" : "no", " | ", format_bytes(p.peak), " |");
+    for (int k = 0; k < engine::kNumCategories; k++) o += " " + format_bytes(p.breakdown[size_t(k)]) + " |";
+    o += "\n";
+  }
+  return o;
+}
+
+}  // namespace tools

@@ -1,0 +1,69 @@
+// max_batch.h: the largest batch that trains without running out of memory, and what stops the next one.
+//
+// Each probe builds the model on a FRESH device of the same type and capacity (a new arena, allocator
+// and ledger: nothing left over from the previous probe can help or hurt it) and runs `steps` full steps;
+// it fits when no engine::OutOfMemory is thrown. Two steps at least: the optimizer allocates its state
+// during the first step, so the second step's forward runs beside it (often the true peak).
+//
+// Search: exponential upward from 1 (1, 2, 4, ...) until a probe fails, then bisection between the last
+// fit and the first failure: about 2 log2(N) probes. Bisection assumes that a batch fits whenever a larger
+// one does; fragmentation could in principle break that, so a caller that needs certainty re-runs N and
+// N + 1 (the tests do).
+//
+// The binding term: the ledger category (activation, optimizer, temp, ...) whose bytes at the peak grew
+// most from the largest fitting probe to the first failing one, with both figures. For the failing
+// probe that is the peak it reached before the request that failed (the request itself is named in
+// `failure`, the first line of the out-of-memory report).
+//
+// The knob is ModelConfig.batch (sequences or images). Models whose batch is counted in tokens will
+// search ModelConfig.tokens instead: that choice is made in batch_knob() in max_batch.cpp.
+#pragma once
+#include <array>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/device.h"
+#include "models/model.h"
+
+namespace tools {
+
+struct MaxBatchProbe {
+  int64_t batch = 0;
+  bool fits = false;
+  size_t peak = 0;                                            // peak live bytes (before the failure)
+  std::array<size_t, engine::kNumCategories> breakdown{};     // per category at that peak
+  std::string failure;                                        // first line of the OOM report, if any
+  std::string unit;                                           // the model's item unit, once it was built
+};
+
+struct MaxBatchOptions {
+  int steps = 2;            // full steps per probe (train steps; eval steps with `inference`)
+  bool inference = false;   // probe eval_step (forward only) instead of train_step
+  int64_t limit = 1 << 16;  // the search stops here: a batch this large that fits ends the search
+  // Called after each probe with the bracket known so far: largest fit, first failure (0 when none yet).
+  std::function<void(const MaxBatchProbe& probe, int64_t largest_fit, int64_t first_fail)> on_probe;
+};
+
+struct MaxBatchResult {
+  int64_t largest_fit = 0;  // 0: not even a batch of 1 fits
+  int64_t first_fail = 0;   // 0: everything up to options.limit fit
+  std::string unit;         // the model's item unit ("seq", "img", "tok")
+  std::vector<MaxBatchProbe> probes;  // in the order they ran
+  // The binding term (meaningful when first_fail > 0).
+  engine::Category binding = engine::Category::activation;
+  size_t binding_fit_bytes = 0, binding_fail_bytes = 0;
+  std::string failure;      // the failing probe's out-of-memory line
+};
+
+// One probe: builds `config` with `batch` on a fresh device of `type` and `capacity` and runs steps.
+MaxBatchProbe probe_batch(const models::ModelConfig& config, engine::DeviceType type, size_t capacity, int64_t batch,
+                          int steps, bool inference = false);
+
+MaxBatchResult find_max_batch(const models::ModelConfig& config, engine::DeviceType type, size_t capacity,
+                              const MaxBatchOptions& options = {});
+
+// The result for a reader: the verdict, the binding term, the failing request, and a table of probes.
+std::string describe_max_batch(const MaxBatchResult& r, size_t capacity, const MaxBatchOptions& options);
+
+}  // namespace tools
