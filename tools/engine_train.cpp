@@ -41,6 +41,7 @@ size_t default_capacity(engine::DeviceType type) {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : engine::kDefaultCpuCapacity;
   }
+  if (type == engine::DeviceType::cuda) return 0;  // the device's free memory less a library reserve
   return size_t(1) << 40;  // meta without --memory: 1 TiB, i.e. "measure the peak, nothing is refused"
 }
 

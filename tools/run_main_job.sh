@@ -7,7 +7,7 @@
 #   RTX 2080 Ti profile, so the run ends with the numbers the study is about.
 #
 # The default model is bert_base (the 2020 table's language model) when this build has it, else
-# transformer_lm. Usage: tools/run_main_job.sh [BUILD_DIR]
+# transformer_lm (MAIN_MODEL=transformer_lm picks it). Usage: tools/run_main_job.sh [BUILD_DIR]
 set -euo pipefail
 BUILD=${1:-build}
 TRAIN="$BUILD/engine_train"
@@ -16,10 +16,10 @@ TRAIN="$BUILD/engine_train"
 # set this to 1 and a GPU machine takes the cuda path.
 ENGINE_HAS_CUDA=0
 
-if "$TRAIN" --help | grep -q '^models: .*bert_base'; then
-  MODEL=bert_base SMALL=tiny FULL=base
-else
+if [ "${MAIN_MODEL:-}" = transformer_lm ] || ! "$TRAIN" --help | grep -q '^models: .*bert_base'; then
   MODEL=transformer_lm SMALL=tiny FULL=small
+else
+  MODEL=bert_base SMALL=tiny FULL=base
 fi
 
 GPU=""
