@@ -95,7 +95,7 @@ $(BUILD)/engine_%: $(BUILD)/tools/engine_%.o $(TOOL_LIB_OBJ) $(LIB)
 $(BUILD)/engine_tests: $(TEST_OBJ) $(TOOL_LIB_OBJ) $(LIB)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(GTEST_LIBS) $(LDLIBS)
 
-$(BUILD)/engine_cuda_tests: $(CUDA_TEST_OBJ) $(LIB)
+$(BUILD)/engine_cuda_tests: $(CUDA_TEST_OBJ) $(TOOL_LIB_OBJ) $(LIB)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(GTEST_LIBS) $(LDLIBS)
 
 # ---- programs -------------------------------------------------------------------------------------
