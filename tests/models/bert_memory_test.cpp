@@ -8,6 +8,7 @@
 #include "engine/allocator.h"
 #include "engine/device.h"
 #include "models/bert/encoder.h"
+#include "models/registry.h"
 #include "ops/factory.h"
 #include "ops/reduce.h"
 
@@ -128,4 +129,42 @@ TEST(BertMemory, NaiveIsQuadraticAndFlashLinearInSequenceLength) {
   // and the embeddings' LayerNorm keeps one more: 18 x 768 x 4 bytes, plus the log-sum-exp and statistics.
   EXPECT_NEAR(flash[2], 0.0, 0.01);
   EXPECT_NEAR(flash[1] / (4.0 * 768 * 18), 1.0, 0.01);
+}
+
+// Full size, on meta: parameter, gradient and optimizer bytes of a training step are the analytic counts.
+// For every model of the BERT family (and any registered model): each parameter tensor is one block of
+// numel x 4 bytes rounded up to 256; AdamW keeps two such slots per parameter (Adamax too), and during
+// backward every parameter gets one gradient block of the same size. Nothing else is tagged param, grad
+// or optimizer.
+TEST(BertMemory, ParamGradAndOptimizerBytesAreTheAnalyticCounts) {
+  for (auto [name, seq] : {std::pair<const char*, int64_t>{"bert_base", 128}, {"bert_base", 512},
+                           {"bert_squad", 384}, {"mtdnn", 512}}) {
+    SCOPED_TRACE(std::string(name) + " seq " + std::to_string(seq));
+    auto dev = engine::Device::create(engine::DeviceType::meta, size_t(1) << 40);
+    engine::DeviceGuard g(dev);
+    models::ModelConfig c;
+    c.name = name;
+    c.seq = seq;
+    // One single-sentence head: every parameter gets a gradient (the SAN heads of pairwise tasks do not use
+    // the pooler, whose parameters then get no gradient and no optimizer state, as in PyTorch).
+    if (std::string(name) == "mtdnn") c.task = "sst";
+    auto model = models::create_model(c);
+    size_t param_bytes = 0, count = 0;
+    for (auto& [n, t] : model->module().named_parameters()) {
+      param_bytes += Allocator::round_up(size_t(t.numel()) * 4);
+      count += size_t(t.numel());
+    }
+    for (auto& [n, t] : model->module().named_buffers()) param_bytes += Allocator::round_up(t.nbytes());
+    const engine::Ledger& l = dev->ledger();
+    EXPECT_EQ(l.live_bytes(Category::param), param_bytes);
+    model->train_step(1);
+    model->train_step(2);
+    size_t trainable = param_bytes;
+    for (auto& [n, t] : model->module().named_buffers()) trainable -= Allocator::round_up(t.nbytes());
+    EXPECT_EQ(l.live_bytes(Category::optimizer), 2 * trainable);
+    EXPECT_EQ(l.peak_bytes(Category::grad), trainable);
+    EXPECT_EQ(l.live_bytes(Category::grad), 0u) << "zero_grad returns the gradients to the arena";
+    std::printf("%s seq %lld: %zu parameters, param %zu B, grad %zu B, optimizer %zu B\n", name, (long long)seq, count,
+                param_bytes, trainable, 2 * trainable);
+  }
 }
