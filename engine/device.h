@@ -36,6 +36,8 @@ class Device {
   virtual ~Device();
 
   DeviceType type() const { return type_; }
+  // The hardware's own name ("NVIDIA H200"), or "" for cpu and meta.
+  virtual std::string product() const { return ""; }
   std::string name() const { return device_type_name(type_); }
   size_t capacity() const { return allocator_.capacity(); }
   Allocator& allocator() { return allocator_; }

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "engine/counters.h"
 #include "engine/device.h"
 #include "engine/format.h"
 #include "engine/io.h"
@@ -160,8 +161,14 @@ int run(int argc, char** argv) {
                           ", resuming after step ", loaded.step)
             : engine::str("loaded ", load, ": ", loaded.weights, " weights (no engine metadata: weights only)"));
 
+  // MFU: the step's model FLOPs (counted by every op, backward included) over its time, over the GPU's
+  // dense fp32 peak (the engine computes in true fp32; tensor-core precisions come with --precision).
+  double peak_tflops = 0;
+  for (const auto& gpu : tools::gpu_profiles())
+    if (!device->product().empty() && device->product() == gpu.product) peak_tflops = tools::gpu_peak_tflops(gpu, "fp32");
   const int64_t first = loaded.step + 1, last = loaded.step + flags.integer("steps");
   for (int64_t step = first; step <= last; step++) {
+    engine::counters().reset();
     auto t0 = std::chrono::steady_clock::now();
     models::StepResult r = inference ? model->eval_step(step) : model->train_step(step);
     device->synchronize();
@@ -169,7 +176,10 @@ int run(int argc, char** argv) {
     ledger.check();
     std::string loss = type == engine::DeviceType::meta ? "-" : format_fixed(r.loss, 4);
     say(engine::str("step ", step, "/", last, " | loss ", loss, " | ", format_fixed(ms, 1), " ms | ",
-                    format_fixed(double(r.items) / (ms / 1000.0), 1), " ", model->item_unit(), "/s | peak ",
+                    format_fixed(double(r.items) / (ms / 1000.0), 1), " ", model->item_unit(), "/s | ",
+                    peak_tflops > 0 ? format_fixed(100.0 * engine::counters().flops / (ms * 1e9) / peak_tflops, 1) + "% MFU | "
+                                    : std::string(),
+                    "peak ",
                     format_bytes(ledger.peak_bytes())));
     if (last - first >= 1) bar.update(step - first + 1, engine::str("step ", step));
   }

@@ -45,9 +45,11 @@ constexpr size_t kLibraryReserve = size_t(512) << 20;
 
 class CudaDevice : public Device {
  public:
-  CudaDevice(size_t capacity, void* base, size_t outside) : Device(DeviceType::cuda, capacity, base) {
+  CudaDevice(size_t capacity, void* base, size_t outside, std::string product)
+      : Device(DeviceType::cuda, capacity, base), product_(std::move(product)) {
     outside_arena_ = outside;
   }
+  std::string product() const override { return product_; }
   ~CudaDevice() override {
     synchronize_quietly();
     if (base_) cudaFree(base_);
@@ -65,6 +67,7 @@ class CudaDevice : public Device {
   void synchronize() override { ENGINE_CUDA_CHECK(cudaStreamSynchronize(g_stream)); }
 
  private:
+  std::string product_;
   void synchronize_quietly() {
     if (g_stream) cudaStreamSynchronize(g_stream);
   }
@@ -98,7 +101,7 @@ std::shared_ptr<Device> create_cuda_device(size_t capacity) {
                format_bytes(outside), " taken by the CUDA context and libraries); ask for less with --memory");
   void* base = nullptr;
   ENGINE_CUDA_CHECK(cudaMalloc(&base, capacity));
-  return std::shared_ptr<Device>(new CudaDevice(capacity, base, outside));
+  return std::shared_ptr<Device>(new CudaDevice(capacity, base, outside, prop.name));
 }
 
 }  // namespace engine
