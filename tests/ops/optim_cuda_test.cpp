@@ -25,6 +25,8 @@ using testutil::cpu_input;
 using testutil::to_cuda;
 using testutil::Tolerance;
 
+using testutil::median_ms;
+
 namespace {
 
 struct Layout {
@@ -86,21 +88,6 @@ void expect_update_matches(const std::string& what, DType dt, const std::vector<
 
 const DType kDtypes[] = {DType::f32, DType::f64, DType::bf16};
 
-// Median wall time (ms) of fn on the cuda device over `reps` runs after a warm-up, synchronized each time.
-double median_ms(const std::function<void()>& fn, int reps = 15) {
-  engine::DeviceGuard guard(testutil::cuda_device());
-  fn();
-  testutil::cuda_device()->synchronize();
-  std::vector<double> ms;
-  for (int i = 0; i < reps; i++) {
-    auto t0 = std::chrono::steady_clock::now();
-    fn();
-    testutil::cuda_device()->synchronize();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 }  // namespace
 

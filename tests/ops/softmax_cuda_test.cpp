@@ -25,6 +25,8 @@ using engine::Tensor;
 using testutil::cpu_input;
 using testutil::expect_cuda_matches_cpu;
 
+using testutil::median_ms;
+
 namespace {
 
 const DType kFloats[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
@@ -58,21 +60,6 @@ Tensor layout(const Case& c, const Tensor& x) {
   return c.misalign ? ops::slice(t, -1, 1, t.size(-1)) : t;
 }
 
-// Median wall time (ms) of fn on the cuda device over `reps` runs after a warm-up, synchronized each time.
-double median_ms(const std::function<void()>& fn, int reps = 15) {
-  engine::DeviceGuard guard(testutil::cuda_device());
-  fn();
-  testutil::cuda_device()->synchronize();
-  std::vector<double> ms;
-  for (int i = 0; i < reps; i++) {
-    auto t0 = std::chrono::steady_clock::now();
-    fn();
-    testutil::cuda_device()->synchronize();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 }  // namespace
 

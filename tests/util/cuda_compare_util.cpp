@@ -250,4 +250,19 @@ double measure_bandwidth(const std::string& what, double bytes, const std::funct
   return gbps;
 }
 
+double median_ms(const std::function<void()>& fn, int reps) {
+  engine::DeviceGuard guard(testutil::cuda_device());
+  fn();
+  testutil::cuda_device()->synchronize();
+  std::vector<double> ms;
+  for (int i = 0; i < reps; i++) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn();
+    testutil::cuda_device()->synchronize();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
 }  // namespace testutil

@@ -67,5 +67,7 @@ void expect_cuda_ledger_matches_meta(const std::function<void()>& program);
 
 // Returns GB/s (bytes read + written per call of fn) and prints one line naming `what`.
 double measure_bandwidth(const std::string& what, double bytes, const std::function<void()>& fn);
+// Median wall time (ms) of fn on the cuda device over `reps` runs after a warm-up, synchronized each time.
+double median_ms(const std::function<void()>& fn, int reps = 15);
 
 }  // namespace testutil
