@@ -176,7 +176,8 @@ int run(int argc, char** argv) {
     ledger.check();
     std::string loss = type == engine::DeviceType::meta ? "-" : format_fixed(r.loss, 4);
     say(engine::str("step ", step, "/", last, " | loss ", loss, " | ", format_fixed(ms, 1), " ms | ",
-                    format_fixed(double(r.items) / (ms / 1000.0), 1), " ", model->item_unit(), "/s | ",
+                    type == engine::DeviceType::meta ? std::string("-") : format_fixed(double(r.items) / (ms / 1000.0), 1),
+                    " ", model->item_unit(), "/s | ",
                     peak_tflops > 0 ? format_fixed(100.0 * engine::counters().flops / (ms * 1e9) / peak_tflops, 1) + "% MFU | "
                                     : std::string(),
                     "peak ",
