@@ -2,6 +2,8 @@
 // byte-level tokenizer, the vocabulary reader, and the small Unicode tables they need.
 #include "models/data/wordpiece.h"
 
+#include "engine/format.h"
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -61,23 +63,7 @@ std::u32string utf8_decode(const std::string& s, bool* valid) {
 std::string utf8_encode(const std::u32string& s) {
   std::string out;
   out.reserve(s.size());
-  for (char32_t cp : s) {
-    if (cp < 0x80) {
-      out += char(cp);
-    } else if (cp < 0x800) {
-      out += char(0xC0 | (cp >> 6));
-      out += char(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += char(0xE0 | (cp >> 12));
-      out += char(0x80 | ((cp >> 6) & 0x3F));
-      out += char(0x80 | (cp & 0x3F));
-    } else {
-      out += char(0xF0 | (cp >> 18));
-      out += char(0x80 | ((cp >> 12) & 0x3F));
-      out += char(0x80 | ((cp >> 6) & 0x3F));
-      out += char(0x80 | (cp & 0x3F));
-    }
-  }
+  for (char32_t cp : s) engine::append_utf8(out, uint32_t(cp));
   return out;
 }
 
