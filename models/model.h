@@ -31,6 +31,7 @@ struct ModelConfig {
   int64_t tokens = 0;        // tokens per step (translation models)
   std::string attention = "naive";
   std::string recompute = "none";  // none | attention | layer
+  std::string precision = "fp32";  // fp32 | tf32 | bf16 | fp16 (models/precision.h)
   std::string data;          // a data file; synthetic data when empty
   std::string task;
   uint64_t seed = 1;
@@ -40,6 +41,8 @@ struct StepResult {
   double loss = 0;                         // the main loss (0 on meta: no values)
   std::map<std::string, double> losses;    // every loss by name, for models with several
   int64_t items = 0;                       // sequences, images or target tokens processed
+  std::vector<std::string> details;        // extra lines engine_train prints under the step line
+                                           // (e.g. a decoder's key/value cache by length)
 };
 
 class Model {

@@ -182,6 +182,7 @@ int run(int argc, char** argv) {
                                     : std::string(),
                     "peak ",
                     format_bytes(ledger.peak_bytes())));
+    for (const std::string& line : r.details) say("  " + line);
     if (last - first >= 1) bar.update(step - first + 1, engine::str("step ", step));
   }
   say("");

@@ -1,0 +1,49 @@
+// conv_params.h: the geometry of a 2-D convolution, shared by the op (ops/conv.cpp), its cpu reference
+// kernels (ops/cpu/conv.*) and its CUDA kernels (ops/cuda/conv*), so that all three agree on shapes and on
+// the workspace the op allocates for the GPU's weight gradient.
+//
+// Layouts (the engine is channels-last): x [N, H, W, Cin], weight [Cout, KH, KW, Cin / groups] (KRSC, the
+// implicit-GEMM layout: the reduction dimension (kh, kw, c) is contiguous in c), y [N, Ho, Wo, Cout], all
+// contiguous. PyTorch's weights ([Cout, Cin / groups, KH, KW]) are permuted when a model loads them.
+//   Ho = (H + 2 pad_h - dilation_h (KH - 1) - 1) / stride_h + 1   (and the same for W)
+// A transposed convolution is the data gradient of a convolution (its forward is conv2d_backward_data with
+// the roles of x and y exchanged), so the three kernels below serve both.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+namespace ops {
+
+struct Conv2dParams {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+};
+
+// Every size a kernel needs, computed once from the operands' shapes.
+struct ConvGeometry {
+  int64_t n = 0, h = 0, w = 0, cin = 0;      // input  [N, H, W, Cin]
+  int64_t cout = 0, kh = 0, kw = 0;          // weight [Cout, KH, KW, Cin / groups]
+  int64_t ho = 0, wo = 0;                    // output [N, Ho, Wo, Cout]
+  Conv2dParams p;
+  int64_t cin_per_group() const { return cin / p.groups; }
+  int64_t cout_per_group() const { return cout / p.groups; }
+  // The implicit GEMM's sizes: M = output pixels, N = output channels (per group), K = kh * kw * cin/group.
+  int64_t gemm_m() const { return n * ho * wo; }
+  int64_t gemm_k() const { return kh * kw * cin_per_group(); }
+};
+
+// How many pieces the weight gradient's reduction over the N * Ho * Wo output pixels is cut into on the
+// GPU. When it is more than 1 the op allocates an f32 workspace [splits, Cout, KH, KW, Cin / groups] (on
+// every device, so meta predicts it) into which each piece writes its partial sum; a second pass adds
+// them in a fixed order (deterministic, no atomics). A function of the shape alone: early ResNet layers
+// (few weight tiles, millions of pixels) need splits to fill the GPU's 132 SMs; late ones do not.
+inline int64_t conv2d_weight_grad_splits(const ConvGeometry& g) {
+  const int64_t tiles = g.p.groups * ((g.cout_per_group() + 63) / 64) * ((g.gemm_k() + 63) / 64);
+  const int64_t wanted = (264 + tiles - 1) / tiles;        // about two waves of 132 SMs
+  const int64_t most = std::max<int64_t>(1, g.gemm_m() / 1024);  // each piece reduces >= 1024 pixels
+  return std::max<int64_t>(1, std::min<int64_t>({wanted, most, 64}));
+}
+
+}  // namespace ops
