@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "graph/module.h"
+#include "models/precision.h"
 #include "ops/lr_schedule.h"
 #include "ops/optim.h"
 
@@ -69,6 +70,15 @@ class Model {
 
   ops::Optimizer& optimizer() { return *optimizer_; }
 
+  // The numeric recipe (models/precision.h). create_model() calls it once, after the constructor: bf16/fp16
+  // lower the parameters (f32 masters go to the optimizer), tf32 switches the GPU's f32 GEMMs to TF32.
+  void set_precision(Precision p);
+  Precision precision() const { return precision_; }
+  // The dtype of parameters and activations: models make float inputs (images, regression targets) in it.
+  engine::DType compute_dtype() const { return models::compute_dtype(precision_); }
+  const LossScaler& loss_scaler() const { return loss_scaler_; }
+  void set_loss_scale(double scale) { loss_scaler_.scale = scale; }  // fp16: the scale of the next step
+
  protected:
   // The batch for `step` (tensors are tagged `input` by the caller).
   virtual Batch make_batch(int64_t step) = 0;
@@ -79,6 +89,8 @@ class Model {
   std::unique_ptr<ops::Optimizer> optimizer_;
   std::unique_ptr<ops::LrSchedule> schedule_;  // may be null: constant lr
   double clip_norm_ = 0;                       // 0: no clipping
+  Precision precision_ = Precision::fp32;
+  LossScaler loss_scaler_;                     // fp16 only
 };
 
 }  // namespace models

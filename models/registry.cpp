@@ -30,7 +30,12 @@ std::vector<std::string> model_names() {
 
 std::unique_ptr<Model> create_model(const ModelConfig& config) {
   for (const auto& e : registry())
-    if (e.name == config.name) return e.create(config);
+    if (e.name == config.name) {
+      const Precision precision = precision_from_name(config.precision);  // a bad name fails before building
+      std::unique_ptr<Model> model = e.create(config);
+      model->set_precision(precision);
+      return model;
+    }
   std::string valid;
   for (const auto& n : model_names()) valid += (valid.empty() ? "" : ", ") + n;
   throw engine::Error(engine::str("unknown model '", config.name, "': valid models are ", valid));

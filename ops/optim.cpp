@@ -27,23 +27,31 @@ void check_update(const char* op, const ParamUpdate& t, size_t num_slots) {
   ENGINE_CHECK(t.param.is_contiguous(), op, ": the parameter must be contiguous, got shape ",
                engine::shape_str(t.param.shape()), " with strides ", engine::shape_str(t.param.strides()));
   ENGINE_CHECK(t.slots.size() == num_slots, op, ": expected ", num_slots, " state tensors, got ", t.slots.size());
-  auto check_like = [&](const char* what, const Tensor& x) {
+  // The weight the math updates: the f32 master when there is one (then the slots are f32 too).
+  const DType weight_dtype = t.master.defined() ? t.master.dtype() : t.param.dtype();
+  ENGINE_CHECK(!t.master.defined() || t.master.dtype() == DType::f32, op, ": the master weight must be f32, got ",
+               engine::dtype_name(weight_dtype));
+  auto check_like = [&](const char* what, const Tensor& x, DType dtype) {
     check_defined(op, what, x);
     ENGINE_CHECK(x.shape() == t.param.shape(), op, ": ", what, " has shape ", engine::shape_str(x.shape()),
                  ", the parameter ", engine::shape_str(t.param.shape()));
-    ENGINE_CHECK(x.dtype() == t.param.dtype(), op, ": ", what, " has dtype ", engine::dtype_name(x.dtype()),
-                 ", the parameter ", engine::dtype_name(t.param.dtype()));
+    ENGINE_CHECK(x.dtype() == dtype, op, ": ", what, " has dtype ", engine::dtype_name(x.dtype()), ", expected ",
+                 engine::dtype_name(dtype), t.master.defined() ? " (mixed precision: f32 master and state)" : "");
     check_same_device(op, t.param, x);
     ENGINE_CHECK(x.is_contiguous(), op, ": ", what, " must be contiguous");
   };
-  check_like("grad", t.grad);
-  for (const Tensor& s : t.slots) check_like("state", s);
+  check_like("grad", t.grad, t.param.dtype());
+  if (t.master.defined()) check_like("master", t.master, DType::f32);
+  for (const Tensor& s : t.slots) check_like("state", s, weight_dtype);
 }
 
 // Bytes: param and slots read and written, grad read.
+// With a master: the master and slots (f32) read and written, the grad read and the low copy written.
 void count_update(const char* op, const ParamUpdate& t, double flops_per_element) {
-  double n = double(t.param.numel()), es = double(engine::dtype_size(t.param.dtype()));
-  engine::count_op(op, flops_per_element * n, n * es * (3 + 2 * double(t.slots.size())));
+  const double n = double(t.param.numel()), low = double(engine::dtype_size(t.param.dtype()));
+  const double state = 2 * double(t.slots.size());
+  engine::count_op(op, flops_per_element * n,
+                   t.master.defined() ? n * (4 * (2 + state) + 2 * low) : n * low * (3 + state));
 }
 
 }  // namespace
@@ -89,8 +97,34 @@ Optimizer::Optimizer(const char* name, const NamedTensors& params, double lr, do
     ENGINE_CHECK(engine::is_floating(p.dtype()), name_, ": parameter '", n, "' has dtype ",
                  engine::dtype_name(p.dtype()), "; only floating tensors can be optimized");
     ENGINE_CHECK(seen.insert(n).second, name_, ": parameter name '", n, "' appears twice");
-    entries_.push_back(Entry{n, p, {}, 0, true});
+    entries_.push_back(Entry{n, p, Tensor(), {}, 0, true});
   }
+}
+
+void Optimizer::set_master_weight(const std::string& name, const Tensor& master) {
+  for (Entry& e : entries_) {
+    if (e.name != name) continue;
+    ENGINE_CHECK(e.slots.empty(), name_, ": set_master_weight('", name, "') after the parameter's first step");
+    ENGINE_CHECK(master.shape() == e.param.shape() && master.dtype() == DType::f32 &&
+                     master.device_ptr() == e.param.device_ptr(),
+                 name_, ": the master weight of '", name, "' must be f32 ", engine::shape_str(e.param.shape()),
+                 " on the parameter's device");
+    set_master_weight_unchecked(e, master);
+    return;
+  }
+  throw engine::Error(str(name_, ": set_master_weight: no parameter named '", name, "'"));
+}
+
+void Optimizer::set_master_weight_unchecked(Entry& e, const Tensor& master) {
+  master.set_category(engine::Category::optimizer);
+  master.storage()->set_owner(e.name + "/master");
+  e.master = master;
+}
+
+Tensor Optimizer::master_weight(const std::string& name) const {
+  for (const Entry& e : entries_)
+    if (e.name == name) return e.master;
+  return Tensor();
 }
 
 void Optimizer::exclude_from_weight_decay(const std::function<bool(const std::string&)>& excluded) {
@@ -105,7 +139,8 @@ void Optimizer::allocate_slots(Entry& e) const {
   OpScope op(name_);
   e.slots.clear();
   for (double init : slot_initial_values_)
-    e.slots.push_back(full(e.param.shape(), init, e.param.dtype(), e.param.device_ptr()));
+    e.slots.push_back(full(e.param.shape(), init, e.master.defined() ? e.master.dtype() : e.param.dtype(),
+                           e.param.device_ptr()));
 }
 
 void Optimizer::step() {
@@ -117,7 +152,8 @@ void Optimizer::step() {
     if (e.slots.size() != slot_names_.size()) allocate_slots(e);
     e.steps++;
     engine::MemoryScope owner(e.name);
-    update(ParamUpdate{e.param, contiguous(g), e.slots}, e.decay ? weight_decay_ : 0.0, e.steps);
+    update(ParamUpdate{e.param, contiguous(g), e.slots, e.master, grad_scale_}, e.decay ? weight_decay_ : 0.0,
+           e.steps);
   }
   step_count_++;
 }
@@ -131,6 +167,7 @@ OptimizerState Optimizer::state() const {
   s.metadata["optimizer"] = name_;
   s.metadata["optimizer.step"] = std::to_string(step_count_);
   for (const Entry& e : entries_) {
+    if (e.master.defined()) s.tensors.emplace_back(e.name + ".master", e.master);  // from the start
     if (e.steps == 0) continue;
     s.metadata["optimizer.step." + e.name] = std::to_string(e.steps);
     for (size_t k = 0; k < e.slots.size(); k++) s.tensors.emplace_back(e.name + "." + slot_names_[k], e.slots[k]);
@@ -167,8 +204,24 @@ void Optimizer::load_state(const std::map<std::string, Tensor>& tensors,
   // Check everything before changing anything, so a failed load leaves the optimizer as it was.
   std::vector<int64_t> steps(entries_.size(), 0);
   std::vector<std::vector<Tensor>> slots(entries_.size());
+  std::vector<Tensor> masters(entries_.size());
   for (size_t i = 0; i < entries_.size(); i++) {
     const Entry& e = entries_[i];
+    const DType state_dtype = e.master.defined() ? DType::f32 : e.param.dtype();
+    auto master = tensors.find(e.name + ".master");
+    if (e.master.defined()) {
+      ENGINE_CHECK(master != tensors.end(), name_, ": load_state: '", e.name, ".master' is missing: this run keeps "
+                   "f32 master weights (mixed precision) but the state was saved without them (resume with the "
+                   "--precision it was saved with)");
+      ENGINE_CHECK(master->second.shape() == e.param.shape() && master->second.dtype() == DType::f32 &&
+                       master->second.device_ptr() == e.param.device_ptr() && master->second.is_contiguous(),
+                   name_, ": load_state: '", e.name, ".master' must be a contiguous f32 ",
+                   engine::shape_str(e.param.shape()), " on the parameter's device");
+      masters[i] = master->second;
+    } else {
+      ENGINE_CHECK(master == tensors.end(), name_, ": load_state: the state has a master weight '", e.name,
+                   ".master' but this run has none (resume with the --precision it was saved with)");
+    }
     if (const std::string* s = get("optimizer.step." + e.name)) steps[i] = parse_count("optimizer.step." + e.name, *s);
     for (const std::string& slot : slot_names_) {
       std::string key = e.name + "." + slot;
@@ -180,9 +233,9 @@ void Optimizer::load_state(const std::map<std::string, Tensor>& tensors,
       }
       ENGINE_CHECK(it != tensors.end(), name_, ": load_state: missing state tensor '", key, "'");
       const Tensor& t = it->second;
-      ENGINE_CHECK(t.shape() == e.param.shape() && t.dtype() == e.param.dtype(), name_, ": load_state: '", key,
-                   "' is ", engine::dtype_name(t.dtype()), " ", engine::shape_str(t.shape()), ", the parameter is ",
-                   engine::dtype_name(e.param.dtype()), " ", engine::shape_str(e.param.shape()));
+      ENGINE_CHECK(t.shape() == e.param.shape() && t.dtype() == state_dtype, name_, ": load_state: '", key,
+                   "' is ", engine::dtype_name(t.dtype()), " ", engine::shape_str(t.shape()), ", expected ",
+                   engine::dtype_name(state_dtype), " ", engine::shape_str(e.param.shape()));
       ENGINE_CHECK(t.device_ptr() == e.param.device_ptr(), name_, ": load_state: '", key, "' is on device ",
                    t.device().name(), ", not on the parameter's device (load the file onto that device)");
       ENGINE_CHECK(t.is_contiguous(), name_, ": load_state: '", key, "' is not contiguous");
@@ -192,6 +245,7 @@ void Optimizer::load_state(const std::map<std::string, Tensor>& tensors,
   for (size_t i = 0; i < entries_.size(); i++) {
     entries_[i].steps = steps[i];
     entries_[i].slots = slots[i];
+    if (masters[i].defined()) set_master_weight_unchecked(entries_[i], masters[i]);
     for (const Tensor& t : slots[i]) {  // tagged as if allocated by the first step
       t.set_category(engine::Category::optimizer);
       t.storage()->set_owner(entries_[i].name + "/" + name_);

@@ -33,15 +33,17 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 // ---------------------------------------------------------------------------------------------------
 // Fused per-tensor updates (the kernels' interface; also used directly by the CUDA tests).
 //
-// ParamUpdate names the tensors one parameter's update touches: all contiguous, one shape, one dtype, one
-// device. The math runs in acc_t<T> (f32, or f64 for f64 tensors); hyperparameters arrive as doubles.
-// Mixed precision (later): a bf16/f16 parameter gets an f32 master copy by adding `Tensor master;` here.
-// When it is defined the kernel loads and stores the weight in `master` (f32 math) and writes the rounded
-// value into `param`; grad may then be bf16 and the slots f32. The Optimizer API does not change: the
-// master becomes one more state tensor ("<name>.master"), allocated at the first step like the slots.
+// ParamUpdate names the tensors one parameter's update touches: all contiguous, one shape, one device.
+// The math runs in acc_t<T> (f32, or f64 for f64 tensors); hyperparameters arrive as doubles.
+// Without a master copy, param, grad and slots share one dtype. Mixed precision (models/precision.h): a
+// bf16/f16 parameter has an f32 `master` copy; the kernel then loads and stores the weight in `master`
+// (f32 math, f32 slots), reads the bf16/f16 grad, and writes the weight rounded to nearest-even into
+// `param` (the copy the model computes with), in the same pass.
 struct ParamUpdate {
   Tensor param, grad;
   std::vector<Tensor> slots;  // in the order of the optimizer's slot_names()
+  Tensor master;              // f32 master weight, or undefined
+  double grad_scale = 1;      // the gradient is multiplied by this first (1 / the fp16 loss scale)
 };
 
 struct SgdStep {
@@ -98,6 +100,14 @@ class Optimizer {
   const char* name() const { return name_; }
   // Parameters for which `excluded(name)` is true get no weight decay (BERT: biases and LayerNorm).
   void exclude_from_weight_decay(const std::function<bool(const std::string&)>& excluded);
+  // Mixed precision: from now on parameter `name` (bf16/f16) is updated through the f32 `master` copy,
+  // which the optimizer owns (state tensor "<name>.master", tagged `optimizer`, owner "<name>/master");
+  // its slots are f32. Called by models/precision.cpp when it lowers the parameters.
+  void set_master_weight(const std::string& name, const Tensor& master);
+  Tensor master_weight(const std::string& name) const;  // undefined without one
+  // Multiplies every gradient by `scale` inside the update (fp16 loss scaling divides by the loss scale
+  // there instead of in a separate pass); 1 by default.
+  void set_grad_scale(double scale) { grad_scale_ = scale; }
 
   // The state for a checkpoint (tensors are shared, not copied) and its restoration. load_state checks
   // the optimizer name, every tensor's shape, dtype and device, and that every parameter with a step
@@ -116,17 +126,20 @@ class Optimizer {
   struct Entry {
     std::string name;
     Tensor param;
+    Tensor master;              // f32 master weight (mixed precision) or undefined
     std::vector<Tensor> slots;  // empty until the first step
     int64_t steps = 0;
     bool decay = true;
   };
   void allocate_slots(Entry& e) const;
+  static void set_master_weight_unchecked(Entry& e, const Tensor& master);
 
   const char* name_;
   std::vector<Entry> entries_;
   std::vector<std::string> slot_names_;
   std::vector<double> slot_initial_values_;
   double lr_, weight_decay_;
+  double grad_scale_ = 1;
   int64_t step_count_ = 0;
 };
 

@@ -6,6 +6,8 @@
 
 #include "engine/rng.h"
 #include "engine/safetensors.h"
+#include "graph/autograd.h"
+#include "ops/elementwise.h"
 
 namespace tools {
 
@@ -31,6 +33,7 @@ constexpr TextField kTextFields[] = {{"model", &models::ModelConfig::name},
                                      {"size", &models::ModelConfig::size},
                                      {"attention", &models::ModelConfig::attention},
                                      {"recompute", &models::ModelConfig::recompute},
+                                     {"precision", &models::ModelConfig::precision},
                                      {"data", &models::ModelConfig::data},
                                      {"task", &models::ModelConfig::task}};
 constexpr CountField kCountFields[] = {{"seq", &models::ModelConfig::seq},
@@ -143,7 +146,18 @@ CheckpointLoad load_checkpoint(const std::string& path, models::Model& model, bo
     std::map<std::string, Tensor> weights, rest;
     for (auto& [name, t] : tensors) (result.engine_checkpoint && !module_names.count(name) ? rest : weights)[name] = t;
     tensors.clear();
-    result.weights = model.load_weights(weights).size();
+    std::vector<std::string> loaded = model.load_weights(weights);
+    result.weights = loaded.size();
+    // Mixed precision: the f32 masters take the file's values (exact for an f32 file; an engine checkpoint's
+    // own masters, in its optimizer state, replace them below).
+    {
+      graph::NoGrad no_grad;
+      for (const std::string& name : loaded) {
+        Tensor master = model.optimizer().master_weight(name);
+        auto it = weights.find(name);
+        if (master.defined() && it != weights.end()) ops::copy_(master, it->second);
+      }
+    }
     weights.clear();  // the copies go back to the arena
     if (!result.engine_checkpoint) return result;
 

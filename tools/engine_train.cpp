@@ -99,6 +99,8 @@ int run(int argc, char** argv) {
                                   tools::gpu_profile_names());
   flags.add_choice("attention", "naive", {"naive", "flash"}, "attention algorithm");
   flags.add_choice("recompute", "none", {"none", "attention", "layer"}, "activation checkpointing");
+  flags.add_choice("precision", "fp32", {"fp32", "tf32", "bf16", "fp16"},
+                   "fp32; tf32 GEMMs; bf16/fp16 mixed precision with f32 master weights (fp16: loss scaling)");
   flags.add_int("seed", 1, "random seed (weights, data, dropout)");
   flags.add_string("data", "", "data file (synthetic data when empty)");
   flags.add_string("task", "", "task of a multi-task model (the model's default when empty)");
@@ -122,6 +124,7 @@ int run(int argc, char** argv) {
   config.tokens = flags.integer("tokens");
   config.attention = flags.str("attention");
   config.recompute = flags.str("recompute");
+  config.precision = flags.str("precision");
   config.data = flags.str("data");
   config.task = flags.str("task");
   config.seed = uint64_t(flags.integer("seed"));
@@ -152,7 +155,7 @@ int run(int argc, char** argv) {
   const engine::Ledger& ledger = device->ledger();
   say(model->summary());
   say(engine::str("parameters ", model->module().num_parameters(), " (", format_bytes(ledger.live_bytes(engine::Category::param)),
-                  ") | device ", device->name(), " | arena ", format_bytes(device->capacity()), capacity_note,
+                  ") | precision ", models::precision_name(model->precision()), " | device ", device->name(), " | arena ", format_bytes(device->capacity()), capacity_note,
                   type == engine::DeviceType::meta ? " | meta: shapes and allocations only, no arithmetic" : "",
                   inference ? " | inference: forward only, eval mode" : ""));
   if (!load.empty())
@@ -162,10 +165,11 @@ int run(int argc, char** argv) {
             : engine::str("loaded ", load, ": ", loaded.weights, " weights (no engine metadata: weights only)"));
 
   // MFU: the step's model FLOPs (counted by every op, backward included) over its time, over the GPU's
-  // dense fp32 peak (the engine computes in true fp32; tensor-core precisions come with --precision).
+  // dense peak in the step's precision (fp32 CUDA cores, or the TF32 / BF16 / FP16 tensor cores).
   double peak_tflops = 0;
   for (const auto& gpu : tools::gpu_profiles())
-    if (!device->product().empty() && device->product() == gpu.product) peak_tflops = tools::gpu_peak_tflops(gpu, "fp32");
+    if (!device->product().empty() && device->product() == gpu.product)
+      peak_tflops = tools::gpu_peak_tflops(gpu, models::precision_name(model->precision()));
   const int64_t first = loaded.step + 1, last = loaded.step + flags.integer("steps");
   for (int64_t step = first; step <= last; step++) {
     engine::counters().reset();

@@ -95,11 +95,17 @@ Tensor MtdnnNet::loss(int64_t task, const Batch& batch) const {
   Tensor out = forward(task, batch);
   engine::MemoryScope s("loss");
   const data::GlueTask& t = *heads[size_t(task)].task;
-  if (t.kind == GlueKind::regression) return ops::mse_loss(out, batch.at("scores"));
+  // Losses in f32, as every loss of the engine: under bf16/fp16 the small [B, n] outputs are cast first
+  // (no-ops in fp32).
+  if (t.kind == GlueKind::regression) {
+    const Tensor& scores = batch.at("scores");  // [B, 1] f32
+    return ops::mse_loss(ops::to(out, scores.dtype()), scores);
+  }
   if (t.kind == GlueKind::single_classification) return ops::cross_entropy(out, batch.at("labels"));
   // SAN: the negative log-likelihood of the averaged probabilities.
-  Tensor target = ops::unsqueeze(batch.at("labels"), 1);                // [B, 1]
-  return ops::neg(ops::mean(ops::gather(ops::log(out), 1, target)));  // -mean_b log P_b[label_b]
+  Tensor target = ops::unsqueeze(batch.at("labels"), 1);  // [B, 1]
+  Tensor p = ops::to(out, engine::DType::f32);            // [B, n]
+  return ops::neg(ops::mean(ops::gather(ops::log(p), 1, target)));  // -mean_b log P_b[label_b]
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -216,7 +222,7 @@ Batch Mtdnn::make_batch(int64_t step) {
     b["not_hypothesis"] = ops::from_vector(e.not_hypothesis, bt, DType::boolean, dev);
     if (net_->training())
       b["turn_weights"] = ops::from_vector(san_turn_weights(c.batch, c.san.turns, c.san.turn_drop, rng), {c.batch, c.san.turns},
-                                           DType::f32, dev);
+                                           compute_dtype(), dev);  // they weigh activations
   }
   if (task.kind == GlueKind::regression)
     b["scores"] = ops::from_vector(e.scores, {c.batch, 1}, DType::f32, dev);

@@ -118,10 +118,14 @@ template <typename A> struct RmsPropMath {
 
 // ---------------------------------------------------------------------------------------------------
 // The fused pass. Thread per VEC elements, grid-stride; elements past the last whole vector go one per
-// thread. Slots that are nullptr are neither loaded nor stored.
-template <typename T, int S, int VEC, typename F>
+// thread. Slots that are nullptr are neither loaded nor stored. T is the weight's and the slots' type, G the
+// gradient's: T = G, or (mixed precision) T = f32 master weights with G = bf16/f16, when the new weight is
+// also stored, rounded, into `low` (the parameter the model computes with). Bytes per element: T weights
+// and slots (2 + 2 S) x sizeof(T), plus the gradient read (and the low copy written).
+template <typename T, typename G, int S, int VEC, typename F>
 __global__ void __launch_bounds__(kThreads)
-    fused_update(T* __restrict__ p, const T* __restrict__ g, Slots<T, S> slots, int64_t n, F f) {
+    fused_update(T* __restrict__ p, const G* __restrict__ g, G* __restrict__ low, Slots<T, S> slots, int64_t n,
+                 acc_t<T> grad_scale, F f) {
   using A = acc_t<T>;
   constexpr int SA = S > 0 ? S : 1;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
@@ -139,11 +143,12 @@ __global__ void __launch_bounds__(kThreads)
       A sk[SA];
 #pragma unroll
       for (int s = 0; s < SA; s++) sk[s] = sv[s][k];
-      f(pv[k], gv[k], sk);
+      f(pv[k], gv[k] * grad_scale, sk);
 #pragma unroll
       for (int s = 0; s < SA; s++) sv[s][k] = sk[s];
     }
     store_vec<VEC>(p + i, pv);
+    if (low) store_vec<VEC>(low + i, pv);
 #pragma unroll
     for (int s = 0; s < S; s++)
       if (slots.p[s]) store_vec<VEC>(slots.p[s] + i, sv[s]);
@@ -153,8 +158,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int s = 0; s < S; s++)
       if (slots.p[s]) sk[s] = to_acc<A>(slots.p[s][i]);
-    f(pi, to_acc<A>(g[i]), sk);
+    f(pi, A(to_acc<acc_t<G>>(g[i])) * grad_scale, sk);
     p[i] = from_acc<T>(pi);
+    if (low) low[i] = from_acc<G>(pi);
 #pragma unroll
     for (int s = 0; s < S; s++)
       if (slots.p[s]) slots.p[s][i] = from_acc<T>(sk[s]);
@@ -162,21 +168,35 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Launches fused_update for t with the given slot pointers (vectorized when every pointer is aligned).
-template <typename T, int S, typename F>
+// The weight is t.master when defined (then G is the parameter's dtype), else t.param (G = T).
+template <typename T, typename G, int S, typename F>
 void launch_update(const ParamUpdate& t, const Slots<T, S>& slots, const F& f) {
   const int64_t n = t.param.numel();
   if (n == 0) return;
-  T* p = static_cast<T*>(t.param.data_ptr());
-  const T* g = static_cast<const T*>(t.grad.data_ptr());
-  bool aligned = aligned16(p) && aligned16(g);
+  T* p = static_cast<T*>((t.master.defined() ? t.master : t.param).data_ptr());
+  const G* g = static_cast<const G*>(t.grad.data_ptr());
+  G* low = t.master.defined() ? static_cast<G*>(t.param.data_ptr()) : nullptr;
+  bool aligned = aligned16(p) && aligned16(g) && (!low || aligned16(low));
   for (int s = 0; s < S; s++) aligned = aligned && (!slots.p[s] || aligned16(slots.p[s]));
-  constexpr int V = vec16<T>();
+  constexpr int V = vec16<T>();  // T is the wider type: V elements of G are <= 16 bytes
+  const acc_t<T> scale = acc_t<T>(t.grad_scale);
   cudaStream_t stream = engine::cuda::stream();
   if (aligned)
-    fused_update<T, S, V, F><<<grid_for((n + V - 1) / V, kThreads), kThreads, 0, stream>>>(p, g, slots, n, f);
+    fused_update<T, G, S, V, F><<<grid_for((n + V - 1) / V, kThreads), kThreads, 0, stream>>>(p, g, low, slots, n,
+                                                                                             scale, f);
   else
-    fused_update<T, S, 1, F><<<grid_for(n, kThreads), kThreads, 0, stream>>>(p, g, slots, n, f);
+    fused_update<T, G, S, 1, F><<<grid_for(n, kThreads), kThreads, 0, stream>>>(p, g, low, slots, n, scale, f);
 }
+
+// T = G = the parameter's dtype, or T = f32 and G = the parameter's dtype under a master copy.
+#define CUDA_OPTIM_SWITCH(t, ...)                                                                     \
+  do {                                                                                                \
+    if ((t).master.defined()) {                                                                       \
+      ENGINE_CUDA_FLOAT_SWITCH((t).param.dtype(), G, { using T = float; __VA_ARGS__; });             \
+    } else {                                                                                          \
+      ENGINE_CUDA_FLOAT_SWITCH((t).param.dtype(), T, { using G = T; __VA_ARGS__; });                 \
+    }                                                                                                 \
+  } while (0)
 
 template <typename T> T* slot_ptr(const ParamUpdate& t, size_t k) { return static_cast<T*>(t.slots[k].data_ptr()); }
 
@@ -242,19 +262,19 @@ __global__ void __launch_bounds__(kThreads)
 // ---------------------------------------------------------------------------------------------------
 
 void sgd_update(const ParamUpdate& t, const SgdStep& h) {
-  ENGINE_CUDA_FLOAT_SWITCH(t.param.dtype(), T, {
+  CUDA_OPTIM_SWITCH(t, {
     using A = acc_t<T>;
     const bool momentum = h.momentum != 0;
     Slots<T, 1> slots{{momentum ? slot_ptr<T>(t, 0) : nullptr}};
     SgdMath<A> f{A(h.lr), A(h.weight_decay), A(h.momentum), A(1 - h.dampening),
                  h.weight_decay != 0, momentum, h.nesterov, h.first_step};
-    launch_update(t, slots, f);
+    launch_update<T, G>(t, slots, f);
   });
   ENGINE_CUDA_LAUNCH_CHECK("sgd");
 }
 
 void adam_update(const ParamUpdate& t, const AdamStep& h) {
-  ENGINE_CUDA_FLOAT_SWITCH(t.param.dtype(), T, {
+  CUDA_OPTIM_SWITCH(t, {
     using A = acc_t<T>;
     const double step = double(h.step);
     Slots<T, 2> slots{{slot_ptr<T>(t, 0), slot_ptr<T>(t, 1)}};
@@ -262,24 +282,24 @@ void adam_update(const ParamUpdate& t, const AdamStep& h) {
                   A(1 - h.beta1), A(h.beta2), A(1 - h.beta2), A(h.eps), A(h.weight_decay),
                   A(1 - h.lr * h.weight_decay), h.weight_decay != 0 && !h.decoupled_weight_decay,
                   h.weight_decay != 0 && h.decoupled_weight_decay};
-    launch_update(t, slots, f);
+    launch_update<T, G>(t, slots, f);
   });
   ENGINE_CUDA_LAUNCH_CHECK("adam");
 }
 
 void adamax_update(const ParamUpdate& t, const AdamaxStep& h) {
-  ENGINE_CUDA_FLOAT_SWITCH(t.param.dtype(), T, {
+  CUDA_OPTIM_SWITCH(t, {
     using A = acc_t<T>;
     Slots<T, 2> slots{{slot_ptr<T>(t, 0), slot_ptr<T>(t, 1)}};
     AdamaxMath<A> f{A(h.lr / (1 - std::pow(h.beta1, double(h.step)))), A(1 - h.beta1), A(h.beta2), A(h.eps),
                     A(h.weight_decay), h.weight_decay != 0};
-    launch_update(t, slots, f);
+    launch_update<T, G>(t, slots, f);
   });
   ENGINE_CUDA_LAUNCH_CHECK("adamax");
 }
 
 void rmsprop_update(const ParamUpdate& t, const RmsPropStep& h) {
-  ENGINE_CUDA_FLOAT_SWITCH(t.param.dtype(), T, {
+  CUDA_OPTIM_SWITCH(t, {
     using A = acc_t<T>;
     const bool momentum = h.momentum != 0;
     size_t k = 1;  // slots: {square_avg, [momentum_buffer], [grad_avg]}
@@ -288,7 +308,7 @@ void rmsprop_update(const ParamUpdate& t, const RmsPropStep& h) {
     Slots<T, 3> slots{{slot_ptr<T>(t, 0), buf, grad_avg}};
     RmsPropMath<A> f{A(h.lr), A(h.alpha), A(1 - h.alpha), A(h.eps), A(h.weight_decay), A(h.momentum),
                      h.weight_decay != 0, momentum, h.centered, h.tf_style};
-    launch_update(t, slots, f);
+    launch_update<T, G>(t, slots, f);
   });
   ENGINE_CUDA_LAUNCH_CHECK("rmsprop");
 }

@@ -153,6 +153,36 @@ TEST(OptimCuda, RmsPropMatchesCpu) {
   }
 }
 
+// Mixed precision: bf16/f16 weight and gradient, f32 master and slots, gradient scale 1/1024 (fp16 loss
+// scaling); aligned, odd-length (scalar tail) and misaligned (scalar kernel) tensors, 3 Adam steps.
+TEST(OptimCuda, MasterWeightUpdateMatchesCpu) {
+  for (DType low : {DType::bf16, DType::f16}) {
+    for (const Layout& l : kLayouts) {
+      ops::ParamUpdate cpu{Tensor(), make(l, low, -1, 1), {make(l, DType::f32, -0.5, 0.5), make(l, DType::f32, 0, 0.5)},
+                           make(l, DType::f32, -1, 1), 1.0 / 1024};
+      cpu.param = ops::to(cpu.master, low);
+      ops::ParamUpdate gpu{to_cuda(cpu.param), to_cuda(cpu.grad), {to_cuda(cpu.slots[0]), to_cuda(cpu.slots[1])},
+                           to_cuda(cpu.master), cpu.grad_scale};
+      for (int step = 1; step <= 3; step++) {
+        ops::AdamStep h;
+        h.lr = 1e-2;
+        h.weight_decay = 0.01;
+        h.decoupled_weight_decay = true;
+        h.step = step;
+        ops::adam_update(cpu, h);
+        {
+          engine::DeviceGuard guard(testutil::cuda_device());
+          ops::adam_update(gpu, h);
+        }
+        std::string at = engine::str("adamw master ", engine::dtype_name(low), " ", l.name, " step ", step);
+        testutil::expect_close(at + ": master", cpu.master, gpu.master, update_tolerance(DType::f32));
+        testutil::expect_close(at + ": exp_avg_sq", cpu.slots[1], gpu.slots[1], update_tolerance(DType::f32));
+        testutil::expect_close(at + ": weight", cpu.param, gpu.param, testutil::tolerance_for(low));
+      }
+    }
+  }
+}
+
 TEST(OptimCuda, SquaredNormsAndClipGradNorm) {
   // Sizes around the 65536-element chunk, an empty tensor, mixed dtypes.
   std::vector<Tensor> xs = {cpu_input({65536}, DType::f32), cpu_input({3, 70001}, DType::f32),

@@ -5,8 +5,15 @@ same GPU as the engine, in the same run.
 
 Prints one line per config:  model seq batch precision attn | seq/s | peak GiB (torch.cuda.max_memory_allocated)
 Usage: python3 tools/bench/bert_torch.py --model bert_base --seq 128 --batch 32 --precision fp32 --attn eager
+       python3 tools/bench/bert_torch.py --sweep bert_base:128:32:fp32:eager,mtdnn:512:8:bf16:sdpa
+           (several configs in one process: the import and CUDA start-up are paid once; memory is freed and
+            the peak counter reset between configs)
+       python3 tools/bench/bert_torch.py --model bert_base --seq 512 --precision bf16 --max-batch-cap-gib 24
+           (the largest batch whose training steps fit under torch.cuda.set_per_process_memory_fraction(cap),
+            by bisection inside one process, the cache emptied after each out-of-memory probe)
 """
 import argparse
+import gc
 import time
 
 import torch
@@ -46,15 +53,16 @@ def batch(model_name, cfg, b, s, dev):
     return kw
 
 
-def main():
+def run_config(model_name, seq, batch_size, precision, attn, steps, warmup):
+    """Trains `steps` timed steps after `warmup`; returns (seconds per step, peak GiB)."""
     dev = torch.device("cuda")
-    torch.backends.cuda.matmul.allow_tf32 = ARGS.precision == "tf32"
-    torch.backends.cudnn.allow_tf32 = ARGS.precision == "tf32"
-    model, cfg = build(ARGS.model, ARGS.attn)
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    model, cfg = build(model_name, attn)
     model.to(dev).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
-    kw = batch(ARGS.model, cfg, ARGS.batch, ARGS.seq, dev)
-    amp = ARGS.precision == "bf16"
+    kw = batch(model_name, cfg, batch_size, seq, dev)
+    amp = precision == "bf16"
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
@@ -64,18 +72,60 @@ def main():
         opt.zero_grad(set_to_none=True)
         return loss
 
-    for _ in range(ARGS.warmup):
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    for _ in range(ARGS.steps):
-        step()
-    torch.cuda.synchronize()
-    dt = (time.perf_counter() - t0) / ARGS.steps
-    peak = torch.cuda.max_memory_allocated() / 2**30
-    print(f"torch {ARGS.model} seq {ARGS.seq} batch {ARGS.batch} {ARGS.precision} {ARGS.attn} | "
-          f"{ARGS.batch / dt:.1f} seq/s | {dt * 1000:.1f} ms | peak {peak:.2f} GiB", flush=True)
+    try:
+        for _ in range(warmup):
+            step()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / max(steps, 1), torch.cuda.max_memory_allocated() / 2**30
+    finally:
+        del model, opt, kw
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def fits(model_name, seq, batch_size, precision, attn):
+    try:
+        run_config(model_name, seq, batch_size, precision, attn, steps=0, warmup=2)
+        return True
+    except torch.OutOfMemoryError:
+        gc.collect()
+        torch.cuda.empty_cache()
+        return False
+
+
+def max_batch(model_name, seq, precision, attn, cap_gib):
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(cap_gib * 2**30 / total)
+    lo, hi = 0, 1
+    while fits(model_name, seq, hi, precision, attn):  # doubling, then bisection
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(model_name, seq, mid, precision, attn) else (lo, mid)
+    print(f"torch {model_name} seq {seq} {precision} {attn} | max batch {lo} under {cap_gib} GiB "
+          f"(set_per_process_memory_fraction; {lo + 1} does not fit)", flush=True)
+
+
+def main():
+    if ARGS.max_batch_cap_gib:
+        max_batch(ARGS.model, ARGS.seq, ARGS.precision, ARGS.attn, ARGS.max_batch_cap_gib)
+        return
+    configs = [(ARGS.model, ARGS.seq, ARGS.batch, ARGS.precision, ARGS.attn)]
+    if ARGS.sweep:
+        configs = []
+        for item in ARGS.sweep.split(","):
+            m, s, b, p, a = item.split(":")
+            configs.append((m, int(s), int(b), p, a))
+    for m, s, b, p, a in configs:
+        dt, peak = run_config(m, s, b, p, a, ARGS.steps, ARGS.warmup)
+        size = f" {ARGS.size}" if m == "bert_squad" else ""
+        print(f"torch {m}{size} seq {s} batch {b} {p} {a} | {b / dt:.1f} seq/s | {dt * 1000:.1f} ms | "
+              f"peak {peak:.2f} GiB", flush=True)
 
 
 if __name__ == "__main__":
@@ -88,5 +138,7 @@ if __name__ == "__main__":
     p.add_argument("--attn", default="eager", choices=["eager", "sdpa"])
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--sweep", default="", help="model:seq:batch:precision:attn,... run in one process")
+    p.add_argument("--max-batch-cap-gib", type=float, default=0)
     ARGS = p.parse_args()
     main()
