@@ -1,6 +1,8 @@
 // matmul.cpp: matmul, bmm and linear: shape rules, allocation, dispatch to the GEMM kernel, backward rules.
 #include "ops/matmul.h"
 
+#include <algorithm>
+
 #include "ops/cpu/matmul.h"
 #ifdef ENGINE_CUDA
 #include "ops/cuda/matmul.h"
@@ -41,6 +43,32 @@ Tensor gemm_operand(const Tensor& t) {
   return ok ? t : contiguous(t);
 }
 
+// Whether t's batch dimensions (those of `batch`, t broadcast to them) can be walked with one stride: then
+// the GEMM library runs the whole batch as one strided-batched call. Attention's heads, [B, H, L, D] views
+// of [B, L, H*D] projections, cannot (the H stride is D, the B stride L*H*D): the cuda kernel would launch
+// one GEMM call per b.
+bool batch_is_one_stride(const Tensor& t, const Shape& batch) {
+  const int64_t nb = int64_t(batch.size()), lead = nb - (t.dim() - 2);
+  auto stride = [&](int64_t i) {  // t's stride along out batch dimension i (0 where broadcast)
+    return i < lead || t.shape()[size_t(i - lead)] == 1 ? int64_t(0) : t.strides()[size_t(i - lead)];
+  };
+  for (int64_t i = 0; i + 1 < nb; i++)
+    if (batch[size_t(i)] > 1 && stride(i) != stride(i + 1) * batch[size_t(i + 1)]) return false;
+  return true;
+}
+
+// The operand the kernel gets: t itself, or (when its batch cannot be walked with one stride and it is not
+// broadcast) a contiguous copy: a kernel temporary made under NoGrad, identical on every device, freed when
+// the op returns; backward still saves the original view, so the saved memory does not change. One copy
+// (a few microseconds) replaces B GEMM calls.
+Tensor batch_operand(const Tensor& t, const Shape& batch) {
+  const bool full = t.dim() - 2 == int64_t(batch.size()) &&
+                    std::equal(batch.begin(), batch.end(), t.shape().begin());
+  if (batch_is_one_stride(t, batch) || !full) return t;
+  graph::NoGrad ng;
+  return contiguous(t);
+}
+
 Tensor matmul_batched(const Tensor& a_in, const Tensor& b_in) {
   OpScope scope("matmul");
   Tensor a = gemm_operand(a_in), b = gemm_operand(b_in);
@@ -53,8 +81,12 @@ Tensor matmul_batched(const Tensor& a_in, const Tensor& b_in) {
   out_shape.push_back(N);
   Tensor out = new_empty(a, out_shape);  // [..., M, N]
   out.device().workspace(kGemmWorkspace);
-  run_kernel("matmul", out, [&] { cpu::matmul(a, b, Tensor(), out); },
-             CUDA_KERNEL(cuda::matmul(a, b, Tensor(), out)));
+  {
+    const Shape batch_shape(out_shape.begin(), out_shape.end() - 2);
+    Tensor ka = batch_operand(a, batch_shape), kb = batch_operand(b, batch_shape);
+    run_kernel("matmul", out, [&] { cpu::matmul(ka, kb, Tensor(), out); },
+               CUDA_KERNEL(cuda::matmul(ka, kb, Tensor(), out)));
+  }
   engine::count_op("matmul", 2.0 * double(batch) * double(M) * double(N) * double(K),
                    double(a.nbytes() + b.nbytes() + out.nbytes()));
   if (graph::any_requires_grad({a, b})) {

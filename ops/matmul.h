@@ -14,7 +14,9 @@
 // in linear, transpose(a) in backward) is given to Eigen as it is, without a copy. Any other layout
 // (e.g. a slice with a step in both matrix dimensions) is packed into host scratch by the CPU kernel; a
 // non-contiguous x in linear is copied once (an op-level temporary, identical on every device) because its
-// leading dimensions must be flattened. bf16/f16 blocks are converted to float and multiplied with Eigen's
+// leading dimensions must be flattened. A batched operand whose batch dimensions cannot be walked with one
+// stride (attention's [B, H, L, D] head views of [B, L, H*D]) is also copied (a kernel temporary, not
+// saved: backward keeps the view), so the GPU runs the whole batch as one strided-batched GEMM. bf16/f16 blocks are converted to float and multiplied with Eigen's
 // float GEMM (the reference for the tensor-core kernels, not a fast path).
 //
 // Backward (engine ops, so double backward works):

@@ -1,6 +1,8 @@
 // op.cpp: the shared argument checks and dispatch.
 #include "ops/op.h"
 
+#include "ops/profile.h"
+
 namespace ops {
 
 void check_defined(const char* op, const char* arg, const Tensor& t) {
@@ -51,14 +53,17 @@ Tensor new_empty(const Tensor& like, const Shape& shape) { return new_empty(like
 
 void run_kernel(const char* op, const Tensor& like, const std::function<void()>& cpu,
                 const std::function<void()>& cuda) {
-  switch (like.device().type()) {
-    case DeviceType::cpu: cpu(); break;
-    case DeviceType::meta: break;
-    case DeviceType::cuda:
-      ENGINE_CHECK(cuda, op, ": this op has no cuda kernel yet; run it with --device cpu or meta");
-      cuda();
-      break;
-  }
+  const DeviceType type = like.device().type();
+  if (type == DeviceType::meta) return;
+  ENGINE_CHECK(type != DeviceType::cuda || cuda, op,
+               ": this op has no cuda kernel yet; run it with --device cpu or meta");
+  const bool timed = kernel_timing();  // engine_train --profile (ops/profile.h)
+  if (timed) begin_kernel_timing(op, like);
+  if (type == DeviceType::cpu)
+    cpu();
+  else
+    cuda();
+  if (timed) end_kernel_timing();
 }
 
 }  // namespace ops

@@ -20,6 +20,7 @@
 #include "engine/format.h"
 #include "engine/io.h"
 #include "models/registry.h"
+#include "ops/profile.h"
 #include "tools/checkpoint.h"
 #include "tools/flags.h"
 #include "tools/gpu_profiles.h"
@@ -56,6 +57,24 @@ size_t arena_capacity(const tools::Flags& flags, engine::DeviceType type, std::s
     return tools::gpu_arena_capacity(gpu);
   }
   return flags.given("memory") ? engine::parse_bytes(flags.str("memory")) : default_capacity(type);
+}
+
+// The last step's kernel time by op, beside the op's counted FLOPs and bytes (engine/counters.h).
+std::string profile_table(const std::vector<ops::KernelTime>& times, double step_ms) {
+  double total = 0;
+  for (const auto& t : times) total += t.ms;
+  std::string s = engine::str("## Time by op (last step: ", format_fixed(step_ms, 1), " ms wall, ", format_fixed(total, 1),
+                              " ms in kernels)\n\n| op | kernels | ms | share of step | TFLOP/s | GB/s |\n|---|---:|---:|---:|---:|---:|\n");
+  for (const auto& t : times) {
+    auto it = engine::counters().by_op.find(t.op);
+    const double flops = it == engine::counters().by_op.end() ? 0 : it->second.flops;
+    const double bytes = it == engine::counters().by_op.end() ? 0 : it->second.bytes;
+    const double sec = t.ms / 1e3;
+    s += engine::str("| ", t.op, " | ", t.kernels, " | ", format_fixed(t.ms, 2), " | ", format_fixed(100 * t.ms / step_ms, 1),
+                     "% | ", flops > 0 && sec > 0 ? format_fixed(flops / sec / 1e12, 1) : std::string("-"), " | ",
+                     bytes > 0 && sec > 0 ? format_fixed(bytes / sec / 1e9, 0) : std::string("-"), " |\n");
+  }
+  return s;
 }
 
 int find_max_batch(const models::ModelConfig& config, const tools::Flags& flags, engine::DeviceType type,
@@ -105,6 +124,8 @@ int run(int argc, char** argv) {
   flags.add_string("data", "", "data file (synthetic data when empty)");
   flags.add_string("task", "", "task of a multi-task model (the model's default when empty)");
   flags.add_bool("inference", "run eval steps (forward only, no gradients, eval mode) instead of training");
+  flags.add_bool("profile", "time every kernel (CUDA events on cuda) and print the last step's time by op, "
+                            "with its achieved TFLOP/s and GB/s");
   flags.add_bool("find-max-batch", "find the largest batch that fits the arena (2 steps per probe) and stop");
   flags.add_string("save", "", "write a checkpoint (weights, optimizer state, step, RNG) after the last step");
   flags.add_string("load", "", "start from a checkpoint: an engine one resumes exactly; a Hugging Face one "
@@ -171,12 +192,19 @@ int run(int argc, char** argv) {
     if (!device->product().empty() && device->product() == gpu.product)
       peak_tflops = tools::gpu_peak_tflops(gpu, models::precision_name(model->precision()));
   const int64_t first = loaded.step + 1, last = loaded.step + flags.integer("steps");
+  const bool profile = flags.on("profile");
+  ops::set_kernel_timing(profile);
+  std::vector<ops::KernelTime> times;
+  double last_ms = 0;
   for (int64_t step = first; step <= last; step++) {
     engine::counters().reset();
+    if (profile) ops::take_kernel_times();  // drops the previous step's
     auto t0 = std::chrono::steady_clock::now();
     models::StepResult r = inference ? model->eval_step(step) : model->train_step(step);
     device->synchronize();
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    last_ms = ms;
+    if (profile) times = ops::take_kernel_times();
     ledger.check();
     std::string loss = type == engine::DeviceType::meta ? "-" : format_fixed(r.loss, 4);
     say(engine::str("step ", step, "/", last, " | loss ", loss, " | ", format_fixed(ms, 1), " ms | ",
@@ -188,6 +216,10 @@ int run(int argc, char** argv) {
                     format_bytes(ledger.peak_bytes())));
     for (const std::string& line : r.details) say("  " + line);
     if (last - first >= 1) bar.update(step - first + 1, engine::str("step ", step));
+  }
+  if (profile) {
+    say("");
+    say(profile_table(times, last_ms));
   }
   say("");
   say("## Memory at the peak");

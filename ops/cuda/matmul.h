@@ -10,4 +10,11 @@ namespace ops::cuda {
 void matmul(const engine::Tensor& a, const engine::Tensor& b, const engine::Tensor& bias,
             const engine::Tensor& out);
 
+// out[i] += a[i] @ b[i] for i in [0, batch): a strided-batched GEMM with beta = 1 (the GEMM accumulates into
+// out, as BLAS's C = A B + C). a [batch, M, K]; b [batch, K, N] or [K, N] (the same matrix for every i); out
+// [batch, M, N] with unit column stride and any row and batch strides (a view into a larger tensor, e.g. the
+// rows of y that one tap of a 1-D convolution reaches). Each operand's matrices must have unit stride along
+// rows or columns. Added for conv1d (K shifted GEMMs accumulating into one output).
+void matmul_accumulate(const engine::Tensor& a, const engine::Tensor& b, const engine::Tensor& out);
+
 }  // namespace ops::cuda

@@ -1,0 +1,94 @@
+// profile.cpp: per-op kernel times (see profile.h).
+#include "ops/profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include "engine/context.h"
+#ifdef ENGINE_CUDA
+#include "engine/cuda/runtime.h"
+#endif
+
+namespace ops {
+
+namespace {
+
+struct Pending {
+  std::string op;
+  bool cuda = false;
+  double host_ms = 0;  // cpu: measured at once
+  std::chrono::steady_clock::time_point host_start;
+#ifdef ENGINE_CUDA
+  cudaEvent_t start = nullptr, stop = nullptr;
+#endif
+};
+
+struct Timing {
+  bool on = false;
+  std::vector<Pending> pending;  // the open bracket is the last one
+};
+
+Timing& timing() {
+  static thread_local Timing t;
+  return t;
+}
+
+}  // namespace
+
+void set_kernel_timing(bool on) { timing().on = on; }
+bool kernel_timing() { return timing().on; }
+
+void begin_kernel_timing(const char* op, const engine::Tensor& like) {
+  Pending p;
+  p.op = engine::context().op ? engine::context().op : op;
+  p.cuda = like.device().type() == engine::DeviceType::cuda;
+#ifdef ENGINE_CUDA
+  if (p.cuda) {
+    ENGINE_CUDA_CHECK(cudaEventCreate(&p.start));
+    ENGINE_CUDA_CHECK(cudaEventCreate(&p.stop));
+    ENGINE_CUDA_CHECK(cudaEventRecord(p.start, engine::cuda::stream()));
+  }
+#endif
+  p.host_start = std::chrono::steady_clock::now();
+  timing().pending.push_back(std::move(p));
+}
+
+void end_kernel_timing() {
+  Pending& p = timing().pending.back();
+#ifdef ENGINE_CUDA
+  if (p.cuda) {
+    ENGINE_CUDA_CHECK(cudaEventRecord(p.stop, engine::cuda::stream()));
+    return;
+  }
+#endif
+  p.host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - p.host_start).count();
+}
+
+std::vector<KernelTime> take_kernel_times() {
+  std::map<std::string, KernelTime> by_op;
+  for (Pending& p : timing().pending) {
+    double ms = p.host_ms;
+#ifdef ENGINE_CUDA
+    if (p.cuda) {
+      float f = 0;
+      ENGINE_CUDA_CHECK(cudaEventSynchronize(p.stop));
+      ENGINE_CUDA_CHECK(cudaEventElapsedTime(&f, p.start, p.stop));
+      ENGINE_CUDA_CHECK(cudaEventDestroy(p.start));
+      ENGINE_CUDA_CHECK(cudaEventDestroy(p.stop));
+      ms = f;
+    }
+#endif
+    KernelTime& k = by_op[p.op];
+    k.op = p.op;
+    k.kernels++;
+    k.ms += ms;
+  }
+  timing().pending.clear();
+  std::vector<KernelTime> out;
+  for (auto& [name, k] : by_op) out.push_back(k);
+  std::sort(out.begin(), out.end(), [](const KernelTime& a, const KernelTime& b) { return a.ms > b.ms; });
+  return out;
+}
+
+}  // namespace ops

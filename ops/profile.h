@@ -1,0 +1,33 @@
+// profile.h: where a step's time goes, op by op (engine_train --profile).
+//
+// While kernel timing is on, run_kernel (ops/op.cpp) brackets every kernel: on cuda with a pair of CUDA
+// events on the engine's stream (the GPU's own clock, so launches stay asynchronous until the times are
+// read), on cpu with the host clock. Times are filed under the same name as the op counters
+// (engine/counters.h: the running op, e.g. "softmax_backward", else the kernel's op), so a report can put
+// each op's time beside its FLOPs and bytes: achieved TFLOP/s and GB/s. Off by default: the events cost a
+// few microseconds per kernel.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace ops {
+
+void set_kernel_timing(bool on);
+bool kernel_timing();
+
+struct KernelTime {
+  std::string op;
+  int64_t kernels = 0;
+  double ms = 0;
+};
+// Waits for the device, then returns the time per op since the last call, largest first.
+std::vector<KernelTime> take_kernel_times();
+
+// run_kernel's brackets (only while kernel timing is on).
+void begin_kernel_timing(const char* op, const engine::Tensor& like);
+void end_kernel_timing();
+
+}  // namespace ops
