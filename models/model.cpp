@@ -2,7 +2,6 @@
 #include "models/model.h"
 
 #include <cmath>
-#include <limits>
 
 #include "engine/context.h"
 #include "engine/format.h"
@@ -45,21 +44,26 @@ StepResult Model::train_step(int64_t step) {
   graph::backward(scaled ? ops::mul(l, loss_scaler_.scale) : l);
   {
     engine::PhaseScope phase(Phase::optimizer);
+    // Clipping and fp16 unscaling are folded into the update: one norm pass over the gradients, then the
+    // optimizer multiplies each gradient by (1 / scale) x (the clip coefficient) inside its fused kernel,
+    // instead of a scaling pass per gradient (torch.nn.utils.clip_grad_norm_'s g *= max_norm / (norm + 1e-6)).
     bool apply = true;
-    if (scaled) {
-      // One norm pass both clips (against max_norm x scale, i.e. max_norm after unscaling) and detects an
-      // overflow; the optimizer divides by the scale inside its update.
-      const double limit = clip_norm_ > 0 ? clip_norm_ * loss_scaler_.scale : std::numeric_limits<double>::infinity();
-      const double scale = loss_scaler_.scale;
-      apply = loss_scaler_.update(std::isfinite(ops::clip_grad_norm(module().parameters(), limit)));
-      optimizer_->set_grad_scale(1.0 / scale);
-      if (!apply)
-        r.details.push_back(engine::str("fp16: gradients overflowed at loss scale ", scale,
-                                        ": update skipped, scale now ", loss_scaler_.scale));
-    } else if (clip_norm_ > 0) {
-      ops::clip_grad_norm(module().parameters(), clip_norm_);
+    double grad_scale = 1;
+    if (scaled || clip_norm_ > 0) {
+      const double unscale = scaled ? 1.0 / loss_scaler_.scale : 1.0;
+      const double norm = ops::grad_norm(module().parameters()) * unscale;
+      grad_scale = unscale;
+      if (clip_norm_ > 0 && norm > clip_norm_) grad_scale *= clip_norm_ / (norm + 1e-6);
+      if (scaled) {
+        const double scale = loss_scaler_.scale;
+        apply = loss_scaler_.update(std::isfinite(norm));
+        if (!apply)
+          r.details.push_back(engine::str("fp16: gradients overflowed at loss scale ", scale,
+                                          ": update skipped, scale now ", loss_scaler_.scale));
+      }
     }
     if (apply) {
+      optimizer_->set_grad_scale(grad_scale);
       if (schedule_) optimizer_->set_lr(schedule_->lr(optimizer_->step_count()));
       optimizer_->step();
     }

@@ -13,7 +13,7 @@
 //         fp16 adds dynamic loss scaling (LossScaler, PyTorch's GradScaler defaults): the loss is multiplied
 //         by the scale before backward; a step whose gradients overflowed (non-finite norm) is skipped and
 //         the scale halved; after 2000 finite steps it doubles. The optimizer divides by the scale inside
-//         its update (ParamUpdate::grad_scale), and clipping compares against max_norm x scale: no extra pass.
+//         its update (ParamUpdate::grad_scale), with the clip coefficient: no extra pass over the gradients.
 //
 // Buffers (running statistics, position tables) stay f32; a model that adds one to an activation casts it
 // to the activation's dtype (Model::compute_dtype()). Synthetic float inputs are made in the compute dtype.

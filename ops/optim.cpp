@@ -365,21 +365,27 @@ Tensor squared_norms(const std::vector<Tensor>& xs) {
   return out;
 }
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
-  ENGINE_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
+double grad_norm(const std::vector<Tensor>& params) {
   graph::NoGrad no_grad;
   engine::PhaseScope phase(engine::Phase::optimizer);
-  OpScope scope("clip_grad_norm");
+  OpScope scope("grad_norm");
   std::vector<Tensor> grads;
   for (const Tensor& p : params) {
-    check_defined("clip_grad_norm", "param", p);
+    check_defined("grad_norm", "param", p);
     if (p.grad().defined()) grads.push_back(contiguous(p.grad()));
   }
   if (grads.empty()) return 0.0;
   // One small tensor of per-grad sums, read once: a single device-to-host sync on cuda.
   double total = 0;
   for (double s : squared_norms(grads).to_double()) total += s;
-  double norm = std::sqrt(total);
+  return std::sqrt(total);
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  ENGINE_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
+  const double norm = grad_norm(params);
+  graph::NoGrad no_grad;
+  OpScope scope("clip_grad_norm");
   double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0 || std::isnan(coef)) {
     for (const Tensor& p : params)

@@ -224,6 +224,9 @@ class RmsProp : public Optimizer {
 // Returns the norm before clipping (NaN/inf propagate into the grads, as in PyTorch). On meta devices
 // there are no values: the norm reads 0 and nothing is scaled (the allocations are the same).
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// The same L2 norm of all gradients, scaling nothing (Model::train_step folds the clip coefficient into
+// the optimizer's update instead: ParamUpdate::grad_scale).
+double grad_norm(const std::vector<Tensor>& params);
 // Squared L2 norm of each tensor, summed in f64: a new [n] f64 tensor on xs' device (xs non-empty).
 Tensor squared_norms(const std::vector<Tensor>& xs);
 
