@@ -1,0 +1,242 @@
+// batch_norm.cpp: batch_norm (batch or running statistics), its fused multi-output backward op, and that op's
+// own rule (double backward). The shape of ops/norm.cpp (layer norm), with the reduction over the rows
+// (every dimension but the channels) instead of along them.
+#include "ops/batch_norm.h"
+
+#include <numeric>
+
+#include "ops/cpu/batch_norm.h"
+#ifdef ENGINE_CUDA
+#include "ops/cuda/batch_norm.h"
+#endif
+#include "ops/elementwise.h"
+#include "ops/op.h"
+#include "ops/reduce.h"
+
+namespace ops {
+
+namespace {
+
+// The statistics' dtype: float, or double for f64 inputs (the kernels' acc_t).
+DType stats_dtype(const Tensor& x) { return x.dtype() == DType::f64 ? DType::f64 : DType::f32; }
+
+// Checks a [C] parameter (weight or bias) against x [..., C].
+void check_channel_param(const char* op, const char* arg, const Tensor& p, const Tensor& x) {
+  if (!p.defined()) return;
+  check_same_dtype(op, x, p);
+  check_same_device(op, x, p);
+  ENGINE_CHECK(p.dim() == 1 && p.size(0) == x.size(-1), op, ": ", arg, " must be [", x.size(-1), "] for x ",
+               engine::shape_str(x.shape()), " (channels last), got ", engine::shape_str(p.shape()));
+}
+
+// Checks a [C] statistics tensor (running or saved) against x.
+void check_stats(const char* op, const char* arg, const Tensor& s, const Tensor& x) {
+  check_defined(op, arg, s);
+  check_dtype(op, arg, s, stats_dtype(x));
+  check_same_device(op, x, s);
+  ENGINE_CHECK(s.dim() == 1 && s.size(0) == x.size(-1) && s.is_contiguous(), op, ": ", arg,
+               " must be a contiguous [", x.size(-1), "] for x ", engine::shape_str(x.shape()), ", got ",
+               engine::shape_str(s.shape()));
+}
+
+void check_input(const char* op, const Tensor& x) {
+  check_floating(op, "x", x);
+  ENGINE_CHECK(x.dim() >= 2 && x.size(-1) > 0, op, ": x must be [..., C] with at least 2 dimensions and C > 0 ",
+               "(channels last, e.g. NHWC), got ", engine::shape_str(x.shape()));
+}
+
+// Every dimension but the channels: the ones the statistics reduce.
+std::vector<int64_t> row_dims(const Tensor& x) {
+  std::vector<int64_t> dims(size_t(x.dim() - 1));
+  std::iota(dims.begin(), dims.end(), int64_t(0));
+  return dims;
+}
+
+// Rule of batch_norm_backward. Its outputs (dx, dweight, dbias) get upstream gradients (hx, hw, hb); we need
+// the gradients of  L2 = <hx, dx> + <hw, dweight> + <hb, dbias>  with respect to g, x and weight.
+// Per channel, sums and means over the M rows, r = invstd, xhat = (x - mean) r, a = g * weight.
+// Running statistics (constants): dx = r a, dweight = sum g xhat, so
+//   d/dg = r weight hx + hw xhat + hb,   d/dweight = sum g r hx,   d/dx = r hw g.
+// Batch statistics: dx = r P(a) with P(v) = v - mean(v) - xhat mean(v xhat) (self-adjoint), as in layer
+// norm (ops/norm.cpp) with rows and columns exchanged:
+//   d/dg      = weight r P(hx) + hw xhat + hb,    d/dweight = sum g r P(hx)
+//   d/dx      = r P(u) - (dL2/dr) r^2 xhat / M,   u = hw g - r (hx mean(a xhat) + a mean(hx xhat)),
+//               dL2/dr = sum hx P(a)
+// mean and invstd are recomputed from x with ops (batch statistics), so the rule is differentiable in x.
+Grads batch_norm_double_backward(Node& n, const Tensor& hx, const Tensor& hw, const Tensor& hb, double eps,
+                                 bool has_weight, bool batch_stats) {
+  Tensor g = n.saved(0), x = n.saved(1);
+  Tensor w = has_weight ? n.saved(2) : Tensor();
+  const std::vector<int64_t> rows = row_dims(x);
+  const double M = double(x.numel() / x.size(-1));
+  auto col_mean = [&](const Tensor& t) { return mean(t, rows, true); };  // [1, ..., 1, C]
+  Tensor r, xhat;
+  if (batch_stats) {
+    Tensor xc = sub(x, col_mean(x));
+    r = rsqrt(add(col_mean(mul(xc, xc)), eps));
+    xhat = mul(xc, r);
+  } else {
+    const size_t k = has_weight ? 3 : 2;
+    r = to(n.saved(k + 1), x.dtype());
+    xhat = mul(sub(x, to(n.saved(k), x.dtype())), r);
+  }
+  Tensor a = w.defined() ? mul(g, w) : g;
+  auto project = [&](const Tensor& v) { return sub(sub(v, col_mean(v)), mul(xhat, col_mean(mul(v, xhat)))); };
+
+  Tensor dg, dx, dw;
+  Tensor r_p_hx = hx.defined() ? mul(r, batch_stats ? project(hx) : hx) : Tensor();
+  if (n.needs_input_grad(0)) {
+    if (r_p_hx.defined()) dg = w.defined() ? mul(r_p_hx, w) : r_p_hx;
+    if (hw.defined()) dg = dg.defined() ? add(dg, mul(hw, xhat)) : mul(hw, xhat);
+    if (hb.defined()) dg = dg.defined() ? add(dg, hb) : contiguous(broadcast_to(hb, g.shape()));
+  }
+  if (n.needs_input_grad(2) && r_p_hx.defined()) dw = sum_to(mul(g, r_p_hx), w.shape());
+  if (n.needs_input_grad(1)) {
+    if (!batch_stats) {
+      if (hw.defined()) dx = mul(mul(hw, g), r);
+    } else {
+      Tensor u = hw.defined() ? mul(hw, g) : Tensor();
+      if (hx.defined()) {
+        Tensor via_xhat = neg(mul(r, add(mul(hx, col_mean(mul(a, xhat))), mul(a, col_mean(mul(hx, xhat))))));
+        u = u.defined() ? add(u, via_xhat) : via_xhat;
+      }
+      if (u.defined()) dx = mul(r, project(u));
+      if (hx.defined()) {
+        Tensor dl2_dr = sum(mul(hx, project(a)), rows, true);  // [1, ..., 1, C]
+        Tensor via_r = mul(mul(dl2_dr, mul(r, r)), mul(xhat, -1.0 / M));
+        dx = dx.defined() ? add(dx, via_r) : via_r;
+      }
+    }
+  }
+  return {dg, dx, dw};
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, double momentum, double eps) {
+  const char* name = "batch_norm";
+  OpScope scope(name);
+  check_input(name, x_in);
+  check_channel_param(name, "weight", weight, x_in);
+  check_channel_param(name, "bias", bias, x_in);
+  ENGINE_CHECK(running_mean.defined() == running_var.defined(), name,
+               ": running_mean and running_var must both be given or both be undefined");
+  const bool has_running = running_mean.defined();
+  if (has_running) {
+    check_stats(name, "running_mean", running_mean, x_in);
+    check_stats(name, "running_var", running_var, x_in);
+  }
+  ENGINE_CHECK(eps >= 0, name, ": eps must be >= 0, got ", eps);
+  const bool batch_stats = training || !has_running;
+  const int64_t C = x_in.size(-1), M = x_in.numel() / C;
+  ENGINE_CHECK(!batch_stats || M > 1, name, ": batch statistics need more than 1 value per channel, got x ",
+               engine::shape_str(x_in.shape()));
+  const bool update = training && has_running;
+  ENGINE_CHECK(!update || !(graph::grad_enabled() && (running_mean.requires_grad() || running_var.requires_grad())),
+               name, ": the running statistics are updated in place and must not require grad");
+
+  Tensor x = contiguous(x_in);                              // [..., C]
+  Tensor y = empty_like(x);                                 // [..., C]
+  Tensor mean = new_empty(x, {C}, stats_dtype(x));          // [C]
+  Tensor invstd = new_empty(x, {C}, stats_dtype(x));        // [C]
+  if (batch_stats) {
+    const int64_t chunks = batch_norm_chunks(M);
+    // The GPU's chunk means and M2s [P, 2, C], allocated on every device (meta predicts cuda), freed here.
+    Tensor workspace = new_empty(x, {chunks, 2, C}, stats_dtype(x));
+    Tensor rm = update ? running_mean : Tensor(), rv = update ? running_var : Tensor();
+    run_kernel(name, y,
+               [&] {
+                 cpu::batch_norm_stats(x, chunks, eps, momentum, mean, invstd, rm, rv);
+                 cpu::batch_norm_normalize(x, mean, invstd, weight, bias, y);
+               },
+               CUDA_KERNEL(cuda::batch_norm_stats(x, eps, momentum, mean, invstd, rm, rv, workspace);
+                           cuda::batch_norm_normalize(x, mean, invstd, weight, bias, y)));
+  } else {
+    run_kernel(name, y,
+               [&] {
+                 cpu::batch_norm_running_stats(running_mean, running_var, eps, mean, invstd);
+                 cpu::batch_norm_normalize(x, mean, invstd, weight, bias, y);
+               },
+               CUDA_KERNEL(cuda::batch_norm_running_stats(running_mean, running_var, eps, mean, invstd);
+                           cuda::batch_norm_normalize(x, mean, invstd, weight, bias, y)));
+  }
+  engine::count_op(name, (batch_stats ? 7.0 : 4.0) * double(x.numel()),
+                   double((batch_stats ? 2 : 1) * x.nbytes() + y.nbytes()));
+  if (graph::any_requires_grad({x, weight, bias})) {
+    std::vector<Tensor> saved = {x, mean, invstd, weight};
+    const bool has_weight = weight.defined();
+    graph::record(name, {x, weight, bias}, {y}, saved,
+                  [eps, has_weight, batch_stats](Node& n, const Grads& g) -> Grads {
+                    Tensor w = has_weight ? n.saved(3) : Tensor();
+                    BatchNormGrads r = batch_norm_backward(
+                        g[0], n.saved(0), w, n.saved(1), n.saved(2), batch_stats, eps,
+                        {n.needs_input_grad(0), n.needs_input_grad(1), n.needs_input_grad(2)});
+                    return {r.dx, r.dweight, r.dbias};
+                  });
+  }
+  return y;
+}
+
+BatchNormGrads batch_norm_backward(const Tensor& g_in, const Tensor& x_in, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& invstd, bool batch_stats, double eps,
+                                   std::array<bool, 3> output_mask) {
+  const char* name = "batch_norm_backward";
+  OpScope scope(name);
+  check_input(name, x_in);
+  check_floating(name, "g", g_in);
+  check_same_dtype(name, g_in, x_in);
+  check_same_device(name, g_in, x_in);
+  ENGINE_CHECK(g_in.shape() == x_in.shape(), name, ": gradient g ", engine::shape_str(g_in.shape()), " and x ",
+               engine::shape_str(x_in.shape()), " must have the same shape");
+  check_channel_param(name, "weight", weight, x_in);
+  check_stats(name, "mean", mean, x_in);
+  check_stats(name, "invstd", invstd, x_in);
+  ENGINE_CHECK(!output_mask[1] || weight.defined(), name, ": dweight requested without a weight");
+  const int64_t C = x_in.size(-1), M = x_in.numel() / C;
+  Tensor g = contiguous(g_in), x = contiguous(x_in);
+  BatchNormGrads out;
+  if (output_mask[0]) out.dx = empty_like(x);           // [..., C]
+  if (output_mask[1]) out.dweight = new_empty(x, {C});  // [C]
+  if (output_mask[2]) out.dbias = new_empty(x, {C});    // [C]
+  const int64_t chunks = batch_norm_chunks(M);
+  // The GPU's column partial sums [P, 2, C] (sum g, sum g xhat per row chunk), on every device alike.
+  Tensor workspace;
+  if (output_mask[1] || output_mask[2] || (output_mask[0] && batch_stats))
+    workspace = new_empty(x, {chunks, 2, C}, stats_dtype(x));
+  run_kernel(name, x,
+             [&] { cpu::batch_norm_backward(g, x, weight, mean, invstd, batch_stats, chunks, out.dx, out.dweight, out.dbias); },
+             CUDA_KERNEL(cuda::batch_norm_backward(g, x, weight, mean, invstd, batch_stats, out.dx, out.dweight,
+                                                   out.dbias, workspace)));
+  workspace = Tensor();
+  engine::count_op(name, 11.0 * double(x.numel()),
+                   double(g.nbytes() + x.nbytes() + (out.dx.defined() ? g.nbytes() + x.nbytes() + x.nbytes() : 0)));
+
+  if (graph::any_requires_grad({g, x, weight})) {
+    // One node for the three outputs; slot[k] = the node output that holds dx, dweight, dbias (or -1).
+    std::vector<Tensor> outputs;
+    std::array<int, 3> slot{-1, -1, -1};
+    const Tensor* results[3] = {&out.dx, &out.dweight, &out.dbias};
+    for (int k = 0; k < 3; k++)
+      if (results[k]->defined()) {
+        slot[k] = int(outputs.size());
+        outputs.push_back(*results[k]);
+      }
+    std::vector<Tensor> saved = {g, x};
+    if (weight.defined()) saved.push_back(weight);
+    if (!batch_stats) {  // constants of the rule; with batch statistics it recomputes them from x
+      saved.push_back(mean);
+      saved.push_back(invstd);
+    }
+    const bool has_weight = weight.defined();
+    graph::record(name, {g, x, weight}, outputs, saved,
+                  [slot, eps, has_weight, batch_stats](Node& n, const Grads& h) -> Grads {
+                    auto upstream = [&](int k) { return slot[k] >= 0 ? h[size_t(slot[k])] : Tensor(); };
+                    return batch_norm_double_backward(n, upstream(0), upstream(1), upstream(2), eps, has_weight,
+                                                      batch_stats);
+                  });
+  }
+  return out;
+}
+
+}  // namespace ops

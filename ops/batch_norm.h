@@ -1,0 +1,65 @@
+// batch_norm.h: batch normalization over every dimension but the last (channels-last: x [..., C], NHWC for
+// images), and its fused backward op.
+//
+//   batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)     x [..., C] -> [..., C]
+//       y = (x - mean) * invstd * weight + bias,   invstd = 1 / sqrt(var + eps),  per channel c
+// Batch statistics (training, or no running statistics): mean and biased var of column c over the M = numel / C
+// rows; with running statistics they are then updated in place, as PyTorch does:
+//       running_mean = (1 - momentum) running_mean + momentum mean
+//       running_var  = (1 - momentum) running_var  + momentum var * M / (M - 1)      (unbiased)
+// Evaluation (training false, running statistics given): mean = running_mean, var = running_var, nothing
+// updated. "Frozen" batch norm (detection backbones) is evaluation with weight and bias: a model's choice.
+// weight and bias ([C], x's dtype) may each be undefined (affine off); running_mean and running_var ([C],
+// contiguous, the statistics dtype: f32, f64 for f64 x) both given or both undefined.
+// Statistics and arithmetic are in f32 (f64 for f64 inputs) whatever the storage dtype. FLOPs: 7 per element
+// forward (training), 11 backward. x (and g in backward) are made contiguous on every device alike.
+//
+// Deterministic statistics: the M rows are cut into P = batch_norm_chunks(M) fixed chunks; each chunk's mean
+// and sum of squared deviations are combined in chunk order (Chan et al.'s pairwise update), on every
+// device. The GPU keeps the chunk partials in an op-level workspace [P, 2, C] (stats dtype) allocated on
+// every device alike (cpu and meta leave it unused), so meta predicts the GPU's memory exactly.
+//
+// Under graph::recompute a training-mode call runs twice and so updates the running statistics twice (as
+// PyTorch's checkpointing does); keep batch norm outside recomputed scopes or accept the double momentum step.
+//
+// Saved for backward: x, and the per-channel mean and invstd [C] (stats dtype) that normalized it (batch
+// statistics, or the running ones copied at the time of the call), as cuDNN saves. Not y.
+//
+// Backward: batch_norm_backward is one op with up to three outputs (dx, dweight, dbias) recorded as ONE
+// multi-output node. With xhat = (x - mean) invstd, sums over the M rows per channel:
+//   dbias = sum g,  dweight = sum g xhat,
+//   dx    = invstd weight (g - dbias / M - xhat dweight / M)     (batch statistics)
+//   dx    = invstd weight g                                      (running statistics: constants)
+// Its own rule (double backward) is written with engine ops; with batch statistics it recomputes mean and
+// invstd from x with ops, so it is differentiable in x again, to any order.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cstdint>
+
+#include "engine/tensor.h"
+
+namespace ops {
+
+using engine::Tensor;
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+
+struct BatchNormGrads {
+  Tensor dx, dweight, dbias;  // undefined where not requested
+};
+// g, x [..., C]; weight [C] or undefined; mean, invstd [C] (stats dtype) as batch_norm saved them;
+// batch_stats: whether mean and invstd were the batch's own statistics (training) or constants (running).
+// output_mask = {dx, dweight, dbias} (dweight needs a weight).
+BatchNormGrads batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& invstd, bool batch_stats, double eps,
+                                   std::array<bool, 3> output_mask);
+
+// The fixed row chunks of the statistics and of the backward's column sums: about 256 or more rows each, at
+// most 256 chunks (a [256, 2, C] f32 workspace is 4 MiB at C = 2048). A function of M alone, never of the GPU.
+inline int64_t batch_norm_chunks(int64_t rows) {
+  return std::min<int64_t>(256, std::max<int64_t>(1, (rows + 255) / 256));
+}
+
+}  // namespace ops

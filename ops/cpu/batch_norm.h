@@ -1,0 +1,26 @@
+// cpu/batch_norm.h: CPU reference kernels of batch normalization over the rows of a contiguous x [M, C]
+// (any leading shape, C last). The statistics are taken in `chunks` fixed row chunks combined in order,
+// the partition the GPU uses (ops/batch_norm.h).
+#pragma once
+#include "engine/tensor.h"
+
+namespace ops::cpu {
+
+// Batch statistics: mean and invstd [C] (acc_t of x's dtype) of x's columns; when running_mean and
+// running_var are defined they are updated in place with momentum (unbiased variance).
+void batch_norm_stats(const engine::Tensor& x, int64_t chunks, double eps, double momentum,
+                      const engine::Tensor& mean, const engine::Tensor& invstd, const engine::Tensor& running_mean,
+                      const engine::Tensor& running_var);
+// Running statistics as the normalization's: mean = running_mean, invstd = 1 / sqrt(running_var + eps).
+void batch_norm_running_stats(const engine::Tensor& running_mean, const engine::Tensor& running_var, double eps,
+                              const engine::Tensor& mean, const engine::Tensor& invstd);
+// y [M, C] = (x - mean) * invstd * weight + bias; weight, bias [C] or undefined.
+void batch_norm_normalize(const engine::Tensor& x, const engine::Tensor& mean, const engine::Tensor& invstd,
+                          const engine::Tensor& weight, const engine::Tensor& bias, const engine::Tensor& y);
+// dx [M, C], dweight [C], dbias [C] (each may be undefined: not computed) from contiguous g and x;
+// batch_stats: dx has the terms of the statistics' own gradients (training).
+void batch_norm_backward(const engine::Tensor& g, const engine::Tensor& x, const engine::Tensor& weight,
+                         const engine::Tensor& mean, const engine::Tensor& invstd, bool batch_stats, int64_t chunks,
+                         const engine::Tensor& dx, const engine::Tensor& dweight, const engine::Tensor& dbias);
+
+}  // namespace ops::cpu

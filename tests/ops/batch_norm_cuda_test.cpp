@@ -1,0 +1,179 @@
+// batch_norm_cuda_test.cpp: batch_norm on the GPU against the cpu reference: outputs, the updated running
+// statistics and the gradients dx, dweight, dbias (training: the chunked Welford statistics and column sums;
+// evaluation: running statistics) for every dtype, vectorized and scalar channel layouts, one and many row
+// chunks; the fused backward op's own rule (double backward); repeatability; the ledger equal to meta's.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "graph/autograd.h"
+#include "ops/batch_norm.h"
+#include "ops/elementwise.h"
+#include "ops/factory.h"
+#include "ops/reduce.h"
+#include "ops/view.h"
+#include "tests/util/cuda_compare_util.h"
+
+using engine::DType;
+using engine::Shape;
+using engine::Tensor;
+using testutil::cpu_input;
+using testutil::Tolerance;
+
+namespace {
+
+const DType kFloats[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
+
+struct Case {
+  const char* layout;
+  Shape shape;  // NHWC
+};
+
+const Case kCases[] = {
+    {"one chunk, 16-byte channels", {2, 7, 9, 64}},
+    {"18 chunks, C % 32 != 0", {4, 33, 33, 48}},
+    {"scalar channels (C = 3)", {3, 11, 13, 3}},
+    {"wide C = 1024", {2, 8, 8, 1024}},
+    {"256 chunks (the cap)", {70000, 1, 1, 4}},
+};
+
+// dweight = sum_rows g (x - mean) invstd is ill-conditioned in f32: a rounding d of the f32 mean (which the
+// cpu's two-pass chunks and the GPU's Welford lanes round differently, or ops::mean on each device in the
+// backward test) moves it by d invstd sum g ~ d M. Measured on the H200 with x in [2, 5]: 3.6e-3 at M = 4356
+// (values ~0.5), 1.9e-2 at M = 70000, while f64 agrees to 1e-12. So f32 inputs are centred (x in [-2, 2]:
+// d ~ 1e-8 instead of ~1e-7) and the f32 tolerance grows with M; bf16/f16 keep their defaults.
+Tolerance sum_tolerance(DType dt, int64_t rows) {
+  return dt == DType::f32 ? Tolerance{1e-4 + 5e-7 * double(rows), 1e-3} : Tolerance{};
+}
+double x_low(DType dt) { return dt == DType::f32 ? -2 : 2; }
+double x_high(DType dt) { return dt == DType::f32 ? 2 : 5; }
+int64_t rows_of(const Shape& s) { return engine::numel_of(s) / s.back(); }
+
+DType stats_dtype(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
+
+}  // namespace
+
+TEST(BatchNormCuda, TrainingMatchesCpuWithRunningStats) {
+  for (DType dt : kFloats) {
+    for (const Case& c : kCases) {
+      for (int affine = 0; affine < 2; affine++) {
+        std::string what = engine::str("batch_norm training ", engine::dtype_name(dt), " ", c.layout, " ",
+                                       engine::shape_str(c.shape), affine == 0 ? " affine" : " plain");
+        const int64_t C = c.shape.back();
+        // Outputs: y and the running statistics after the update (made on the device inside the call).
+        auto f = [affine, C, dt](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+          Tensor rm = ops::full({C}, 0.25, stats_dtype(dt)), rv = ops::full({C}, 2.0, stats_dtype(dt));
+          Tensor y = ops::batch_norm(in[0], affine == 0 ? in[1] : Tensor(), affine == 0 ? in[2] : Tensor(), rm, rv,
+                                     true, 0.1, 1e-5);
+          return {y, rm, rv};
+        };
+        testutil::expect_cuda_matches_cpu_multi(
+            what, f,
+            {cpu_input(c.shape, dt, x_low(dt), x_high(dt), true), cpu_input({C}, dt, 0.5, 1.5, true),
+             cpu_input({C}, dt, -1, 1, true)},
+            sum_tolerance(dt, rows_of(c.shape)));
+      }
+    }
+  }
+}
+
+TEST(BatchNormCuda, EvaluationMatchesCpu) {
+  for (DType dt : kFloats) {
+    for (const Case& c : {kCases[0], kCases[2]}) {
+      std::string what = engine::str("batch_norm eval ", engine::dtype_name(dt), " ", c.layout);
+      const int64_t C = c.shape.back();
+      auto f = [](const std::vector<Tensor>& in) {
+        return ops::batch_norm(in[0], in[1], in[2], in[3], in[4], false, 0.1, 1e-3);
+      };
+      testutil::expect_cuda_matches_cpu(what, f,
+                                        {cpu_input(c.shape, dt, -2, 2, true), cpu_input({C}, dt, 0.5, 1.5, true),
+                                         cpu_input({C}, dt, -1, 1, true), cpu_input({C}, stats_dtype(dt), -1, 1),
+                                         cpu_input({C}, stats_dtype(dt), 0.5, 2)});
+    }
+  }
+}
+
+TEST(BatchNormCuda, BackwardOpAndItsRuleMatchCpu) {
+  // batch_norm_backward called directly with g, x, weight requiring grad: its outputs are the fused kernels',
+  // their gradients run the op's rule (double backward, engine ops) on each device.
+  for (DType dt : {DType::f32, DType::f64}) {
+    for (bool batch_stats : {true, false}) {
+      for (const Case& c : {kCases[1], kCases[2]}) {
+        std::string what = engine::str("batch_norm_backward ", engine::dtype_name(dt), batch_stats ? " batch" : " running",
+                                       " statistics ", c.layout);
+        const int64_t C = c.shape.back();
+        auto f = [batch_stats](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+          Tensor mean, invstd;
+          {
+            graph::NoGrad ng;
+            const DType st = in[1].dtype() == DType::f64 ? DType::f64 : DType::f32;
+            Tensor xs = ops::to(in[1], st);
+            Tensor mu = ops::mean(xs, {0, 1, 2}, true), xc = ops::sub(xs, mu);
+            mean = ops::contiguous(ops::reshape(mu, {-1}));
+            invstd = ops::contiguous(ops::reshape(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {0, 1, 2}), 1e-5)), {-1}));
+          }
+          ops::BatchNormGrads r = ops::batch_norm_backward(in[0], in[1], in[2], mean, invstd, batch_stats, 1e-5,
+                                                           {true, true, true});
+          return {r.dx, r.dweight, r.dbias};
+        };
+        testutil::expect_cuda_matches_cpu_multi(
+            what, f,
+            {cpu_input(c.shape, dt, -1, 1, true), cpu_input(c.shape, dt, x_low(dt), x_high(dt), true),
+             cpu_input({C}, dt, 0.5, 1.5, true)},
+            sum_tolerance(dt, rows_of(c.shape)));
+      }
+    }
+  }
+}
+
+TEST(BatchNormCuda, RepeatableBitForBit) {
+  Tensor x = testutil::to_cuda(cpu_input({8, 32, 32, 256}, DType::f32, -2, 2, true));
+  Tensor w = testutil::to_cuda(cpu_input({256}, DType::f32, 0.5, 1.5, true));
+  Tensor b = testutil::to_cuda(cpu_input({256}, DType::f32, -1, 1, true));
+  engine::DeviceGuard guard(testutil::cuda_device());
+  std::vector<Tensor> runs[2];
+  for (auto& r : runs) {
+    Tensor y = ops::batch_norm(x, w, b, Tensor(), Tensor(), true);
+    r = graph::grad({y}, {x, w, b}, {ops::mul(ops::ones_like(y), 0.37)});
+    r.push_back(y);
+  }
+  for (size_t k = 0; k < runs[0].size(); k++)
+    testutil::expect_equal(engine::str("batch_norm run twice, result ", k), runs[0][k], runs[1][k]);
+}
+
+TEST(BatchNormCuda, LedgerMatchesMeta) {
+  // The statistics' and the backward's [P, 2, C] workspaces are allocated on both devices alike.
+  testutil::expect_cuda_ledger_matches_meta([] {
+    Tensor x = ops::rand({4, 17, 17, 96}, -2, 2, DType::f32).set_requires_grad(true);
+    Tensor w = ops::rand({96}, 0.5, 1.5, DType::f32).set_requires_grad(true);
+    Tensor b = ops::rand({96}, -1, 1, DType::f32).set_requires_grad(true);
+    Tensor rm = ops::zeros({96}), rv = ops::ones({96});
+    Tensor y = ops::batch_norm(x, w, b, rm, rv, true);
+    Tensor z = ops::batch_norm(y, w, Tensor(), rm, rv, false);
+    graph::backward(ops::sum(z));
+  });
+}
+
+// Not run by default (--gtest_also_run_disabled_tests): bytes moved per second at ResNet sizes.
+TEST(BatchNormCuda, DISABLED_Bandwidth) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (Shape s : {Shape{8, 129, 129, 64}, Shape{8, 33, 33, 1024}, Shape{8, 33, 33, 2048}}) {
+      const int64_t C = s.back();
+      Tensor x = testutil::to_cuda(cpu_input(s, dt, -2, 2));
+      Tensor g = testutil::to_cuda(cpu_input(s, dt, -1, 1));
+      Tensor w = testutil::to_cuda(cpu_input({C}, dt, 0.5, 1.5)), b = testutil::to_cuda(cpu_input({C}, dt, -1, 1));
+      const double bytes = double(x.nbytes());
+      testutil::measure_bandwidth(engine::str("batch_norm forward ", engine::dtype_name(dt), " ", engine::shape_str(s)),
+                                  3 * bytes, [&] { ops::batch_norm(x, w, b, Tensor(), Tensor(), true); });
+      Tensor mean, invstd;
+      {
+        engine::DeviceGuard guard(testutil::cuda_device());
+        mean = ops::zeros({C});
+        invstd = ops::ones({C});
+      }
+      testutil::measure_bandwidth(
+          engine::str("batch_norm backward ", engine::dtype_name(dt), " ", engine::shape_str(s)), 5 * bytes,
+          [&] { ops::batch_norm_backward(g, x, w, mean, invstd, true, 1e-5, {true, true, true}); });
+    }
+  }
+}
