@@ -7,6 +7,7 @@
 #include "models/bert/squad.h"
 #include "models/mtdnn/mtdnn.h"
 #include "models/transformer_lm.h"
+#include "models/vision/deeplabv3.h"
 
 namespace models {
 
@@ -18,6 +19,8 @@ const std::vector<ModelEntry>& registry() {
       {"bert_squad", "BERT fine-tuning for SQuAD 1.1 span prediction (sizes base, large, tiny)", [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertSquad(c)); }},
       {"mtdnn", "MT-DNN: BERT-Large with SAN/linear heads, multi-task GLUE fine-tuning (--task one or a list)",
        [](const ModelConfig& c) { return std::unique_ptr<Model>(new mtdnn::Mtdnn(c)); }},
+      {"deeplabv3", "DeepLabv3 on PASCAL VOC 513x513: ResNet-101 output stride 16 (multi-grid 1/2/4), ASPP 6/12/18 + image pooling, 21 classes (sizes voc, tiny)",
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new vision::DeepLabV3(c)); }},
   };
   return table;
 }

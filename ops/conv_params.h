@@ -38,9 +38,10 @@ struct ConvGeometry {
 // GPU. When it is more than 1 the op allocates an f32 workspace [splits, Cout, KH, KW, Cin / groups] (on
 // every device, so meta predicts it) into which each piece writes its partial sum; a second pass adds
 // them in a fixed order (deterministic, no atomics). A function of the shape alone: early ResNet layers
-// (few weight tiles, millions of pixels) need splits to fill the GPU's 132 SMs; late ones do not.
+// (few weight tiles, millions of pixels) need splits to fill the GPU's 132 SMs; late ones do not. Tiles
+// are the GPU kernel's (ops/cuda/conv_igemm_weight.cu): 128 x 128 of dw [Cout/g, KH*KW*Cin/g].
 inline int64_t conv2d_weight_grad_splits(const ConvGeometry& g) {
-  const int64_t tiles = g.p.groups * ((g.cout_per_group() + 63) / 64) * ((g.gemm_k() + 63) / 64);
+  const int64_t tiles = g.p.groups * ((g.cout_per_group() + 127) / 128) * ((g.gemm_k() + 127) / 128);
   const int64_t wanted = (264 + tiles - 1) / tiles;        // about two waves of 132 SMs
   const int64_t most = std::max<int64_t>(1, g.gemm_m() / 1024);  // each piece reduces >= 1024 pixels
   return std::max<int64_t>(1, std::min<int64_t>({wanted, most, 64}));

@@ -32,8 +32,6 @@ Shape matmul_batch_shape(const Tensor& a, const Tensor& b) {
 }
 
 // Both operands have at least 2 dimensions here.
-// The GEMM library's workspace (cuBLASLt on cuda), asked for on every device so meta places it too.
-constexpr size_t kGemmWorkspace = size_t(32) << 20;
 
 // An operand the GEMM kernels take as it is: unit stride along its rows or its columns (a plain or a
 // transposed matrix); anything else is copied, identically on every device.
@@ -80,7 +78,7 @@ Tensor matmul_batched(const Tensor& a_in, const Tensor& b_in) {
   out_shape.push_back(M);
   out_shape.push_back(N);
   Tensor out = new_empty(a, out_shape);  // [..., M, N]
-  out.device().workspace(kGemmWorkspace);
+  out.device().workspace(kGemmWorkspaceBytes);
   {
     const Shape batch_shape(out_shape.begin(), out_shape.end() - 2);
     Tensor ka = batch_operand(a, batch_shape), kb = batch_operand(b, batch_shape);
@@ -160,7 +158,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
   Tensor w_t = Tensor::view_of(weight, {in, out_features}, {weight.strides()[1], weight.strides()[0]}, weight.offset());
   Tensor y_rows = Tensor::view_of(y, {rows, out_features}, {out_features, 1}, y.offset());
-  y.device().workspace(kGemmWorkspace);
+  y.device().workspace(kGemmWorkspaceBytes);
   run_kernel("linear", y, [&] { cpu::matmul(x_rows, w_t, bias, y_rows); },
              CUDA_KERNEL(cuda::matmul(x_rows, w_t, bias, y_rows)));
   x_rows = Tensor();  // free the copy (if any) before recording

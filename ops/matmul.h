@@ -30,6 +30,10 @@ namespace ops {
 
 using engine::Tensor;
 
+// cuBLASLt's workspace, one block of the device (engine/device.h: Device::workspace). Every op that may run
+// a GEMM on the GPU asks for it on every device type, so that meta places it where cuda does.
+constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;
+
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor bmm(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());

@@ -1,0 +1,89 @@
+// vision/layers.cpp: Conv2d, BatchNorm2d and the PyTorch weight loader.
+#include "models/vision/layers.h"
+
+#include <cmath>
+
+#include "engine/error.h"
+#include "graph/autograd.h"
+#include "ops/batch_norm.h"
+#include "ops/conv.h"
+#include "ops/elementwise.h"
+#include "ops/factory.h"
+#include "ops/view.h"
+
+namespace models::vision {
+
+Conv2d::Conv2d(const Conv2dOptions& o) : options(o) {
+  ENGINE_CHECK(o.in > 0 && o.out > 0 && o.kernel > 0 && o.groups > 0 && o.in % o.groups == 0 &&
+                   o.out % o.groups == 0,
+               "Conv2d: in ", o.in, " and out ", o.out, " must be positive multiples of groups ", o.groups,
+               ", kernel ", o.kernel, " positive");
+  params.stride_h = params.stride_w = o.stride;
+  params.pad_h = params.pad_w = o.padding;
+  params.dilation_h = params.dilation_w = o.dilation;
+  params.groups = o.groups;
+  const int64_t fan_in = o.in / o.groups * o.kernel * o.kernel;
+  weight = register_parameter("weight", nn::init_tensor({o.out, o.kernel, o.kernel, o.in / o.groups}, o.init, fan_in));
+  if (o.bias) {
+    nn::Init bias_init = o.init.kind == nn::Init::Kind::pytorch_default ? o.init : nn::Init{nn::Init::Kind::zeros};
+    bias = register_parameter("bias", nn::init_tensor({o.out}, bias_init, fan_in));
+  }
+}
+
+Tensor Conv2d::forward(const Tensor& x) const {
+  auto s = scope();
+  return ops::conv2d(x, weight, bias, params);
+}
+
+nn::Init kaiming_normal_fan_out(int64_t out, int64_t kernel) {
+  return nn::Init::normal(std::sqrt(2.0 / double(out * kernel * kernel)));
+}
+
+BatchNorm2d::BatchNorm2d(int64_t channels, double eps_, double momentum_) : eps(eps_), momentum(momentum_) {
+  weight = register_parameter("weight", ops::ones({channels}));
+  bias = register_parameter("bias", ops::zeros({channels}));
+  running_mean = register_buffer("running_mean", ops::zeros({channels}));
+  running_var = register_buffer("running_var", ops::ones({channels}));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) const {
+  auto s = scope();
+  return ops::batch_norm(x, weight, bias, running_mean, running_var, training(), momentum, eps);
+}
+
+// ---------------------------------------------------------------------------------------------------
+std::vector<std::string> load_torch_weights(graph::Module& root, const std::map<std::string, Tensor>& tensors) {
+  std::map<std::string, engine::Shape> conv_shapes;  // 4-D parameters: [out, KH, KW, in/g]
+  for (const auto& [name, p] : root.named_parameters())
+    if (p.dim() == 4) conv_shapes[name] = p.shape();
+  // Which layout the file is in, from the tensors whose shape says it unambiguously.
+  std::vector<std::string> torch_layout, engine_layout;
+  auto oihw = [](const engine::Shape& krsc) { return engine::Shape{krsc[0], krsc[3], krsc[1], krsc[2]}; };
+  for (const auto& [name, t] : tensors) {
+    auto it = conv_shapes.find(name);
+    if (it == conv_shapes.end() || it->second == oihw(it->second)) continue;
+    if (t.shape() == oihw(it->second)) torch_layout.push_back(name);
+    else if (t.shape() == it->second) engine_layout.push_back(name);
+  }
+  ENGINE_CHECK(torch_layout.empty() || engine_layout.empty(), "load_torch_weights: convolution weights in both ",
+               "PyTorch's OIHW layout (e.g. '", torch_layout.empty() ? "" : torch_layout.front(),
+               "') and the engine's KRSC layout (e.g. '", engine_layout.empty() ? "" : engine_layout.front(),
+               "') in one file");
+  const bool from_torch = !torch_layout.empty();
+  std::map<std::string, Tensor> converted;
+  std::vector<std::string> ignored;
+  graph::NoGrad no_grad;
+  for (const auto& [name, t] : tensors) {
+    const std::string suffix = ".num_batches_tracked";
+    if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      ignored.push_back(name);
+      continue;
+    }
+    auto it = conv_shapes.find(name);
+    const bool permute = from_torch && it != conv_shapes.end() && t.shape() == oihw(it->second);
+    converted[name] = permute ? ops::contiguous(ops::permute(t, {0, 2, 3, 1})) : t;  // OIHW -> OHWI (KRSC)
+  }
+  return root.load(converted, true, ignored);
+}
+
+}  // namespace models::vision

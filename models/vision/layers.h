@@ -1,0 +1,60 @@
+// vision/layers.h: the layers of the image models: Conv2d and BatchNorm2d over NHWC activations, and the
+// loading of PyTorch (torchvision) weights into them.
+//
+// Parameters carry PyTorch's names (weight, bias, running_mean, running_var), so a torchvision state dict
+// loads by name. Conv2d stores its weight KRSC, [out, KH, KW, in/groups] (the engine's convolution layout,
+// ops/conv_params.h), where PyTorch stores OIHW [out, in/groups, KH, KW]: load_torch_weights permutes.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/module.h"
+#include "models/nn/layers.h"
+#include "ops/conv_params.h"
+
+namespace models::vision {
+
+using engine::Tensor;
+
+struct Conv2dOptions {
+  int64_t in = 0, out = 0;
+  int64_t kernel = 1, stride = 1, padding = 0, dilation = 1, groups = 1;
+  bool bias = true;
+  nn::Init init = {};  // pytorch_default: uniform(+-1/sqrt(fan_in)) for weight and bias, fan_in = in/g * k * k
+};
+
+class Conv2d : public graph::Module {
+ public:
+  explicit Conv2d(const Conv2dOptions& o);
+  Tensor forward(const Tensor& x) const;  // [N, H, W, in] -> [N, Ho, Wo, out]
+  Conv2dOptions options;
+  ops::Conv2dParams params;
+  Tensor weight;  // [out, KH, KW, in/groups]
+  Tensor bias;    // [out] or undefined
+};
+
+// torchvision's ResNet initialization of a convolution: kaiming_normal_(mode="fan_out", nonlinearity="relu"),
+// i.e. normal(0, sqrt(2 / (out * KH * KW))).
+nn::Init kaiming_normal_fan_out(int64_t out, int64_t kernel);
+
+// BatchNorm2d over the channels (the last dimension): batch statistics and a running-statistics update
+// (momentum 0.1) in training mode, the running statistics in evaluation mode.
+class BatchNorm2d : public graph::Module {
+ public:
+  explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1);
+  Tensor forward(const Tensor& x) const;  // [N, H, W, C] -> [N, H, W, C]
+  double eps, momentum;
+  Tensor weight, bias;               // [C] parameters (ones, zeros)
+  Tensor running_mean, running_var;  // [C] f32 buffers (zeros, ones)
+};
+
+// Loads `tensors` into root strictly (Module::load) after two translations from a PyTorch state dict:
+// 4-D tensors whose name is a 4-D parameter's and whose shape is that parameter's in OIHW order are permuted
+// to KRSC; "*.num_batches_tracked" entries are ignored. A file is either all PyTorch layout or all engine
+// layout (a mix is an Error); shapes that read the same both ways (in/g == KH == KW) follow the rest of the
+// file. Returns the names loaded.
+std::vector<std::string> load_torch_weights(graph::Module& root, const std::map<std::string, Tensor>& tensors);
+
+}  // namespace models::vision

@@ -1,0 +1,167 @@
+// cuda/conv.cu: the convolution's GPU entry points: checks, then the choice of kernel per pass (a function of
+// the geometry and the dtype alone, see conv.h), and the 1x1 path, which is a plain GEMM over the NHWC
+// matrices through ops::cuda::matmul (cuBLASLt):
+//   forward  y[NHW, Cout]  = x[NHW, Cin] @ w[Cout, Cin]^T + bias   (bias in the GEMM's epilogue)
+//   data     dx[NHW, Cin]  = dy[NHW, Cout] @ w[Cout, Cin]
+//   weight   dw[Cout, Cin] = dy[NHW, Cout]^T @ x[NHW, Cin]
+// The transposes are strided views: no copies.
+#include "engine/cuda/runtime.h"
+#include "ops/cuda/conv.h"
+#include "ops/cuda/conv_kernels.cuh"
+#include "ops/cuda/kernel_util.cuh"
+#include "ops/cuda/matmul.h"
+
+namespace ops::cuda {
+
+namespace conv {
+
+namespace {
+constexpr int kDefaultWideVariant = 0;
+int wide_variant = kDefaultWideVariant;
+}  // namespace
+
+int igemm_wide_variant() { return wide_variant; }
+void set_igemm_wide_variant(int variant) { wide_variant = variant < 0 ? kDefaultWideVariant : variant; }
+
+}  // namespace conv
+
+using engine::DType;
+using engine::Tensor;
+
+namespace {
+
+bool is_gemm(const ConvGeometry& g) {
+  return g.kh == 1 && g.kw == 1 && g.p.stride_h == 1 && g.p.stride_w == 1 && g.p.pad_h == 0 && g.p.pad_w == 0 &&
+         g.p.groups == 1;
+}
+
+bool is_depthwise(const ConvGeometry& g) { return g.p.groups > 1 && g.p.groups == g.cin && g.p.groups == g.cout; }
+
+bool igemm_dtype(DType t) { return t == DType::bf16 || t == DType::f16; }
+
+// The implicit GEMMs index with 32-bit offsets.
+bool fits_int32(const ConvGeometry& g) {
+  const int64_t limit = int64_t(1) << 31;
+  return g.n * g.h * g.w * g.cin < limit && g.n * g.ho * g.wo * g.cout < limit && g.cout * g.gemm_k() < limit;
+}
+
+bool all_aligned(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (t->defined() && !aligned16(t->data_ptr())) return false;
+  return true;
+}
+
+void check_operands(const char* op, const ConvGeometry& g, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts) {
+    if (!t->defined()) continue;
+    ENGINE_CHECK(t->is_contiguous(), op, ": cuda kernels take contiguous tensors, got one of shape ",
+                 engine::shape_str(t->shape()));
+    ENGINE_CHECK(t->dtype() == (*ts.begin())->dtype(), op, ": every operand must have dtype ",
+                 engine::dtype_name((*ts.begin())->dtype()), ", got ", engine::dtype_name(t->dtype()));
+  }
+  ENGINE_CHECK(g.p.groups >= 1 && g.cin % g.p.groups == 0 && g.cout % g.p.groups == 0, op, ": groups ", g.p.groups,
+               " must divide Cin ", g.cin, " and Cout ", g.cout);
+}
+
+// A [rows, cols] view of t's storage with the given strides (no copy).
+Tensor matrix(const Tensor& t, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+  return Tensor::view_of(t, {rows, cols}, {row_stride, col_stride}, t.offset());
+}
+
+}  // namespace
+
+const char* conv2d_path(ConvPass pass, const ConvGeometry& g, DType dtype) {
+  if (is_gemm(g)) return "gemm";
+  if (is_depthwise(g)) return "depthwise";
+  // Tensor cores copy Cout/g channels (the forward's epilogue, the weight gradient's dy rows) 8 at a time,
+  // Cin/g channels too except in the gathering variants (forward and weight gradient: the 3-channel stem).
+  if (igemm_dtype(dtype) && fits_int32(g) && g.cout_per_group() % 8 == 0) {
+    if (g.cin_per_group() % 8 == 0) return "igemm";
+    if (pass != ConvPass::data) return "igemm_gather";
+  }
+  // f32 on CUDA cores, float4 copies.
+  if (dtype == DType::f32 && fits_int32(g) && g.cin_per_group() % 4 == 0 && g.cout_per_group() % 4 == 0) return "simt";
+  return "generic";
+}
+
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const ConvGeometry& g) {
+  check_operands("conv2d", g, {&y, &x, &w, &bias});
+  if (g.gemm_m() == 0 || g.cout == 0) return;
+  const DType t = y.dtype();
+  const conv::Dims d = conv::dims_of(g);
+  const std::string path = conv2d_path(ConvPass::forward, g, t);
+  if (path == "gemm") {
+    const int64_t M = g.gemm_m();
+    matmul(matrix(x, M, g.cin, g.cin, 1), matrix(w, g.cin, g.cout, 1, g.cin), bias, matrix(y, M, g.cout, g.cout, 1));
+  } else if (path == "depthwise") {
+    conv::depthwise_forward(d, t, x.data_ptr(), w.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr,
+                            y.data_ptr());
+  } else if (path.rfind("igemm", 0) == 0 && all_aligned({&x, &w, &bias, &y})) {
+    conv::igemm_forward(d, t, x.data_ptr(), w.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr, y.data_ptr());
+  } else if (path == "simt" && all_aligned({&x, &w, &bias, &y})) {
+    conv::simt_forward(d, x.data<float>(), w.data<float>(), bias.defined() ? bias.data<float>() : nullptr,
+                       y.data<float>());
+  } else {
+    conv::generic_forward(d, t, x.data_ptr(), w.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr,
+                          y.data_ptr());
+  }
+}
+
+void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const ConvGeometry& g) {
+  check_operands("conv2d_backward_data", g, {&dx, &dy, &w});
+  if (g.n * g.h * g.w * g.cin == 0) return;
+  const DType t = dx.dtype();
+  const conv::Dims d = conv::dims_of(g);
+  const std::string path = conv2d_path(ConvPass::data, g, t);
+  if (path == "gemm") {
+    const int64_t M = g.gemm_m();
+    matmul(matrix(dy, M, g.cout, g.cout, 1), matrix(w, g.cout, g.cin, g.cin, 1), Tensor(),
+           matrix(dx, M, g.cin, g.cin, 1));
+  } else if (path == "depthwise") {
+    conv::depthwise_data(d, t, dy.data_ptr(), w.data_ptr(), dx.data_ptr());
+  } else if (path.rfind("igemm", 0) == 0 && all_aligned({&dy, &w, &dx})) {
+    if (!conv::igemm_data_phases(d, t, dy.data_ptr(), w.data_ptr(), dx.data_ptr()))
+      conv::igemm_data(d, t, dy.data_ptr(), w.data_ptr(), dx.data_ptr());
+  } else if (path == "simt" && all_aligned({&dy, &w, &dx})) {
+    conv::simt_data(d, dy.data<float>(), w.data<float>(), dx.data<float>());
+  } else {
+    conv::generic_data(d, t, dy.data_ptr(), w.data_ptr(), dx.data_ptr());
+  }
+}
+
+void conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& workspace,
+                            const ConvGeometry& g) {
+  check_operands("conv2d_backward_weight", g, {&dw, &x, &dy});
+  if (dw.numel() == 0) return;
+  const DType t = dw.dtype();
+  const conv::Dims d = conv::dims_of(g);
+  const int64_t splits = conv2d_weight_grad_splits(g);
+  float* ws = nullptr;
+  if (splits > 1 && workspace.defined()) {
+    ENGINE_CHECK(workspace.dtype() == DType::f32 && workspace.is_contiguous() &&
+                     workspace.numel() == splits * dw.numel(),
+                 "conv2d_backward_weight: workspace must be f32 contiguous [", splits, ", Cout, KH, KW, Cin/g], got ",
+                 engine::dtype_name(workspace.dtype()), " ", engine::shape_str(workspace.shape()));
+    ws = static_cast<float*>(workspace.data_ptr());
+  }
+  const std::string path = conv2d_path(ConvPass::weight, g, t);
+  if (path == "gemm") {
+    const int64_t M = g.gemm_m();
+    if (M == 0) {
+      ENGINE_CUDA_CHECK(cudaMemsetAsync(dw.data_ptr(), 0, dw.nbytes(), engine::cuda::stream()));
+      return;
+    }
+    matmul(matrix(dy, g.cout, M, 1, g.cout), matrix(x, M, g.cin, g.cin, 1), Tensor(),
+           matrix(dw, g.cout, g.cin, g.cin, 1));
+  } else if (path == "depthwise") {
+    conv::depthwise_weight(d, t, x.data_ptr(), dy.data_ptr(), dw.data_ptr(), ws, int(ws ? splits : 1));
+  } else if (path.rfind("igemm", 0) == 0 && all_aligned({&x, &dy, &dw, &workspace})) {
+    conv::igemm_weight(d, t, x.data_ptr(), dy.data_ptr(), dw.data_ptr(), ws, int(ws ? splits : 1));
+  } else if (path == "simt" && all_aligned({&x, &dy, &dw, &workspace})) {
+    conv::simt_weight(d, x.data<float>(), dy.data<float>(), dw.data<float>(), ws, int(ws ? splits : 1));
+  } else {
+    conv::generic_weight(d, t, x.data_ptr(), dy.data_ptr(), dw.data_ptr());
+  }
+}
+
+}  // namespace ops::cuda

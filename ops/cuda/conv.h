@@ -1,0 +1,33 @@
+// cuda/conv.h: the GPU kernels of 2-D convolution, with the contract of ops/cpu/conv.h (same arguments,
+// same results). Layouts and sizes: ops/conv_params.h (x [N,H,W,Cin], w [Cout,KH,KW,Cin/g], y [N,Ho,Wo,Cout],
+// all contiguous). Which kernel runs is a function of the geometry and dtype alone (conv2d_path below):
+//   1x1, stride 1, pad 0, groups 1      cuBLASLt GEMMs over the NHWC matrices (ops::cuda::matmul)
+//   depthwise (groups == Cin == Cout)   direct kernels (conv_depthwise.cu)
+//   bf16/f16, Cin/g and Cout/g % 8 == 0 implicit GEMM on tensor cores (conv_igemm_*.cu), no im2col buffer
+//   bf16/f16, Cout/g % 8 == 0 only       the same with x gathered element by element (forward, weight)
+//   f32, Cin/g and Cout/g % 4 == 0       implicit GEMM on CUDA cores, true fp32 (conv_simt.cu)
+//   anything else (f64, odd channels)    the generic CUDA-core kernels (conv_generic.cu)
+#pragma once
+#include "engine/tensor.h"
+#include "ops/conv_params.h"
+
+namespace ops::cuda {
+
+// y = conv(x, w) + bias (bias [Cout] may be undefined). x [N,H,W,Cin], w [Cout,KH,KW,Cin/g], y [N,Ho,Wo,Cout].
+void conv2d_forward(const engine::Tensor& x, const engine::Tensor& w, const engine::Tensor& bias,
+                    const engine::Tensor& y, const ConvGeometry& g);
+// dx overwritten [N,H,W,Cin].
+void conv2d_backward_data(const engine::Tensor& dy, const engine::Tensor& w, const engine::Tensor& dx,
+                          const ConvGeometry& g);
+// dw overwritten [Cout,KH,KW,Cin/g]; workspace f32 [splits, Cout, KH, KW, Cin/g] when
+// conv2d_weight_grad_splits(g) > 1 (undefined otherwise): the split-K partial sums, added in a fixed order.
+void conv2d_backward_weight(const engine::Tensor& x, const engine::Tensor& dy, const engine::Tensor& dw,
+                            const engine::Tensor& workspace, const ConvGeometry& g);
+
+// The kernel each pass takes for this geometry and dtype ("gemm", "depthwise", "igemm", "igemm_gather",
+// "simt", "generic"), for tests and benchmarks. The 1x1 GEMM path uses the device's GEMM workspace (Device::workspace), which the
+// op must request on every device like ops/matmul.cpp does, so that meta predicts it.
+enum class ConvPass { forward, data, weight };
+const char* conv2d_path(ConvPass pass, const ConvGeometry& g, engine::DType dtype);
+
+}  // namespace ops::cuda

@@ -1,0 +1,174 @@
+// cuda/conv_igemm_data_phases.cu: the convolution's data gradient as implicit GEMMs on tensor cores, one per
+// stride phase, so that no MMA multiplies a tap that misses the output grid (bf16/f16, f32 accumulate;
+// main loop and tiling in conv_igemm.cuh).
+//
+// dx[n, h, w, ci] sums over the taps (kh, kw) with (h + p_h - kh*d_h) divisible by s_h (and likewise in w).
+// Which taps those are depends only on the phase (h mod s_h, w mod s_w): phase (rh, rw) owns the dx pixels
+// h = rh + s_h*i, w = rw + s_w*j, and for its valid taps ho = i + off_h(kh), off_h = (rh + p_h - kh*d_h) / s_h
+// (exact). So each phase is a dense GEMM:
+//   M = N * ceil((H - rh) / s_h) * ceil((W - rw) / s_w), N = Cin/g, K = (valid taps of the phase) * Cout/g,
+//   A[m, (t, co)] = dy[n, i + off_h(t), j + off_w(t), g*Coutg + co] (0 outside), B[(t, co), ci] = w[g*Coutg + co, tap t, ci].
+// A stride-1 convolution is the one-phase case (every tap valid). The phase's tap table (offsets and the
+// weight's tap index, at most kMaxTaps) is built in shared memory by the block before its main loop.
+// A is staged [m][k], B [k][n] (read with ldmatrix.trans). Grid: (tiles of the largest phase, groups,
+// phases); blocks past their phase's M return at once. Bound: the tensor cores when K >= ~256.
+#include "ops/cuda/conv_igemm.cuh"
+
+namespace ops::cuda::conv::igemm {
+
+namespace {
+
+constexpr int kMaxTaps = 64;
+
+struct TapTable {
+  int off_h[kMaxTaps], off_w[kMaxTaps], tap[kMaxTaps];
+  int count;
+};
+
+template <typename Cfg>
+struct PhaseLoader {
+  static constexpr int kARowStep = Cfg::kThreads / 8;              // A [BM][64]: 8 chunks per row
+  static constexpr int kAPasses = Cfg::BM / kARowStep;
+  static constexpr int kBChunks = Cfg::BN / 8;                     // B [64][BN]
+  static constexpr int kBRowStep = Cfg::kThreads / kBChunks, kBPasses = BK / kBRowStep;
+  const uint16_t* dy;
+  const uint16_t* w;
+  const TapTable* taps;  // shared memory
+  FastDiv coutg;
+  int K, ho, wo, cout, cg, ktaps;
+  int a_ch, a_r0;
+  int a_base[kAPasses], a_i[kAPasses], a_j[kAPasses];  // per A row: n*Ho*Wo*Cout + g*Coutg, i, j
+  int b_ch, b_r0, b_ci, b_row0;                        // B chunk column, first row, first ci (or -1), g*Coutg
+
+  __device__ void load(uint16_t* sA, uint16_t* sB, int kt) const {
+    {
+      const int k = kt * BK + a_ch * 8;
+      const bool k_ok = k < K;
+      int t, co;
+      coutg.divmod(k, t, co);
+      t = k_ok ? t : 0;  // past K: no table entry
+      const int oh = taps->off_h[t], ow = taps->off_w[t];
+#pragma unroll
+      for (int i = 0; i < kAPasses; i++) {
+        const int th = a_i[i] + oh, tw = a_j[i] + ow;
+        const bool ok = k_ok && unsigned(th) < unsigned(ho) && unsigned(tw) < unsigned(wo);
+        const uint16_t* src = ok ? dy + a_base[i] + (th * wo + tw) * cout + co : dy;
+        cp_async16(smem_addr(sA + swizzle<BK>(a_r0 + kARowStep * i, a_ch * 8)), src, ok);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kBPasses; i++) {
+      const int k = kt * BK + b_r0 + kBRowStep * i;
+      const bool ok = b_ci >= 0 && k < K;
+      int t, co;
+      coutg.divmod(k, t, co);
+      t = ok ? t : 0;
+      const uint16_t* src = ok ? w + ((b_row0 + co) * ktaps + taps->tap[t]) * cg + b_ci : w;
+      cp_async16(smem_addr(sB + swizzle<Cfg::BN>(b_r0 + kBRowStep * i, b_ch * 8)), src, ok);
+    }
+  }
+};
+
+template <typename Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    phase_kernel(const FastDims f, const uint16_t* __restrict__ dy, const uint16_t* __restrict__ w,
+                 T* __restrict__ dx, int n_tiles) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(128) uint16_t smem[];
+  __shared__ TapTable table;
+  const Dims& d = f.d;
+  const int phase = int(blockIdx.z), rh = phase / d.sw, rw = phase % d.sw;
+  const int hp = (d.h - rh + d.sh - 1) / d.sh, wp = (d.w - rw + d.sw - 1) / d.sw;  // this phase's dx grid
+  const int M = d.n * hp * wp;
+  const int m0 = int(blockIdx.x) / n_tiles * Cfg::BM, n0 = int(blockIdx.x) % n_tiles * Cfg::BN;
+  if (m0 >= M) return;  // the whole block: a smaller phase
+  const int grp = int(blockIdx.y), kt_all = d.kh * d.kw;
+
+  // The phase's valid taps, in (kh, kw) order.
+  if (threadIdx.x < kt_all) {
+    const int t = int(threadIdx.x), kh = t / d.kw, kw = t % d.kw;
+    auto valid = [&](int u) {
+      return (rh + d.ph - (u / d.kw) * d.dh) % d.sh == 0 && (rw + d.pw - (u % d.kw) * d.dw) % d.sw == 0;
+    };
+    if (valid(t)) {
+      int idx = 0;
+      for (int u = 0; u < t; u++) idx += valid(u);
+      table.off_h[idx] = (rh + d.ph - kh * d.dh) / d.sh;
+      table.off_w[idx] = (rw + d.pw - kw * d.dw) / d.sw;
+      table.tap[idx] = t;
+    }
+    if (t == kt_all - 1) {
+      int n = 0;
+      for (int u = 0; u < kt_all; u++) n += valid(u);
+      table.count = n;
+    }
+  }
+  __syncthreads();
+  const int K = table.count * d.coutg;
+
+  using Loader = PhaseLoader<Cfg>;
+  Loader ld;
+  ld.dy = dy, ld.w = w, ld.taps = &table, ld.coutg = f.coutg, ld.K = K, ld.ho = d.ho, ld.wo = d.wo;
+  ld.cout = d.cout, ld.cg = d.cg, ld.ktaps = kt_all;
+  ld.a_ch = int(threadIdx.x) % 8, ld.a_r0 = int(threadIdx.x) / 8;
+#pragma unroll
+  for (int i = 0; i < Loader::kAPasses; i++) {
+    const int m = m0 + ld.a_r0 + Loader::kARowStep * i;
+    if (m < M) {
+      const int j = m % wp, t = m / wp, ii = t % hp, n = t / hp;
+      ld.a_base[i] = n * d.ho * d.wo * d.cout + grp * d.coutg;
+      ld.a_i[i] = ii, ld.a_j[i] = j;
+    } else {
+      ld.a_base[i] = 0, ld.a_i[i] = kFarAway, ld.a_j[i] = kFarAway;
+    }
+  }
+  ld.b_ch = int(threadIdx.x) % Loader::kBChunks, ld.b_r0 = int(threadIdx.x) / Loader::kBChunks;
+  ld.b_ci = n0 + ld.b_ch * 8 < d.cg ? n0 + ld.b_ch * 8 : -1;
+  ld.b_row0 = grp * d.coutg;
+  typename Cfg::Acc acc;
+  mainloop<Cfg, T, false, true>(ld, (K + BK - 1) / BK, smem, acc);
+  for_each_pair<Cfg>(acc, [&](int r, int c, float v0, float v1) {
+    const int m = m0 + r, ci = n0 + c;
+    if (m >= M || ci >= d.cg) return;
+    const int j = m % wp, t = m / wp, ii = t % hp, n = t / hp;
+    const int64_t pix = (int64_t(n) * d.h + rh + d.sh * ii) * d.w + rw + d.sw * j;
+    store_pair(dx + pix * d.cin + grp * d.cg + ci, v0, v1);
+  });
+#endif
+}
+
+template <typename Cfg, typename T>
+void launch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
+  auto kernel = phase_kernel<Cfg, T>;
+  static const bool configured = set_smem_limit(kernel, Cfg::kSmemBytes);  // once per launcher
+  (void)configured;
+  const int64_t M = int64_t(d.n) * ((d.h + d.sh - 1) / d.sh) * ((d.w + d.sw - 1) / d.sw);  // phase (0, 0)'s
+  const int m_tiles = int((M + Cfg::BM - 1) / Cfg::BM), n_tiles = (d.cg + Cfg::BN - 1) / Cfg::BN;
+  const dim3 grid(unsigned(int64_t(m_tiles) * n_tiles), unsigned(d.groups), unsigned(d.sh * d.sw));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
+      FastDims(d), static_cast<const uint16_t*>(dy), static_cast<const uint16_t*>(w), static_cast<T*>(dx), n_tiles);
+  ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_data (implicit GEMM per stride phase)");
+}
+
+template <typename T>
+void dispatch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
+  const int64_t M = int64_t(d.n) * d.h * d.w;  // all phases together
+  if (narrow_n(M, d.cg, d.groups)) launch_phases<Tile<128, 64>, T>(d, dy, w, dx);
+  else if (igemm_wide_variant() == 1) launch_phases<Tile<128, 128, 64>, T>(d, dy, w, dx);
+  else launch_phases<Tile<128, 128>, T>(d, dy, w, dx);
+}
+
+}  // namespace
+
+}  // namespace ops::cuda::conv::igemm
+
+namespace ops::cuda::conv {
+
+bool igemm_data_phases(const Dims& d, engine::DType t, const void* dy, const void* w, void* dx) {
+  if (d.kh * d.kw > igemm::kMaxTaps || d.sh * d.sw > 65535) return false;
+  if (t == engine::DType::bf16) igemm::dispatch_phases<__nv_bfloat16>(d, dy, w, dx);
+  else igemm::dispatch_phases<__half>(d, dy, w, dx);
+  return true;
+}
+
+}  // namespace ops::cuda::conv

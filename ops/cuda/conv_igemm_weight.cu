@@ -1,0 +1,155 @@
+// cuda/conv_igemm_weight.cu: the convolution's weight gradient as an implicit GEMM on tensor cores
+// (bf16/f16, f32 accumulate; main loop and tiling in conv_igemm.cuh):
+//   M = Cout/g, N = KH*KW*Cin/g ordered (kh, kw, ci) as the KRSC weight, K = the N*Ho*Wo output pixels,
+//   A[co, p] = dy[p, g*Coutg + co],   B[p, (kh, kw, ci)] = x[n, ho*s - p + kh*d, wo*s - p + kw*d, g*Cg + ci]
+//   (zero outside the image). Both are staged [k][m] / [k][n] (pixel rows, contiguous in channels) and read
+//   with ldmatrix.trans. A thread's 8-chunk column is fixed, so its (kh, kw, ci) is decoded once; per
+//   K-slice it decodes its 4 pixel rows' (n, ho, wo), shared by its A and B copies.
+// Split-K: the pixels are cut into `splits` equal ranges (blockIdx.z); with splits > 1 each range writes its
+// f32 partial tile to ws[split] and weight_grad_finalize adds them in split order (deterministic, no
+// atomics); with one split the tile is rounded to T and stored in dw directly.
+// Grid: (M-tiles x N-tiles, groups, splits). Bound: the tensor cores, once the splits fill the SMs.
+#include "ops/cuda/conv_igemm.cuh"
+
+namespace ops::cuda::conv::igemm {
+
+namespace {
+
+template <typename Cfg, bool kGather>
+struct WeightLoader {
+  static constexpr int kAChunks = Cfg::BM / 8, kARowStep = Cfg::kThreads / kAChunks, kAPasses = BK / kARowStep;
+  static constexpr int kBChunks = Cfg::BN / 8, kBRowStep = Cfg::kThreads / kBChunks, kBPasses = BK / kBRowStep;
+  const uint16_t* x;
+  const uint16_t* dy;
+  FastDiv wo, ho;
+  int p_begin, p_end, h, w, cin, cout, sh, sw;
+  int a_ch, a_r0, b_ch, b_r0;  // 8-chunk columns and first rows of the A and B copies
+  int a_off;                   // g*Coutg + co of this thread's A chunk, or -1 past Cout/g
+  int b_off[kGather ? 8 : 1];  // g*Cg + ci of this thread's B chunk (per element when gathering), -1 past the end
+  int b_dh[kGather ? 8 : 1], b_dw[kGather ? 8 : 1];  // kh*d - p, kw*d - p of the same
+
+  __device__ void load(uint16_t* sA, uint16_t* sB, int kt) const {
+#pragma unroll
+    for (int i = 0; i < kAPasses; i++) {
+      const int row = a_r0 + kARowStep * i, p = p_begin + kt * BK + row;
+      const bool ok = p < p_end && a_off >= 0;
+      cp_async16(smem_addr(sA + swizzle<Cfg::BM>(row, a_ch * 8)), ok ? dy + p * cout + a_off : dy, ok);
+    }
+#pragma unroll
+    for (int i = 0; i < kBPasses; i++) {
+      const int row = b_r0 + kBRowStep * i, p = p_begin + kt * BK + row;
+      int t, wq, n, hq;
+      wo.divmod(min(p, p_end), t, wq);
+      ho.divmod(t, n, hq);
+      const int base = n * h, hb = hq * sh, wb = wq * sw;
+      if constexpr (!kGather) {
+        const int hi = hb + b_dh[0], wi = wb + b_dw[0];
+        const bool ok = p < p_end && b_off[0] >= 0 && unsigned(hi) < unsigned(h) && unsigned(wi) < unsigned(w);
+        cp_async16(smem_addr(sB + swizzle<Cfg::BN>(row, b_ch * 8)), ok ? x + ((base + hi) * w + wi) * cin + b_off[0] : x,
+                   ok);
+      } else {
+        uint16_t v[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+          const int hi = hb + b_dh[e], wi = wb + b_dw[e];
+          const bool ok = p < p_end && b_off[e] >= 0 && unsigned(hi) < unsigned(h) && unsigned(wi) < unsigned(w);
+          v[e] = ok ? x[((base + hi) * w + wi) * cin + b_off[e]] : uint16_t(0);
+        }
+        store_chunk(sB + swizzle<Cfg::BN>(row, b_ch * 8), v);
+      }
+    }
+  }
+};
+
+template <typename Cfg, typename T, typename Out, bool kGather>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    weight_kernel(const FastDims f, const uint16_t* __restrict__ x, const uint16_t* __restrict__ dy,
+                  Out* __restrict__ out, int n_tiles, int per_split) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(128) uint16_t smem[];
+  const Dims& d = f.d;
+  const int P = d.n * d.ho * d.wo, KW = d.kh * d.kw * d.cg;  // GEMM K, and N (the filter length)
+  const int m0 = int(blockIdx.x) / n_tiles * Cfg::BM, n0 = int(blockIdx.x) % n_tiles * Cfg::BN;
+  const int grp = int(blockIdx.y), split = int(blockIdx.z);
+  using Loader = WeightLoader<Cfg, kGather>;
+  Loader ld;
+  ld.x = x, ld.dy = dy, ld.wo = f.wo, ld.ho = f.ho, ld.h = d.h, ld.w = d.w, ld.cin = d.cin, ld.cout = d.cout;
+  ld.sh = d.sh, ld.sw = d.sw;
+  ld.p_begin = min(P, split * per_split), ld.p_end = min(P, ld.p_begin + per_split);
+  ld.a_ch = int(threadIdx.x) % Loader::kAChunks, ld.a_r0 = int(threadIdx.x) / Loader::kAChunks;
+  ld.b_ch = int(threadIdx.x) % Loader::kBChunks, ld.b_r0 = int(threadIdx.x) / Loader::kBChunks;
+  const int co = m0 + ld.a_ch * 8;
+  ld.a_off = co < d.coutg ? grp * d.coutg + co : -1;
+#pragma unroll
+  for (int e = 0; e < (kGather ? 8 : 1); e++) {
+    const int j = n0 + ld.b_ch * 8 + e;
+    int tap, ci, kh, kwi;
+    f.cg.divmod(j, tap, ci);
+    f.kw.divmod(tap, kh, kwi);
+    ld.b_off[e] = j < KW ? grp * d.cg + ci : -1;
+    ld.b_dh[e] = kh * d.dh - d.ph, ld.b_dw[e] = kwi * d.dw - d.pw;
+  }
+  typename Cfg::Acc acc;
+  mainloop<Cfg, T, true, true>(ld, (ld.p_end - ld.p_begin + BK - 1) / BK, smem, acc);
+  Out* o = out + int64_t(split) * d.cout * KW;
+  for_each_pair<Cfg>(acc, [&](int r, int c, float v0, float v1) {
+    const int m = m0 + r, n = n0 + c;
+    if (m >= d.coutg || n >= KW) return;
+    Out* p = o + int64_t(grp * d.coutg + m) * KW + n;
+    if constexpr (kGather) store_two(p, v0, v1, n + 1 < KW);  // odd rows: pairs are not aligned
+    else store_pair(p, v0, v1);
+  });
+#endif
+}
+
+template <typename Cfg, typename T, typename Out, bool kGather>
+void launch_weight(const Dims& d, const void* x, const void* dy, Out* out, int splits) {
+  auto kernel = weight_kernel<Cfg, T, Out, kGather>;
+  static const bool configured = set_smem_limit(kernel, Cfg::kSmemBytes);  // once per launcher
+  (void)configured;
+  const int64_t P = int64_t(d.n) * d.ho * d.wo;
+  const int per_split = int(std::max<int64_t>(1, (P + splits - 1) / splits));
+  const int m_tiles = (d.coutg + Cfg::BM - 1) / Cfg::BM, n_tiles = (d.kh * d.kw * d.cg + Cfg::BN - 1) / Cfg::BN;
+  const dim3 grid(unsigned(m_tiles * n_tiles), unsigned(d.groups), unsigned(splits));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
+      FastDims(d), static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(dy), out, n_tiles, per_split);
+  ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_weight (implicit GEMM)");
+}
+
+template <typename Cfg, typename T, bool kGather>
+void dispatch_out(const Dims& d, const void* x, const void* dy, void* dw, float* ws, int splits) {
+  if (splits > 1) launch_weight<Cfg, T, float, kGather>(d, x, dy, ws, splits);
+  else launch_weight<Cfg, T, T, kGather>(d, x, dy, static_cast<T*>(dw), 1);
+}
+
+// Cout/g <= 64: 64-row tiles (a 128-row tile would be half zeros).
+template <typename T, bool kGather>
+void dispatch_weight(const Dims& d, const void* x, const void* dy, void* dw, float* ws, int splits) {
+  if (d.coutg <= 64) dispatch_out<Tile<64, 128>, T, kGather>(d, x, dy, dw, ws, splits);
+  else if (igemm_wide_variant() == 1) dispatch_out<Tile<128, 128, 64>, T, kGather>(d, x, dy, dw, ws, splits);
+  else dispatch_out<Tile<128, 128>, T, kGather>(d, x, dy, dw, ws, splits);
+}
+
+}  // namespace
+
+}  // namespace ops::cuda::conv::igemm
+
+namespace ops::cuda::conv {
+
+void igemm_weight(const Dims& d, engine::DType t, const void* x, const void* dy, void* dw, float* ws, int splits) {
+  const int64_t count = int64_t(d.cout) * d.kh * d.kw * d.cg;
+  if (count == 0) return;
+  ENGINE_CHECK(d.groups <= 65535, "conv2d_backward_weight: at most 65535 groups on the GPU, got ", d.groups);
+  if (ws == nullptr) splits = 1;
+  const bool gather = d.cg % 8 != 0;
+  if (t == engine::DType::bf16) {
+    gather ? igemm::dispatch_weight<__nv_bfloat16, true>(d, x, dy, dw, ws, splits)
+           : igemm::dispatch_weight<__nv_bfloat16, false>(d, x, dy, dw, ws, splits);
+  } else {
+    gather ? igemm::dispatch_weight<__half, true>(d, x, dy, dw, ws, splits)
+           : igemm::dispatch_weight<__half, false>(d, x, dy, dw, ws, splits);
+  }
+  if (splits > 1) weight_grad_finalize(t, ws, splits, count, dw);
+}
+
+}  // namespace ops::cuda::conv

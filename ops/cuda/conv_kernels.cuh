@@ -1,0 +1,64 @@
+// cuda/conv_kernels.cuh: what the convolution's kernel files share: the geometry as plain ints (passed to
+// kernels by value), the launchers of each file (host), called by the dispatcher in conv.cu.
+// Pointers are raw device pointers to contiguous tensors; dtype selects the storage type.
+#pragma once
+#include <cstdint>
+
+#include "engine/dtype.h"
+#include "ops/conv_params.h"
+
+namespace ops::cuda::conv {
+
+struct Dims {
+  int n, h, w, cin, cout, kh, kw, ho, wo;
+  int sh, sw, ph, pw, dh, dw;
+  int groups, cg, coutg;  // groups, Cin / groups, Cout / groups
+};
+
+inline Dims dims_of(const ConvGeometry& g) {
+  Dims d;
+  d.n = int(g.n), d.h = int(g.h), d.w = int(g.w), d.cin = int(g.cin), d.cout = int(g.cout);
+  d.kh = int(g.kh), d.kw = int(g.kw), d.ho = int(g.ho), d.wo = int(g.wo);
+  d.sh = int(g.p.stride_h), d.sw = int(g.p.stride_w), d.ph = int(g.p.pad_h), d.pw = int(g.p.pad_w);
+  d.dh = int(g.p.dilation_h), d.dw = int(g.p.dilation_w);
+  d.groups = int(g.p.groups), d.cg = int(g.cin_per_group()), d.coutg = int(g.cout_per_group());
+  return d;
+}
+
+// conv_generic.cu: any geometry, any floating dtype, CUDA cores.
+void generic_forward(const Dims& d, engine::DType t, const void* x, const void* w, const void* bias, void* y);
+void generic_data(const Dims& d, engine::DType t, const void* dy, const void* w, void* dx);
+void generic_weight(const Dims& d, engine::DType t, const void* x, const void* dy, void* dw);
+
+// conv_depthwise.cu: groups == Cin == Cout. The weight gradient writes `splits` partial sums into ws
+// (f32 [splits, C, KH, KW]) and adds them in order, or writes dw directly when splits == 1.
+void depthwise_forward(const Dims& d, engine::DType t, const void* x, const void* w, const void* bias, void* y);
+void depthwise_data(const Dims& d, engine::DType t, const void* dy, const void* w, void* dx);
+void depthwise_weight(const Dims& d, engine::DType t, const void* x, const void* dy, void* dw, float* ws, int splits);
+
+// The tensor-core kernels' 128 x 128 tile: 8 warps of 64 x 32 (variant 0) or 4 warps of 64 x 64 (variant 1).
+// A process-wide choice (conv.cu), for benchmarks and tests; set_igemm_wide_variant(-1) restores the default.
+int igemm_wide_variant();
+void set_igemm_wide_variant(int variant);
+
+// conv_igemm_*.cu: bf16/f16 implicit GEMMs on tensor cores; t is bf16 or f16; requires cg, coutg % 8 == 0,
+// 16-byte aligned pointers and every tensor under 2^31 elements (igemm_fits).
+void igemm_forward(const Dims& d, engine::DType t, const void* x, const void* w, const void* bias, void* y);
+// The data gradient over every tap, the taps that miss the output grid (stride > 1) zero-filled: the
+// fallback of igemm_data_phases (filters of more than 64 taps).
+void igemm_data(const Dims& d, engine::DType t, const void* dy, const void* w, void* dx);
+// conv_igemm_data_phases.cu: the data gradient as one GEMM per stride phase (no zero taps); false (nothing
+// launched) when the filter has more taps than its table holds.
+bool igemm_data_phases(const Dims& d, engine::DType t, const void* dy, const void* w, void* dx);
+void igemm_weight(const Dims& d, engine::DType t, const void* x, const void* dy, void* dw, float* ws, int splits);
+
+// conv_simt.cu: f32 implicit GEMMs on CUDA cores; require cg, coutg % 4 == 0, 16-byte aligned pointers and
+// every tensor under 2^31 elements.
+void simt_forward(const Dims& d, const float* x, const float* w, const float* bias, float* y);
+void simt_data(const Dims& d, const float* dy, const float* w, float* dx);
+void simt_weight(const Dims& d, const float* x, const float* dy, float* dw, float* ws, int splits);
+
+// conv_generic.cu: dw[i] = sum over s < splits of ws[s * count + i], in order of s, rounded to dw's dtype.
+void weight_grad_finalize(engine::DType t, const float* ws, int splits, int64_t count, void* dw);
+
+}  // namespace ops::cuda::conv

@@ -1,0 +1,310 @@
+// conv_cuda_test.cpp: the GPU convolution kernels (ops/cuda/conv*) against the cpu reference kernels
+// (ops/cpu/conv.h), called directly on the same random inputs: forward, data gradient and weight gradient
+// over a sweep of geometries (kernel 1/3/5/7, stride 1/2, dilation 1/2/6/12/18, groups 1, grouped and
+// depthwise, odd sizes, channels multiples of 8 and not) in f32/bf16/f16 (f64 on the generic paths), so
+// that every GPU path (gemm, depthwise, igemm, generic) meets shapes that cross its tile edges. GPU outputs
+// are poisoned with NaN first (every element must be written), and the split-K workspace too. The error is
+// max |cuda - cpu| / max |cpu| (relative to the output's scale), within a tolerance by dtype.
+// DISABLED_ConvCudaPerf prints TFLOP/s per pass for ResNet-101 / Darknet-53 layer shapes in bf16.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <limits>
+
+#include "engine/device.h"
+#include "ops/conv.h"
+#include "ops/cpu/conv.h"
+#include "ops/cuda/conv.h"
+#include "ops/cuda/conv_kernels.cuh"
+#include "ops/elementwise.h"
+#include "ops/factory.h"
+#include "tests/util/cuda_compare_util.h"
+
+using engine::DType;
+using engine::Shape;
+using engine::Tensor;
+using ops::cuda::ConvPass;
+
+namespace {
+
+struct Case {
+  int64_t n, h, w, cin, cout, kh, kw;
+  ops::Conv2dParams p;
+  bool bias = true;
+};
+
+ops::Conv2dParams params(int64_t stride, int64_t pad, int64_t dilation = 1, int64_t groups = 1) {
+  ops::Conv2dParams p;
+  p.stride_h = p.stride_w = stride;
+  p.pad_h = p.pad_w = pad;
+  p.dilation_h = p.dilation_w = dilation;
+  p.groups = groups;
+  return p;
+}
+
+ops::ConvGeometry geometry(const Case& c) {
+  return ops::conv2d_geometry("conv_cuda_test", {c.n, c.h, c.w, c.cin}, {c.cout, c.kh, c.kw, c.cin / c.p.groups},
+                              c.p);
+}
+
+std::string describe(const ops::ConvGeometry& g) {
+  return engine::str("x [", g.n, ",", g.h, ",", g.w, ",", g.cin, "] -> ", g.cout, " k ", g.kh, "x", g.kw, " s ",
+                     g.p.stride_h, "x", g.p.stride_w, " p ", g.p.pad_h, "x", g.p.pad_w, " d ", g.p.dilation_h, "x",
+                     g.p.dilation_w, " g ", g.p.groups, " (y ", g.ho, "x", g.wo, ")");
+}
+
+double tolerance(DType t) {
+  switch (t) {
+    case DType::f64: return 1e-12;
+    case DType::f32: return 2e-5;
+    case DType::f16: return 3e-3;
+    default: return 1.5e-2;  // bf16: 8 mantissa bits
+  }
+}
+
+// max |got - ref| / max |ref|; NaN (an unwritten element) gives NaN.
+double scaled_error(const Tensor& got, const Tensor& ref) {
+  auto a = got.to_double(), b = ref.to_double();
+  EXPECT_EQ(a.size(), b.size());
+  double err = 0, scale = 1e-30;
+  for (size_t i = 0; i < a.size() && i < b.size(); i++) {
+    const double e = std::fabs(a[i] - b[i]);
+    if (std::isnan(e)) return std::numeric_limits<double>::quiet_NaN();
+    err = std::max(err, e);
+    scale = std::max(scale, std::fabs(b[i]));
+  }
+  return err / scale;
+}
+
+Tensor random(const Shape& s, DType t) { return ops::to(ops::randn(s), t); }
+Tensor poisoned(const Shape& s, DType t) {
+  return ops::full(s, std::numeric_limits<double>::quiet_NaN(), t, testutil::cuda_device());
+}
+
+void expect_pass_close(const char* pass, const ops::ConvGeometry& g, DType t, ConvPass which, const Tensor& got,
+                       const Tensor& ref) {
+  const double err = scaled_error(got, ref);
+  EXPECT_TRUE(err <= tolerance(t)) << pass << " " << describe(g) << " " << engine::dtype_name(t) << " path "
+                                   << ops::cuda::conv2d_path(which, g, t) << ": max error / max |cpu| = " << err
+                                   << " > " << tolerance(t);
+}
+
+void expect_close_named(const std::string& what, const ops::ConvGeometry& g, DType t, const Tensor& got,
+                        const Tensor& ref) {
+  const double err = scaled_error(got, ref);
+  EXPECT_TRUE(err <= tolerance(t)) << what << " " << describe(g) << " " << engine::dtype_name(t)
+                                   << ": max error / max |cpu| = " << err << " > " << tolerance(t);
+}
+
+void check_case(const Case& c, DType t) {
+  const ops::ConvGeometry g = geometry(c);
+  const auto dev = testutil::cuda_device();
+  const Shape xs{g.n, g.h, g.w, g.cin}, ws{g.cout, g.kh, g.kw, g.cin_per_group()}, ys{g.n, g.ho, g.wo, g.cout};
+  Tensor x = random(xs, t), w = random(ws, t), dy = random(ys, t);
+  Tensor bias = c.bias ? random({g.cout}, t) : Tensor();
+
+  Tensor y = Tensor::empty(ys, t), dx = Tensor::empty(xs, t), dw = Tensor::empty(ws, t);
+  ops::cpu::conv2d_forward(x, w, bias, y, g);
+  ops::cpu::conv2d_backward_data(dy, w, dx, g);
+  ops::cpu::conv2d_backward_weight(x, dy, dw, Tensor(), g);
+
+  Tensor xg = ops::to_device(x, dev), wg = ops::to_device(w, dev), dyg = ops::to_device(dy, dev);
+  Tensor bg = c.bias ? ops::to_device(bias, dev) : Tensor();
+  Tensor yg = poisoned(ys, t), dxg = poisoned(xs, t), dwg = poisoned(ws, t);
+  const int64_t splits = ops::conv2d_weight_grad_splits(g);
+  Tensor wsg = splits > 1 ? poisoned({splits, g.cout, g.kh, g.kw, g.cin_per_group()}, DType::f32) : Tensor();
+  ops::cuda::conv2d_forward(xg, wg, bg, yg, g);
+  ops::cuda::conv2d_backward_data(dyg, wg, dxg, g);
+  ops::cuda::conv2d_backward_weight(xg, dyg, dwg, wsg, g);
+
+  expect_pass_close("conv2d_forward", g, t, ConvPass::forward, yg, y);
+  expect_pass_close("conv2d_backward_data", g, t, ConvPass::data, dxg, dx);
+  expect_pass_close("conv2d_backward_weight", g, t, ConvPass::weight, dwg, dw);
+
+  // The kernels that the dispatch above did not pick for this shape, called directly: the generic
+  // anchor on every shape, and the all-taps data gradient wherever the per-phase one ran.
+  namespace k = ops::cuda::conv;
+  const k::Dims d = k::dims_of(g);
+  const void* b = c.bias ? bg.data_ptr() : nullptr;
+  if (std::string(ops::cuda::conv2d_path(ConvPass::data, g, t)) == "igemm") {
+    Tensor dx2 = poisoned(xs, t);
+    k::igemm_data(d, t, dyg.data_ptr(), wg.data_ptr(), dx2.data_ptr());
+    expect_close_named("conv2d_backward_data (all-taps implicit GEMM)", g, t, dx2, dx);
+  }
+  {
+    Tensor y2 = poisoned(ys, t), dx2 = poisoned(xs, t), dw2 = poisoned(ws, t);
+    k::generic_forward(d, t, xg.data_ptr(), wg.data_ptr(), b, y2.data_ptr());
+    k::generic_data(d, t, dyg.data_ptr(), wg.data_ptr(), dx2.data_ptr());
+    k::generic_weight(d, t, xg.data_ptr(), dyg.data_ptr(), dw2.data_ptr());
+    expect_close_named("conv2d_forward (generic)", g, t, y2, y);
+    expect_close_named("conv2d_backward_data (generic)", g, t, dx2, dx);
+    expect_close_named("conv2d_backward_weight (generic)", g, t, dw2, dw);
+  }
+}
+
+std::vector<Case> sweep() {
+  return {
+      // 1x1: the GEMM path (stride 1), the implicit GEMM / generic (stride 2)
+      {2, 7, 9, 16, 24, 1, 1, params(1, 0)},
+      {2, 6, 5, 13, 7, 1, 1, params(1, 0), false},
+      {2, 9, 7, 16, 32, 1, 1, params(2, 0)},
+      // 3x3, odd sizes, channels multiples of 8 and not
+      {2, 13, 11, 16, 24, 3, 3, params(1, 1)},
+      {1, 12, 10, 24, 40, 3, 3, params(2, 1)},
+      {2, 9, 8, 5, 6, 3, 3, params(1, 1)},
+      {1, 11, 13, 8, 8, 3, 3, params(2, 0), false},
+      // several tiles in M, N and K; K slices that straddle filter taps (136 % 64 != 0); partial tiles
+      {2, 20, 19, 136, 200, 3, 3, params(1, 1)},
+      {1, 17, 21, 72, 136, 3, 3, params(2, 1)},
+      // weight-gradient split-K (M >= 2048 pixels)
+      {2, 40, 37, 32, 48, 3, 3, params(1, 1)},
+      {4, 33, 30, 16, 16, 1, 1, params(1, 0)},
+      // 5x5 and 7x7 (the stem: 3 input channels; and a multiple of 8)
+      {2, 15, 14, 8, 16, 5, 5, params(1, 2)},
+      {1, 31, 29, 3, 16, 7, 7, params(2, 3)},
+      {1, 23, 25, 8, 16, 7, 7, params(2, 3)},
+      // dilation 2 / 6 / 12 / 18 (ASPP), padding = dilation
+      {1, 16, 15, 32, 16, 3, 3, params(1, 2, 2)},
+      {1, 19, 20, 16, 24, 3, 3, params(1, 6, 6)},
+      {1, 25, 23, 16, 8, 3, 3, params(1, 12, 12)},
+      {1, 21, 22, 8, 16, 3, 3, params(1, 18, 18)},
+      {1, 14, 13, 16, 16, 3, 3, params(2, 2, 2)},
+      // groups: channels per group multiples of 8 and not
+      {2, 10, 9, 32, 48, 3, 3, params(1, 1, 1, 2)},
+      {1, 9, 10, 12, 6, 3, 3, params(2, 1, 1, 3)},
+      // gathering implicit GEMM (Cin/g % 8 != 0, Cout/g % 8 == 0): grouped, several K-slices, split-K
+      {1, 9, 10, 6, 16, 3, 3, params(1, 1, 1, 2)},
+      {2, 70, 69, 3, 16, 7, 7, params(2, 3)},
+      {1, 12, 13, 20, 72, 3, 3, params(1, 2, 2)},
+      // depthwise
+      {2, 12, 11, 24, 24, 3, 3, params(1, 1, 1, 24)},
+      {1, 13, 14, 7, 7, 3, 3, params(2, 1, 1, 7)},
+      {1, 15, 12, 16, 16, 5, 5, params(1, 4, 2, 16)},
+      {4, 32, 33, 8, 8, 3, 3, params(1, 1, 1, 8)},  // split-K weight gradient
+  };
+}
+
+}  // namespace
+
+// Runs body once per 128 x 128 tensor-core tile variant (warps of 64 x 32, of 64 x 64), the default after.
+template <typename F>
+void for_each_wide_variant(F&& body) {
+  for (int v : {0, 1}) {
+    SCOPED_TRACE(engine::str("128 x 128 tile variant ", v));
+    ops::cuda::conv::set_igemm_wide_variant(v);
+    body();
+  }
+  ops::cuda::conv::set_igemm_wide_variant(-1);
+}
+
+TEST(ConvCuda, SweepMatchesCpu) {
+  for (const Case& c : sweep()) check_case(c, DType::f32);
+  for_each_wide_variant([] {
+    for (DType t : {DType::bf16, DType::f16})
+      for (const Case& c : sweep()) check_case(c, t);
+  });
+}
+
+// Shapes large enough for the 128 x 128 tensor-core tiles (Cout/g and Cin/g > 64 and >= 264 tiles), stride 1
+// and 2, bf16; and the first in f32.
+TEST(ConvCuda, WideTilesMatchCpu) {
+  for_each_wide_variant([] {
+    for (const Case& c : {Case{4, 64, 66, 72, 72, 3, 3, params(1, 1)}, Case{4, 128, 132, 72, 72, 3, 3, params(2, 1)}})
+      check_case(c, DType::bf16);
+  });
+  check_case({4, 64, 66, 72, 72, 3, 3, params(1, 1)}, DType::f32);
+}
+
+// f64 on the geometries whose paths take it (generic, depthwise, gemm).
+TEST(ConvCuda, Float64MatchesCpu) {
+  const std::vector<Case> cases = {{2, 7, 9, 16, 24, 1, 1, params(1, 0)},
+                                   {2, 9, 8, 5, 6, 3, 3, params(2, 1, 2)},
+                                   {1, 9, 10, 12, 6, 3, 3, params(2, 1, 1, 3)},
+                                   {1, 13, 14, 7, 7, 3, 3, params(2, 1, 1, 7)}};
+  for (const Case& c : cases) check_case(c, DType::f64);
+}
+
+// Every path is taken where conv.h says: the sweep above then covers each.
+TEST(ConvCuda, PathChoice) {
+  auto path = [](const Case& c, DType t) { return std::string(ops::cuda::conv2d_path(ConvPass::forward, geometry(c), t)); };
+  EXPECT_EQ(path({2, 7, 9, 16, 24, 1, 1, params(1, 0)}, DType::bf16), "gemm");
+  EXPECT_EQ(path({2, 12, 11, 24, 24, 3, 3, params(1, 1, 1, 24)}, DType::bf16), "depthwise");
+  EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::bf16), "igemm");
+  EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::f32), "simt");
+  EXPECT_EQ(path({2, 13, 11, 6, 24, 3, 3, params(1, 1)}, DType::f32), "generic");
+  EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::f64), "generic");
+  const Case stem{1, 31, 29, 3, 16, 7, 7, params(2, 3)};
+  EXPECT_EQ(path(stem, DType::bf16), "igemm_gather");
+  EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::data, geometry(stem), DType::bf16)), "generic");
+  EXPECT_EQ(path({2, 9, 8, 5, 6, 3, 3, params(1, 1)}, DType::bf16), "generic");
+}
+
+// The split-K weight gradient is deterministic: the same bits twice.
+TEST(ConvCuda, WeightGradientIsDeterministic) {
+  for (const Case& c : {Case{2, 40, 37, 32, 48, 3, 3, params(1, 1)}, Case{4, 32, 33, 8, 8, 3, 3, params(1, 1, 1, 8)}}) {
+    const ops::ConvGeometry g = geometry(c);
+    const auto dev = testutil::cuda_device();
+    const int64_t splits = ops::conv2d_weight_grad_splits(g);
+    ASSERT_GT(splits, 1) << describe(g);
+    Tensor x = ops::to_device(random({g.n, g.h, g.w, g.cin}, DType::bf16), dev);
+    Tensor dy = ops::to_device(random({g.n, g.ho, g.wo, g.cout}, DType::bf16), dev);
+    Tensor ws = poisoned({splits, g.cout, g.kh, g.kw, g.cin_per_group()}, DType::f32);
+    Tensor a = poisoned({g.cout, g.kh, g.kw, g.cin_per_group()}, DType::bf16), b = poisoned(a.shape(), DType::bf16);
+    ops::cuda::conv2d_backward_weight(x, dy, a, ws, g);
+    ops::cuda::conv2d_backward_weight(x, dy, b, ws, g);
+    testutil::expect_equal("conv2d_backward_weight twice " + describe(g), a, b);
+  }
+}
+
+// TFLOP/s of each pass in bf16 on ResNet-101 / Darknet-53 layer shapes (cuDNN's in /work/shared/PERF.md).
+TEST(ConvCudaPerf, DISABLED_TFlops) {
+  const std::vector<std::pair<const char*, Case>> shapes = {
+      {"ResNet 3x3 64->64 128^2 N8", {8, 128, 128, 64, 64, 3, 3, params(1, 1)}},
+      {"ResNet 3x3 d2 256->256 32^2 N8", {8, 32, 32, 256, 256, 3, 3, params(1, 2, 2)}},
+      {"ResNet 1x1 1024->256 32^2 N8", {8, 32, 32, 1024, 256, 1, 1, params(1, 0)}},
+      {"stem 7x7 s2 3->64 513^2 N2", {2, 513, 513, 3, 64, 7, 7, params(2, 3)}},
+      {"3x3 s2 128->256 76^2 N8", {8, 76, 76, 128, 256, 3, 3, params(2, 1)}},
+      {"Darknet 3x3 128->256 152^2 N8", {8, 152, 152, 128, 256, 3, 3, params(1, 1)}},
+      {"Darknet 3x3 s2 256->512 152^2 N8", {8, 152, 152, 256, 512, 3, 3, params(2, 1)}},
+      {"Darknet stem 3x3 3->32 416^2 N8", {8, 416, 416, 3, 32, 3, 3, params(1, 1)}},
+  };
+  constexpr int kCalls = 10;  // per timed run: the synchronization's cost spread over 10 launches
+  const auto dev = testutil::cuda_device();
+  std::printf("%-34s %-7s %-34s %9s %9s %9s\n", "layer", "dtype", "paths fwd/data/weight", "fwd", "data", "weight");
+  // bf16 on every shape with each 128 x 128 tile variant (v0: warps of 64 x 32, v1: 64 x 64); then f32 (true
+  // fp32: CUDA cores, or cuBLASLt for 1x1) on the first three and Darknet's.
+  const std::vector<size_t> f32_shapes = {0, 1, 2, 5};
+  const size_t n_bf16 = 2 * shapes.size();
+  for (size_t s = 0; s < n_bf16 + f32_shapes.size(); s++) {
+    const auto& [name, c] = shapes[s < n_bf16 ? s / 2 : f32_shapes[s - n_bf16]];
+    const DType t = s < n_bf16 ? DType::bf16 : DType::f32;
+    ops::cuda::conv::set_igemm_wide_variant(s < n_bf16 ? int(s % 2) : -1);
+    const int calls = t == DType::bf16 ? kCalls : 2, reps = t == DType::bf16 ? 7 : 3;
+    const ops::ConvGeometry g = geometry(c);
+    const double flops = 2.0 * double(g.gemm_m()) * double(g.cout) * double(g.gemm_k());
+    Tensor x = ops::to_device(random({g.n, g.h, g.w, g.cin}, t), dev);
+    Tensor w = ops::to_device(random({g.cout, g.kh, g.kw, g.cin_per_group()}, t), dev);
+    Tensor dy = ops::to_device(random({g.n, g.ho, g.wo, g.cout}, t), dev);
+    Tensor y = poisoned(dy.shape(), t), dx = poisoned(x.shape(), t), dw = poisoned(w.shape(), t);
+    const int64_t splits = ops::conv2d_weight_grad_splits(g);
+    Tensor ws = splits > 1 ? poisoned({splits, g.cout, g.kh, g.kw, g.cin_per_group()}, DType::f32) : Tensor();
+    auto time = [&](const std::function<void()>& fn) {
+      return testutil::median_ms([&] {
+               for (int i = 0; i < calls; i++) fn();
+             }, reps) / calls;
+    };
+    const double f = time([&] { ops::cuda::conv2d_forward(x, w, Tensor(), y, g); });
+    const double d = time([&] { ops::cuda::conv2d_backward_data(dy, w, dx, g); });
+    const double wt = time([&] { ops::cuda::conv2d_backward_weight(x, dy, dw, ws, g); });
+    const std::string paths = engine::str(ops::cuda::conv2d_path(ConvPass::forward, g, t), "/",
+                                          ops::cuda::conv2d_path(ConvPass::data, g, t), "/",
+                                          ops::cuda::conv2d_path(ConvPass::weight, g, t), " splits ", splits);
+    const std::string type = t == DType::bf16 ? engine::str("bf16/v", s % 2) : std::string("f32");
+    std::printf("%-34s %-7s %-34s %9.1f %9.1f %9.1f   TFLOP/s (%.3f / %.3f / %.3f ms)\n", name, type.c_str(),
+                paths.c_str(),
+                flops / f * 1e-9, flops / d * 1e-9, flops / wt * 1e-9, f, d, wt);
+  }
+  ops::cuda::conv::set_igemm_wide_variant(-1);
+}
