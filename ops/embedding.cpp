@@ -61,11 +61,14 @@ Tensor embedding_backward(const Tensor& g, const Tensor& ids, int64_t num_embedd
     g_rows = reshape(g, {N, C});   // [N, C]
   }
   Tensor out = new_empty(g, {V, C});  // [V, C]
-  run_kernel(
-      "embedding_backward", out,
-      [&] { cpu::scatter_add("embedding_backward", g_rows, 0, expand_index(flat_ids, {N, C}, 0), padding_idx, out); },
-      CUDA_KERNEL(
-          cuda::scatter_add("embedding_backward", g_rows, 0, expand_index(flat_ids, {N, C}, 0), padding_idx, out)));
+  {
+    Tensor workspace = scatter_add_rows_workspace(g_rows, V, N);  // i32 [2V + 1 + N], the GPU's; freed here
+    run_kernel(
+        "embedding_backward", out,
+        [&] { cpu::scatter_add("embedding_backward", g_rows, 0, expand_index(flat_ids, {N, C}, 0), padding_idx, out); },
+        CUDA_KERNEL(cuda::scatter_add("embedding_backward", g_rows, 0, expand_index(flat_ids, {N, C}, 0), padding_idx,
+                                      out, workspace)));
+  }
   engine::count_op("embedding_backward", double(g.numel()), double(g.nbytes() + ids.nbytes() + out.nbytes()));
   if (graph::any_requires_grad({g})) {
     graph::record("embedding_backward", {g}, {out}, {ids}, [V, padding_idx](Node& n, const Grads& gg) -> Grads {

@@ -35,6 +35,12 @@ Tensor expand_index(const Tensor& index, const Shape& shape, int64_t dim) {
   return Tensor::view_of(index, shape, strides, index.offset());
 }
 
+Tensor scatter_add_rows_workspace(const Tensor& g, int64_t size, int64_t count) {
+  const int64_t entries = 2 * size + 1 + count;
+  if (!g.is_contiguous() || entries >= (int64_t(1) << 31)) return Tensor();
+  return new_empty(g, {entries}, DType::i32);  // [2 * size + 1 + count]: row starts | fill counts | positions
+}
+
 // ---------------------------------------------------------------------------------------------------
 // concat, split, chunk
 
@@ -143,10 +149,14 @@ Tensor index_select_backward(const Tensor& g, int64_t dim, const Tensor& index, 
   Shape shape = g.shape();
   shape[d] = size;
   Tensor out = new_empty(g, shape);
-  run_kernel(
-      "index_select_backward", out,
-      [&] { cpu::scatter_add("index_select_backward", g, d, expand_index(index, g.shape(), d), -1, out); },
-      CUDA_KERNEL(cuda::scatter_add("index_select_backward", g, d, expand_index(index, g.shape(), d), -1, out)));
+  {
+    Tensor workspace = scatter_add_rows_workspace(g, size, index.numel());  // the GPU's, freed with this scope
+    run_kernel(
+        "index_select_backward", out,
+        [&] { cpu::scatter_add("index_select_backward", g, d, expand_index(index, g.shape(), d), -1, out); },
+        CUDA_KERNEL(cuda::scatter_add("index_select_backward", g, d, expand_index(index, g.shape(), d), -1, out,
+                                      workspace)));
+  }
   engine::count_op("index_select_backward", double(g.numel()), double(g.nbytes() + index.nbytes() + out.nbytes()));
   if (graph::any_requires_grad({g})) {
     graph::record("index_select_backward", {g}, {out}, {index}, [d](Node& n, const Grads& gg) -> Grads {

@@ -12,6 +12,8 @@
 //   masked_fill    -> masked_fill(g, mask, 0)                      (linear, so its own rule is itself)
 //   where          -> masked_fill(g, !cond, 0) and masked_fill(g, cond, 0), summed to a's and b's shapes
 // Saved for backward: the index (index_select, gather) or the mask (masked_fill, where); never the data.
+// Memory: index_select_backward allocates an op temporary for the GPU's sorted scatter-add on every device,
+// i32 [2 * size + 1 + index length] (scatter_add_rows_workspace below), freed before it returns.
 #pragma once
 #include <vector>
 
@@ -51,5 +53,12 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 // A 1-D index seen as a tensor of `shape` that varies along dim only: a stride-0 view, nothing allocated.
 // It turns index_select (and embedding) into a gather.
 Tensor expand_index(const Tensor& index, const Shape& shape, int64_t dim);
+
+// The GPU scatter-add's workspace for the rows form of index_select_backward and embedding_backward, an op
+// temporary allocated on every device alike (cpu and meta leave it unused) so that meta predicts the GPU:
+// i32 [2 * size + 1 + count], 4 x (2 * size + 1 + count) bytes (0.31 MB for a vocabulary of 30522 and 16384
+// ids), where size is the output's length along dim and count the index's length. Undefined (no workspace:
+// the slower tile kernel) when g is not contiguous or the workspace would need 2^31 entries or more.
+Tensor scatter_add_rows_workspace(const Tensor& g, int64_t size, int64_t count);
 
 }  // namespace ops

@@ -22,6 +22,13 @@ void gather(const char* op, const engine::Tensor& x, int64_t dim, const engine::
 // f32. Entries whose index equals `skip` add nothing (-1 skips none).
 void scatter_add(const char* op, const engine::Tensor& g, int64_t dim, const engine::Tensor& index, int64_t skip,
                  const engine::Tensor& out);
+// The same, given the op's workspace for the rows form (ops::scatter_add_rows_workspace: i32 [2K + 1 + J] for
+// K = out's size along dim and J = the index's length; undefined: the call above). With a workspace, g must be
+// contiguous and index a 1-D index along dim seen through expand_index: the index is counting-sorted into one
+// segment of positions per output row, and blocks sum each row's segment in increasing position, so
+// the work is O(J + K + g's size) rather than the tiles' O(K x J) index scans. Same results, bit for bit.
+void scatter_add(const char* op, const engine::Tensor& g, int64_t dim, const engine::Tensor& index, int64_t skip,
+                 const engine::Tensor& out, const engine::Tensor& workspace);
 // out (contiguous, x's shape) = mask ? value : x, the bool mask broadcast to x's shape.
 void masked_fill(const engine::Tensor& x, const engine::Tensor& mask, double value, const engine::Tensor& out);
 // out (contiguous, broadcast shape) = cond ? a : b.

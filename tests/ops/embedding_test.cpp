@@ -1,6 +1,6 @@
 // embedding_test.cpp: rows picked by ids, the scatter-add gradient against a loop written here (repeated ids
 // sum, the padding row gets nothing), finite-difference first and second derivatives, errors, what is saved,
-// and meta allocations equal to cpu.
+// meta allocations equal to cpu, and the GPU workspace every device allocates.
 #include <gtest/gtest.h>
 
 #include "graph/autograd.h"
@@ -8,6 +8,8 @@
 #include "ops/embedding.h"
 #include "ops/factory.h"
 #include "ops/reduce.h"
+#include "ops/shape.h"
+#include "ops/view.h"
 #include "tests/util/gradcheck_util.h"
 #include "tests/util/meta_util.h"
 
@@ -114,4 +116,15 @@ TEST(Embedding, MetaAllocatesLikeCpu) {
     Tensor y = ops::embedding(w, ids, 0);  // [3, 2, 4]
     graph::backward(ops::sum(ops::mul(y, y)));
   });
+}
+
+TEST(Embedding, BackwardWorkspaceForTheGpuSortedScatterAdd) {
+  // i32 [2V + 1 + N] for a contiguous g (the GPU's counting sort of the ids); none for a strided g (the GPU
+  // takes its tile kernel), so that every device allocates the same.
+  Tensor g = ops::zeros({6, 4});
+  Tensor ws = ops::scatter_add_rows_workspace(g, 7, 6);
+  ASSERT_TRUE(ws.defined());
+  EXPECT_EQ(ws.dtype(), DType::i32);
+  EXPECT_EQ(ws.shape(), (Shape{2 * 7 + 1 + 6}));
+  EXPECT_FALSE(ops::scatter_add_rows_workspace(ops::transpose(ops::zeros({4, 6}), 0, 1), 7, 6).defined());
 }

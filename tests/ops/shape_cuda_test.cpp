@@ -2,7 +2,9 @@
 // 2-D copies, strided parts by the copy kernel, every dtype), index_select / gather / embedding (rows form
 // with 16-byte and element words, general form, i32/i64 indices, every dtype) and their scatter-add
 // gradients (repeated indices, padding_idx; bit-identical to the cpu in f32), masked_fill and where with
-// broadcasting, out-of-range indices raising the cpu's error, and the ledger equal to meta's.
+// broadcasting, out-of-range indices raising the cpu's error, and the ledger equal to meta's. EmbeddingCuda.*:
+// the sorted scatter-add (workspace path) on BERT's vocabulary, long / hot / empty segments, padding, outer
+// slices, i32/i64 ids, every float dtype, run twice; EmbeddingCudaPerf.DISABLED_Backward times it at BERT-base.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +21,8 @@
 #include "ops/shape.h"
 #include "ops/view.h"
 #include "tests/util/cuda_compare_util.h"
+
+#include "ops/cuda/shape.h"  // the tile kernel (no workspace), timed against the sorted path
 
 using engine::DType;
 using engine::Shape;
@@ -239,5 +243,164 @@ TEST(ShapeCuda, DISABLED_Bandwidth) {
                 "masked_fill [32, 12, 512, 512] %.3f ms %.0f GB/s\n",
                 engine::dtype_name(dt), fwd, 2 * row_bytes / fwd / 1e6, bwd, (row_bytes + double(w.nbytes())) / bwd / 1e6,
                 mf, 2 * double(scores.nbytes()) / mf / 1e6);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The sorted (segment) scatter-add that index_select_backward and embedding_backward take on cuda with
+// their workspace: each case against the cpu, exact in f32 and f64 (same summation order), close in
+// bf16 / f16, and the same bits on a second GPU run (deterministic).
+
+namespace {
+
+// ids of the given values, shape [n], as `dtype` on the cpu.
+Tensor id_tensor(const std::vector<int64_t>& values, DType dtype) {
+  return ops::to(ops::from_vector(values, {int64_t(values.size())}), dtype);
+}
+
+// count ids in [0, rows) of which every `every`-th one (when every > 0) is `hot`: a long segment spread
+// over the whole index, among ordinary ones.
+std::vector<int64_t> ids_with_hot(int64_t count, int64_t rows, int64_t hot, int64_t every) {
+  std::vector<double> r = ops::randint({count}, rows, DType::i64).to_double();
+  std::vector<int64_t> ids(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; i++) ids[size_t(i)] = every > 0 && i % every == 0 ? hot : int64_t(r[size_t(i)]);
+  return ids;
+}
+
+// fn(g, ids) on the cpu and twice on cuda: the first GPU run equals the cpu exactly (f32, f64) or within
+// the dtype's tolerance (bf16, f16), the second equals the first bit for bit.
+void expect_sorted_scatter(const std::string& what, const testutil::Fn& fn, const Tensor& g, const Tensor& ids) {
+  Tensor want = fn({g, ids});
+  Tensor g_gpu = to_cuda(g), ids_gpu = to_cuda(ids);
+  engine::DeviceGuard guard(testutil::cuda_device());
+  Tensor got = fn({g_gpu, ids_gpu}), again = fn({g_gpu, ids_gpu});
+  const std::string name = engine::str(what, " ", engine::dtype_name(g.dtype()), " g ", engine::shape_str(g.shape()));
+  if (g.dtype() == DType::f32 || g.dtype() == DType::f64) testutil::expect_equal(name + " (exact)", want, got);
+  else testutil::expect_close(name, want, got);
+  testutil::expect_equal(name + " (second GPU run)", testutil::to_cpu(got), again);
+}
+
+}  // namespace
+
+TEST(EmbeddingCuda, SortedScatterAddBertVocabulary) {
+  // BERT's shape with fewer ids: most of the 30522 rows are empty segments, a few hold repeats.
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Tensor ids = indices({8, 512}, 30522, DType::i64);
+    expect_sorted_scatter("embedding_backward [4096 ids -> 30522 x 768] padding 0",
+                          [](const std::vector<Tensor>& in) { return ops::embedding_backward(in[0], in[1], 30522, 0); },
+                          cpu_input({8, 512, 768}, dt, -1, 1), ids);
+  }
+}
+
+TEST(EmbeddingCuda, SortedScatterAddSegments) {
+  auto emb = [](int64_t rows, int64_t padding) {
+    return [rows, padding](const std::vector<Tensor>& in) { return ops::embedding_backward(in[0], in[1], rows, padding); };
+  };
+  for (DType dt : kFloats) {
+    for (DType idt : {DType::i64, DType::i32}) {
+      const std::string ix = engine::str(" ids ", engine::dtype_name(idt));
+      // One row takes every id: a segment of more than 2048 positions (the hot-rows kernel).
+      expect_sorted_scatter("all 5000 ids on one row" + ix, emb(10, -1), cpu_input({5000, 96}, dt, -1, 1),
+                            id_tensor(std::vector<int64_t>(5000, 7), idt));
+      // A hot row (every 3rd of 9000 ids) among short segments; the hot row is also the padding row once.
+      expect_sorted_scatter("hot row 3 of 50" + ix, emb(50, -1), cpu_input({9000, 40}, dt, -1, 1),
+                            id_tensor(ids_with_hot(9000, 50, 3, 3), idt));
+      expect_sorted_scatter("hot row 3 of 50 is the padding row" + ix, emb(50, 3), cpu_input({9000, 40}, dt, -1, 1),
+                            id_tensor(ids_with_hot(9000, 50, 3, 3), idt));
+      // Padding skipped among repeats; K smaller than J (short segments of ~600, rank-sorted).
+      expect_sorted_scatter("5 rows, 3000 ids, padding 2" + ix, emb(5, 2), cpu_input({3000, 64}, dt, -1, 1),
+                            indices({3000}, 5, idt));
+      // Mostly empty segments; odd widths take the element (not 16-byte) path.
+      expect_sorted_scatter("1000 rows, 50 ids, width 33" + ix, emb(1000, 0), cpu_input({50, 33}, dt, -1, 1),
+                            indices({50}, 1000, idt));
+      // Rows wider than a block's vectors (several column blocks per row), short and long segments.
+      expect_sorted_scatter("wide rows" + ix, emb(4, -1), cpu_input({3000, 2500}, dt, -1, 1), indices({3000}, 4, idt));
+    }
+  }
+}
+
+TEST(EmbeddingCuda, SortedScatterAddOuterDimensions) {
+  // index_select_backward along a middle dimension: P > 1 outer slices share the sorted segments.
+  struct Case {
+    const char* what;
+    Shape g_shape;
+    int64_t size;
+    int64_t hot_every;  // 0: uniform ids
+  };
+  const Case cases[] = {
+      {"P 3, width 7 (element path)", {3, 700, 7}, 40, 0},
+      {"P 4, width 64 (vectors)", {4, 900, 64}, 30, 0},
+      {"P 2, one hot row of 2700 (hot-rows kernel)", {2, 5400, 16}, 9, 2},
+      {"P 2, hot row, 1300 wide (41 column slices)", {2, 4400, 1300}, 5, 2},
+  };
+  for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
+    for (const Case& c : cases) {
+      const int64_t J = c.g_shape[1];
+      Tensor index = id_tensor(ids_with_hot(J, c.size, 1, c.hot_every), DType::i64);
+      const int64_t size = c.size;
+      expect_sorted_scatter(engine::str("index_select_backward dim 1, ", c.what),
+                            [size](const std::vector<Tensor>& in) {
+                              return ops::index_select_backward(in[0], 1, in[1], size);
+                            },
+                            cpu_input(c.g_shape, dt, -1, 1), index);
+    }
+  }
+  // A non-contiguous g gets no workspace and takes the tile kernel: still the cpu's result.
+  Tensor index = indices({300}, 20, DType::i64);
+  expect_exact("index_select_backward, transposed g (tile kernel)",
+               [](const std::vector<Tensor>& in) {
+                 return ops::index_select_backward(ops::transpose(in[0], 0, 1), 0, in[1], 20);
+               },
+               {cpu_input({48, 300}, DType::f32, -1, 1), index});
+  // An out-of-range index still raises the cpu's error.
+  Tensor g = to_cuda(cpu_input({3, 6}, DType::f32));
+  Tensor bad = to_cuda(ops::from_vector(std::vector<int64_t>{0, 9, 2}, {3}));
+  expect_cuda_throws("index_select_backward", [&] { ops::index_select_backward(g, 0, bad, 4); },
+                     "index 9 is out of range for a dimension of size 4");
+}
+
+TEST(EmbeddingCuda, SortedScatterAddLedgerMatchesMeta) {
+  // The workspace is allocated by the op on every device: meta places it where the GPU does.
+  testutil::expect_cuda_ledger_matches_meta([] {
+    Tensor g = ops::rand({4, 64, 48}, -1, 1, DType::f32);
+    Tensor ids = ops::randint({4, 64}, 300, DType::i64);
+    Tensor gw = ops::embedding_backward(g, ids, 300, 0);                               // [300, 48]
+    Tensor gx = ops::index_select_backward(g, 1, ops::randint({64}, 10, DType::i32), 10);  // [4, 10, 48]
+    Tensor gt = ops::index_select_backward(ops::transpose(g, 0, 2), 1, ops::randint({64}, 10, DType::i64), 10);
+  });
+}
+
+// Not run by default (--gtest_also_run_disabled_tests): embedding_backward at BERT-base's training shape
+// (K 30522 rows, J 16384 ids, Q 768), the sorted path against the tile kernel it replaces; also with a hot
+// id, and BERT's position (512 rows) and token-type (2 rows) tables.
+TEST(EmbeddingCudaPerf, DISABLED_Backward) {
+  const int64_t V = 30522, N = 16384, C = 768;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Tensor g = testutil::to_cuda(cpu_input({32, 512, C}, dt));
+    Tensor ids = testutil::to_cuda(indices({32, 512}, V, DType::i64));
+    Tensor hot = testutil::to_cuda(id_tensor(ids_with_hot(N, V, 1012, 4), DType::i64));  // a quarter on one row
+    const double bytes = double(g.nbytes()) + double(V * C) * double(engine::dtype_size(dt));
+    const double sorted = median_ms([&] { ops::embedding_backward(g, ids, V, 0); });
+    const double sorted_hot = median_ms([&] { ops::embedding_backward(g, ops::reshape(hot, {32, 512}), V, 0); });
+    Tensor out = ops::zeros({V, C}, dt, testutil::cuda_device());
+    Tensor g_rows = ops::reshape(g, {N, C}), flat = ops::reshape(ids, {N});
+    const double tiles = median_ms([&] {
+      ops::cuda::scatter_add("embedding_backward", g_rows, 0, ops::expand_index(flat, {N, C}, 0), 0, out);
+    }, 5);
+    // BERT's two other tables: positions (512 rows, 32 ids each) and token types (2 rows, ~8192 ids each).
+    std::vector<int64_t> pos(size_t(N)), types(size_t(N));
+    for (int64_t i = 0; i < N; i++) {
+      pos[size_t(i)] = i % 512;
+      types[size_t(i)] = i % 512 >= 200 ? 1 : 0;
+    }
+    Tensor pos_ids = testutil::to_cuda(ops::from_vector(pos, {32, 512}));
+    Tensor type_ids = testutil::to_cuda(ops::from_vector(types, {32, 512}));
+    const double positions = median_ms([&] { ops::embedding_backward(g, pos_ids, 512); });
+    const double token_types = median_ms([&] { ops::embedding_backward(g, type_ids, 2); });
+    std::printf("embedding_backward %s [%lld ids, %lld] -> [%lld, %lld]: sorted %.3f ms (%.0f GB/s), with a quarter of "
+                "the ids on one row %.3f ms; tile kernel %.3f ms; positions [512, %lld] %.3f ms; token types [2, %lld] "
+                "%.3f ms\n",
+                engine::dtype_name(dt), (long long)N, (long long)C, (long long)V, (long long)C, sorted,
+                bytes / sorted / 1e6, sorted_hot, tiles, (long long)C, positions, (long long)C, token_types);
   }
 }
