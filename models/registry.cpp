@@ -5,8 +5,11 @@
 #include "engine/error.h"
 #include "models/bert/pretraining.h"
 #include "models/bert/squad.h"
+#include "models/convs2s/convs2s.h"
 #include "models/mtdnn/mtdnn.h"
 #include "models/transformer_lm.h"
+#include "models/translation/transformer_big.h"
+#include "models/translation/unsupmt.h"
 #include "models/vision/deeplabv3.h"
 
 namespace models {
@@ -19,7 +22,13 @@ const std::vector<ModelEntry>& registry() {
       {"bert_squad", "BERT fine-tuning for SQuAD 1.1 span prediction (sizes base, large, tiny)", [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertSquad(c)); }},
       {"mtdnn", "MT-DNN: BERT-Large with SAN/linear heads, multi-task GLUE fine-tuning (--task one or a list)",
        [](const ModelConfig& c) { return std::unique_ptr<Model>(new mtdnn::Mtdnn(c)); }},
-      {"deeplabv3", "DeepLabv3 on PASCAL VOC 513x513: ResNet-101 output stride 16 (multi-grid 1/2/4), ASPP 6/12/18 + image pooling, 21 classes (sizes voc, tiny)",
+      {"transformer_big", "fairseq's Transformer Big for WMT16 en-de (6+6 layers, d 1024; batches in --tokens; sizes big, tiny)",
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new translation::TransformerBig(c)); }},
+      {"unsupmt", "XLM unsupervised MT en-fr: AE per language + greedy back-translation per direction (sizes big, tiny)",
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new translation::UnsupMT(c)); }},
+      {"convs2s", "fairseq's fconv_wmt_en_de for WMT14 en-de (15+15 gated conv layers, weight norm, NAG; batches in --tokens; sizes wmt, tiny)",
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new convs2s::Convs2s(c)); }},
+      {"deeplabv3", "DeepLabv3 on PASCAL VOC 513x513: ResNet-101 output stride 16 (multi-grid 1/2/4), ASPP 6/12/18 + image pooling, 21 classes (sizes voc, torchvision, tiny)",
        [](const ModelConfig& c) { return std::unique_ptr<Model>(new vision::DeepLabV3(c)); }},
   };
   return table;

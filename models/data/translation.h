@@ -1,0 +1,114 @@
+// translation.h: sentence pairs for the translation models (transformer_big, unsupmt), their batching by
+// tokens, and the host-side batch the models turn into tensors.
+//
+// Vocabulary (fairseq's dictionary order, plus a mask id for XLM-style blanking):
+//   <s> 0, <pad> 1, </s> 2 (EOS), <unk> 3, <mask> 4, words from 5.
+// A sentence is stored without EOS. In a batch (fairseq's language_pair_dataset, right-padded):
+//   source       w1 .. wn </s>                S = n + 1 (longest in the batch), <pad> after
+//   prev_output  </s> v1 .. vm                T = m + 1, the decoder input (EOS starts a sentence)
+//   target       v1 .. vm </s>                the labels; <pad> (ignored by the loss) after
+//
+// Sources:
+//   synthetic    seeded pairs whose target is the source reversed (a task a small model learns quickly and a
+//                greedy decoder can be checked on), lengths drawn from a fixed log-normal distribution
+//                (median and spread per model; WMT en-de with 32k BPE has a median near 24 tokens), clamped
+//                to [min_len, max_len]. Drawn with the engine's own arithmetic on std::mt19937_64 (Box-Muller on
+//                53-bit uniforms), so every standard library gives the same sentences.
+//   --data P     a parallel corpus of token ids: P.src and P.tgt, one sentence per line, ids separated by
+//                spaces, line i of one the translation of line i of the other; P.vocab, one token per line,
+//                line k naming id k - 1, its first five lines the specials above. A malformed line (a
+//                non-integer, an id outside the vocabulary, an empty sentence) is an Error naming file and line.
+//
+// Batching by tokens (fairseq's --max-tokens with batch_by_size): sentences sorted by length, longest first,
+// packed greedily so that sentences x longest length (max of source and target, EOS included) <= tokens.
+// The first batch therefore holds the longest sentences and is as full as the budget allows: the worst case
+// for memory. Batch order: steps 1 and 2 both run that first batch (the max-batch finder's two steps then
+// see the worst batch beside the optimizer state that exists after step 1), later steps a seeded shuffle.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace models::data {
+
+struct TranslationIds {
+  static constexpr int64_t bos = 0, pad = 1, eos = 2, unk = 3, mask = 4, first_word = 5;
+};
+
+using Sentence = std::vector<int64_t>;  // word ids, no EOS
+
+struct SentencePair {
+  Sentence src, tgt;
+};
+
+// Lengths (in words, EOS not counted) ~ round(median * exp(spread * N(0, 1))), clamped to [min_len, max_len].
+struct LengthDistribution {
+  double median = 24, spread = 0.6;
+  int64_t min_len = 1, max_len = 255;
+  int64_t draw(std::mt19937_64& rng) const;
+};
+
+// `count` sentences of words in [first_word, first_word + words), lengths from `lengths`.
+std::vector<Sentence> synthetic_sentences(int64_t count, int64_t words, const LengthDistribution& lengths,
+                                          uint64_t seed);
+// Pairs (s, reverse(s)) of synthetic sentences.
+std::vector<SentencePair> synthetic_reversal_pairs(int64_t count, int64_t words, const LengthDistribution& lengths,
+                                                   uint64_t seed);
+
+// Reads a file of token ids, one sentence per line; every id must be < vocab_size. Errors name file and line.
+std::vector<Sentence> read_token_file(const std::string& path, int64_t vocab_size);
+// Reads a vocabulary file (one token per line) and returns its size; its first lines must be the specials.
+int64_t read_vocabulary(const std::string& path);
+
+struct ParallelCorpus {
+  std::vector<SentencePair> pairs;
+  int64_t vocab_size = 0;
+  std::string describe;
+};
+// prefix.src, prefix.tgt and prefix.vocab (see above).
+ParallelCorpus read_parallel_corpus(const std::string& prefix);
+
+// Index lists of sentences, longest first, with count x longest length <= tokens; sentences longer than
+// `tokens` are left out (fairseq's --skip-invalid-size-inputs). lengths include EOS.
+std::vector<std::vector<int64_t>> batch_by_tokens(const std::vector<int64_t>& lengths, int64_t tokens);
+// Index lists of `count` sentences of similar length (sorted longest first), the last one smaller.
+std::vector<std::vector<int64_t>> batch_by_count(const std::vector<int64_t>& lengths, int64_t count);
+
+// Which batch a step runs: steps 1 and 2 the first (worst) batch, then a seeded shuffle, cycling.
+class BatchOrder {
+ public:
+  BatchOrder(int64_t num_batches, uint64_t seed);
+  int64_t batch_for_step(int64_t step) const;
+
+ private:
+  std::vector<int64_t> shuffled_;
+};
+
+// XLM's denoising noise (src/trainer.py add_noise), applied in this order to a sentence's words:
+//   shuffle  each word moves by less than k: words sorted by i + uniform(0, k)      (k = 0: off)
+//   drop     each word dropped with probability p_drop (one word always stays)
+//   blank    each word replaced by <mask> with probability p_blank
+struct NoiseOptions {
+  double shuffle_k = 3, p_drop = 0.1, p_blank = 0.1;
+};
+Sentence add_noise(const Sentence& s, const NoiseOptions& o, std::mt19937_64& rng);
+
+// A padded batch, host side (see the layout above). Row-major.
+struct TranslationBatch {
+  int64_t batch = 0, src_len = 0, tgt_len = 0;  // B, S, T
+  std::vector<int64_t> src;                     // [B, S]
+  std::vector<int64_t> src_padding;             // [B, S]: 1 where padding
+  std::vector<int64_t> prev_output;             // [B, T]
+  std::vector<int64_t> target;                  // [B, T]
+  int64_t target_tokens = 0;                    // non-pad targets (EOS included): fairseq's ntokens
+};
+// min_src_len: pad the sources to at least this length (fixed shapes for generated sources).
+TranslationBatch make_translation_batch(const std::vector<const Sentence*>& src,
+                                        const std::vector<const Sentence*>& tgt, int64_t min_src_len = 0);
+TranslationBatch make_translation_batch(const std::vector<SentencePair>& pairs, const std::vector<int64_t>& indices);
+
+// The length a pair occupies in a batch: max(|src|, |tgt|) + 1 (EOS).
+int64_t pair_length(const SentencePair& p);
+
+}  // namespace models::data

@@ -1,0 +1,128 @@
+// decoder.cpp: the Transformer decoder layer, full-sequence and one-position (cached) forms.
+#include "models/nn/decoder.h"
+
+#include "ops/dropout.h"
+#include "ops/elementwise.h"
+#include "ops/factory.h"
+#include "ops/view.h"
+
+namespace models::nn {
+
+namespace {
+
+// The attention core of a MultiheadAttention on heads already projected: q [B, H, Lq, D], k, v [B, H, Lk, D]
+// -> out_proj(merge_heads(attention)) [B, Lq, C]. The cached step uses it; it computes what
+// MultiheadAttention::forward computes after its k/v projections.
+Tensor attend_projected(const MultiheadAttention& mha, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& key_padding_mask, bool causal) {
+  ops::AttentionOptions opt;
+  opt.algo = mha.config.algo;
+  opt.causal = causal;
+  opt.dropout_p = mha.config.dropout;
+  opt.training = mha.training();
+  Tensor o;
+  {
+    engine::MemoryScope inner("attention");
+    o = ops::attention(q, k, v, key_padding_mask, opt);  // [B, H, Lq, D]
+  }
+  return mha.out_proj->forward(merge_heads(o));           // [B, Lq, C]
+}
+
+}  // namespace
+
+size_t DecoderLayerCache::bytes() const {
+  size_t total = 0;
+  for (const Tensor* t : {&self_k, &self_v, &enc_k, &enc_v})
+    if (t->defined()) total += t->nbytes();
+  return total;
+}
+
+TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerConfig& c) : config(c) {
+  AttentionConfig ac;
+  ac.dim = c.dim;
+  ac.heads = c.heads;
+  ac.dropout = c.attention_dropout;
+  ac.algo = c.algo;
+  ac.init = c.init;
+  self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(ac));
+  self_attn_layer_norm = register_module("self_attn_layer_norm", std::make_shared<LayerNorm>(c.dim, c.layer_norm_eps));
+  encoder_attn = register_module("encoder_attn", std::make_shared<MultiheadAttention>(ac));
+  encoder_attn_layer_norm =
+      register_module("encoder_attn_layer_norm", std::make_shared<LayerNorm>(c.dim, c.layer_norm_eps));
+  fc1 = register_module("fc1", std::make_shared<Linear>(c.dim, c.ffn, true, c.init));
+  fc2 = register_module("fc2", std::make_shared<Linear>(c.ffn, c.dim, true, c.init));
+  final_layer_norm = register_module("final_layer_norm", std::make_shared<LayerNorm>(c.dim, c.layer_norm_eps));
+}
+
+template <typename F>
+Tensor TransformerDecoderLayer::residual(const Tensor& x, const LayerNorm& norm, F attend) const {
+  Tensor h = config.normalize_before ? norm.forward(x) : x;
+  Tensor y = ops::add(x, ops::dropout(attend(h), config.dropout, training()));
+  return config.normalize_before ? y : norm.forward(y);
+}
+
+Tensor TransformerDecoderLayer::feed_forward_block(const Tensor& x) const {
+  return residual(x, *final_layer_norm, [&](const Tensor& h) {
+    Tensor a = activation(config.activation, fc1->forward(h));  // [B, T, F]
+    return fc2->forward(ops::dropout(a, config.activation_dropout, training()));
+  });
+}
+
+Tensor TransformerDecoderLayer::forward(const Tensor& x_in, const Tensor& encoder_out,
+                                        const Tensor& encoder_padding_mask) const {
+  auto s = scope();
+  Tensor x = residual(x_in, *self_attn_layer_norm,
+                      [&](const Tensor& h) { return self_attn->forward(h, h, Tensor(), /*causal=*/true); });
+  x = residual(x, *encoder_attn_layer_norm, [&](const Tensor& h) {
+    return encoder_attn->forward(h, encoder_out, encoder_padding_mask, /*causal=*/false);
+  });
+  return feed_forward_block(x);
+}
+
+DecoderLayerCache TransformerDecoderLayer::start_cache(const Tensor& encoder_out, int64_t max_len) const {
+  auto s = scope();
+  int64_t B = encoder_out.size(0), H = config.heads, D = config.dim / config.heads;
+  DecoderLayerCache cache;
+  {
+    auto a = self_attn->scope();
+    engine::MemoryScope kv("kv_cache");
+    cache.self_k = ops::zeros({B, H, max_len, D}, encoder_out.dtype(), encoder_out.device_ptr());  // [B, H, max_len, D]
+    cache.self_v = ops::zeros({B, H, max_len, D}, encoder_out.dtype(), encoder_out.device_ptr());
+  }
+  {
+    auto a = encoder_attn->scope();
+    engine::MemoryScope kv("kv_cache");
+    // split_heads is a view of the projection: the cache keeps the projected [B, S, C] blocks alive.
+    cache.enc_k = split_heads(encoder_attn->k_proj->forward(encoder_out), H);  // [B, H, S, D]
+    cache.enc_v = split_heads(encoder_attn->v_proj->forward(encoder_out), H);
+  }
+  return cache;
+}
+
+Tensor TransformerDecoderLayer::step(const Tensor& x_in, int64_t t, DecoderLayerCache& cache,
+                                     const Tensor& encoder_padding_mask) const {
+  auto s = scope();
+  int64_t H = config.heads, max_len = cache.self_k.size(2);
+  ENGINE_CHECK(x_in.dim() == 3 && x_in.size(1) == 1, "TransformerDecoderLayer::step: expected x [B, 1, C], got ",
+               engine::shape_str(x_in.shape()));
+  ENGINE_CHECK(t >= 0 && t < max_len, "TransformerDecoderLayer::step: position ", t, " is outside the cache of ",
+               max_len, " positions");
+  Tensor x = residual(x_in, *self_attn_layer_norm, [&](const Tensor& h) {
+    auto a = self_attn->scope();
+    Tensor q = split_heads(self_attn->q_proj->forward(h), H);  // [B, H, 1, D]
+    // Position t's key and value go into slice t of the cache, in place.
+    ops::copy_(ops::slice(cache.self_k, 2, t, t + 1), split_heads(self_attn->k_proj->forward(h), H));
+    ops::copy_(ops::slice(cache.self_v, 2, t, t + 1), split_heads(self_attn->v_proj->forward(h), H));
+    Tensor k = ops::slice(cache.self_k, 2, 0, t + 1);  // [B, H, t + 1, D], a view
+    Tensor v = ops::slice(cache.self_v, 2, 0, t + 1);
+    return attend_projected(*self_attn, q, k, v, Tensor(), /*causal=*/true);
+  });
+  x = residual(x, *encoder_attn_layer_norm, [&](const Tensor& h) {
+    auto a = encoder_attn->scope();
+    Tensor q = split_heads(encoder_attn->q_proj->forward(h), H);  // [B, H, 1, D]
+    return attend_projected(*encoder_attn, q, cache.enc_k, cache.enc_v, encoder_padding_mask, /*causal=*/false);
+  });
+  return feed_forward_block(x);
+}
+
+}  // namespace models::nn

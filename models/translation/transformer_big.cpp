@@ -1,0 +1,140 @@
+// transformer_big.cpp: the recipe, the data pipeline (pool -> buckets -> order) and the steps.
+#include "models/translation/transformer_big.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/format.h"
+#include "engine/rng.h"
+#include "models/translation/generate.h"
+#include "ops/factory.h"
+#include "ops/loss.h"
+#include "ops/view.h"
+
+namespace models::translation {
+
+using data::TranslationIds;
+
+TransformerBigRecipe TransformerBigRecipe::from(const ModelConfig& c) {
+  TransformerBigRecipe r;
+  std::string size = c.size.empty() ? "big" : c.size;
+  Seq2SeqConfig& n = r.net;
+  if (size == "big") {
+    n.vocab = 32768;
+    n.dim = 1024;
+    n.heads = 16;
+    n.encoder_layers = n.decoder_layers = 6;
+    n.ffn = 4096;
+    n.max_positions = 1024;
+    n.dropout = 0.3;
+  } else if (size == "tiny") {
+    // A 16-word reversal task (3 to 6 words) that 2+2 layers of width 64 learn in about 200 steps on a cpu.
+    r.synthetic_words = 16;
+    n.vocab = TranslationIds::first_word + r.synthetic_words;
+    n.dim = 64;
+    n.heads = 4;
+    n.encoder_layers = n.decoder_layers = 2;
+    n.ffn = 128;
+    n.max_positions = 64;
+    n.dropout = 0.0;
+    r.tokens = 256;
+    r.lengths = {4.5, 0.3, 3, 6};
+    r.synthetic_pairs = 2048;
+    r.lr = 3e-3;
+    r.warmup = 30;
+  } else {
+    throw engine::Error(engine::str("transformer_big: unknown --size '", size, "': expected big or tiny"));
+  }
+  ENGINE_CHECK(c.batch == 0, "transformer_big batches by tokens: give --tokens N (sentences x longest length <= N), "
+               "not --batch");
+  ENGINE_CHECK(c.seq == 0, "transformer_big: sentence lengths come from the data (synthetic distribution or --data); "
+               "--seq is not used");
+  if (c.tokens) r.tokens = c.tokens;
+  n.algo = ops::attention_algo_from_name(c.attention);
+  ENGINE_CHECK(c.recompute == "none" || c.recompute == "layer", "transformer_big: --recompute ", c.recompute,
+               " is not supported; use none or layer");
+  n.recompute_layers = c.recompute == "layer";
+  r.data = c.data;
+  r.seed = c.seed;
+  // Every budget makes a batch: no synthetic sentence (EOS included) is longer than the budget.
+  r.lengths.max_len = std::max<int64_t>(0, std::min(r.lengths.max_len, r.tokens - 1));
+  r.lengths.min_len = std::min(r.lengths.min_len, r.lengths.max_len);
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------------
+TransformerBig::TransformerBig(const ModelConfig& c) : TransformerBig(TransformerBigRecipe::from(c)) {}
+
+TransformerBig::TransformerBig(const TransformerBigRecipe& r) : recipe_(r) {
+  if (recipe_.data.empty()) {
+    int64_t words = recipe_.synthetic_words > 0 ? recipe_.synthetic_words : recipe_.net.vocab - TranslationIds::first_word;
+    ENGINE_CHECK(TranslationIds::first_word + words <= recipe_.net.vocab, "transformer_big: ", words,
+                 " synthetic words need a vocabulary of ", TranslationIds::first_word + words);
+    pairs_ = data::synthetic_reversal_pairs(recipe_.synthetic_pairs, words, recipe_.lengths, recipe_.seed);
+    data_description_ = engine::str("synthetic reversal pairs: ", pairs_.size(), " sentences of ", words,
+                                    " words, lengths ~ ", recipe_.lengths.median, " x exp(", recipe_.lengths.spread,
+                                    " N(0,1)) in [", recipe_.lengths.min_len, ", ", recipe_.lengths.max_len, "]");
+  } else {
+    data::ParallelCorpus corpus = data::read_parallel_corpus(recipe_.data);
+    ENGINE_CHECK(corpus.vocab_size <= recipe_.net.vocab, "transformer_big: the vocabulary of ", recipe_.data, " has ",
+                 corpus.vocab_size, " tokens; the model has ", recipe_.net.vocab);
+    pairs_ = std::move(corpus.pairs);
+    data_description_ = corpus.describe;
+  }
+  std::vector<int64_t> lengths;
+  for (const auto& p : pairs_) lengths.push_back(data::pair_length(p));
+  batches_ = data::batch_by_tokens(lengths, recipe_.tokens);
+  size_t kept = 0;
+  for (const auto& b : batches_) kept += b.size();
+  if (kept < pairs_.size())
+    data_description_ += engine::str(" (", pairs_.size() - kept, " longer than --tokens ", recipe_.tokens, " left out)");
+  order_ = std::make_unique<data::BatchOrder>(int64_t(batches_.size()), recipe_.seed);
+
+  engine::manual_seed(recipe_.seed);
+  net_ = std::make_shared<Seq2Seq>(recipe_.net);
+  net_->tag_memory();
+  ops::AdamOptions o;
+  o.lr = recipe_.lr;
+  o.beta1 = recipe_.beta1;
+  o.beta2 = recipe_.beta2;
+  o.eps = recipe_.adam_eps;
+  optimizer_ = std::make_unique<ops::Adam>(net_->named_parameters(), o);
+  schedule_ = std::make_unique<ops::InverseSqrt>(recipe_.lr, recipe_.warmup, recipe_.warmup_init_lr);
+}
+
+std::string TransformerBig::summary() const {
+  const Seq2SeqConfig& n = recipe_.net;
+  return engine::str("transformer_big (fairseq transformer_vaswani_wmt_en_de_big): ", n.encoder_layers, "+",
+                     n.decoder_layers, " layers, d ", n.dim, ", ", n.heads, " heads, ffn ", n.ffn, ", vocab ", n.vocab,
+                     " (shared), --tokens ", recipe_.tokens, " (", batches_.size(), " batches), attention ",
+                     ops::attention_algo_name(n.algo), n.recompute_layers ? ", recompute layer" : "",
+                     " | data: ", data_description_);
+}
+
+std::vector<std::string> TransformerBig::load_weights(const std::map<std::string, Tensor>& tensors) {
+  return net_->load(tensors, true,
+                    {"decoder.embed_tokens.weight", "decoder.output_projection.weight",
+                     "encoder.embed_positions._float_tensor", "decoder.embed_positions._float_tensor", "encoder.version",
+                     "decoder.version"});
+}
+
+data::TranslationBatch TransformerBig::host_batch(int64_t step) const {
+  return data::make_translation_batch(pairs_, batches_[size_t(order_->batch_for_step(step))]);
+}
+
+Batch TransformerBig::make_batch(int64_t step) {
+  data::TranslationBatch b = host_batch(step);
+  last_target_tokens_ = b.target_tokens;
+  return translation_tensors(b);
+}
+
+Tensor TransformerBig::loss(const Batch& batch) {
+  Tensor logits = net_->forward(batch.at("src"), batch.at("src_padding_mask"), batch.at("prev_output"));  // [B, T, V]
+  engine::MemoryScope s("loss");
+  return ops::cross_entropy(ops::reshape(logits, {-1, recipe_.net.vocab}), batch.at("target"), TranslationIds::pad,
+                            recipe_.label_smoothing);
+}
+
+StepResult TransformerBig::eval_step(int64_t step) { return decode_batch_step(*net_, host_batch(step), 0, 0); }
+
+}  // namespace models::translation
