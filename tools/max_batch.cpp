@@ -2,6 +2,7 @@
 #include "tools/max_batch.h"
 
 #include <algorithm>
+#include <map>
 
 #include "engine/format.h"
 #include "engine/rng.h"
@@ -14,8 +15,57 @@ using engine::format_bytes;
 
 namespace {
 
-// The field of the config that the search sets (see max_batch.h).
-int64_t& batch_knob(models::ModelConfig& config) { return config.batch; }
+// What the search needs to know of a model before probing it: whether it counts tokens, and its default
+// batch. Asked of the model itself, built once per model name on a meta device (milliseconds).
+struct ModelTraits {
+  bool tokens = false;
+  int64_t default_batch = 1;
+};
+
+const ModelTraits* model_traits(const models::ModelConfig& config) {
+  static std::map<std::string, ModelTraits> by_model;  // the unit belongs to the model, not to its sizes
+  auto it = by_model.find(config.name);
+  if (it != by_model.end()) return &it->second;
+  models::ModelConfig c;
+  c.name = config.name;
+  c.size = config.size;
+  c.task = config.task;
+  const engine::Generator saved_generator = engine::generator();
+  ModelTraits t;
+  try {
+    engine::DeviceGuard guard(engine::Device::create(engine::DeviceType::meta, size_t(1) << 40));
+    std::unique_ptr<models::Model> model = models::create_model(c);
+    t.tokens = std::string(model->item_unit()) == "tok";
+    t.default_batch = std::max<int64_t>(1, model->batch_size());
+  } catch (const std::exception&) {  // a bad config: the first probe reports it, with its context
+    engine::generator() = saved_generator;
+    return nullptr;
+  }
+  engine::generator() = saved_generator;
+  return &(by_model[config.name] = t);
+}
+
+}  // namespace
+
+bool counts_tokens(const models::ModelConfig& config) {
+  const ModelTraits* t = model_traits(config);
+  return t && t->tokens;
+}
+
+int64_t first_probe(const models::ModelConfig& config) {
+  const ModelTraits* t = model_traits(config);
+  return t && t->tokens ? t->default_batch : 1;
+}
+
+int64_t default_batch(const models::ModelConfig& config) {
+  const ModelTraits* t = model_traits(config);
+  return t ? t->default_batch : 1;
+}
+
+namespace {
+
+// The field of the config that the search sets (see max_batch.h): tokens for a model whose unit is "tok".
+int64_t& batch_knob(models::ModelConfig& config) { return counts_tokens(config) ? config.tokens : config.batch; }
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
@@ -65,12 +115,20 @@ MaxBatchResult find_max_batch(const models::ModelConfig& config, engine::DeviceT
     else if (r.first_fail == 0 || batch < r.first_fail) r.first_fail = batch;
     if (options.on_probe) options.on_probe(p, r.largest_fit, r.first_fail);
   };
-  // Exponential phase: 1, 2, 4, ... (the last one clamped to the limit) until a probe fails.
-  for (int64_t b = 1; r.first_fail == 0 && r.largest_fit < options.limit; b = std::min(2 * b, options.limit)) run(b);
+  // Exponential phase: 1, 2, 4, ... (the last one clamped to the limit) until a probe fails; token budgets
+  // start at the model's default (a budget shorter than a sentence makes no batch at all).
+  for (int64_t b = std::min(first_probe(config), options.limit); r.first_fail == 0 && r.largest_fit < options.limit;
+       b = std::min(2 * b, options.limit))
+    run(b);
   // Bisection phase: largest_fit fits, first_fail does not.
   while (r.first_fail > 0 && r.first_fail - r.largest_fit > 1) run(r.largest_fit + (r.first_fail - r.largest_fit) / 2);
   engine::generator() = saved_generator;
+  finish_max_batch(r);
+  return r;
+}
 
+void finish_max_batch(MaxBatchResult& r) {
+  r.unit.clear();
   for (const auto& p : r.probes)
     if (r.unit.empty()) r.unit = p.unit;
   if (r.unit.empty()) r.unit = "items";  // no probe got as far as building the model
@@ -96,7 +154,6 @@ MaxBatchResult find_max_batch(const models::ModelConfig& config, engine::DeviceT
       }
     }
   }
-  return r;
 }
 
 std::string describe_max_batch(const MaxBatchResult& r, size_t capacity, const MaxBatchOptions& options) {

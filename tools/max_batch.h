@@ -5,18 +5,18 @@
 // it fits when no engine::OutOfMemory is thrown. Two steps at least: the optimizer allocates its state
 // during the first step, so the second step's forward runs beside it (often the true peak).
 //
-// Search: exponential upward from 1 (1, 2, 4, ...) until a probe fails, then bisection between the last
-// fit and the first failure: about 2 log2(N) probes. Bisection assumes that a batch fits whenever a larger
-// one does; fragmentation could in principle break that, so a caller that needs certainty re-runs N and
-// N + 1 (the tests do).
+// Search: exponential upward from 1 (1, 2, 4, ...; a token budget from the model's default) until a
+// probe fails, then bisection between the last fit and the first failure: about 2 log2(N) probes.
+// Bisection assumes that a batch fits whenever a larger one does; fragmentation could in principle break
+// that, so a caller that needs certainty re-runs N and N + 1 (the tests do).
 //
 // The binding term: the ledger category (activation, optimizer, temp, ...) whose bytes at the peak grew
 // most from the largest fitting probe to the first failing one, with both figures. For the failing
 // probe that is the peak it reached before the request that failed (the request itself is named in
 // `failure`, the first line of the out-of-memory report).
 //
-// The knob is ModelConfig.batch (sequences or images). Models whose batch is counted in tokens will
-// search ModelConfig.tokens instead: that choice is made in batch_knob() in max_batch.cpp.
+// The knob is ModelConfig.batch (sequences or images), or ModelConfig.tokens for a model whose unit is
+// tokens (translation models: item_unit() "tok"); counts_tokens() asks the model, once per model name.
 #pragma once
 #include <array>
 #include <functional>
@@ -62,6 +62,17 @@ MaxBatchProbe probe_batch(const models::ModelConfig& config, engine::DeviceType 
 
 MaxBatchResult find_max_batch(const models::ModelConfig& config, engine::DeviceType type, size_t capacity,
                               const MaxBatchOptions& options = {});
+
+// Whether the search sets ModelConfig.tokens (the model's item_unit() is "tok") rather than .batch.
+bool counts_tokens(const models::ModelConfig& config);
+// Where the search starts: 1, or a token-counted model's default budget (below it the search bisects).
+int64_t first_probe(const models::ModelConfig& config);
+// The model's own batch at its default config (sequences, images or tokens; 1 if it cannot be built).
+int64_t default_batch(const models::ModelConfig& config);
+
+// Fills a result's unit, failure line and binding term from its probes, largest_fit and first_fail (for
+// searches other than find_max_batch's, e.g. tools/bench_search.h).
+void finish_max_batch(MaxBatchResult& r);
 
 // The result for a reader: the verdict, the binding term, the failing request, and a table of probes.
 std::string describe_max_batch(const MaxBatchResult& r, size_t capacity, const MaxBatchOptions& options);

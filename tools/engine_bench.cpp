@@ -1,0 +1,239 @@
+// engine_bench: many configs at once: the 2020 study reproduced, memory-scaling sweeps, traces.
+//
+//   engine_bench lambda [--device meta|cuda] [--out DIR]          every model x every card of lambda2020.csv
+//   engine_bench scale --model bert_base --seq 128:512            memory vs sequence length, fitted laws
+//   engine_bench scale --model bert_base --batch 1:64 --seq 128   memory vs batch size
+//   engine_bench trace --model bert_base --seq 128 --batch 8      Chrome trace + PyTorch memory_viz snapshot
+//
+// Each writes markdown (also printed), CSV, JSON and SVG plots into --out (lambda, scale) or a trace JSON
+// and a memory_viz pickle (trace). The library parts live in tools/bench_*.h, tools/svg_plot.h and
+// tools/trace_export.h. Errors (unknown model, bad range, out of memory in a trace) are one clear message
+// and a non-zero exit status (2; 3 for out of memory).
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+
+#include "engine/device.h"
+#include "engine/format.h"
+#include "engine/io.h"
+#include "models/registry.h"
+#include "tools/bench_lambda.h"
+#include "tools/bench_scale.h"
+#include "tools/flags.h"
+#include "tools/fork_pool.h"
+#include "tools/gpu_profiles.h"
+#include "tools/progress.h"
+#include "tools/trace_export.h"
+
+namespace {
+
+using engine::str;
+
+const char* kUsage =
+    "usage: engine_bench lambda|scale|trace [flags]   (engine_bench <command> --help for its flags)\n"
+    "  lambda  max batch of every registered model on every card of the 2020 study, beside the study's figures\n"
+    "  scale   memory per category against sequence length or batch size, with fitted laws and plots\n"
+    "  trace   one model's allocation timeline as a Chrome trace and a PyTorch memory_viz snapshot\n";
+
+std::string joined_model_names() {
+  std::string s;
+  for (const auto& n : models::model_names()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+std::string write(const std::string& dir, const std::string& name, const std::string& content) {
+  std::filesystem::create_directories(dir);
+  std::string path = (std::filesystem::path(dir) / name).string();
+  engine::write_file_atomic(path, content);
+  return path;
+}
+
+void add_model_flags(tools::Flags& f) {
+  f.add_string("model", "", "model: " + joined_model_names());
+  f.add_string("size", "", "model size (the model's default when empty)");
+  f.add_string("task", "", "task of a multi-task model");
+  f.add_choice("attention", "naive", {"naive", "flash"}, "attention algorithm");
+  f.add_choice("precision", "fp32", {"fp32", "tf32", "bf16", "fp16"}, "numeric precision");
+  f.add_choice("recompute", "none", {"none", "attention", "layer"}, "activation checkpointing");
+  f.add_int("steps", 2, "training steps per run (two: the optimizer state exists in the second)");
+}
+
+models::ModelConfig model_config(const tools::Flags& f) {
+  ENGINE_CHECK(!f.str("model").empty(), "--model is required; valid models: ", joined_model_names());
+  models::ModelConfig c;
+  c.name = f.str("model");
+  c.size = f.str("size");
+  c.task = f.str("task");
+  c.attention = f.str("attention");
+  c.precision = f.str("precision");
+  c.recompute = f.str("recompute");
+  bool known = false;
+  for (const auto& n : models::model_names()) known |= n == c.name;
+  ENGINE_CHECK(known, "unknown model '", c.name, "': valid models are ", joined_model_names());
+  return c;
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (!s.empty() && start <= s.size()) {
+    size_t comma = s.find(',', start);
+    out.push_back(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+int lambda(int argc, char** argv) {
+  tools::Flags f("engine_bench lambda", "The 2020 GPU study: max batch of every registered model on every card of "
+                                        "lambda2020.csv (found on meta), beside the study's figure; with --device cuda "
+                                        "also the training throughput at that batch.");
+  f.add_choice("device", "meta", {"meta", "cuda"}, "meta: batches only; cuda: also throughput on this GPU");
+  f.add_string("study", "../shared/lambda2020.csv", "the study's table");
+  f.add_string("out", "bench_out", "directory for lambda.md, .csv, .json and .svg");
+  f.add_string("models", "", "only these models (registry or study names), comma-separated (default: all)");
+  f.add_choice("attention", "naive", {"naive", "flash"}, "attention algorithm");
+  f.add_choice("precision", "fp32", {"fp32", "tf32", "bf16", "fp16"}, "numeric precision");
+  f.add_int("steps", 2, "training steps per max-batch probe");
+  f.add_int("throughput-steps", 4, "cuda: training steps per throughput run (the first is not timed)");
+  f.add_int("jobs", tools::available_cpus(), "searches run in this many processes at once");
+  if (!f.parse(argc, argv)) return 0;
+  tools::LambdaOptions o;
+  o.study_path = f.str("study");
+  o.device = engine::device_type_from_name(f.str("device"));
+  o.precision = f.str("precision");
+  o.attention = f.str("attention");
+  o.models = split_commas(f.str("models"));
+  o.steps = int(f.integer("steps"));
+  o.throughput_steps = int(f.integer("throughput-steps"));
+  o.jobs = int(f.integer("jobs"));
+  ENGINE_CHECK(o.steps >= 1 && o.throughput_steps >= 2, "--steps must be >= 1 and --throughput-steps >= 2");
+  std::unique_ptr<tools::ProgressBar> bar;  // its total is known once the rows are
+  o.on_progress = [&](int64_t done, int64_t total, const std::string& what) {
+    if (!bar) bar = std::make_unique<tools::ProgressBar>("lambda", total);
+    bar->update(done, what);
+  };
+  tools::LambdaTable t = tools::run_lambda(o);
+  if (bar) bar->clear();
+  std::string md = tools::lambda_markdown(t);
+  std::printf("%s\n", md.c_str());
+  const std::string dir = f.str("out");
+  std::printf("wrote %s, %s, %s, %s\n", write(dir, "lambda.md", md).c_str(), write(dir, "lambda.csv", tools::lambda_csv(t)).c_str(),
+              write(dir, "lambda.json", tools::lambda_json(t)).c_str(), write(dir, "lambda.svg", tools::lambda_svg(t)).c_str());
+  return 0;
+}
+
+int scale(int argc, char** argv) {
+  tools::Flags f("engine_bench scale", "Memory per category against sequence length (--seq RANGE) or batch size "
+                                       "(--batch RANGE), fitted laws, the longest sequence per GPU, plots.\n"
+                                       "RANGE: A:B (half-octave steps), A:B:STEP or A,B,C.");
+  add_model_flags(f);
+  f.add_string("seq", "", "a RANGE to sweep, or one sequence length (default: the model's)");
+  f.add_string("batch", "", "a RANGE to sweep, or one batch size (sequences, images or tokens)");
+  f.add_choice("device", "meta", {"meta", "cpu", "cuda"}, "where to run each point");
+  f.add_string("memory", "", "arena capacity per point (default: 1 TiB on meta; cuda: free memory less a reserve)");
+  f.add_string("out", "bench_out", "directory for the reports and plots");
+  if (!f.parse(argc, argv)) return 0;
+  auto is_range = [](const std::string& s) { return s.find_first_of(":,") != std::string::npos; };
+  const std::string seq = f.str("seq"), batch = f.str("batch");
+  ENGINE_CHECK(is_range(seq) != is_range(batch), is_range(seq) ? "give a range to --seq or to --batch, not both"
+                                                                : "give a range to sweep: --seq A:B or --batch A:B");
+  tools::ScaleOptions o;
+  o.config = model_config(f);
+  o.steps = int(f.integer("steps"));
+  o.axis = is_range(seq) ? tools::ScaleAxis::seq : tools::ScaleAxis::batch;
+  o.points = tools::parse_points(is_range(seq) ? seq : batch, is_range(seq) ? "seq" : "batch");
+  const std::string fixed = is_range(seq) ? batch : seq;
+  if (!fixed.empty()) {  // the other dimension, held fixed
+    char* end = nullptr;
+    long long v = std::strtoll(fixed.c_str(), &end, 10);
+    ENGINE_CHECK(*end == 0 && v >= 1, "--", is_range(seq) ? "batch" : "seq", " ", fixed,
+                 ": expected one positive integer (the value held fixed while the other flag's range is swept)");
+    (is_range(seq) ? o.config.batch : o.config.seq) = v;
+  }
+  o.device = engine::device_type_from_name(f.str("device"));
+  o.capacity = f.given("memory") ? engine::parse_bytes(f.str("memory"))
+               : o.device == engine::DeviceType::meta ? size_t(1) << 40
+               : o.device == engine::DeviceType::cuda ? 0 : engine::kDefaultCpuCapacity;
+  tools::ProgressBar bar("scale " + o.config.name, int64_t(o.points.size()));
+  o.on_point = [&](size_t done, size_t, const std::string& note) { bar.update(int64_t(done), note); };
+  tools::ScaleResult r = tools::run_scale(o);
+  bar.clear();
+  std::string md = tools::scale_markdown(r);
+  std::printf("%s\n", md.c_str());
+  const std::string dir = f.str("out"), stem = "scale_" + r.model + "_" + r.axis_name;
+  std::printf("wrote %s, %s, %s, %s, %s\n", write(dir, stem + ".md", md).c_str(),
+              write(dir, stem + ".csv", tools::scale_csv(r)).c_str(), write(dir, stem + ".json", tools::scale_json(r)).c_str(),
+              write(dir, stem + "_stacked.svg", tools::scale_stacked_svg(r)).c_str(),
+              write(dir, stem + "_fit.svg", tools::scale_fit_svg(r)).c_str());
+  return 0;
+}
+
+int trace(int argc, char** argv) {
+  tools::Flags f("engine_bench trace", "One model's allocation timeline: a Chrome trace (counter track per category, "
+                                       "phase and module slices; open in ui.perfetto.dev) and a PyTorch memory_viz "
+                                       "snapshot (open in pytorch.org/memory_viz).");
+  add_model_flags(f);
+  f.add_int("seq", 0, "sequence length (0: the model's default)");
+  f.add_int("batch", 0, "batch size (0: the model's default)");
+  f.add_int("tokens", 0, "batch in tokens, for translation models (0: the model's default)");
+  f.add_choice("device", "meta", {"meta", "cpu", "cuda"}, "where to run");
+  f.add_string("memory", "", "arena capacity (default: 1 TiB on meta)");
+  f.add_string("out", "bench_out", "directory for trace_<model>.json and memory_viz_<model>.pickle");
+  if (!f.parse(argc, argv)) return 0;
+  models::ModelConfig c = model_config(f);
+  c.seq = f.integer("seq");
+  c.batch = f.integer("batch");
+  c.tokens = f.integer("tokens");
+  ENGINE_CHECK(c.seq >= 0 && c.batch >= 0 && c.tokens >= 0 && f.integer("steps") >= 1,
+               "--seq, --batch and --tokens must be positive and --steps at least 1");
+  engine::DeviceType type = engine::device_type_from_name(f.str("device"));
+  size_t capacity = f.given("memory") ? engine::parse_bytes(f.str("memory"))
+                    : type == engine::DeviceType::meta ? size_t(1) << 40
+                    : type == engine::DeviceType::cuda ? 0 : engine::kDefaultCpuCapacity;
+  auto device = engine::Device::create(type, capacity);
+  engine::DeviceGuard guard(device);
+  auto model = models::create_model(c);
+  for (int64_t step = 1; step <= f.integer("steps"); step++) model->train_step(step);
+  // Exported with the model alive: the snapshot's segment then shows its parameters and optimizer state.
+  const engine::Ledger& l = device->ledger();
+  std::printf("%s\n\n%s\n", model->summary().c_str(), l.peak_table_markdown().c_str());
+  const std::string dir = f.str("out");
+  std::string process = str(c.name, " on ", device->name(), ", ", f.integer("steps"), " training steps");
+  std::printf("wrote %s (ui.perfetto.dev), %s (pytorch.org/memory_viz)\n",
+              write(dir, "trace_" + c.name + ".json", tools::chrome_trace_json(l, process)).c_str(),
+              write(dir, "memory_viz_" + c.name + ".pickle", tools::memory_viz_pickle(l)).c_str());
+  return 0;
+}
+
+int fail(const std::exception& e, int code) {
+  std::string what = e.what();
+  std::fprintf(stderr, "%s%s\n", what.rfind("engine_bench", 0) == 0 ? "" : "engine_bench: ", what.c_str());
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  try {
+    // The command's flags parse from argv[1] on (Flags skips its first element, here the command).
+    if (command == "lambda") return lambda(argc - 1, argv + 1);
+    if (command == "scale") return scale(argc - 1, argv + 1);
+    if (command == "trace") return trace(argc - 1, argv + 1);
+    std::fprintf(stderr, "engine_bench: unknown command '%s'\n%s", command.c_str(), kUsage);
+    return 2;
+  } catch (const engine::OutOfMemory& e) {
+    return fail(e, 3);
+  } catch (const std::exception& e) {
+    return fail(e, 2);
+  }
+}
