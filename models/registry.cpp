@@ -11,6 +11,7 @@
 #include "models/translation/transformer_big.h"
 #include "models/translation/unsupmt.h"
 #include "models/vision/deeplabv3.h"
+#include "models/vision/yolov3.h"
 
 namespace models {
 
@@ -30,6 +31,8 @@ const std::vector<ModelEntry>& registry() {
        [](const ModelConfig& c) { return std::unique_ptr<Model>(new convs2s::Convs2s(c)); }},
       {"deeplabv3", "DeepLabv3 on PASCAL VOC 513x513: ResNet-101 output stride 16 (multi-grid 1/2/4), ASPP 6/12/18 + image pooling, 21 classes (sizes voc, torchvision, tiny)",
        [](const ModelConfig& c) { return std::unique_ptr<Model>(new vision::DeepLabV3(c)); }},
+      {"yolov3", "YOLOv3 on MSCOCO 608x608: Darknet-53 + 3 YOLO scales (19/38/76), 9 anchors, 80 classes, darknet's loss with on-device targets from 100 box slots (sizes coco, tiny)",
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new vision::YoloV3(c)); }},
   };
   return table;
 }
