@@ -25,8 +25,9 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # ENGINE_CUDA is defined once engine/cuda/ exists (the cuda device); until then nvcc only builds ops/cuda.
 CUDA_DEVICE := $(wildcard engine/cuda/cuda_device.cpp)
 CXXFLAGS  += $(if $(CUDA_DEVICE),-DENGINE_CUDA) -I$(CUDA_HOME)/include
-# Hopper first, plus Ampere and Turing. While developing, CUDA_ARCHS=90 builds one target (3x faster).
-CUDA_ARCHS ?= 90 80 75
+# The project's GPU is an H200 (sm_90): one target keeps `make test` (which compiles every kernel, to catch CUDA
+# compile errors in CI) well under its time budget. CUDA_ARCHS="90 80 75" adds Ampere and Turing binaries.
+CUDA_ARCHS ?= 90
 NVCCFLAGS := -std=c++17 -O3 -I. -DENGINE_CUDA -MMD -MP --expt-relaxed-constexpr -Xcompiler -fopenmp \
              $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas

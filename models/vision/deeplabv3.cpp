@@ -185,8 +185,13 @@ std::vector<std::string> DeepLabV3::load_weights(const std::map<std::string, Ten
 
 Batch DeepLabV3::make_batch(int64_t step) {
   const auto& c = config_;
-  SegmentationBatch b = synthetic_segmentation(c.batch, c.image_size, c.classes, c.ignore_index, c.seed, step);
   auto dev = engine::default_device();
+  // The meta device holds no values: the same tensors are made from zeros instead of drawing every pixel on
+  // the host (which is most of a meta step, and of a max-batch search, for an image model).
+  const int64_t pixels = c.batch * c.image_size * c.image_size;
+  SegmentationBatch b = dev->type() == engine::DeviceType::meta
+                            ? SegmentationBatch{std::vector<float>(size_t(pixels * 3)), std::vector<int64_t>(size_t(pixels))}
+                            : synthetic_segmentation(c.batch, c.image_size, c.classes, c.ignore_index, c.seed, step);
   return {{"images", ops::from_vector(b.images, {c.batch, c.image_size, c.image_size, 3}, compute_dtype(), dev)},
           {"labels", ops::from_vector(b.labels, {c.batch * c.image_size * c.image_size}, engine::DType::i64, dev)}};
 }

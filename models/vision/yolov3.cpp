@@ -166,8 +166,14 @@ ops::YoloTargetParams YoloV3::target_params(int64_t scale) const {
 
 Batch YoloV3::make_batch(int64_t step) {
   const auto& c = config_;
-  DetectionBatch b = synthetic_detection(c.batch, c.image_size, c.classes, c.max_boxes, c.seed, step);
   auto dev = engine::default_device();
+  // The meta device holds no values: zeros of the same shapes instead of images drawn on the host (most of a
+  // meta step, and of a max-batch search, for an image model).
+  DetectionBatch b = dev->type() == engine::DeviceType::meta
+                         ? DetectionBatch{std::vector<float>(size_t(c.batch * c.image_size * c.image_size * 3)),
+                                          std::vector<float>(size_t(c.batch * c.max_boxes * 4)),
+                                          std::vector<int64_t>(size_t(c.batch * c.max_boxes))}
+                         : synthetic_detection(c.batch, c.image_size, c.classes, c.max_boxes, c.seed, step);
   return {{"images", ops::from_vector(b.images, {c.batch, c.image_size, c.image_size, 3}, compute_dtype(), dev)},
           {"boxes", ops::from_vector(b.boxes, {c.batch, c.max_boxes, 4}, engine::DType::f32, dev)},
           {"labels", ops::from_vector(b.labels, {c.batch, c.max_boxes}, engine::DType::i64, dev)}};
