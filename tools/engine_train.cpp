@@ -26,6 +26,7 @@
 #include "tools/gpu_profiles.h"
 #include "tools/max_batch.h"
 #include "tools/progress.h"
+#include "tools/trace_export.h"
 
 namespace {
 
@@ -225,7 +226,8 @@ int run(int argc, char** argv) {
   say("## Memory at the peak");
   say(ledger.peak_table_markdown());
   if (!flags.str("report").empty()) engine::write_file_atomic(flags.str("report"), out);
-  if (!flags.str("trace").empty()) engine::write_file_atomic(flags.str("trace"), ledger.chrome_trace_json());
+  if (!flags.str("trace").empty())  // counter tracks per category, phase and module slices (tools/trace_export.h)
+    engine::write_file_atomic(flags.str("trace"), tools::chrome_trace_json(ledger, config.name));
   if (!save.empty()) {
     tools::save_checkpoint(save, *model, config, last);
     std::printf("saved %s after step %lld\n", save.c_str(), (long long)last);
