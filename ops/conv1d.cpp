@@ -7,6 +7,7 @@
 #include "ops/cuda/conv1d.h"
 #endif
 #include "ops/elementwise.h"
+#include "ops/matmul.h"  // kGemmWorkspaceBytes: the taps run as cuBLASLt GEMMs on cuda
 #include "ops/op.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
@@ -15,10 +16,6 @@
 namespace ops {
 
 namespace {
-
-// The GEMM library's workspace: on cuda the three convolution ops run (some of) their taps as cuBLASLt GEMMs. The same
-// 32 MiB block matmul asks for (Device::workspace allocates it once), asked for on every device alike.
-constexpr size_t kGemmWorkspace = size_t(32) << 20;
 
 // Checks shared by the three convolution ops: a [B, *, C] sequence tensor and the weight [K, Cin, Cout].
 void check_sequence(const char* op, const char* arg, const Tensor& t) {
@@ -67,7 +64,7 @@ Tensor conv1d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias, i
     b = bias.defined() ? contiguous(bias) : Tensor();
   }
   Tensor y = new_empty(x, {B, To, Cout});  // [B, To, Cout]
-  y.device().workspace(kGemmWorkspace);
+  y.device().workspace(kGemmWorkspaceBytes);
   run_kernel("conv1d", y, [&] { cpu::conv1d_forward(x, weight, b, pad_left, y); },
              CUDA_KERNEL(cuda::conv1d_forward(x, weight, b, pad_left, y)));
   x = weight = b = Tensor();  // copies (if any) die here, before anything is saved
@@ -108,7 +105,7 @@ Tensor conv1d_backward_input(const Tensor& g_in, const Tensor& weight_in, int64_
     weight = contiguous(weight_in);
   }
   Tensor dx = new_empty(g, {B, T, Cin});  // [B, T, Cin]
-  dx.device().workspace(kGemmWorkspace);
+  dx.device().workspace(kGemmWorkspaceBytes);
   run_kernel("conv1d_backward_input", dx, [&] { cpu::conv1d_backward_input(g, weight, pad_left, dx); },
              CUDA_KERNEL(cuda::conv1d_backward_input(g, weight, pad_left, dx)));
   g = weight = Tensor();
@@ -148,7 +145,7 @@ Tensor conv1d_backward_weight(const Tensor& g_in, const Tensor& x_in, int64_t ke
     x = contiguous(x_in);
   }
   Tensor dw = new_empty(g, {K, Cin, Cout});  // [K, Cin, Cout]
-  dw.device().workspace(kGemmWorkspace);    // the unshifted tap is a cuBLASLt GEMM on cuda
+  dw.device().workspace(kGemmWorkspaceBytes);    // the unshifted tap is a cuBLASLt GEMM on cuda
   run_kernel("conv1d_backward_weight", dw, [&] { cpu::conv1d_backward_weight(g, x, pad_left, dw); },
              CUDA_KERNEL(cuda::conv1d_backward_weight(g, x, pad_left, dw)));
   g = x = Tensor();
