@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "models/data/translation.h"
 #include "models/nn/decoder.h"
 #include "models/nn/transformer.h"
 
@@ -48,6 +49,17 @@ struct Seq2SeqConfig {
   ops::AttentionAlgo algo = ops::AttentionAlgo::naive;
   bool recompute_layers = false;       // activation checkpointing per layer
   bool xavier_init = true;             // fairseq's init of the linear layers (see xavier_init below)
+
+  // The tests' tiny shape, shared by the translation models' --size tiny: the specials plus `words` word
+  // ids, width 64, 4 heads, 2 + 2 layers, FFN 128, 64 positions.
+  void use_tiny_shape(int64_t words) {
+    vocab = data::TranslationIds::first_word + words;
+    dim = 64;
+    heads = 4;
+    encoder_layers = decoder_layers = 2;
+    ffn = 128;
+    max_positions = 64;
+  }
 };
 
 // The embedding stack of one side. Its modules are registered by the owning encoder or decoder under the

@@ -30,12 +30,7 @@ TransformerBigRecipe TransformerBigRecipe::from(const ModelConfig& c) {
   } else if (size == "tiny") {
     // A 16-word reversal task (3 to 6 words) that 2+2 layers of width 64 learn in about 200 steps on a cpu.
     r.synthetic_words = 16;
-    n.vocab = TranslationIds::first_word + r.synthetic_words;
-    n.dim = 64;
-    n.heads = 4;
-    n.encoder_layers = n.decoder_layers = 2;
-    n.ffn = 128;
-    n.max_positions = 64;
+    n.use_tiny_shape(r.synthetic_words);
     n.dropout = 0.0;
     r.tokens = 256;
     r.lengths = {4.5, 0.3, 3, 6};

@@ -47,12 +47,7 @@ UnsupMTRecipe UnsupMTRecipe::from(const ModelConfig& c) {
     n.dropout = n.attention_dropout = 0.1;
   } else if (size == "tiny") {
     r.synthetic_words = 16;
-    n.vocab = TranslationIds::first_word + r.synthetic_words;
-    n.dim = 64;
-    n.heads = 4;
-    n.encoder_layers = n.decoder_layers = 2;
-    n.ffn = 128;
-    n.max_positions = 64;
+    n.use_tiny_shape(r.synthetic_words);
     r.ae_tokens = 128;
     r.bt_sentences = 8;
     r.lengths = {4.5, 0.3, 3, 6};
