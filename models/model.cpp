@@ -2,6 +2,7 @@
 #include "models/model.h"
 
 #include <cmath>
+#include <stdexcept>
 
 #include "engine/context.h"
 #include "engine/format.h"
@@ -25,6 +26,20 @@ void Model::set_precision(Precision p) {
   if (compute_dtype() != engine::DType::f32) lower_parameters(module(), *optimizer_, compute_dtype());
 }
 
+Batch Model::next_batch(int64_t step) { return fixed_batch_.empty() ? make_batch(step) : fixed_batch_; }
+
+Tensor Model::batch_loss(const Batch& batch) {
+  if (fixed_batch_.empty()) return loss(batch);
+  try {
+    return loss(batch);
+  } catch (const std::out_of_range&) {  // std::map::at: the model read a name the batch file lacks
+    std::string names;
+    for (const auto& [name, t] : batch) names += (names.empty() ? "" : ", ") + name + " " + engine::shape_str(t.shape());
+    throw engine::Error(engine::str("the fixed batch lacks a tensor the model reads; it holds: ", names,
+                                    ". Write the names and shapes the model's own batches have (see its make_batch)"));
+  }
+}
+
 StepResult Model::train_step(int64_t step) {
   module().train();
   StepResult r;
@@ -34,9 +49,9 @@ StepResult Model::train_step(int64_t step) {
     Batch batch;
     {
       engine::CategoryScope input(Category::input);
-      batch = make_batch(step);
+      batch = next_batch(step);
     }
-    l = loss(batch);
+    l = batch_loss(batch);
     r.items = items(batch);
   }
   const bool scaled = precision_ == Precision::fp16;
@@ -81,10 +96,10 @@ StepResult Model::eval_step(int64_t step) {
   Batch batch;
   {
     engine::CategoryScope input(Category::input);
-    batch = make_batch(step);
+    batch = next_batch(step);
   }
   StepResult r;
-  r.loss = loss(batch).item();
+  r.loss = batch_loss(batch).item();
   r.losses["loss"] = r.loss;
   r.items = items(batch);
   return r;

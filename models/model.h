@@ -79,6 +79,13 @@ class Model {
   const LossScaler& loss_scaler() const { return loss_scaler_; }
   void set_loss_scale(double scale) { loss_scaler_.scale = scale; }  // fp16: the scale of the next step
 
+  // Every later train_step / eval_step reads this batch instead of make_batch's (engine_train --batch-file:
+  // parity runs against a reference framework feed both the same tensors). Its tensors must carry the names
+  // and dtypes the model's make_batch gives; a missing one is an Error naming what the batch holds. Models
+  // that override train_step without calling Model::train_step refuse it (supports_fixed_batch).
+  void set_fixed_batch(Batch batch) { fixed_batch_ = std::move(batch); }
+  virtual bool supports_fixed_batch() const { return true; }
+
  protected:
   // The batch for `step` (tensors are tagged `input` by the caller).
   virtual Batch make_batch(int64_t step) = 0;
@@ -86,11 +93,17 @@ class Model {
   virtual Tensor loss(const Batch& batch) = 0;
   virtual int64_t items(const Batch& batch) const = 0;
 
+  // The fixed batch when one is set, else make_batch(step); and loss() with a clear error when a fixed batch
+  // lacks a tensor the model reads.
+  Batch next_batch(int64_t step);
+  Tensor batch_loss(const Batch& batch);
+
   std::unique_ptr<ops::Optimizer> optimizer_;
   std::unique_ptr<ops::LrSchedule> schedule_;  // may be null: constant lr
   double clip_norm_ = 0;                       // 0: no clipping
   Precision precision_ = Precision::fp32;
   LossScaler loss_scaler_;                     // fp16 only
+  Batch fixed_batch_;                          // empty: make_batch's data
 };
 
 }  // namespace models

@@ -15,10 +15,12 @@
 #include <chrono>
 #include <cstdio>
 
+#include "engine/context.h"
 #include "engine/counters.h"
 #include "engine/device.h"
 #include "engine/format.h"
 #include "engine/io.h"
+#include "engine/safetensors.h"
 #include "models/registry.h"
 #include "ops/profile.h"
 #include "tools/checkpoint.h"
@@ -124,6 +126,9 @@ int run(int argc, char** argv) {
   flags.add_int("seed", 1, "random seed (weights, data, dropout)");
   flags.add_string("data", "", "data file (synthetic data when empty)");
   flags.add_string("task", "", "task of a multi-task model (the model's default when empty)");
+  flags.add_string("batch-file", "",
+                   "a safetensors file holding one batch (the names and dtypes of the model's own batches) that every "
+                   "step reads instead of the model's data; the loss is then also printed to 10 digits (parity runs)");
   flags.add_bool("inference", "run eval steps (forward only, no gradients, eval mode) instead of training");
   flags.add_bool("profile", "time every kernel (CUDA events on cuda) and print the last step's time by op, "
                             "with its achieved TFLOP/s and GB/s");
@@ -157,6 +162,8 @@ int run(int argc, char** argv) {
   engine::DeviceType type = engine::device_type_from_name(flags.str("device"));
   std::string capacity_note;
   size_t capacity = arena_capacity(flags, type, &capacity_note);
+  ENGINE_CHECK(!(flags.on("find-max-batch") && flags.given("batch-file")),
+               "engine_train: --find-max-batch varies the batch size; it cannot read a fixed --batch-file");
   if (flags.on("find-max-batch")) return find_max_batch(config, flags, type, capacity, capacity_note);
 
   auto device = engine::Device::create(type, capacity);
@@ -165,6 +172,14 @@ int run(int argc, char** argv) {
   const bool inference = flags.on("inference");
   tools::CheckpointLoad loaded;
   if (!load.empty()) loaded = tools::load_checkpoint(load, *model, !inference);
+  const std::string batch_file = flags.str("batch-file");
+  if (!batch_file.empty()) {
+    ENGINE_CHECK(model->supports_fixed_batch(), "engine_train: --batch-file: ", config.name,
+                 " reads several different batches per step; run it without --batch-file");
+    engine::CategoryScope input(engine::Category::input);
+    std::map<std::string, engine::Tensor> tensors = engine::load_safetensors(batch_file, device);
+    model->set_fixed_batch(models::Batch(tensors.begin(), tensors.end()));
+  }
 
   std::string out;
   tools::ProgressBar bar(inference ? "eval" : "training", flags.integer("steps"));
@@ -215,6 +230,11 @@ int run(int argc, char** argv) {
                                     : std::string(),
                     "peak ",
                     format_bytes(ledger.peak_bytes())));
+    if (!batch_file.empty() && type != engine::DeviceType::meta) {
+      char digits[64];
+      std::snprintf(digits, sizeof digits, "%.10g", r.loss);
+      say(engine::str("  loss ", digits));
+    }
     for (const std::string& line : r.details) say("  " + line);
     if (last - first >= 1) bar.update(step - first + 1, engine::str("step ", step));
   }

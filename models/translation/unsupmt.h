@@ -58,6 +58,8 @@ class UnsupMT : public Model {
   const char* item_unit() const override { return "tok"; }
   int64_t batch_size() const override { return recipe_.ae_tokens; }
   StepResult train_step(int64_t step) override;
+  // Its four sub-steps read four different batches (two languages, two modes): one fixed batch cannot stand in.
+  bool supports_fixed_batch() const override { return false; }
   StepResult eval_step(int64_t step) override;
   Seq2Seq& net() { return *net_; }
   const UnsupMTRecipe& recipe() const { return recipe_; }

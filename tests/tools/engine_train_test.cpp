@@ -7,7 +7,10 @@
 #include <filesystem>
 #include <sstream>
 
+#include "engine/device.h"
 #include "engine/format.h"
+#include "engine/safetensors.h"
+#include "ops/factory.h"
 #include "tests/tools/shell_util.h"
 #include "tools/gpu_profiles.h"
 
@@ -94,4 +97,47 @@ TEST(EngineTrain, SaveThenLoadResumesTheSameLosses) {
   EXPECT_EQ(c4, 2);
   EXPECT_NE(meta.find("nothing to save"), std::string::npos) << meta;
   std::filesystem::remove_all(dir);
+}
+
+// --batch-file: every step reads the file's batch (the parity runs' mechanism, tools/bench/deeplab_parity.py).
+// Eval steps on one fixed batch give one loss (the model's own batches differ by step); training on it memorizes
+// it (the loss falls); the 10-digit loss line appears; a batch missing a tensor the model reads, and a model that
+// reads several batches per step, are errors that say so.
+TEST(EngineTrain, BatchFileFeedsEveryStep) {
+  const std::string dir = ::testing::TempDir() + "batch_file_test";
+  std::filesystem::create_directories(dir);
+  auto cpu = engine::Device::create(engine::DeviceType::cpu, size_t(1) << 26);
+  engine::DeviceGuard guard(cpu);
+  std::vector<int64_t> ids(4 * 16), targets(4 * 16);
+  for (size_t i = 0; i < ids.size(); i++) ids[i] = int64_t(i % 7), targets[i] = int64_t((i + 1) % 7);
+  engine::save_safetensors(dir + "/batch.safetensors", {{"ids", ops::from_vector(ids, {4, 16}, engine::DType::i64, cpu)},
+                                                        {"targets", ops::from_vector(targets, {64}, engine::DType::i64, cpu)}});
+  engine::save_safetensors(dir + "/no_targets.safetensors", {{"ids", ops::from_vector(ids, {4, 16}, engine::DType::i64, cpu)}});
+
+  auto [code, out] = shell(kTrain + "--inference --steps 3 --batch-file " + dir + "/batch.safetensors");
+  ASSERT_EQ(code, 0) << out;
+  auto losses = step_losses(out);
+  ASSERT_EQ(losses.size(), 3u) << out;
+  EXPECT_EQ(losses[0], losses[1]) << out;
+  EXPECT_EQ(losses[1], losses[2]) << out;
+  EXPECT_NE(out.find("\n  loss "), std::string::npos) << "the 10-digit loss line: " << out;
+  std::tie(code, out) = shell(kTrain + "--inference --steps 3");
+  ASSERT_EQ(code, 0) << out;
+  losses = step_losses(out);
+  ASSERT_EQ(losses.size(), 3u) << out;
+  EXPECT_TRUE(losses[0] != losses[1] || losses[1] != losses[2]) << "the model's own batches differ: " << out;
+
+  std::tie(code, out) = shell(kTrain + "--steps 8 --batch-file " + dir + "/batch.safetensors");
+  ASSERT_EQ(code, 0) << out;
+  losses = step_losses(out);
+  ASSERT_EQ(losses.size(), 8u) << out;
+  EXPECT_LT(std::stod(losses.back()), std::stod(losses.front())) << out;
+
+  std::tie(code, out) = shell(kTrain + "--steps 1 --batch-file " + dir + "/no_targets.safetensors");
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("the fixed batch lacks a tensor the model reads; it holds: ids [4, 16]"), std::string::npos) << out;
+  std::tie(code, out) = shell("build/engine_train --model unsupmt --size tiny --device meta --steps 1 --batch-file " + dir +
+                              "/batch.safetensors");
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("reads several different batches per step"), std::string::npos) << out;
 }

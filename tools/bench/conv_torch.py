@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""cuDNN's convolution TFLOP/s on the layer shapes of the engine's ConvCudaPerf.DISABLED_TFlops (same names).
+
+Run in the same device call as the engine's test so both see the same GPU, clocks and day:
+    .gpu/engine_cuda_tests --gtest_also_run_disabled_tests --gtest_filter='ConvCudaPerf*'
+    python3 tools/bench/conv_torch.py
+For each shape and type (bf16, tf32, fp32) it times forward, data gradient and weight gradient separately with
+aten.convolution_backward's output mask (so each pass is one cuDNN call, as the engine's are), NHWC
+(channels_last) tensors, cudnn.benchmark on (cuDNN picks its fastest algorithm first), 10 calls per timed run,
+median of 7 runs after a warm-up. FLOPs: 2 N Ho Wo Cout Cin KH KW per pass (the engine's count).
+"""
+import argparse
+import statistics
+
+import torch
+
+# name, (N, H, W, Cin, Cout, KH, KW, stride, padding, dilation): tests/ops/conv_cuda_test.cpp's list
+SHAPES = [
+    ("ResNet 3x3 64->64 128^2 N8", (8, 128, 128, 64, 64, 3, 3, 1, 1, 1)),
+    ("ResNet 3x3 d2 256->256 32^2 N8", (8, 32, 32, 256, 256, 3, 3, 1, 2, 2)),
+    ("ResNet 1x1 1024->256 32^2 N8", (8, 32, 32, 1024, 256, 1, 1, 1, 0, 1)),
+    ("stem 7x7 s2 3->64 513^2 N2", (2, 513, 513, 3, 64, 7, 7, 2, 3, 1)),
+    ("3x3 s2 128->256 76^2 N8", (8, 76, 76, 128, 256, 3, 3, 2, 1, 1)),
+    ("Darknet 3x3 128->256 152^2 N8", (8, 152, 152, 128, 256, 3, 3, 1, 1, 1)),
+    ("Darknet 3x3 s2 256->512 152^2 N8", (8, 152, 152, 256, 512, 3, 3, 2, 1, 1)),
+    ("Darknet stem 3x3 3->32 416^2 N8", (8, 416, 416, 3, 32, 3, 3, 1, 1, 1)),
+]
+
+
+def median_ms(fn, calls=10, reps=7):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--types", default="bf16,tf32,fp32")
+    a = ap.parse_args()
+    torch.backends.cudnn.benchmark = True
+    print(f"# cuDNN {torch.backends.cudnn.version()}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    print(f"{'layer':34s} {'dtype':6s} {'fwd':>9s} {'data':>9s} {'weight':>9s}")
+    for kind in a.types.split(","):
+        dtype = torch.bfloat16 if kind == "bf16" else torch.float32
+        torch.backends.cudnn.allow_tf32 = kind == "tf32"
+        for name, (n, h, w, cin, cout, kh, kw, stride, pad, dil) in SHAPES:
+            x = torch.randn(n, cin, h, w, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+            wt = (0.1 * torch.randn(cout, cin, kh, kw, device="cuda", dtype=dtype)).to(memory_format=torch.channels_last)
+            y = torch.nn.functional.conv2d(x, wt, None, stride, pad, dil)
+            dy = torch.randn_like(y).to(memory_format=torch.channels_last)
+            ho, wo = y.shape[2], y.shape[3]
+            flops = 2.0 * n * ho * wo * cout * cin * kh * kw
+
+            def backward(mask):
+                return lambda: torch.ops.aten.convolution_backward(dy, x, wt, None, [stride] * 2, [pad] * 2, [dil] * 2,
+                                                                   False, [0, 0], 1, mask)
+
+            f = median_ms(lambda: torch.nn.functional.conv2d(x, wt, None, stride, pad, dil))
+            d = median_ms(backward([True, False, False]))
+            g = median_ms(backward([False, True, False]))
+            print(f"{name:34s} {kind:6s} {flops / f * 1e-9:9.1f} {flops / d * 1e-9:9.1f} {flops / g * 1e-9:9.1f}   "
+                  f"TFLOP/s ({f:.3f} / {d:.3f} / {g:.3f} ms)", flush=True)
+            del x, wt, y, dy
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
