@@ -64,6 +64,12 @@ class Model {
     return module().load(tensors, true);
   }
 
+  // The steps after which this model has run every extreme shape of its batches: a max-batch probe runs at
+  // least this many (besides its own 2: the optimizer's state appears in step 1's update, so step 2 runs beside
+  // it). 1 when every batch has one shape; the token-batched translation models run their longest batch at
+  // steps 1-2 and their most padded at step 3 (models/data/translation.h): 3.
+  virtual int probe_steps() const { return 1; }
+
   virtual StepResult train_step(int64_t step);
   // Forward only, in eval mode, without recording a graph.
   virtual StepResult eval_step(int64_t step);

@@ -83,4 +83,31 @@ std::string PolyLr::describe() const {
   return engine::str("poly(lr ", base_, ", max_steps ", max_steps_, ", power ", power_, ")");
 }
 
+DarknetSteps::DarknetSteps(double base, int64_t burn_in, double power, std::vector<int64_t> steps,
+                           std::vector<double> scales)
+    : base_(base), burn_in_(burn_in), power_(power), steps_(std::move(steps)), scales_(std::move(scales)) {
+  ENGINE_CHECK(base >= 0, "darknet steps lr: base rate must be >= 0, got ", base);
+  ENGINE_CHECK(burn_in >= 0, "darknet steps lr: burn_in must be >= 0, got ", burn_in);
+  ENGINE_CHECK(power > 0, "darknet steps lr: power must be > 0, got ", power);
+  ENGINE_CHECK(steps_.size() == scales_.size(), "darknet steps lr: ", steps_.size(), " steps but ", scales_.size(),
+               " scales: give one scale per step");
+  for (size_t i = 1; i < steps_.size(); i++)
+    ENGINE_CHECK(steps_[i] > steps_[i - 1], "darknet steps lr: steps must increase, got ", steps_[i - 1], " then ", steps_[i]);
+}
+
+double DarknetSteps::lr(int64_t step) const {
+  check_step("darknet steps lr", step);
+  const int64_t b = step + 1;  // darknet's batch number of this update
+  if (b < burn_in_) return base_ * std::pow(double(b) / double(burn_in_), power_);
+  double rate = base_;
+  for (size_t i = 0; i < steps_.size() && steps_[i] <= b; i++) rate *= scales_[i];
+  return rate;
+}
+
+std::string DarknetSteps::describe() const {
+  std::string steps;
+  for (size_t i = 0; i < steps_.size(); i++) steps += engine::str(i ? "," : "", steps_[i], " x", scales_[i]);
+  return engine::str("darknet_steps(lr ", base_, ", burn_in ", burn_in_, ", power ", power_, ", steps ", steps, ")");
+}
+
 }  // namespace ops

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ops {
 
@@ -76,6 +77,24 @@ class PolyLr : public LrSchedule {
   double base_;
   int64_t max_steps_;
   double power_;
+};
+
+// Darknet's burn-in + steps policy (pjreddie/darknet src/network.c get_current_rate; YOLOv3's cfg: burn_in 1000,
+// power 4, steps 400000,450000, scales .1,.1). Darknet counts b = the updates done INCLUDING the one being made
+// (its `seen` grows before the update), so with step = updates already done, b = step + 1:
+//   b < burn_in:  base * (b / burn_in)^power
+//   else:         base * the product of scales[i] over every i with steps[i] <= b
+class DarknetSteps : public LrSchedule {
+ public:
+  DarknetSteps(double base, int64_t burn_in, double power, std::vector<int64_t> steps, std::vector<double> scales);
+  double lr(int64_t step) const override;
+  std::string describe() const override;
+ private:
+  double base_;
+  int64_t burn_in_;
+  double power_;
+  std::vector<int64_t> steps_;
+  std::vector<double> scales_;
 };
 
 }  // namespace ops

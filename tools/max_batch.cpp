@@ -85,7 +85,8 @@ MaxBatchProbe probe_batch(const models::ModelConfig& config, engine::DeviceType 
     try {
       std::unique_ptr<models::Model> model = models::create_model(c);
       probe.unit = model->item_unit();
-      for (int step = 1; step <= steps; step++) {
+      probe.steps = std::max(steps, model->probe_steps());  // a model may need more to reach its worst step
+      for (int step = 1; step <= probe.steps; step++) {
         if (inference) model->eval_step(step);
         else model->train_step(step);
       }
@@ -158,8 +159,10 @@ void finish_max_batch(MaxBatchResult& r) {
 
 std::string describe_max_batch(const MaxBatchResult& r, size_t capacity, const MaxBatchOptions& options) {
   std::string o;
-  std::string what = engine::str(options.steps, options.inference ? " eval" : " training", " step",
-                                 options.steps > 1 ? "s" : "", " per probe");
+  int steps = options.steps;  // what the model asked for when it asked for more (Model::probe_steps)
+  for (const MaxBatchProbe& p : r.probes) steps = std::max(steps, p.steps);
+  std::string what = engine::str(steps, options.inference ? " eval" : " training", " step", steps > 1 ? "s" : "",
+                                 " per probe");
   if (r.first_fail == 0) {
     o += engine::str("max batch: every batch up to the search limit ", options.limit, " ", r.unit, " fits (arena ",
                      format_bytes(capacity), ", ", what, ")\n");

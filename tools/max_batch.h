@@ -35,10 +35,12 @@ struct MaxBatchProbe {
   std::array<size_t, engine::kNumCategories> breakdown{};     // per category at that peak
   std::string failure;                                        // first line of the OOM report, if any
   std::string unit;                                           // the model's item unit, once it was built
+  int steps = 0;                                              // steps it ran: max(asked, Model::probe_steps())
 };
 
 struct MaxBatchOptions {
-  int steps = 2;            // full steps per probe (train steps; eval steps with `inference`)
+  int steps = 2;            // full steps per probe (train steps; eval steps with `inference`), or more
+                            // where the model's probe_steps() asks for more
   bool inference = false;   // probe eval_step (forward only) instead of train_step
   int64_t limit = 1 << 16;  // the search stops here: a batch this large that fits ends the search
   // Called after each probe with the bracket known so far: largest fit, first failure (0 when none yet).

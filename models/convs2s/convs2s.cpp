@@ -90,7 +90,8 @@ Convs2s::Convs2s(const Convs2sRecipe& r) : recipe_(r) {
   if (kept < pairs_.size())
     data_description_ += engine::str(" (", pairs_.size() - kept, " longer than --tokens ", recipe_.tokens, " left out)");
   ENGINE_CHECK(!batches_.empty(), "convs2s: no sentence fits --tokens ", recipe_.tokens);
-  order_ = std::make_unique<data::BatchOrder>(int64_t(batches_.size()), recipe_.seed);
+  order_ = std::make_unique<data::BatchOrder>(int64_t(batches_.size()), recipe_.seed,
+                                             data::most_padded_batch(batches_, lengths));
 
   engine::manual_seed(recipe_.seed);
   net_ = std::make_shared<FConvModel>(n);

@@ -155,9 +155,22 @@ std::vector<std::vector<int64_t>> batch_by_count(const std::vector<int64_t>& len
   return batches;
 }
 
-BatchOrder::BatchOrder(int64_t num_batches, uint64_t seed) {
+int64_t most_padded_batch(const std::vector<std::vector<int64_t>>& batches, const std::vector<int64_t>& lengths) {
+  int64_t best = 0, best_tokens = -1;
+  for (size_t b = 0; b < batches.size(); b++) {
+    int64_t longest = 0;
+    for (int64_t i : batches[b]) longest = std::max(longest, lengths[size_t(i)]);
+    const int64_t padded = int64_t(batches[b].size()) * longest;
+    if (padded > best_tokens) best = int64_t(b), best_tokens = padded;
+  }
+  return best;
+}
+
+BatchOrder::BatchOrder(int64_t num_batches, uint64_t seed, int64_t most_padded) : most_padded_(most_padded) {
   ENGINE_CHECK(num_batches >= 1, "translation data: no batch can be made (every sentence is longer than the token "
                "budget?)");
+  ENGINE_CHECK(most_padded >= 0 && most_padded < num_batches, "translation data: most padded batch ", most_padded,
+               " is not one of the ", num_batches, " batches");
   shuffled_.resize(size_t(num_batches));
   std::iota(shuffled_.begin(), shuffled_.end(), 0);
   std::mt19937_64 rng(seed * 1000003ull + 7);
@@ -166,7 +179,8 @@ BatchOrder::BatchOrder(int64_t num_batches, uint64_t seed) {
 
 int64_t BatchOrder::batch_for_step(int64_t step) const {
   if (step <= 2) return 0;
-  return shuffled_[size_t((step - 3) % int64_t(shuffled_.size()))];
+  if (step == 3) return most_padded_;
+  return shuffled_[size_t((step - 4) % int64_t(shuffled_.size()))];
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -21,9 +21,12 @@
 //
 // Batching by tokens (fairseq's --max-tokens with batch_by_size): sentences sorted by length, longest first,
 // packed greedily so that sentences x longest length (max of source and target, EOS included) <= tokens.
-// The first batch therefore holds the longest sentences and is as full as the budget allows: the worst case
-// for memory. Batch order: steps 1 and 2 both run that first batch (the max-batch finder's two steps then
-// see the worst batch beside the optimizer state that exists after step 1), later steps a seeded shuffle.
+// The first batch therefore holds the longest sentences: the worst case for memory that grows with length
+// squared (attention scores). Memory that grows with padded tokens (the vocabulary projection's logits,
+// [B x T, V]) peaks instead at the batch with the most padded tokens (count x longest), often a later one that
+// packs closer to the budget. Batch order: steps 1 and 2 run the first batch (once without, once beside the
+// optimizer state that step 1's update creates), step 3 the most padded batch, later steps a seeded shuffle;
+// so a max-batch probe of 3 steps (Model::probe_steps) sees both extremes with the optimizer state.
 #pragma once
 #include <cstdint>
 #include <random>
@@ -75,14 +78,19 @@ std::vector<std::vector<int64_t>> batch_by_tokens(const std::vector<int64_t>& le
 // Index lists of `count` sentences of similar length (sorted longest first), the last one smaller.
 std::vector<std::vector<int64_t>> batch_by_count(const std::vector<int64_t>& lengths, int64_t count);
 
-// Which batch a step runs: steps 1 and 2 the first (worst) batch, then a seeded shuffle, cycling.
+// The batch with the most padded tokens: count x longest length (lengths include EOS); the first on ties.
+int64_t most_padded_batch(const std::vector<std::vector<int64_t>>& batches, const std::vector<int64_t>& lengths);
+
+// Which batch a step runs: steps 1 and 2 the first (longest) batch, step 3 `most_padded`, then a seeded
+// shuffle of all batches, cycling.
 class BatchOrder {
  public:
-  BatchOrder(int64_t num_batches, uint64_t seed);
+  BatchOrder(int64_t num_batches, uint64_t seed, int64_t most_padded = 0);
   int64_t batch_for_step(int64_t step) const;
 
  private:
   std::vector<int64_t> shuffled_;
+  int64_t most_padded_ = 0;
 };
 
 // XLM's denoising noise (src/trainer.py add_noise), applied in this order to a sentence's words:

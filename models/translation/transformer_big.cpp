@@ -83,7 +83,8 @@ TransformerBig::TransformerBig(const TransformerBigRecipe& r) : recipe_(r) {
   for (const auto& b : batches_) kept += b.size();
   if (kept < pairs_.size())
     data_description_ += engine::str(" (", pairs_.size() - kept, " longer than --tokens ", recipe_.tokens, " left out)");
-  order_ = std::make_unique<data::BatchOrder>(int64_t(batches_.size()), recipe_.seed);
+  order_ = std::make_unique<data::BatchOrder>(int64_t(batches_.size()), recipe_.seed,
+                                             data::most_padded_batch(batches_, lengths));
 
   engine::manual_seed(recipe_.seed);
   net_ = std::make_shared<Seq2Seq>(recipe_.net);

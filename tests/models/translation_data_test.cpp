@@ -84,12 +84,21 @@ TEST(TranslationData, BatchingByTokensRespectsTheBudgetAndUsesEverySentenceOnce)
     EXPECT_GT(int64_t(batches[0].size() + 1) * first_longest, tokens);
   }
   EXPECT_EQ(batch_by_count({3, 9, 5, 7, 1}, 2), (std::vector<std::vector<int64_t>>{{1, 3}, {2, 0}, {4}}));
-  BatchOrder order(5, 1);
+  BatchOrder order(5, 1, 3);
   EXPECT_EQ(order.batch_for_step(1), 0);
-  EXPECT_EQ(order.batch_for_step(2), 0) << "the worst batch twice: once without, once beside the optimizer state";
+  EXPECT_EQ(order.batch_for_step(2), 0) << "the longest batch twice: once without, once beside the optimizer state";
+  EXPECT_EQ(order.batch_for_step(3), 3) << "then the most padded batch";
   std::set<int64_t> cycle;
-  for (int64_t s = 3; s < 8; s++) cycle.insert(order.batch_for_step(s));
+  for (int64_t s = 4; s < 9; s++) cycle.insert(order.batch_for_step(s));
   EXPECT_EQ(cycle.size(), 5u);
+  EXPECT_THROW(BatchOrder(5, 1, 5), engine::Error);
+  // Lengths 10 (x1), 6 (x3), 5 (x2) with 18 tokens: {10}, {6, 6, 6}, {5, 5}: padded 10, 18, 10.
+  const std::vector<int64_t> lens = {6, 10, 5, 6, 5, 6};
+  const auto packed = batch_by_tokens(lens, 18);
+  ASSERT_EQ(packed.size(), 3u);
+  EXPECT_EQ(packed[0], (std::vector<int64_t>{1}));
+  EXPECT_EQ(most_padded_batch(packed, lens), 1);
+  EXPECT_EQ(most_padded_batch({{1}, {4, 2}}, lens), 0) << "ties (10 and 10) keep the first";
 }
 
 TEST(TranslationData, BatchLayoutIsFairseqsRightPadded) {

@@ -79,3 +79,24 @@ TEST(LrSchedule, BadArgumentsAreErrors) {
   EXPECT_THROW(ops::ConstantLr(0.1).lr(-1), engine::Error);
   EXPECT_NE(ops::InverseSqrt(5e-4, 4000).describe().find("warmup 4000"), std::string::npos);
 }
+
+TEST(LrSchedule, DarknetBurnInThenStepsAsYoloV3Cfg) {
+  // yolov3.cfg: learning_rate 0.001, burn_in 1000, power 4, steps 400000,450000, scales .1,.1. Darknet's batch
+  // number b of the update made after `step` updates is step + 1 (get_current_batch after seen += batch).
+  ops::DarknetSteps s(1e-3, 1000, 4, {400000, 450000}, {0.1, 0.1});
+  EXPECT_NEAR(s.lr(0), 1e-3 * 1e-12, 1e-27);                 // b = 1: (1/1000)^4
+  EXPECT_NEAR(s.lr(499), 1e-3 * 0.0625, 1e-18);              // b = 500: (1/2)^4
+  EXPECT_NEAR(s.lr(998), 1e-3 * std::pow(0.999, 4), 1e-18);  // b = 999, the last burn-in update
+  EXPECT_EQ(s.lr(999), 1e-3);                                // b = 1000
+  EXPECT_EQ(s.lr(399998), 1e-3);                             // b = 399999
+  EXPECT_NEAR(s.lr(399999), 1e-4, 1e-19);                    // b = 400000: steps[0] <= b
+  EXPECT_NEAR(s.lr(449998), 1e-4, 1e-19);
+  EXPECT_NEAR(s.lr(449999), 1e-5, 1e-20);
+  EXPECT_NEAR(s.lr(600000), 1e-5, 1e-20);
+  ops::DarknetSteps constant(0.01, 0, 4, {}, {});  // no burn-in, no steps: constant
+  EXPECT_EQ(constant.lr(0), 0.01);
+  EXPECT_EQ(constant.lr(12345), 0.01);
+  EXPECT_THROW(ops::DarknetSteps(1e-3, 1000, 4, {10, 5}, {0.1, 0.1}), engine::Error);
+  EXPECT_THROW(ops::DarknetSteps(1e-3, 1000, 4, {10}, {0.1, 0.1}), engine::Error);
+  EXPECT_NE(s.describe().find("burn_in 1000"), std::string::npos) << s.describe();
+}

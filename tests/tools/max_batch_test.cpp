@@ -109,3 +109,17 @@ TEST(MaxBatch, NothingFitsAndOtherErrorsAreNotVerdicts) {
     EXPECT_NE(std::string(e.what()).find("unknown --size 'enormous'"), std::string::npos) << e.what();
   }
 }
+
+// A model whose batches change shape runs its extremes first and asks for the steps that cover them: the
+// token-batched translation models run the longest batch at steps 1-2 and the most padded one at step 3, so
+// their probes run 3 steps (a 2-step probe once passed convs2s budgets whose third step ran out of memory).
+TEST(MaxBatch, ProbesRunTheStepsTheModelAsksFor) {
+  models::ModelConfig c;
+  c.name = "convs2s";
+  c.size = "tiny";
+  tools::MaxBatchProbe p = tools::probe_batch(c, engine::DeviceType::meta, kCapacity, 256, 2);
+  EXPECT_TRUE(p.fits);
+  EXPECT_EQ(p.steps, 3);
+  EXPECT_EQ(tools::probe_batch(tiny_lm(), engine::DeviceType::meta, kCapacity, 2, 2).steps, 2);
+  EXPECT_EQ(tools::probe_batch(tiny_lm(), engine::DeviceType::meta, kCapacity, 2, 1).steps, 1);
+}

@@ -4,7 +4,7 @@ with SGD (momentum 0.9, wd 5e-4) on synthetic 513x513 images, channels_last (NHW
 autotuning on, on the same GPU as the engine, in the same run.
 
 Prints: torch deeplabv3 513 batch B precision | img/s | ms | peak GiB (torch.cuda.max_memory_allocated)
-Usage: python3 tools/bench/deeplab_torch.py --batch 8 --precision fp32|bf16 [--steps 5 --warmup 3]
+Usage: python3 tools/bench/deeplab_torch.py --batch 8 --precision fp32|tf32|bf16 [--steps 5 --warmup 3]
 Note: torchvision's model has output stride 8 (dilated layer3 and layer4) and ASPP rates 12/24/36; the
 engine's default `voc` size is the paper's output stride 16 (rates 6/12/18), so it does about 3x fewer FLOPs
 in the backbone's last stages; `engine_train --model deeplabv3 --size torchvision` is the like-for-like one.
@@ -18,8 +18,8 @@ import torchvision
 
 def main():
     torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = ARGS.precision == "tf32"  # tf32: TF32 tensor cores for f32 (as --precision tf32)
+    torch.backends.cudnn.allow_tf32 = ARGS.precision == "tf32"
     dev = torch.device("cuda")
     model = torchvision.models.segmentation.deeplabv3_resnet101(weights=None, weights_backbone=None,
                                                                 num_classes=21, aux_loss=False)
@@ -54,7 +54,7 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--size", type=int, default=513)
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"])
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=3)
     ARGS = p.parse_args()

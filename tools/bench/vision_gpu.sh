@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Issue 6's GPU measurements in one call (device time is scarce), engine and PyTorch on the same GPU:
+#   1. convolution TFLOP/s per ResNet-101 / Darknet-53 layer shape, forward / data grad / weight grad, bf16, tf32,
+#      fp32: the engine's ConvCudaPerf.DISABLED_TFlops, then cuDNN on the same shapes (tools/bench/conv_torch.py);
+#   2. deeplabv3 at 513x513 batch 8 (engine sizes voc = the paper's OS16 and torchvision = OS8, like-for-like)
+#      vs torchvision's deeplabv3_resnet101 (tools/bench/deeplab_torch.py) in fp32, tf32 and bf16, plus one
+#      engine profile (time by op);
+#   3. yolov3 at 608x608 batch 8 in fp32, tf32 and bf16 (no PyTorch reference: darknet is not installed there);
+#   4. parity: torchvision vs engine on the GPU, fp32, batch norm in training mode (tools/bench/deeplab_parity.py).
+# Usage on the GPU machine: BIN=.gpu OUT=$OUT tools/bench/vision_gpu.sh
+set -uo pipefail
+BIN=${BIN:-build}
+OUT=${OUT:-/tmp/vision_gpu}
+mkdir -p "$OUT"
+run_engine() {  # name, then engine_train flags
+  local name=$1; shift
+  timeout 120 "$BIN/engine_train" --device cuda --steps 6 "$@" > "$OUT/engine_$name.log" 2>&1
+  echo "engine $* | $(grep -E '^step 6|rror' "$OUT/engine_$name.log" | tail -1)"
+}
+echo "== convolutions: engine, then cuDNN"
+timeout 150 "$BIN/engine_cuda_tests" --gtest_also_run_disabled_tests --gtest_filter='ConvCudaPerf*' > "$OUT/conv_engine.log" 2>&1
+grep -E "TFLOP|^layer|ratio|vs" "$OUT/conv_engine.log" | head -60
+timeout 150 python3 tools/bench/conv_torch.py 2>&1 | tee "$OUT/conv_cudnn.log"
+echo "== deeplabv3, batch 8, 513x513"
+for p in fp32 tf32 bf16; do
+  run_engine "deeplab_voc_$p" --model deeplabv3 --batch 8 --precision "$p"
+  run_engine "deeplab_tv_$p" --model deeplabv3 --size torchvision --batch 8 --precision "$p"
+  timeout 150 python3 tools/bench/deeplab_torch.py --batch 8 --precision "$p" 2>&1 | grep -E "^torch|Error"
+done
+timeout 120 "$BIN/engine_train" --device cuda --steps 3 --model deeplabv3 --size torchvision --batch 8 --precision bf16 \
+  --profile > "$OUT/engine_deeplab_tv_bf16_profile.log" 2>&1
+grep -A25 -iE "^\| op|time by op" "$OUT/engine_deeplab_tv_bf16_profile.log" | head -30
+echo "== yolov3, batch 8, 608x608"
+for p in fp32 tf32 bf16; do run_engine "yolov3_$p" --model yolov3 --batch 8 --precision "$p"; done
+echo "== deeplabv3 parity on the GPU (fp32, training-mode batch norm)"
+timeout 200 python3 tools/bench/deeplab_parity.py --device cuda --engine "$BIN/engine_train" --batch 2 --size 257 \
+  --out "$OUT/parity" 2>&1 | tail -6
