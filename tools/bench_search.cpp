@@ -67,13 +67,16 @@ std::vector<MaxBatchResult> find_max_batch_for_capacities(const models::ModelCon
     int64_t step = 0;     // the gallop's next stride; 0 before the guess
     bool up = true;       // the gallop's direction: up after a guess that fit, down after one that failed
     bool bisect = false;
+    // Nothing below the model's smallest batch is tried (deeplabv3 cannot train on 1 image): it counts as fitting.
+    const int64_t below = min_batch(config) - 1;
     while (r.largest_fit < options.limit &&
-           (r.first_fail == 0 || r.first_fail - r.largest_fit > std::max(resolution, r.largest_fit / relative))) {
-      const int64_t lo = r.largest_fit, hi = r.first_fail ? r.first_fail : options.limit + 1;
+           (r.first_fail == 0 ||
+            r.first_fail - std::max(r.largest_fit, below) > std::max(resolution, r.largest_fit / relative))) {
+      const int64_t lo = std::max(r.largest_fit, below), hi = r.first_fail ? r.first_fail : options.limit + 1;
       int64_t next;
       if (step == 0 && !bisect && (!failed_once || fits.size() < 2 || predict(fits, capacity) == 0)) {
         if (r.first_fail == 0) {
-          next = std::min<int64_t>(lo == 0 ? first_probe : 2 * lo, options.limit);
+          next = std::min<int64_t>(r.largest_fit == 0 ? std::max(first_probe, below + 1) : 2 * lo, options.limit);
         } else {
           bisect = true;
           continue;

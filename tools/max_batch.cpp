@@ -20,6 +20,7 @@ namespace {
 struct ModelTraits {
   bool tokens = false;
   int64_t default_batch = 1;
+  int64_t min_batch = 1;
 };
 
 const ModelTraits* model_traits(const models::ModelConfig& config) {
@@ -37,6 +38,7 @@ const ModelTraits* model_traits(const models::ModelConfig& config) {
     std::unique_ptr<models::Model> model = models::create_model(c);
     t.tokens = std::string(model->item_unit()) == "tok";
     t.default_batch = std::max<int64_t>(1, model->batch_size());
+    t.min_batch = std::max<int64_t>(1, model->min_batch());
   } catch (const std::exception&) {  // a bad config: the first probe reports it, with its context
     engine::generator() = saved_generator;
     return nullptr;
@@ -54,7 +56,12 @@ bool counts_tokens(const models::ModelConfig& config) {
 
 int64_t first_probe(const models::ModelConfig& config) {
   const ModelTraits* t = model_traits(config);
-  return t && t->tokens ? t->default_batch : 1;
+  return t ? (t->tokens ? t->default_batch : t->min_batch) : 1;
+}
+
+int64_t min_batch(const models::ModelConfig& config) {
+  const ModelTraits* t = model_traits(config);
+  return t ? t->min_batch : 1;
 }
 
 int64_t default_batch(const models::ModelConfig& config) {
@@ -121,8 +128,10 @@ MaxBatchResult find_max_batch(const models::ModelConfig& config, engine::DeviceT
   for (int64_t b = std::min(first_probe(config), options.limit); r.first_fail == 0 && r.largest_fit < options.limit;
        b = std::min(2 * b, options.limit))
     run(b);
-  // Bisection phase: largest_fit fits, first_fail does not.
-  while (r.first_fail > 0 && r.first_fail - r.largest_fit > 1) run(r.largest_fit + (r.first_fail - r.largest_fit) / 2);
+  // Bisection phase: largest_fit fits, first_fail does not; nothing below the model's smallest batch is tried.
+  const int64_t below = min_batch(config) - 1;
+  auto lo = [&] { return std::max(r.largest_fit, below); };
+  while (r.first_fail > 0 && r.first_fail - lo() > 1) run(lo() + (r.first_fail - lo()) / 2);
   engine::generator() = saved_generator;
   finish_max_batch(r);
   return r;
@@ -167,7 +176,7 @@ std::string describe_max_batch(const MaxBatchResult& r, size_t capacity, const M
     o += engine::str("max batch: every batch up to the search limit ", options.limit, " ", r.unit, " fits (arena ",
                      format_bytes(capacity), ", ", what, ")\n");
   } else if (r.largest_fit == 0) {
-    o += engine::str("max batch: not even a batch of 1 ", r.unit, " fits (arena ", format_bytes(capacity), ", ", what,
+    o += engine::str("max batch: not even a batch of ", r.first_fail, " ", r.unit, " fits (arena ", format_bytes(capacity), ", ", what,
                      ")\n");
   } else {
     o += engine::str("max batch: ", r.largest_fit, " ", r.unit, " fit, ", r.first_fail, " do not (arena ",

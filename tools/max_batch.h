@@ -67,7 +67,10 @@ MaxBatchResult find_max_batch(const models::ModelConfig& config, engine::DeviceT
 
 // Whether the search sets ModelConfig.tokens (the model's item_unit() is "tok") rather than .batch.
 bool counts_tokens(const models::ModelConfig& config);
-// Where the search starts: 1, or a token-counted model's default budget (below it the search bisects).
+// The model's smallest trainable batch (Model::min_batch): searches never probe below it.
+int64_t min_batch(const models::ModelConfig& config);
+// Where the search starts: the smallest batch, or a token-counted model's default budget (below it the
+// search bisects).
 int64_t first_probe(const models::ModelConfig& config);
 // The model's own batch at its default config (sequences, images or tokens; 1 if it cannot be built).
 int64_t default_batch(const models::ModelConfig& config);

@@ -180,7 +180,7 @@ BatchOrder::BatchOrder(int64_t num_batches, uint64_t seed, int64_t most_padded) 
 int64_t BatchOrder::batch_for_step(int64_t step) const {
   if (step <= 2) return 0;
   if (step == 3) return most_padded_;
-  return shuffled_[size_t((step - 4) % int64_t(shuffled_.size()))];
+  return shuffled_[size_t((step - 3) % int64_t(shuffled_.size()))];
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -81,8 +81,8 @@ std::vector<std::vector<int64_t>> batch_by_count(const std::vector<int64_t>& len
 // The batch with the most padded tokens: count x longest length (lengths include EOS); the first on ties.
 int64_t most_padded_batch(const std::vector<std::vector<int64_t>>& batches, const std::vector<int64_t>& lengths);
 
-// Which batch a step runs: steps 1 and 2 the first (longest) batch, step 3 `most_padded`, then a seeded
-// shuffle of all batches, cycling.
+// Which batch a step runs: steps 1 and 2 the first (longest) batch, step 3 `most_padded`, step k >= 4 entry
+// (k - 3) mod n of a seeded shuffle of all n batches (the shuffle's entry 0 waits for the second cycle).
 class BatchOrder {
  public:
   BatchOrder(int64_t num_batches, uint64_t seed, int64_t most_padded = 0);

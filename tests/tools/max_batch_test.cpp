@@ -123,3 +123,23 @@ TEST(MaxBatch, ProbesRunTheStepsTheModelAsksFor) {
   EXPECT_EQ(tools::probe_batch(tiny_lm(), engine::DeviceType::meta, kCapacity, 2, 2).steps, 2);
   EXPECT_EQ(tools::probe_batch(tiny_lm(), engine::DeviceType::meta, kCapacity, 2, 1).steps, 1);
 }
+
+// deeplabv3 cannot train on one image (batch norm of its image-pooling branch sees one value per channel):
+// searches start at its smallest batch, 2, and never probe below it, whether or not anything fits.
+TEST(MaxBatch, NeverProbesBelowTheModelsSmallestBatch) {
+  models::ModelConfig c;
+  c.name = "deeplabv3";
+  c.size = "tiny";
+  EXPECT_EQ(tools::min_batch(c), 2);
+  tools::MaxBatchOptions options;
+  options.limit = 8;
+  tools::MaxBatchResult r = tools::find_max_batch(c, engine::DeviceType::meta, kCapacity, options);
+  EXPECT_EQ(r.largest_fit, 8);
+  tools::MaxBatchResult none = tools::find_max_batch(c, engine::DeviceType::meta, size_t(1) << 20, options);
+  EXPECT_EQ(none.largest_fit, 0);
+  EXPECT_EQ(none.first_fail, 2);
+  for (const auto* result : {&r, &none})
+    for (const auto& p : result->probes) EXPECT_GE(p.batch, 2) << "probed below the smallest batch";
+  const std::string text = tools::describe_max_batch(none, size_t(1) << 20, options);
+  EXPECT_NE(text.find("not even a batch of 2 img fits"), std::string::npos) << text;
+}

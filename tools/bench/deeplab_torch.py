@@ -5,49 +5,91 @@ autotuning on, on the same GPU as the engine, in the same run.
 
 Prints: torch deeplabv3 513 batch B precision | img/s | ms | peak GiB (torch.cuda.max_memory_allocated)
 Usage: python3 tools/bench/deeplab_torch.py --batch 8 --precision fp32|tf32|bf16 [--steps 5 --warmup 3]
+       python3 tools/bench/deeplab_torch.py --precision fp32 --max-batch-cap-gib 22.81
+           (the largest batch whose training steps fit under torch.cuda.set_per_process_memory_fraction(cap), by
+            doubling then bisection inside one process, the cache emptied after each out-of-memory probe; cap =
+            the engine's arena for a card, e.g. titanrtx/rtx6000 24 GiB less its reserve: tools/gpu_profiles.cpp)
 Note: torchvision's model has output stride 8 (dilated layer3 and layer4) and ASPP rates 12/24/36; the
 engine's default `voc` size is the paper's output stride 16 (rates 6/12/18), so it does about 3x fewer FLOPs
 in the backbone's last stages; `engine_train --model deeplabv3 --size torchvision` is the like-for-like one.
 """
 import argparse
+import gc
 import time
 
 import torch
 import torchvision
 
 
-def main():
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.allow_tf32 = ARGS.precision == "tf32"  # tf32: TF32 tensor cores for f32 (as --precision tf32)
-    torch.backends.cudnn.allow_tf32 = ARGS.precision == "tf32"
+def run_config(batch, steps, warmup):
+    """Trains `warmup` + `steps` steps at `batch`; returns (seconds per timed step, peak GiB)."""
     dev = torch.device("cuda")
     model = torchvision.models.segmentation.deeplabv3_resnet101(weights=None, weights_backbone=None,
                                                                 num_classes=21, aux_loss=False)
     model = model.to(dev).to(memory_format=torch.channels_last).train()
     opt = torch.optim.SGD(model.parameters(), lr=0.007, momentum=0.9, weight_decay=5e-4)
-    x = torch.randn(ARGS.batch, 3, ARGS.size, ARGS.size, device=dev).to(memory_format=torch.channels_last)
-    y = torch.randint(0, 21, (ARGS.batch, ARGS.size, ARGS.size), device=dev)
-    amp = ARGS.precision == "bf16"
-    loss_fn = torch.nn.CrossEntropyLoss(ignore_index=255)
+    x = y = None
+    try:
+        x = torch.randn(batch, 3, ARGS.size, ARGS.size, device=dev).to(memory_format=torch.channels_last)
+        y = torch.randint(0, 21, (batch, ARGS.size, ARGS.size), device=dev)
+        amp = ARGS.precision == "bf16"
+        loss_fn = torch.nn.CrossEntropyLoss(ignore_index=255)
 
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-            loss = loss_fn(model(x)["out"], y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        def step():
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+                loss = loss_fn(model(x)["out"], y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
 
-    for _ in range(ARGS.warmup):
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    for _ in range(ARGS.steps):
-        step()
-    torch.cuda.synchronize()
-    dt = (time.perf_counter() - t0) / ARGS.steps
+        for _ in range(warmup):
+            step()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / max(steps, 1), torch.cuda.max_memory_allocated() / 2**30
+    finally:
+        del model, opt, x, y
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def fits(batch):
+    try:
+        run_config(batch, steps=0, warmup=2)
+        return True
+    except torch.OutOfMemoryError:
+        gc.collect()
+        torch.cuda.empty_cache()
+        return False
+
+
+def max_batch(cap_gib):
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(cap_gib * 2**30 / total)
+    lo, hi = 0, 1
+    while fits(hi):  # doubling, then bisection
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    print(f"torch deeplabv3 {ARGS.size} {ARGS.precision} | max batch {lo} under {cap_gib} GiB "
+          f"(set_per_process_memory_fraction; {lo + 1} does not fit)", flush=True)
+
+
+def main():
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = ARGS.precision == "tf32"  # tf32: TF32 tensor cores for f32 (as --precision tf32)
+    torch.backends.cudnn.allow_tf32 = ARGS.precision == "tf32"
+    if ARGS.max_batch_cap_gib > 0:
+        max_batch(ARGS.max_batch_cap_gib)
+        return
+    dt, peak = run_config(ARGS.batch, ARGS.steps, ARGS.warmup)
     print(f"torch deeplabv3 {ARGS.size} batch {ARGS.batch} {ARGS.precision} | {ARGS.batch / dt:.1f} img/s | "
-          f"{dt * 1000:.1f} ms | peak {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB", flush=True)
+          f"{dt * 1000:.1f} ms | peak {peak:.2f} GiB", flush=True)
 
 
 if __name__ == "__main__":
@@ -57,5 +99,6 @@ if __name__ == "__main__":
     p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"])
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--max-batch-cap-gib", type=float, default=0)
     ARGS = p.parse_args()
     main()
