@@ -69,6 +69,9 @@ class Model {
   // it). 1 when every batch has one shape; the token-batched translation models run their longest batch at
   // steps 1-2 and their most padded at step 3 (models/data/translation.h): 3.
   virtual int probe_steps() const { return 1; }
+  // The smallest batch the model can train on (a max-batch search starts there): 1, or 2 where batch norm in
+  // training mode would see one value per channel (deeplabv3's image-pooling branch: N values per channel).
+  virtual int64_t min_batch() const { return 1; }
 
   virtual StepResult train_step(int64_t step);
   // Forward only, in eval mode, without recording a graph.
