@@ -18,7 +18,9 @@ EIGEN_INC ?= /usr/include/eigen3
 
 CXXFLAGS := -std=c++17 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -I$(EIGEN_INC) -MMD -MP
 LDFLAGS  := -fopenmp
-LDLIBS   := -lpthread
+# libjpeg-turbo, libpng and zlib (the vision data sets' decoders: models/data/image_io.*) are linked statically,
+# so the programs also run on machines without those shared libraries (the GPU machine).
+LDLIBS   := -lpthread -Wl,-Bstatic -ljpeg -lpng16 -lz -Wl,-Bdynamic
 
 ifeq ($(CUDA),1)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
@@ -68,6 +70,9 @@ deps:
 	@missing=""; \
 	[ -f $(EIGEN_INC)/Eigen/Dense ] || missing="$$missing libeigen3-dev"; \
 	[ -f /usr/include/gtest/gtest.h ] || missing="$$missing libgtest-dev"; \
+	[ -f /usr/include/jpeglib.h ] || missing="$$missing libjpeg62-turbo-dev"; \
+	[ -f /usr/include/png.h ] || missing="$$missing libpng-dev"; \
+	[ -f /usr/include/zlib.h ] || missing="$$missing zlib1g-dev"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing:$$missing"; \

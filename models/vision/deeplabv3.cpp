@@ -5,6 +5,7 @@
 
 #include "engine/error.h"
 #include "graph/autograd.h"
+#include "models/data/segmentation.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
@@ -12,6 +13,7 @@
 #include "ops/pool.h"
 #include "ops/resample.h"
 #include "ops/shape.h"
+#include "ops/synthetic.h"
 #include "ops/view.h"
 
 namespace models::vision {
@@ -40,8 +42,7 @@ DeepLabV3Config DeepLabV3Config::from(const ModelConfig& c) {
   } else {
     ENGINE_CHECK(size == "voc", "deeplabv3: unknown --size '", size, "': expected voc, torchvision or tiny");
   }
-  ENGINE_CHECK(c.data.empty(), "deeplabv3: --data (VOC-style sets) is not supported yet; it trains on seeded ",
-               "synthetic images");
+  d.data = c.data;  // a VOC-style set: the classes stay the size's (VOC label maps do not say how many)
   if (c.batch) d.batch = c.batch;
   d.seed = c.seed;
   return d;
@@ -112,43 +113,48 @@ Tensor DeepLabV3Net::forward(const Tensor& images) const {
 }
 
 // ---------------------------------------------------------------------------------------------------
-SegmentationBatch synthetic_segmentation(int64_t batch, int64_t size, int64_t classes, int64_t ignore_index,
-                                         uint64_t seed, int64_t step) {
-  // Each class has a fixed colour (the same for every seed and step), so the task is learnable.
-  std::vector<float> palette(size_t(classes * 3));
-  {
-    std::mt19937_64 colours(0xC0105EEDull);
-    std::uniform_real_distribution<float> u(-1.f, 1.f);
-    for (float& v : palette) v = u(colours);
-  }
+namespace {
+constexpr int64_t kMaxRectangles = 3;  // per image: 1 to 3
+}  // namespace
+
+std::vector<int64_t> synthetic_segmentation_scenes(int64_t batch, int64_t size, int64_t classes, uint64_t seed,
+                                                   int64_t step) {
   std::mt19937_64 rng(seed * 1000003ull + uint64_t(step) * 7919ull + 17);
-  std::uniform_real_distribution<float> noise(-0.2f, 0.2f);
-  SegmentationBatch b;
-  b.images.resize(size_t(batch * size * size * 3));
-  b.labels.assign(size_t(batch * size * size), 0);  // background: class 0
+  std::vector<int64_t> scenes(size_t(batch * kMaxRectangles * 5), -1);  // [N, 3, 5]; class -1: empty slot
   for (int64_t n = 0; n < batch; n++) {
-    int64_t* labels = b.labels.data() + n * size * size;
     // 1 to 3 rectangles of a random foreground class; their one-pixel border is ignored (VOC's 255 outlines).
     const int64_t rects = 1 + int64_t(rng() % 3);
     for (int64_t r = 0; r < rects && classes > 1; r++) {
       const int64_t cls = 1 + int64_t(rng() % uint64_t(classes - 1));
       const int64_t h = size / 4 + int64_t(rng() % uint64_t(size / 4 + 1)), w = size / 4 + int64_t(rng() % uint64_t(size / 4 + 1));
       const int64_t top = int64_t(rng() % uint64_t(size - h + 1)), left = int64_t(rng() % uint64_t(size - w + 1));
-      for (int64_t y = top; y < top + h; y++)
-        for (int64_t x = left; x < left + w; x++) {
-          const bool border = y == top || y == top + h - 1 || x == left || x == left + w - 1;
-          labels[y * size + x] = border ? ignore_index : cls;
-        }
-    }
-    float* image = b.images.data() + n * size * size * 3;
-    for (int64_t p = 0; p < size * size; p++) {
-      const int64_t l = labels[p];
-      // A border pixel gets the background's colour: its label is unknown (ignored), its look is plausible.
-      const int64_t colour = l == ignore_index ? 0 : l;
-      for (int64_t c = 0; c < 3; c++) image[p * 3 + c] = palette[size_t(colour * 3 + c)] + noise(rng);
+      int64_t* row = scenes.data() + (n * kMaxRectangles + r) * 5;
+      row[0] = cls, row[1] = top, row[2] = left, row[3] = h, row[4] = w;
     }
   }
-  return b;
+  return scenes;
+}
+
+ops::PaintedImages synthetic_segmentation(int64_t batch, int64_t size, int64_t classes, int64_t ignore_index,
+                                          uint64_t seed, int64_t step, engine::DType dtype,
+                                          std::shared_ptr<engine::Device> device) {
+  // Each class has a fixed colour (the same for every seed and step), so the task is learnable; class 0
+  // (row 0) is the background, which is also what a rectangle's ignored border looks like.
+  std::vector<float> palette(size_t(classes * 3));  // [classes, 3]
+  {
+    std::mt19937_64 colours(0xC0105EEDull);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (float& v : palette) v = u(colours);
+  }
+  if (!device) device = engine::default_device();
+  ops::PaintOptions o;
+  o.size = size, o.dtype = dtype, o.noise = 0.2;
+  o.seed = seed, o.step = step;
+  o.labels = true, o.borders = true, o.border_label = ignore_index;
+  Tensor scenes = ops::from_vector(synthetic_segmentation_scenes(batch, size, classes, seed, step),
+                                   {batch, kMaxRectangles, 5}, engine::DType::i64, device);  // [N, 3, 5]
+  Tensor colours = ops::from_vector(palette, {classes, 3}, engine::DType::f32, device);   // [classes, 3]
+  return ops::paint_rectangles(scenes, colours, o);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -156,6 +162,9 @@ DeepLabV3::DeepLabV3(const ModelConfig& c) : config_(DeepLabV3Config::from(c)) {
 DeepLabV3::DeepLabV3(const DeepLabV3Config& c) : config_(c) { build(); }
 
 void DeepLabV3::build() {
+  // --data: opened and checked now (on meta too), before anything is allocated.
+  if (!config_.data.empty())
+    reader_ = std::make_shared<data::SegmentationSet>(config_.data, config_.classes, config_.ignore_index);
   engine::manual_seed(config_.seed);
   net_ = std::make_shared<DeepLabV3Net>(config_);
   net_->tag_memory();
@@ -176,7 +185,8 @@ std::string DeepLabV3::summary() const {
   return engine::str("deeplabv3: ResNet (blocks ", b.blocks[0], "/", b.blocks[1], "/", b.blocks[2], "/", b.blocks[3],
                      ", width ", b.width, ") output stride ", b.output_stride, ", multi-grid ", grid, ", ASPP ",
                      c.aspp_channels, " (rates ", rates, " + image pooling), ", c.classes, " classes, ",
-                     c.image_size, "x", c.image_size, ", batch ", c.batch);
+                     c.image_size, "x", c.image_size, ", batch ", c.batch,
+                     reader_ ? " | data: " + reader_->describe() : std::string());
 }
 
 std::vector<std::string> DeepLabV3::load_weights(const std::map<std::string, Tensor>& tensors) {
@@ -186,14 +196,20 @@ std::vector<std::string> DeepLabV3::load_weights(const std::map<std::string, Ten
 Batch DeepLabV3::make_batch(int64_t step) {
   const auto& c = config_;
   auto dev = engine::default_device();
-  // The meta device holds no values: the same tensors are made from zeros instead of drawing every pixel on
-  // the host (which is most of a meta step, and of a max-batch search, for an image model).
-  const int64_t pixels = c.batch * c.image_size * c.image_size;
-  SegmentationBatch b = dev->type() == engine::DeviceType::meta
-                            ? SegmentationBatch{std::vector<float>(size_t(pixels * 3)), std::vector<int64_t>(size_t(pixels))}
-                            : synthetic_segmentation(c.batch, c.image_size, c.classes, c.ignore_index, c.seed, step);
-  return {{"images", ops::from_vector(b.images, {c.batch, c.image_size, c.image_size, 3}, compute_dtype(), dev)},
-          {"labels", ops::from_vector(b.labels, {c.batch * c.image_size * c.image_size}, engine::DType::i64, dev)}};
+  if (reader_) {
+    // Decoded and transformed on the host; on meta nothing is decoded: zeros of the same shapes.
+    const int64_t pixels = c.batch * c.image_size * c.image_size;
+    data::SegmentationData b = dev->type() == engine::DeviceType::meta
+                                   ? data::SegmentationData{std::vector<float>(size_t(pixels * 3)),
+                                                            std::vector<int64_t>(size_t(pixels))}
+                                   : reader_->batch(c.batch, c.image_size, c.seed, step);
+    return {{"images", ops::from_vector(b.images, {c.batch, c.image_size, c.image_size, 3}, compute_dtype(), dev)},
+            {"labels", ops::from_vector(b.labels, {pixels}, engine::DType::i64, dev)}};
+  }
+  // Painted on the device from a scene table of a few rectangles per image (meta allocates, paints nothing).
+  ops::PaintedImages b =
+      synthetic_segmentation(c.batch, c.image_size, c.classes, c.ignore_index, c.seed, step, compute_dtype(), dev);
+  return {{"images", b.images}, {"labels", b.labels}};
 }
 
 Tensor DeepLabV3::loss(const Batch& batch) {

@@ -16,6 +16,9 @@
 //                tiny (the tests': 64 x 64, 5 classes, a narrow 4-block ResNet); --size torchvision is
 //                torchvision's variant (output stride 8, its dilation pattern, no multi-grid, rates 12/24/36)
 //                for parity runs with its weights; its dropout is 0 (random masks cannot match).
+//                --data DIR: a VOC-style set instead (models/data/segmentation.h: JPEGImages, SegmentationClass,
+//                jfzhang95's flip + random scale-crop to S x S, ImageNet-normalized pixels); opened and checked
+//                when the model is built, decoded per step on the host (nothing is decoded on meta).
 // Parameters (voc): 58,630,997 = torchvision's deeplabv3_resnet101 (60,996,202) less its aux classifier.
 #pragma once
 #include <memory>
@@ -24,6 +27,11 @@
 
 #include "models/model.h"
 #include "models/vision/resnet.h"
+#include "ops/synthetic.h"
+
+namespace models::data {
+class SegmentationSet;
+}
 
 namespace models::vision {
 
@@ -38,7 +46,8 @@ struct DeepLabV3Config {
   double lr = 0.007, momentum = 0.9, weight_decay = 5e-4;
   int64_t max_steps = 30000;  // the poly schedule's horizon
   uint64_t seed = 1;
-  // voc (default) | torchvision | tiny, then the ModelConfig fields (--batch).
+  std::string data;  // --data: a VOC-style directory; empty: synthetic images
+  // voc (default) | torchvision | tiny, then the ModelConfig fields (--batch, --data).
   static DeepLabV3Config from(const ModelConfig& c);
 };
 
@@ -65,14 +74,16 @@ class DeepLabV3Net : public graph::Module {
   std::shared_ptr<BatchNorm2d> head_bn;           // classifier.2
 };
 
-// Seeded synthetic segmentation data: images [N, S, S, 3] (values about [-1, 1]) and labels [N * S * S] in
-// [0, classes) or ignore_index; the same (seed, step) gives the same batch.
-struct SegmentationBatch {
-  std::vector<float> images;
-  std::vector<int64_t> labels;
-};
-SegmentationBatch synthetic_segmentation(int64_t batch, int64_t size, int64_t classes, int64_t ignore_index,
-                                         uint64_t seed, int64_t step);
+// Seeded synthetic segmentation data, made on `device` (default: the default device): images [N, S, S, 3]
+// in dtype (values about [-1, 1]) and labels [N * S * S] i64 in [0, classes) or ignore_index; the same
+// (seed, step) gives the same batch on every device. The host draws each image's 1 to 3 rectangles
+// (synthetic_segmentation_scenes: i64 [N, 3, 5] rows of ops::paint_rectangles, class -1 in empty slots) and
+// a fixed palette [classes, 3] (row 0 the background class); ops::paint_rectangles paints the pixels there.
+std::vector<int64_t> synthetic_segmentation_scenes(int64_t batch, int64_t size, int64_t classes, uint64_t seed,
+                                                   int64_t step);
+ops::PaintedImages synthetic_segmentation(int64_t batch, int64_t size, int64_t classes, int64_t ignore_index,
+                                          uint64_t seed, int64_t step, engine::DType dtype = engine::DType::f32,
+                                          std::shared_ptr<engine::Device> device = nullptr);
 
 class DeepLabV3 : public Model {
  public:
@@ -82,6 +93,9 @@ class DeepLabV3 : public Model {
   std::string summary() const override;
   const char* item_unit() const override { return "img"; }
   int64_t batch_size() const override { return config_.batch; }
+  // The ASPP's image-pooling branch batch-normalizes [N, 1, 1, 256]: N = 1 has no batch statistics (PyTorch
+  // refuses it too, "Expected more than 1 value per channel when training").
+  int64_t min_batch() const override { return 2; }
   // torchvision state dicts (OIHW convolutions, num_batches_tracked) and engine checkpoints alike.
   std::vector<std::string> load_weights(const std::map<std::string, Tensor>& tensors) override;
   DeepLabV3Net& net() { return *net_; }
@@ -96,6 +110,7 @@ class DeepLabV3 : public Model {
   void build();
   DeepLabV3Config config_;
   std::shared_ptr<DeepLabV3Net> net_;
+  std::shared_ptr<const data::SegmentationSet> reader_;  // --data; null: synthetic
 };
 
 }  // namespace models::vision

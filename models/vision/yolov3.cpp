@@ -6,12 +6,14 @@
 
 #include "engine/error.h"
 #include "graph/autograd.h"
+#include "models/data/detection.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
 #include "ops/loss.h"
 #include "ops/reduce.h"
 #include "ops/resample.h"
 #include "ops/shape.h"
+#include "ops/synthetic.h"
 #include "ops/view.h"
 
 namespace models::vision {
@@ -25,13 +27,13 @@ YoloV3Config YoloV3Config::from(const ModelConfig& c) {
     y.classes = 3;
     y.image_size = 64;
     y.batch = 4;
-    y.lr = 1e-2;  // a few steps must show learning
+    y.lr = 1e-2;    // a few steps must show learning
+    y.burn_in = 0;  // ... so no burn-in
     for (auto& a : y.anchors) a = {a[0] * 64.0 / 608.0, a[1] * 64.0 / 608.0};  // the same shapes relative to the image
   } else {
     ENGINE_CHECK(size == "coco", "yolov3: unknown --size '", size, "': expected coco or tiny");
   }
-  ENGINE_CHECK(c.data.empty(), "yolov3: --data (COCO-style sets) is not supported yet; it trains on seeded ",
-               "synthetic images");
+  y.data = c.data;  // a COCO-style set: its category count must equal classes (checked when it is opened)
   if (c.batch) y.batch = c.batch;
   y.seed = c.seed;
   return y;
@@ -88,44 +90,56 @@ std::array<Tensor, 3> YoloV3Net::forward(const Tensor& images) const {
 }
 
 // ---------------------------------------------------------------------------------------------------
-DetectionBatch synthetic_detection(int64_t batch, int64_t size, int64_t classes, int64_t max_boxes, uint64_t seed,
-                                   int64_t step) {
-  // Each class has a fixed colour (the same for every seed and step), so the task is learnable.
-  std::vector<float> palette(size_t(classes * 3));
-  {
-    std::mt19937_64 colours(0xB0C5EEDull);
-    std::uniform_real_distribution<float> u(-1.f, 1.f);
-    for (float& v : palette) v = u(colours);
-  }
+namespace {
+constexpr int64_t kMaxRectangles = 4;  // per image: 1 to 4 (at most max_boxes)
+}  // namespace
+
+DetectionScenes synthetic_detection_scenes(int64_t batch, int64_t size, int64_t classes, int64_t max_boxes,
+                                           uint64_t seed, int64_t step) {
   std::mt19937_64 rng(seed * 1000003ull + uint64_t(step) * 7919ull + 29);
-  std::uniform_real_distribution<float> noise(-0.2f, 0.2f);
-  DetectionBatch b;
-  b.images.resize(size_t(batch * size * size * 3));
-  b.boxes.assign(size_t(batch * max_boxes * 4), 0.f);
-  b.labels.assign(size_t(batch * max_boxes), -1);
-  std::vector<int64_t> owner(size_t(size * size));  // the class painted at each pixel, -1 for background
+  DetectionScenes d;
+  d.rectangles.assign(size_t(batch * kMaxRectangles * 5), -1);  // [N, 4, 5]; class -1: empty slot
+  d.boxes.assign(size_t(batch * max_boxes * 4), 0.f);           // [N, max_boxes, 4]
+  d.labels.assign(size_t(batch * max_boxes), -1);               // [N, max_boxes]
   for (int64_t n = 0; n < batch; n++) {
-    std::fill(owner.begin(), owner.end(), -1);
     const int64_t count = std::min<int64_t>(max_boxes, 1 + int64_t(rng() % 4));
     for (int64_t r = 0; r < count; r++) {
       const int64_t cls = int64_t(rng() % uint64_t(classes));
       const int64_t lo = std::max<int64_t>(2, size / 8), span = size / 2 - lo + 1;
       const int64_t h = lo + int64_t(rng() % uint64_t(span)), w = lo + int64_t(rng() % uint64_t(span));
       const int64_t top = int64_t(rng() % uint64_t(size - h + 1)), left = int64_t(rng() % uint64_t(size - w + 1));
-      for (int64_t y = top; y < top + h; y++)
-        for (int64_t x = left; x < left + w; x++) owner[size_t(y * size + x)] = cls;
-      float* box = b.boxes.data() + (n * max_boxes + r) * 4;
+      int64_t* row = d.rectangles.data() + (n * kMaxRectangles + r) * 5;
+      row[0] = cls + 1, row[1] = top, row[2] = left, row[3] = h, row[4] = w;  // palette row cls + 1
+      float* box = d.boxes.data() + (n * max_boxes + r) * 4;
       box[0] = float(left + w / 2.0) / float(size), box[1] = float(top + h / 2.0) / float(size);
       box[2] = float(w) / float(size), box[3] = float(h) / float(size);
-      b.labels[size_t(n * max_boxes + r)] = cls;
+      d.labels[size_t(n * max_boxes + r)] = cls;
     }
-    float* image = b.images.data() + n * size * size * 3;
-    for (int64_t p = 0; p < size * size; p++)
-      for (int64_t c = 0; c < 3; c++) {
-        const int64_t o = owner[size_t(p)];
-        image[p * 3 + c] = (o < 0 ? 0.f : palette[size_t(o * 3 + c)]) + noise(rng);
-      }
   }
+  return d;
+}
+
+DetectionBatch synthetic_detection(int64_t batch, int64_t size, int64_t classes, int64_t max_boxes, uint64_t seed,
+                                   int64_t step, engine::DType dtype, std::shared_ptr<engine::Device> device) {
+  // Each class has a fixed colour (the same for every seed and step), so the task is learnable; row 0 is the
+  // background, black (0).
+  std::vector<float> palette(size_t((classes + 1) * 3), 0.f);  // [classes + 1, 3]
+  {
+    std::mt19937_64 colours(0xB0C5EEDull);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (size_t i = 3; i < palette.size(); i++) palette[i] = u(colours);
+  }
+  if (!device) device = engine::default_device();
+  const DetectionScenes d = synthetic_detection_scenes(batch, size, classes, max_boxes, seed, step);
+  ops::PaintOptions o;
+  o.size = size, o.dtype = dtype, o.noise = 0.2;
+  o.seed = seed, o.step = step;
+  Tensor scenes = ops::from_vector(d.rectangles, {batch, kMaxRectangles, 5}, engine::DType::i64, device);
+  Tensor colours = ops::from_vector(palette, {classes + 1, 3}, engine::DType::f32, device);
+  DetectionBatch b;
+  b.images = ops::paint_rectangles(scenes, colours, o).images;  // [N, S, S, 3]
+  b.boxes = ops::from_vector(d.boxes, {batch, max_boxes, 4}, engine::DType::f32, device);
+  b.labels = ops::from_vector(d.labels, {batch, max_boxes}, engine::DType::i64, device);
   return b;
 }
 
@@ -136,6 +150,9 @@ YoloV3::YoloV3(const YoloV3Config& c) : config_(c) { build(); }
 void YoloV3::build() {
   ENGINE_CHECK(config_.image_size % 32 == 0, "yolov3: image size ", config_.image_size,
                " must be a multiple of 32 (the coarsest scale's stride)");
+  // --data: opened and checked now (on meta too), before anything is allocated.
+  if (!config_.data.empty())
+    reader_ = std::make_shared<data::DetectionSet>(config_.data, config_.classes, config_.max_boxes);
   engine::manual_seed(config_.seed);
   net_ = std::make_shared<YoloV3Net>(config_);
   net_->tag_memory();
@@ -143,7 +160,9 @@ void YoloV3::build() {
   o.lr = config_.lr;
   o.momentum = config_.momentum;
   o.weight_decay = config_.weight_decay;
-  optimizer_ = std::make_unique<ops::Sgd>(net_->named_parameters(), o);  // no schedule: constant lr
+  optimizer_ = std::make_unique<ops::Sgd>(net_->named_parameters(), o);
+  schedule_ = std::make_unique<ops::DarknetSteps>(config_.lr, config_.burn_in, config_.burn_in_power, config_.lr_steps,
+                                                  config_.lr_scales);
 }
 
 std::string YoloV3::summary() const {
@@ -152,7 +171,7 @@ std::string YoloV3::summary() const {
   return engine::str("yolov3: Darknet-53 (blocks ", b[0], "/", b[1], "/", b[2], "/", b[3], "/", b[4], ", width ",
                      c.backbone.width, ") + 3 YOLO scales (strides 32/16/8, ", c.anchors_per_scale(), " anchors each), ",
                      c.classes, " classes, ", c.image_size, "x", c.image_size, ", batch ", c.batch, ", ",
-                     c.max_boxes, " box slots per image");
+                     c.max_boxes, " box slots per image", reader_ ? " | data: " + reader_->describe() : std::string());
 }
 
 ops::YoloTargetParams YoloV3::target_params(int64_t scale) const {
@@ -167,16 +186,22 @@ ops::YoloTargetParams YoloV3::target_params(int64_t scale) const {
 Batch YoloV3::make_batch(int64_t step) {
   const auto& c = config_;
   auto dev = engine::default_device();
-  // The meta device holds no values: zeros of the same shapes instead of images drawn on the host (most of a
-  // meta step, and of a max-batch search, for an image model).
-  DetectionBatch b = dev->type() == engine::DeviceType::meta
-                         ? DetectionBatch{std::vector<float>(size_t(c.batch * c.image_size * c.image_size * 3)),
-                                          std::vector<float>(size_t(c.batch * c.max_boxes * 4)),
-                                          std::vector<int64_t>(size_t(c.batch * c.max_boxes))}
-                         : synthetic_detection(c.batch, c.image_size, c.classes, c.max_boxes, c.seed, step);
-  return {{"images", ops::from_vector(b.images, {c.batch, c.image_size, c.image_size, 3}, compute_dtype(), dev)},
-          {"boxes", ops::from_vector(b.boxes, {c.batch, c.max_boxes, 4}, engine::DType::f32, dev)},
-          {"labels", ops::from_vector(b.labels, {c.batch, c.max_boxes}, engine::DType::i64, dev)}};
+  if (reader_) {
+    // Decoded and letterboxed on the host; on meta nothing is decoded: zeros of the same shapes.
+    data::DetectionData b = dev->type() == engine::DeviceType::meta
+                                ? data::DetectionData{std::vector<float>(size_t(c.batch * c.image_size * c.image_size * 3)),
+                                                      std::vector<float>(size_t(c.batch * c.max_boxes * 4)),
+                                                      std::vector<int64_t>(size_t(c.batch * c.max_boxes))}
+                                : reader_->batch(c.batch, c.image_size, c.seed, step);
+    return {{"images", ops::from_vector(b.images, {c.batch, c.image_size, c.image_size, 3}, compute_dtype(), dev)},
+            {"boxes", ops::from_vector(b.boxes, {c.batch, c.max_boxes, 4}, engine::DType::f32, dev)},
+            {"labels", ops::from_vector(b.labels, {c.batch, c.max_boxes}, engine::DType::i64, dev)}};
+  }
+  // Images painted on the device from a scene table of a few rectangles per image (meta allocates, paints
+  // nothing); boxes and labels are the same rectangles, uploaded.
+  DetectionBatch b =
+      synthetic_detection(c.batch, c.image_size, c.classes, c.max_boxes, c.seed, step, compute_dtype(), dev);
+  return {{"images", b.images}, {"boxes", b.boxes}, {"labels", b.labels}};
 }
 
 Tensor YoloV3::loss(const Batch& batch) {

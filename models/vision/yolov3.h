@@ -22,11 +22,15 @@
 //                classes  BCE-with-logits on each class at assigned anchors (independent logistic classifiers)
 //              summed over every element and scale and divided by the batch size (darknet sums the deltas
 //              over the batch and divides the learning rate by it).
-//   training   SGD momentum 0.9, weight decay 5e-4, lr 1e-3 constant (darknet's burn-in and steps schedule
-//              are left out). Batch norm in training mode.
+//   training   SGD momentum 0.9, weight decay 5e-4, lr 1e-3 with darknet's burn-in (x (b/1000)^4 over the
+//              first 1000 updates) and steps (x 0.1 at 400k and 450k) as yolov3.cfg (ops::DarknetSteps; tiny:
+//              no burn-in). Batch norm in training mode.
 //   data       seeded synthetic images (NHWC, 3 channels) with 1 to 4 rectangles of a class's colour (+ noise)
 //              whose boxes are the ground truth; --size coco (608 x 608, 80 classes, batch 8) or tiny (the
-//              tests': 64 x 64, 3 classes, Darknet width 4 with one residual per stage).
+//              tests': 64 x 64, 3 classes, Darknet width 4 with one residual per stage). --data DIR: a
+//              COCO-style set instead (models/data/detection.h: instances JSON whose category count must equal
+//              the classes, letterboxed to S x S with a random flip, ImageNet-normalized pixels); opened and
+//              checked when the model is built, decoded per step on the host (nothing is decoded on meta).
 // Parameters (coco): 61,949,149 (Darknet-53 40,584,928 + heads) = ultralytics/yolov3's and Keras-YOLOv3's count.
 #pragma once
 #include <array>
@@ -37,6 +41,10 @@
 #include "models/model.h"
 #include "models/vision/darknet.h"
 #include "ops/yolo.h"
+
+namespace models::data {
+class DetectionSet;
+}
 
 namespace models::vision {
 
@@ -50,10 +58,17 @@ struct YoloV3Config {
   int64_t max_boxes = 100;  // ground-truth slots per image (padded with label -1)
   double ignore_thresh = 0.5;
   double lr = 1e-3, momentum = 0.9, weight_decay = 5e-4;
+  // yolov3.cfg's schedule (ops::DarknetSteps): lr x (b / burn_in)^4 for darknet's first 1000 updates, then x 0.1
+  // at updates 400000 and 450000.
+  int64_t burn_in = 1000;
+  double burn_in_power = 4;
+  std::vector<int64_t> lr_steps = {400000, 450000};
+  std::vector<double> lr_scales = {0.1, 0.1};
   uint64_t seed = 1;
+  std::string data;  // --data: a COCO-style directory; empty: synthetic images
   int64_t anchors_per_scale() const { return int64_t(masks[0].size()); }
   int64_t head_channels() const { return anchors_per_scale() * (5 + classes); }
-  // coco (default) | tiny, then the ModelConfig fields (--batch); --data is an Error (not supported yet).
+  // coco (default) | tiny, then the ModelConfig fields (--batch, --data).
   static YoloV3Config from(const ModelConfig& c);
 };
 
@@ -81,14 +96,27 @@ class YoloV3Net : public graph::Module {
   std::array<std::shared_ptr<ConvBnLeaky>, 2> laterals;
 };
 
-// Seeded synthetic detection data: images [N, S, S, 3] (values about [-1, 1]), boxes [N, max_boxes, 4]
-// (cx, cy, w, h as image fractions; 0 in padded slots), labels [N, max_boxes] (class, or -1 in padded slots).
-struct DetectionBatch {
-  std::vector<float> images, boxes;
+// Seeded synthetic detection data; the same (seed, step) gives the same batch on every device. The host
+// draws each image's 1 to 4 rectangles: DetectionScenes holds them as ops::paint_rectangles rows
+// (i64 [N, 4, 5], class + 1 as the palette row since row 0 is the background, class -1 in empty slots)
+// and as the ground truth they are: boxes [N, max_boxes, 4] (cx, cy, w, h as image fractions; 0 in padded
+// slots), labels [N, max_boxes] (class, or -1 in padded slots).
+struct DetectionScenes {
+  std::vector<int64_t> rectangles;
+  std::vector<float> boxes;
   std::vector<int64_t> labels;
 };
+DetectionScenes synthetic_detection_scenes(int64_t batch, int64_t size, int64_t classes, int64_t max_boxes,
+                                           uint64_t seed, int64_t step);
+// The batch made on `device` (default: the default device): images [N, S, S, 3] in dtype (values about
+// [-1, 1]: a class's fixed colour + noise on a black background, painted there by ops::paint_rectangles),
+// boxes [N, max_boxes, 4] f32 and labels [N, max_boxes] i64 uploaded from the scenes.
+struct DetectionBatch {
+  Tensor images, boxes, labels;
+};
 DetectionBatch synthetic_detection(int64_t batch, int64_t size, int64_t classes, int64_t max_boxes, uint64_t seed,
-                                   int64_t step);
+                                   int64_t step, engine::DType dtype = engine::DType::f32,
+                                   std::shared_ptr<engine::Device> device = nullptr);
 
 class YoloV3 : public Model {
  public:
@@ -117,6 +145,7 @@ class YoloV3 : public Model {
   void report_parts(StepResult& r);  // moves parts_ into r (values; nothing on meta) and releases them
   YoloV3Config config_;
   std::shared_ptr<YoloV3Net> net_;
+  std::shared_ptr<const data::DetectionSet> reader_;  // --data; null: synthetic
   std::map<std::string, Tensor> parts_;  // the last loss's parts (detached scalars), for StepResult::losses
 };
 

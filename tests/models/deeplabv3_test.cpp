@@ -202,10 +202,26 @@ TEST(DeepLabV3, SyntheticDataIsSeeded) {
   auto x = models::vision::synthetic_segmentation(2, 32, 5, 255, 1, 3);
   auto y = models::vision::synthetic_segmentation(2, 32, 5, 255, 1, 3);
   auto z = models::vision::synthetic_segmentation(2, 32, 5, 255, 1, 4);
-  EXPECT_EQ(x.images, y.images);
-  EXPECT_EQ(x.labels, y.labels);
-  EXPECT_NE(x.labels, z.labels);
-  std::set<int64_t> seen(x.labels.begin(), x.labels.end());
+  EXPECT_EQ(x.images.shape(), (engine::Shape{2, 32, 32, 3}));
+  EXPECT_EQ(x.labels.shape(), (engine::Shape{2 * 32 * 32}));
+  EXPECT_EQ(x.images.to_double(), y.images.to_double());
+  EXPECT_EQ(x.labels.to_double(), y.labels.to_double());
+  EXPECT_NE(x.labels.to_double(), z.labels.to_double());
+  EXPECT_NE(x.images.to_double(), z.images.to_double());
+  const std::vector<double> labels = x.labels.to_double();
+  std::set<int64_t> seen(labels.begin(), labels.end());
   EXPECT_TRUE(seen.count(0) && seen.count(255));
   for (int64_t l : seen) EXPECT_TRUE((l >= 0 && l < 5) || l == 255) << l;
+  // The scene table is what was painted: the centre of each image's last rectangle shows its class.
+  const std::vector<int64_t> scenes = models::vision::synthetic_segmentation_scenes(2, 32, 5, 1, 3);  // [2, 3, 5]
+  for (int64_t n = 0; n < 2; n++) {
+    int64_t last = -1;
+    for (int64_t r = 0; r < 3; r++)
+      if (scenes[size_t((n * 3 + r) * 5)] >= 1) last = r;
+    ASSERT_GE(last, 0) << "image " << n << " has no rectangle";
+    const int64_t* row = scenes.data() + (n * 3 + last) * 5;  // class, top, left, height, width
+    EXPECT_LT(row[0], 5);
+    const int64_t cy = row[1] + row[3] / 2, cx = row[2] + row[4] / 2;
+    EXPECT_EQ(labels[size_t((n * 32 + cy) * 32 + cx)], double(row[0])) << "image " << n;
+  }
 }

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""make_vision_samples.py: writes the tiny VOC-style and COCO-style sets under tests/data/ that the vision data
+readers (models/data/segmentation.*, detection.*) and tests/models/vision_data_test.cpp use.
+
+Everything is flat colours on known rectangles, so the tests can state what a decoder must return without
+running this script: the colours and rectangles below are repeated in the test. JPEGs are written at quality
+95 without chroma subsampling (an 8 x 8 block of one colour then decodes to it exactly; blocks with an edge
+ring by up to ~20 levels); label maps are palette PNGs
+(VOC's format: the pixel values are the class indices) except one grey PNG, so both kinds are read.
+
+    /tmp/venv/bin/python tests/data/make_vision_samples.py     # Pillow + numpy; rewrites both sets
+"""
+import json
+import os
+
+import numpy as np
+from PIL import Image
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# VOC-style: 5 classes (deeplabv3 --size tiny), 0 = background, 255 = ignore (one-pixel rectangle borders).
+VOC_COLOURS = [(20, 20, 20), (200, 40, 40), (40, 200, 40), (40, 40, 200), (200, 200, 40)]
+# id -> (width, height, [(class, left, top, right, bottom)] half-open pixel rectangles)
+VOC_IMAGES = {
+    "2007_000001": (80, 60, [(1, 10, 8, 50, 40), (3, 55, 20, 78, 58)]),
+    "2007_000002": (50, 90, [(2, 5, 10, 45, 50), (4, 10, 60, 30, 85)]),
+    "2007_000003": (64, 64, [(3, 16, 16, 48, 48)]),
+    "2007_000004": (96, 48, [(4, 4, 4, 40, 44), (1, 50, 10, 90, 40)]),  # its label map is a grey PNG
+}
+GREY_LABEL_ID = "2007_000004"
+
+# COCO-style: 3 categories with non-contiguous ids (yolov3 --size tiny has 3 classes).
+COCO_CATEGORIES = [(3, "car", (220, 60, 60)), (7, "train", (60, 220, 60)), (12, "stop sign", (60, 60, 220))]
+COCO_BACKGROUND = (128, 128, 128)
+# file -> (image id, width, height, [(category id, x, y, w, h, iscrowd)])
+COCO_IMAGES = {
+    "000000000001.jpg": (1, 80, 40, [(3, 10, 5, 20, 10, 0), (12, 40, 10, 30, 25, 0)]),
+    "000000000002.jpg": (2, 60, 90, [(7, 5, 20, 40, 50, 0), (3, 10, 75, 20, 10, 1)]),  # the second: iscrowd
+    "000000000003.jpg": (3, 64, 64, []),  # no annotation: still trained on (all slots empty)
+    "000000000004.jpg": (4, 100, 50, [(12, 0, 0, 50, 50, 0), (7, 60, 10, 30, 30, 0), (3, 70, 15, 10, 10, 0)]),
+}
+
+
+def save_jpeg(array, path):
+    Image.fromarray(array, "RGB").save(path, quality=95, subsampling=0)
+
+
+def voc():
+    root = os.path.join(HERE, "voc_sample")
+    for sub in ("JPEGImages", "SegmentationClass", os.path.join("ImageSets", "Segmentation")):
+        os.makedirs(os.path.join(root, sub), exist_ok=True)
+    palette = [0] * 768
+    for k, c in enumerate(VOC_COLOURS):
+        palette[3 * k:3 * k + 3] = c
+    palette[3 * 255:3 * 256] = (224, 224, 192)  # VOC's colour for 255
+    for id_, (w, h, rects) in VOC_IMAGES.items():
+        label = np.zeros((h, w), np.uint8)
+        for cls, l, t, r, b in rects:
+            label[t:b, l:r] = 255
+            label[t + 1:b - 1, l + 1:r - 1] = cls
+        image = np.array(VOC_COLOURS, np.uint8)[np.where(label == 255, 0, label)]  # borders look like background
+        save_jpeg(image, os.path.join(root, "JPEGImages", id_ + ".jpg"))
+        png = Image.fromarray(label, "L")
+        if id_ != GREY_LABEL_ID:
+            png = png.convert("P")
+            png.putpalette(palette)
+        png.save(os.path.join(root, "SegmentationClass", id_ + ".png"))
+    with open(os.path.join(root, "ImageSets", "Segmentation", "train.txt"), "w") as f:
+        f.write("".join(i + "\n" for i in VOC_IMAGES))
+    # An RGB PNG whose pixels are a formula, for the exact PNG decode test (not part of the set).
+    y, x = np.mgrid[0:12, 0:20]
+    rgb = np.stack([(x * 13) % 256, (y * 21) % 256, (x * y * 7) % 256], -1).astype(np.uint8)
+    Image.fromarray(rgb, "RGB").save(os.path.join(root, "rgb_formula.png"))
+
+
+def coco():
+    root = os.path.join(HERE, "coco_sample")
+    os.makedirs(os.path.join(root, "annotations"), exist_ok=True)
+    os.makedirs(os.path.join(root, "train2017"), exist_ok=True)
+    colour = {cid: c for cid, _, c in COCO_CATEGORIES}
+    images, annotations = [], []
+    for name, (iid, w, h, boxes) in COCO_IMAGES.items():
+        image = np.empty((h, w, 3), np.uint8)
+        image[:] = COCO_BACKGROUND
+        for cid, x, y, bw, bh, crowd in boxes:
+            image[y:y + bh, x:x + bw] = colour[cid]
+            annotations.append({"id": len(annotations) + 1, "image_id": iid, "category_id": cid,
+                                "bbox": [float(x), float(y), float(bw), float(bh)], "area": float(bw * bh),
+                                "iscrowd": crowd, "segmentation": []})
+        save_jpeg(image, os.path.join(root, "train2017", name))
+        images.append({"id": iid, "file_name": name, "width": w, "height": h})
+    doc = {"info": {"description": "engine test sample"}, "images": images, "annotations": annotations,
+           "categories": [{"id": cid, "name": n, "supercategory": "thing"} for cid, n, _ in COCO_CATEGORIES]}
+    with open(os.path.join(root, "annotations", "instances_train2017.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+
+
+if __name__ == "__main__":
+    voc()
+    coco()

@@ -1,0 +1,494 @@
+// vision_data_test.cpp: the vision data sets (--data for deeplabv3 and yolov3): JPEG / PNG decoding against
+// what tests/data/make_vision_samples.py wrote (its rectangles and colours are restated here), the transforms
+// on hand-computed cases, seeded order, every error a broken set can cause (broken copies in a temp dir),
+// and the tiny models training from the sample sets on cpu, with meta allocating exactly as the cpu.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/device.h"
+#include "engine/error.h"
+#include "models/data/detection.h"
+#include "models/data/image_io.h"
+#include "models/data/segmentation.h"
+#include "models/data/wordpiece.h"
+#include "models/registry.h"
+
+namespace fs = std::filesystem;
+using namespace models::data;
+
+namespace {
+
+std::string sample(const std::string& name) {
+  const std::string here = __FILE__;
+  return here.substr(0, here.find_last_of('/')) + "/../data/" + name;
+}
+
+// make_vision_samples.py's VOC set: id -> width, height, rectangles (class, left, top, right, bottom).
+struct Rect {
+  int64_t cls, l, t, r, b;
+};
+struct VocItem {
+  const char* id;
+  int64_t w, h;
+  std::vector<Rect> rects;
+};
+const std::vector<VocItem> kVoc = {{"2007_000001", 80, 60, {{1, 10, 8, 50, 40}, {3, 55, 20, 78, 58}}},
+                                   {"2007_000002", 50, 90, {{2, 5, 10, 45, 50}, {4, 10, 60, 30, 85}}},
+                                   {"2007_000003", 64, 64, {{3, 16, 16, 48, 48}}},
+                                   {"2007_000004", 96, 48, {{4, 4, 4, 40, 44}, {1, 50, 10, 90, 40}}}};
+const uint8_t kVocColours[5][3] = {{20, 20, 20}, {200, 40, 40}, {40, 200, 40}, {40, 40, 200}, {200, 200, 40}};
+
+// The label map the generator drew: rectangles with a 255 border, later ones over earlier ones.
+std::vector<int64_t> expected_labels(const VocItem& item) {
+  std::vector<int64_t> l(size_t(item.w * item.h), 0);
+  for (const Rect& r : item.rects)
+    for (int64_t y = r.t; y < r.b; y++)
+      for (int64_t x = r.l; x < r.r; x++)
+        l[size_t(y * item.w + x)] = (y == r.t || y == r.b - 1 || x == r.l || x == r.r - 1) ? 255 : r.cls;
+  return l;
+}
+
+// A fresh temp directory (removed with everything in it at the end of the test).
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/vision_data_test_XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  TempDir(const TempDir&) = delete;
+  // A copy of a sample set inside this directory.
+  std::string copy(const std::string& set) const {
+    const std::string to = path + "/" + set;
+    fs::copy(sample(set), to, fs::copy_options::recursive);
+    return to;
+  }
+};
+
+void write(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
+
+// The message of the engine::Error that f throws ("" when it throws none).
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const engine::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+#define EXPECT_ERROR_HAS(expr, ...)                                     \
+  do {                                                                  \
+    const std::string message_ = error_of([&] { (void)(expr); });       \
+    for (const std::string& part_ : {__VA_ARGS__})                      \
+      EXPECT_NE(message_.find(part_), std::string::npos) << "'" << part_ << "' not in: '" << message_ << "'"; \
+  } while (0)
+
+float denormalize(float v, int64_t c) { return (v * kImageNetStd[c] + kImageNetMean[c]) * 255.f; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+// Decoding
+
+TEST(VisionData, PngLabelMapsDecodeExactly) {
+  for (const VocItem& item : kVoc) {
+    const std::string path = sample("voc_sample/SegmentationClass/") + item.id + ".png";
+    Image label = decode_png(read_file_bytes(path, "label"), path);  // palette (3 of them) and grey (the 4th)
+    ASSERT_EQ(label.channels, 1) << path;
+    ASSERT_EQ(label.width, item.w);
+    ASSERT_EQ(label.height, item.h);
+    const auto expected = expected_labels(item);
+    for (size_t p = 0; p < expected.size(); p++) ASSERT_EQ(int64_t(label.pixels[p]), expected[p]) << path << " pixel " << p;
+  }
+}
+
+TEST(VisionData, RgbPngDecodesExactly) {
+  Image im = read_image(sample("voc_sample/rgb_formula.png"));
+  ASSERT_EQ(im.channels, 3);
+  ASSERT_EQ(im.height, 12);
+  ASSERT_EQ(im.width, 20);
+  for (int64_t y = 0; y < 12; y++)
+    for (int64_t x = 0; x < 20; x++) {
+      EXPECT_EQ(im.at(y, x, 0), (x * 13) % 256);
+      EXPECT_EQ(im.at(y, x, 1), (y * 21) % 256);
+      EXPECT_EQ(im.at(y, x, 2), (x * y * 7) % 256);
+    }
+}
+
+TEST(VisionData, JpegFlatColoursDecodeClose) {
+  for (const VocItem& item : kVoc) {
+    Image im = read_image(sample("voc_sample/JPEGImages/") + item.id + ".jpg");
+    ASSERT_EQ(im.channels, 3);
+    ASSERT_EQ(im.width, item.w);
+    ASSERT_EQ(im.height, item.h);
+    const auto labels = expected_labels(item);
+    auto colour_of = [&](int64_t y, int64_t x) { const int64_t l = labels[size_t(y * item.w + x)]; return l == 255 ? 0 : l; };
+    int64_t checked = 0;
+    // JPEG's 8 x 8 blocks of one colour (a block with an edge rings by up to ~20 levels even at quality 95).
+    for (int64_t by = 0; by + 8 <= item.h; by += 8)
+      for (int64_t bx = 0; bx + 8 <= item.w; bx += 8) {
+        bool flat = true;
+        for (int64_t y = by; y < by + 8 && flat; y++)
+          for (int64_t x = bx; x < bx + 8 && flat; x++) flat = colour_of(y, x) == colour_of(by, bx);
+        if (!flat) continue;
+        checked++;
+        for (int64_t y = by; y < by + 8; y++)
+          for (int64_t x = bx; x < bx + 8; x++)
+            for (int64_t c = 0; c < 3; c++)
+              ASSERT_NEAR(int(im.at(y, x, c)), int(kVocColours[colour_of(y, x)][c]), 2) << item.id << " y " << y << " x " << x;
+      }
+    EXPECT_GT(checked, 30);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Transforms
+
+TEST(VisionData, LetterboxHandComputed) {
+  // An 80 x 40 image into 64: r = 0.8, resized to 64 x 32, dh = 16 -> top = round(15.9) = 16, left 0.
+  Letterbox g = letterbox_geometry(40, 80, 64);
+  EXPECT_EQ(g.new_w, 64);
+  EXPECT_EQ(g.new_h, 32);
+  EXPECT_EQ(g.top, 16);
+  EXPECT_EQ(g.left, 0);
+  // Box x 10, y 5, w 20, h 10: centre (20, 10) * 0.8 + (0, 16) = (16, 24) -> (0.25, 0.375), size (16, 8) / 64.
+  DetectionBox box{10, 5, 20, 10, 0};
+  auto b = letterbox_box(box, 40, 80, g, 64, false);
+  EXPECT_FLOAT_EQ(b[0], 0.25f);
+  EXPECT_FLOAT_EQ(b[1], 0.375f);
+  EXPECT_FLOAT_EQ(b[2], 0.25f);
+  EXPECT_FLOAT_EQ(b[3], 0.125f);
+  auto f = letterbox_box(box, 40, 80, g, 64, true);  // the flip mirrors cx only
+  EXPECT_FLOAT_EQ(f[0], 0.75f);
+  EXPECT_FLOAT_EQ(f[1], 0.375f);
+  EXPECT_FLOAT_EQ(f[2], 0.25f);
+  // 60 wide, 90 high: r = 64 / 90, width round(42.67) = 43, dw = 10.5 -> left = round(10.4) = 10 (ultralytics').
+  g = letterbox_geometry(90, 60, 64);
+  EXPECT_EQ(g.new_w, 43);
+  EXPECT_EQ(g.new_h, 64);
+  EXPECT_EQ(g.left, 10);
+  EXPECT_EQ(g.top, 0);
+
+  // The pixels of the sample's 80 x 40 image: the car box (colour 220, 60, 60) lands at x 8..24, y 20..28, the
+  // image's grey background (128) e.g. at (y 18, x 60), grey 0.5 padding above and below the image; flipped,
+  // x becomes 63 - x.
+  Image im = read_image(sample("coco_sample/train2017/000000000001.jpg"));
+  g = letterbox_geometry(40, 80, 64);
+  for (bool flip : {false, true}) {
+    std::vector<float> out(64 * 64 * 3);
+    apply_letterbox(im, g, 64, flip, out.data());
+    auto pixel = [&](int64_t y, int64_t x, int64_t c) { return denormalize(out[size_t((y * 64 + x) * 3 + c)], c); };
+    for (int64_t c = 0; c < 3; c++) {
+      EXPECT_NEAR(pixel(5, 30, c), 127.5f, 0.01f);   // padding
+      EXPECT_NEAR(pixel(60, 3, c), 127.5f, 0.01f);
+      auto mirror = [&](int64_t x) { return flip ? 63 - x : x; };
+      EXPECT_NEAR(pixel(24, mirror(16), c), c == 0 ? 220.f : 60.f, 12.f) << flip;  // inside the car box
+      EXPECT_NEAR(pixel(18, mirror(60), c), 128.f, 12.f) << flip;                  // the image's background
+    }
+  }
+}
+
+TEST(VisionData, ScaleCropHandComputedAndAligned) {
+  const VocItem& item = kVoc[0];  // 80 x 60
+  Image image = read_image(sample("voc_sample/JPEGImages/2007_000001.jpg"));
+  Image label = read_image(sample("voc_sample/SegmentationClass/2007_000001.png"));
+  const auto expected = expected_labels(item);
+  // Halved to 40 x 30 at the top-left of a 64 crop: nearest rows/columns 2y + 1, 2x + 1; the rest is padding.
+  for (bool flip : {false, true}) {
+    ScaleCrop t;
+    t.flip = flip, t.scaled_h = 30, t.scaled_w = 40;
+    std::vector<float> out(64 * 64 * 3);
+    std::vector<int64_t> labels(64 * 64);
+    apply_scale_crop(image, label, t, 64, 255, out.data(), labels.data());
+    for (int64_t y = 0; y < 64; y++)
+      for (int64_t x = 0; x < 64; x++) {
+        const int64_t got = labels[size_t(y * 64 + x)];
+        if (y >= 30 || x >= 40) {
+          ASSERT_EQ(got, 255);
+          for (int64_t c = 0; c < 3; c++) ASSERT_NEAR(denormalize(out[size_t((y * 64 + x) * 3 + c)], c), 0.f, 1e-3f);
+        } else {
+          const int64_t sx = flip ? 79 - (2 * x + 1) : 2 * x + 1;
+          ASSERT_EQ(got, expected[size_t((2 * y + 1) * 80 + sx)]) << "y " << y << " x " << x << " flip " << flip;
+        }
+      }
+  }
+  // Random draws on every sample: the scale is the recipe's, and wherever a label's 5 x 5 neighbourhood is one
+  // class, the pixel's colour is nearest that class's (image and label map moved together; JPEG's ringing
+  // at edges moves colours by up to ~20 levels, the class colours are 160 or more apart).
+  SegmentationSet set(sample("voc_sample"), 5);
+  for (int64_t i = 0; i < set.size(); i++) {
+    Image im, lab;
+    set.load(i, im, lab);
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+      std::mt19937_64 rng = item_rng(seed, i);
+      const ScaleCrop t = draw_scale_crop(im.height, im.width, 64, 64, rng);
+      EXPECT_GE(std::min(t.scaled_h, t.scaled_w), 32);
+      EXPECT_LE(std::min(t.scaled_h, t.scaled_w), 128);
+      EXPECT_LE(t.left, std::max<int64_t>(t.scaled_w - 64, 0));
+      EXPECT_LE(t.top, std::max<int64_t>(t.scaled_h - 64, 0));
+      std::vector<float> out(64 * 64 * 3);
+      std::vector<int64_t> labels(64 * 64);
+      apply_scale_crop(im, lab, t, 64, 255, out.data(), labels.data());
+      int64_t checked = 0;
+      for (int64_t y = 2; y < 62; y++)
+        for (int64_t x = 2; x < 62; x++) {
+          const int64_t l = labels[size_t(y * 64 + x)];
+          bool flat = l != 255;
+          for (int64_t dy = -2; dy <= 2 && flat; dy++)
+            for (int64_t dx = -2; dx <= 2 && flat; dx++) flat = labels[size_t((y + dy) * 64 + x + dx)] == l;
+          if (!flat) continue;
+          checked++;
+          int64_t nearest = 0;
+          float best = 1e9f;
+          for (int64_t k = 0; k < 5; k++) {
+            float distance = 0;
+            for (int64_t c = 0; c < 3; c++) distance += std::fabs(denormalize(out[size_t((y * 64 + x) * 3 + c)], c) - kVocColours[k][c]);
+            if (distance < best) best = distance, nearest = k;
+          }
+          ASSERT_EQ(nearest, l) << set.ids()[size_t(i)] << " seed " << seed << " y " << y << " x " << x;
+          ASSERT_LT(best, 3 * 24.f) << set.ids()[size_t(i)] << " seed " << seed << " y " << y << " x " << x;
+        }
+      EXPECT_GT(checked, 0);
+    }
+  }
+}
+
+TEST(VisionData, SeededOrderAndBatches) {
+  // Each epoch visits every item once.
+  for (int64_t epoch = 0; epoch < 3; epoch++) {
+    std::vector<int64_t> seen;
+    for (int64_t k = 0; k < 5; k++) seen.push_back(epoch_item(epoch * 5 + k, 5, 7));
+    std::sort(seen.begin(), seen.end());
+    EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  }
+  SegmentationSet voc(sample("voc_sample"), 5);
+  auto a = voc.batch(3, 64, 1, 2), b = voc.batch(3, 64, 1, 2), c = voc.batch(3, 64, 1, 3), d = voc.batch(3, 64, 2, 2);
+  EXPECT_EQ(a.images, b.images);
+  EXPECT_EQ(a.labels, b.labels);
+  EXPECT_NE(a.labels, c.labels);
+  EXPECT_NE(a.labels, d.labels);
+  for (int64_t l : a.labels) EXPECT_TRUE((l >= 0 && l < 5) || l == 255);
+  DetectionSet coco(sample("coco_sample"), 3);
+  auto x = coco.batch(4, 64, 1, 1), y = coco.batch(4, 64, 1, 1), z = coco.batch(4, 64, 3, 1);
+  EXPECT_EQ(x.images, y.images);
+  EXPECT_EQ(x.boxes, y.boxes);
+  EXPECT_NE(x.images, z.images);
+  // Step 1 with batch 4 is one whole epoch: every sample once, so 6 boxes (the crowd left out) and 1 empty image.
+  int64_t boxes = 0, empty = 0;
+  for (int64_t n = 0; n < 4; n++) {
+    int64_t here = 0;
+    for (int64_t m = 0; m < 100; m++) {
+      const int64_t l = x.labels[size_t(n * 100 + m)];
+      EXPECT_TRUE(l >= -1 && l < 3);
+      if (l >= 0) here++;
+      if (l < 0) {
+        EXPECT_EQ(x.boxes[size_t((n * 100 + m) * 4 + 2)], 0.f);
+      }
+    }
+    boxes += here, empty += here == 0;
+  }
+  EXPECT_EQ(boxes, 6);
+  EXPECT_EQ(empty, 1);
+}
+
+TEST(VisionData, CocoCategoriesAndBoxes) {
+  DetectionSet set(sample("coco_sample"), 3);
+  EXPECT_EQ(set.category_ids(), (std::vector<int64_t>{3, 7, 12}));
+  ASSERT_EQ(set.size(), 4);
+  // Image 2: one box (its iscrowd box skipped), category 7 -> class 1.
+  ASSERT_EQ(set.items()[1].boxes.size(), 1u);
+  EXPECT_EQ(set.items()[1].boxes[0].label, 1);
+  EXPECT_TRUE(set.items()[2].boxes.empty());
+  // Image 4: category 12 -> class 2, 3 -> 0.
+  ASSERT_EQ(set.items()[3].boxes.size(), 3u);
+  EXPECT_EQ(set.items()[3].boxes[0].label, 2);
+  EXPECT_EQ(set.items()[3].boxes[2].label, 0);
+  EXPECT_NE(set.describe().find("1 iscrowd boxes skipped"), std::string::npos) << set.describe();
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Errors
+
+TEST(VisionData, VocErrorsNameTheFile) {
+  EXPECT_ERROR_HAS(SegmentationSet("/no/such/voc", 5), "/no/such/voc", "no such directory");
+  {
+    TempDir t;
+    const std::string d = t.copy("voc_sample");
+    fs::remove_all(d + "/JPEGImages");
+    EXPECT_ERROR_HAS(SegmentationSet(d, 5), "JPEGImages/");
+  }
+  {
+    TempDir t;
+    const std::string d = t.copy("voc_sample");
+    fs::remove(d + "/JPEGImages/2007_000002.jpg");
+    EXPECT_ERROR_HAS(SegmentationSet(d, 5), "2007_000002.jpg", "train.txt");
+  }
+  {
+    TempDir t;
+    const std::string d = t.copy("voc_sample");
+    fs::remove(d + "/SegmentationClass/2007_000003.png");
+    EXPECT_ERROR_HAS(SegmentationSet(d, 5), "SegmentationClass/2007_000003.png");
+    // Without train.txt the ids are the PNGs: 3 left.
+    fs::remove(d + "/ImageSets/Segmentation/train.txt");
+    EXPECT_EQ(SegmentationSet(d, 5).size(), 3);
+  }
+  {
+    TempDir t;
+    const std::string d = t.copy("voc_sample");
+    const std::string jpeg = read_file_bytes(d + "/JPEGImages/2007_000001.jpg", "jpeg");
+    write(d + "/JPEGImages/2007_000001.jpg", jpeg.substr(0, jpeg.size() / 2));  // truncated
+    std::string corrupt = read_file_bytes(d + "/JPEGImages/2007_000002.jpg", "jpeg");
+    for (size_t k = 200; k < corrupt.size() - 2; k += 7) corrupt[k] = char(0xFF);  // markers in the entropy data
+    write(d + "/JPEGImages/2007_000002.jpg", corrupt);
+    const std::string png = read_file_bytes(d + "/SegmentationClass/2007_000003.png", "png");
+    write(d + "/SegmentationClass/2007_000003.png", png.substr(0, png.size() - 30));  // truncated
+    std::string bad_crc = read_file_bytes(d + "/SegmentationClass/2007_000004.png", "png");
+    bad_crc[40] = char(bad_crc[40] ^ 0x55);
+    write(d + "/SegmentationClass/2007_000004.png", bad_crc);
+    SegmentationSet set(d, 5);  // opening reads no pixels
+    Image im, lab;
+    EXPECT_ERROR_HAS(set.load(0, im, lab), "2007_000001.jpg", "JPEG", "corrupt or truncated");
+    EXPECT_ERROR_HAS(set.load(1, im, lab), "2007_000002.jpg", "JPEG", "corrupt or truncated");
+    EXPECT_ERROR_HAS(set.load(2, im, lab), "2007_000003.png", "PNG", "corrupt or truncated");
+    EXPECT_ERROR_HAS(set.load(3, im, lab), "2007_000004.png", "PNG", "corrupt or truncated");
+    EXPECT_ERROR_HAS(set.batch(4, 64, 1, 1), "corrupt or truncated");  // from a decoding thread
+    write(d + "/JPEGImages/2007_000001.jpg", "not an image");
+    EXPECT_ERROR_HAS(set.load(0, im, lab), "2007_000001.jpg", "neither a JPEG nor a PNG");
+  }
+  {
+    TempDir t;
+    const std::string d = t.copy("voc_sample");
+    SegmentationSet four_classes(d, 4);  // 2007_000004 has class 4
+    Image im, lab;
+    EXPECT_ERROR_HAS(four_classes.load(3, im, lab), "2007_000004.png", "class 4", "4 classes");
+    fs::copy_file(d + "/SegmentationClass/2007_000001.png", d + "/SegmentationClass/2007_000002.png",
+                  fs::copy_options::overwrite_existing);
+    EXPECT_ERROR_HAS(SegmentationSet(d, 5).load(1, im, lab), "2007_000002.png", "80x60", "50x90");
+  }
+  models::ModelConfig mc;
+  mc.name = "deeplabv3", mc.size = "tiny", mc.data = "/no/such/voc";
+  EXPECT_ERROR_HAS(models::create_model(mc), "/no/such/voc");
+}
+
+namespace {
+// An instances JSON: images 1 (80 x 40) and 4 (100 x 50) of the sample, categories 3, 7, 12 and `annotations`.
+std::string coco_json(const std::string& annotations, const std::string& width_1 = "80") {
+  return R"({"images": [{"id": 1, "file_name": "000000000001.jpg", "width": )" + width_1 +
+         R"(, "height": 40}, {"id": 4, "file_name": "000000000004.jpg", "width": 100, "height": 50}],
+            "categories": [{"id": 12}, {"id": 3}, {"id": 7}], "annotations": [)" + annotations + "]}";
+}
+std::string box(int64_t image, int64_t category, const std::string& bbox) {
+  return engine::str(R"({"image_id": )", image, R"(, "category_id": )", category, R"(, "bbox": )", bbox, "}");
+}
+}  // namespace
+
+TEST(VisionData, CocoErrorsNameTheFile) {
+  EXPECT_ERROR_HAS(DetectionSet("/no/such/coco", 3), "/no/such/coco", "no such directory");
+  TempDir t;
+  const std::string d = t.copy("coco_sample"), json = d + "/annotations/instances_train2017.json";
+  EXPECT_ERROR_HAS(DetectionSet(d, 80), "3 categories", "80 classes");
+  write(d + "/annotations/instances_val2017.json", "{}");
+  EXPECT_ERROR_HAS(DetectionSet(d, 3), "exactly one", "instances_train2017.json, instances_val2017.json");
+  fs::remove(d + "/annotations/instances_val2017.json");
+  write(json, coco_json(box(1, 3, "[10, 5, 20, 10]")).substr(0, 60));
+  EXPECT_ERROR_HAS(DetectionSet(d, 3), "instances_train2017.json");  // syntax
+  write(json, coco_json(R"({"image_id": 1, "category_id": 3})"));
+  EXPECT_ERROR_HAS(DetectionSet(d, 3), "instances_train2017.json", "annotations[0]", "missing key 'bbox'");
+  write(json, coco_json(box(9, 3, "[1, 1, 2, 2]")));
+  EXPECT_ERROR_HAS(DetectionSet(d, 3), "annotations[0]", "image_id 9");
+  write(json, coco_json(box(1, 5, "[1, 1, 2, 2]")));
+  EXPECT_ERROR_HAS(DetectionSet(d, 3), "annotations[0]", "category_id 5");
+  write(json, coco_json(box(1, 3, "[1, 1, 2]")));
+  EXPECT_ERROR_HAS(DetectionSet(d, 3), "annotations[0].bbox");
+  // Outside the image: clipped (and noted); nothing left: dropped.
+  write(json, coco_json(box(1, 3, "[70, -5, 20, 10]") + "," + box(4, 7, "[120, 0, 5, 5]")));
+  {
+    DetectionSet set(d, 3);
+    ASSERT_EQ(set.items()[0].boxes.size(), 1u);
+    const DetectionBox b = set.items()[0].boxes[0];
+    EXPECT_EQ(b.x, 70.f);
+    EXPECT_EQ(b.y, 0.f);
+    EXPECT_EQ(b.w, 10.f);
+    EXPECT_EQ(b.h, 5.f);
+    EXPECT_EQ(b.label, 0);  // category 3 is the smallest id
+    EXPECT_TRUE(set.items()[1].boxes.empty());
+    EXPECT_NE(set.describe().find("2 boxes reached outside their image and were clipped to it (1 had nothing left"),
+              std::string::npos) << set.describe();
+  }
+  // More boxes than slots: the first ones kept, the rest counted.
+  std::string many;
+  for (int k = 0; k < 5; k++) many += (k ? "," : "") + box(1, 12, engine::str("[", k, ", 0, 5, 5]"));
+  write(json, coco_json(many));
+  {
+    DetectionSet set(d, 3, /*max_boxes=*/3);
+    ASSERT_EQ(set.items()[0].boxes.size(), 3u);
+    EXPECT_EQ(set.items()[0].boxes[2].x, 2.f);
+    EXPECT_NE(set.describe().find("1 images have more than 3 boxes: the first 3 kept, 2 boxes dropped"), std::string::npos);
+  }
+  // The JSON's size differs from the decoded one: an error when the image is decoded.
+  write(json, coco_json("", "81"));
+  {
+    DetectionSet set(d, 3);
+    EXPECT_ERROR_HAS(set.load(0), "000000000001.jpg", "80x40", "81x40");
+  }
+  write(json, coco_json(""));
+  fs::remove(d + "/train2017/000000000004.jpg");
+  EXPECT_ERROR_HAS(DetectionSet(d, 3), "000000000004.jpg", "does not exist");
+  fs::remove_all(d + "/train2017");
+  EXPECT_ERROR_HAS(DetectionSet(d, 3), "train2017/");
+  fs::remove_all(d + "/annotations");
+  EXPECT_ERROR_HAS(DetectionSet(d, 3), "annotations/");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The models
+
+namespace {
+models::ModelConfig tiny(const std::string& model) {
+  models::ModelConfig mc;
+  mc.name = model, mc.size = "tiny";
+  mc.data = sample(model == "yolov3" ? "coco_sample" : "voc_sample");
+  return mc;
+}
+}  // namespace
+
+TEST(VisionData, TinyModelsTrainFromTheSamples) {
+  auto dev = engine::Device::create(engine::DeviceType::cpu, size_t(1) << 32);
+  engine::DeviceGuard guard(dev);
+  for (const char* name : {"deeplabv3", "yolov3"}) {
+    auto model = models::create_model(tiny(name));
+    EXPECT_NE(model->summary().find("data: "), std::string::npos) << model->summary();
+    for (int64_t step = 1; step <= 3; step++) {
+      models::StepResult r = model->train_step(step);
+      EXPECT_TRUE(std::isfinite(r.loss)) << name << " step " << step;
+      EXPECT_GT(r.loss, 0) << name;
+      EXPECT_EQ(r.items, 4);
+    }
+  }
+  auto other = tiny("yolov3");
+  other.size = "coco";  // 80 classes against the sample's 3 categories
+  EXPECT_ERROR_HAS(models::create_model(other), "3 categories", "80 classes");
+}
+
+TEST(VisionData, MetaWithDataAllocatesAsCpu) {
+  for (const char* name : {"deeplabv3", "yolov3"}) {
+    std::string csv[2];
+    int k = 0;
+    for (auto type : {engine::DeviceType::cpu, engine::DeviceType::meta}) {
+      auto dev = engine::Device::create(type, size_t(1) << 32);
+      engine::DeviceGuard guard(dev);
+      auto model = models::create_model(tiny(name));
+      for (int64_t step = 1; step <= 2; step++) model->train_step(step);
+      dev->ledger().check();
+      csv[k++] = dev->ledger().events_csv();
+    }
+    EXPECT_EQ(csv[0], csv[1]) << name;
+  }
+}
