@@ -388,7 +388,7 @@ std::string lambda_markdown(const LambdaTable& t) {
       for (const auto& c : r.cells)
         if (!c.error.empty()) os << "\n- " << r.model << " on " << c.gpu << ": " << c.error;
   }
-  os << "\n" << t.rows.size() << " models, " << t.probes << " probes (2 training steps each on a fresh arena), "
+  os << "\n" << t.rows.size() << " models, " << t.probes << " probes (2 training steps each on a fresh arena, or the more a model asks for: Model::probe_steps), "
      << engine::format_fixed(t.seconds, 2) << " s.\n";
   return os.str();
 }
