@@ -16,7 +16,7 @@ namespace ops::cuda {
 namespace conv {
 
 namespace {
-constexpr int kDefaultWideVariant = 0;
+constexpr int kDefaultWideVariant = -1;  // each kernel's default (conv_igemm.cuh: wide_warps_64x64)
 int wide_variant = kDefaultWideVariant;
 }  // namespace
 
@@ -73,11 +73,16 @@ Tensor matrix(const Tensor& t, int64_t rows, int64_t cols, int64_t row_stride, i
 const char* conv2d_path(ConvPass pass, const ConvGeometry& g, DType dtype) {
   if (is_gemm(g)) return "gemm";
   if (is_depthwise(g)) return "depthwise";
-  // Tensor cores copy Cout/g channels (the forward's epilogue, the weight gradient's dy rows) 8 at a time,
-  // Cin/g channels too except in the gathering variants (forward and weight gradient: the 3-channel stem).
+  // Tensor cores copy Cout/g channels (the forward's epilogue, the weight gradient's dy rows) 16 bytes at a
+  // time (8 bf16/f16, 4 f32), Cin/g channels too except in the gathering variants (forward and weight
+  // gradient: the 3-channel stem). f32 goes there only with TF32 allowed (--precision tf32).
   if (igemm_dtype(dtype) && fits_int32(g) && g.cout_per_group() % 8 == 0) {
     if (g.cin_per_group() % 8 == 0) return "igemm";
     if (pass != ConvPass::data) return "igemm_gather";
+  }
+  if (dtype == DType::f32 && engine::cuda::allow_tf32() && fits_int32(g) && g.cout_per_group() % 4 == 0) {
+    if (g.cin_per_group() % 4 == 0) return "igemm_tf32";
+    if (pass != ConvPass::data) return "igemm_gather_tf32";
   }
   // f32 on CUDA cores, float4 copies.
   if (dtype == DType::f32 && fits_int32(g) && g.cin_per_group() % 4 == 0 && g.cout_per_group() % 4 == 0) return "simt";

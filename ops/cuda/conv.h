@@ -5,7 +5,9 @@
 //   depthwise (groups == Cin == Cout)   direct kernels (conv_depthwise.cu)
 //   bf16/f16, Cin/g and Cout/g % 8 == 0 implicit GEMM on tensor cores (conv_igemm_*.cu), no im2col buffer
 //   bf16/f16, Cout/g % 8 == 0 only       the same with x gathered element by element (forward, weight)
-//   f32, Cin/g and Cout/g % 4 == 0       implicit GEMM on CUDA cores, true fp32 (conv_simt.cu)
+//   f32 with engine::cuda::allow_tf32(),  the same implicit GEMMs on TF32 tensor cores ("igemm_tf32"; with
+//     Cin/g and Cout/g % 4 == 0            Cout/g % 4 == 0 only: "igemm_gather_tf32", forward and weight)
+//   f32, Cin/g and Cout/g % 4 == 0       implicit GEMM on CUDA cores, true fp32 (conv_simt.cu; TF32 off)
 //   anything else (f64, odd channels)    the generic CUDA-core kernels (conv_generic.cu)
 #pragma once
 #include "engine/tensor.h"
@@ -25,7 +27,8 @@ void conv2d_backward_weight(const engine::Tensor& x, const engine::Tensor& dy, c
                             const engine::Tensor& workspace, const ConvGeometry& g);
 
 // The kernel each pass takes for this geometry and dtype ("gemm", "depthwise", "igemm", "igemm_gather",
-// "simt", "generic"), for tests and benchmarks. The 1x1 GEMM path uses the device's GEMM workspace (Device::workspace), which the
+// "igemm_tf32", "igemm_gather_tf32", "simt", "generic"), for tests and benchmarks; f32 also depends on
+// engine::cuda::allow_tf32() (the 1x1 "gemm" then runs cuBLASLt's FAST_TF32). The 1x1 GEMM path uses the device's GEMM workspace (Device::workspace), which the
 // op must request on every device like ops/matmul.cpp does, so that meta predicts it.
 enum class ConvPass { forward, data, weight };
 const char* conv2d_path(ConvPass pass, const ConvGeometry& g, engine::DType dtype);

@@ -1,21 +1,36 @@
 // cuda/conv_igemm.cuh: the tensor-core main loop shared by the three implicit-GEMM convolution kernels
 // (conv_igemm_fwd.cu: forward; conv_igemm_data_phases.cu / conv_igemm_data.cu: data gradient;
-// conv_igemm_weight.cu: weight gradient).
+// conv_igemm_weight.cu: weight gradient), for two element types:
+//   bf16/f16: mma.sync m16n8k16 (16-bit inputs, f32 accumulators), fragments by ldmatrix;
+//   f32 with TF32 tensor cores (engine::cuda::allow_tf32()): mma.sync m16n8k8 .tf32, f32 accumulators, each
+//   operand rounded to TF32 in registers with cvt.rna.tf32.f32 (round to nearest, ties away: cuBLAS's rounding).
 //
 // Each kernel is a GEMM C[M, N] = A[M, K] B[K, N] whose operands are gathered from the NHWC tensors on the
 // fly (no im2col buffer): a per-kernel Loader copies one K-slice of A and of B into shared memory with
-// 16-byte cp.async (8 channels at a time: channel counts are multiples of 8, so an 8-chunk never straddles
-// a filter tap; chunks outside the image, the padding, or past the end are zero-filled by the copy itself;
-// the gathering variants for Cin/g % 8 != 0 load element by element and store 16 bytes). The main loop then runs mma.sync m16n8k16 (bf16/f16 in, f32 accumulators) on the tiles.
+// 16-byte cp.async (a chunk of kVec channels: 8 16-bit or 4 f32; channel counts are multiples of kVec, so a
+// chunk never straddles a filter tap; chunks outside the image, the padding, or past the end are zero-filled
+// by the copy itself; the gathering variants for Cin/g % kVec != 0 load element by element and store 16
+// bytes). The main loop then runs the MMAs on the tiles.
 //
 // Tiling (Tile below): a block computes a 128 x 128 (or 128 x 64, 64 x 128) tile of C, each warp a 64 x 32
-// (or 64 x 64) sub-tile. K advances 64 at a time through a 3-stage cp.async pipeline: while the tensor cores work on
-// slice k, slices k+1 and k+2 are in flight. Shared tiles are rows of 64 or 128 16-bit elements,
-// split in 16-byte chunks stored at chunk ^ (row % 8) (attention_common.cuh's swizzle), so every ldmatrix
-// is conflict-free. The operands come in two layouts each:
-//   A [m][k] (rows of BK, ldmatrix)       or  A [k][m] (rows of BM, ldmatrix.trans)  (weight gradient)
-//   B [n][k] (rows of BK, ldmatrix)       or  B [k][n] (rows of BN, ldmatrix.trans)  (data/weight gradient)
+// (or 64 x 64) sub-tile. K advances BK at a time (64 16-bit or 32 f32 elements: 128 bytes either way, so a
+// stage holds the same bytes and a block the same shared memory in both types) through a 3-stage cp.async
+// pipeline: while the tensor cores work on slice k, slices k+1 and k+2 are in flight. Shared tiles are rows
+// split in 16-byte chunks; the operands come in two layouts each:
+//   A [m][k] (rows of BK)  or  A [k][m] (rows of BM)  (weight gradient)
+//   B [n][k] (rows of BK)  or  B [k][n] (rows of BN)  (data/weight gradient)
+// Reading fragments: a k-step is 32 bytes of k (16 16-bit or 8 f32 elements), and the m16n8k8 TF32
+// fragments of a [m][k] / [n][k] tile are, byte for byte, those ldmatrix (b16) gives for m16n8k16 (each lane's
+// 32-bit register holds one f32 instead of a 16-bit pair: a0..a3 = rows 0-7/8-15 x k 0-3/4-7, b0/b1 = k 0-3/4-7),
+// so those tiles use the same ldmatrix code and the same swizzle (chunk ^ row % 8, attention_common.cuh's:
+// conflict-free). ldmatrix.trans would split the f32 words, so the [k][m] / [k][n] f32 tiles are read one
+// 32-bit word per lane (KMajorWords) and stored with another chunk permutation (tile_chunk): each lane reads
+// (k = tq (+4), col = g (+8)) of an 8-row block, and chunk ^ ((r % 4) * 2 + (r / 4) % 2) puts the 32 lanes
+// of every such load in 32 different banks (with chunk ^ row % 8 they would take 16, 2 lanes each).
 #pragma once
+#include <cstring>
+#include <type_traits>
+
 #include "engine/cuda/runtime.h"
 #include "ops/cuda/attention_common.cuh"
 #include "ops/cuda/conv_kernels.cuh"
@@ -32,22 +47,28 @@ using attn::mma16816;
 using attn::smem_addr;
 using attn::swizzle;
 
-// A block's tile: BM x BN of C, K advancing BK = 64 per slice through kStages shared-memory stages. Warps
+// A block's tile: BM x BN of C, K advancing BK per slice through kStages shared-memory stages. Warps
 // are laid out (BM / 64) x (BN / WN), each computing a 64 x WN sub-tile (4 x WN/8 MMA tiles; 64 or 128 f32
 // accumulators per thread): 128 x 128 with 8 warps of 64 x 32 (96 KB, 2 blocks per SM) or 4 warps of
 // 64 x 64 (fewer shared-memory reads per MMA: 4 KB of fragments per 32 MMAs instead of 3 KB per 16);
 // 128 x 64 or 64 x 128 with 4 warps of 64 x 32 (72 KB, 3 blocks per SM) for layers with 64 channels or
-// too few 128 x 128 tiles to fill the GPU.
-template <int BM_, int BN_, int WN_ = 32>
+// too few 128 x 128 tiles to fill the GPU. Elem is the storage element in global and shared memory:
+// uint16_t (bf16/f16 bits) or float (TF32 MMAs). Shared memory is addressed in 16-bit units (uint16_t*):
+// the k*Elems counts below are in those units.
+template <int BM_, int BN_, int WN_ = 32, typename Elem_ = uint16_t>
 struct Tile {
-  static constexpr int BM = BM_, BN = BN_, BK = 64;
+  using Elem = Elem_;
+  static constexpr bool kTf32 = std::is_same_v<Elem, float>;
+  static constexpr int kVec = 16 / int(sizeof(Elem));  // elements per 16-byte chunk
+  static constexpr int kU = int(sizeof(Elem)) / 2;     // 16-bit units per element
+  static constexpr int BM = BM_, BN = BN_, BK = 8 * kVec;  // BK: 128 bytes of k
   static constexpr int kStages = 3;
   static constexpr int WM = 64, WN = WN_;
   static constexpr int MT = WM / 16, NT = WN / 8;  // MMA tiles per warp
   static constexpr int kWarpsM = BM / WM, kWarpsN = BN / WN;
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   static constexpr int kMinBlocks = (kThreads >= 256 || WN == 64) ? 2 : 3;
-  static constexpr int kAElems = BM * BK, kBElems = BN * BK;
+  static constexpr int kAElems = BM * BK * kU, kBElems = BN * BK * kU;
   static constexpr int kStageElems = kAElems + kBElems;
   static constexpr int kSmemBytes = kStages * kStageElems * 2;
   // Accumulators of one warp: acc[mt][nt] is the 16 x 8 tile at rows warp_m*WM + mt*16, cols
@@ -55,48 +76,134 @@ struct Tile {
   using Acc = float[MT][NT][4];
   static_assert(BM % WM == 0 && BN % WN == 0 && (WN == 32 || WN == 64), "warp tiles are 64 x 32 or 64 x 64");
 };
-constexpr int BK = 64;
+constexpr int kKRowUnits = 64;  // 16-bit units in a row of BK (128 bytes) of a [m][k] / [n][k] tile
+
+// The storage element of dtype T's tiles, and the tile of T.
+template <typename T>
+using StorageOf = std::conditional_t<std::is_same_v<T, float>, float, uint16_t>;
+template <typename T, int BM, int BN, int WN = 32>
+using TileOf = Tile<BM, BN, WN, StorageOf<T>>;
+
+// Offset (16-bit units) of 16-byte chunk `chunk` of row `row` in a tile whose rows hold kRowElems elements:
+// at chunk ^ (row % 8), or chunk ^ ((r % 4) * 2 + r / 4) with r = row % 8 for the f32 tiles stored k-major
+// ([k][m], [k][n]: read one word per lane, see the header).
+template <typename Cfg, int kRowElems, bool kKMajor>
+__device__ __forceinline__ int tile_chunk(int row, int chunk) {
+  constexpr int D = kRowElems * Cfg::kU;
+  const int r = row & 7;
+  const int x = (Cfg::kTf32 && kKMajor) ? (((r & 3) << 1) | (r >> 2)) : r;
+  return row * D + ((chunk ^ x) << 3);
+}
+
+// One 32-bit word per lane from a k-major f32 tile [k][kCols] (stored by tile_chunk<.., true>): the lane's
+// element (k0 + tq + 4h, c0 + g + 8j), g = lane / 4, tq = lane % 4, for k0 a multiple of 8 and c0 of 16:
+// A's a[j + 2h] of the m16n8k8 TF32 fragment from a [k][m] tile, B's b[h] of n-tile j from a [k][n] tile.
+// c0 / 4 has its two low bits clear, so the swizzled chunk is (c0 / 4) ^ (g / 4 + 2j) ^ perm(tq + 4h), with
+// perm(tq + 4h) = 2tq + h: (c0 / 4 ^ 2j ^ h) ^ lane_chunk, a constant XOR the lane's (g / 4) ^ 2tq.
+template <int kCols>
+struct KMajorWords {
+  uint32_t base;  // tile + row tq + word g % 4, bytes
+  int lane_chunk;  // (g / 4) ^ 2tq
+  __device__ __forceinline__ KMajorWords(const uint16_t* tile, int lane) {
+    const int g = lane >> 2, tq = lane & 3;
+    base = smem_addr(tile) + uint32_t(tq * kCols * 4 + (g & 3) * 4);
+    lane_chunk = (g >> 2) ^ (tq << 1);
+  }
+  __device__ __forceinline__ uint32_t operator()(int k0, int c0, int j, int h) const {
+    const int chunk = ((c0 >> 2) ^ (2 * j) ^ h) ^ lane_chunk;
+    const uint32_t addr = base + uint32_t((k0 + 4 * h) * kCols * 4 + (chunk << 4));
+    uint32_t v;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+    return v;
+  }
+};
+
+// f32 bits rounded to TF32 (10 mantissa bits; nearest, ties away from zero: cuBLAS's rounding), in place.
+// On sm_90 cvt.rna.tf32.f32 is three instructions (|x| < inf ? x + 0x1000 : x, then a mask of the low 13
+// bits, which the MMA ignores anyway). Measured on the H200 (2026-11-30, Darknet 3x3 layers): dropping the
+// mask (CUTLASS's round_half_ulp_truncate, guard kept) gained nothing; a bare x + 0x1000 ran ~10% faster
+// but turns a NaN such as 0x7fffffff into -0 (the carry reaches the sign bit), hiding a diverged step.
+template <int N>
+__device__ __forceinline__ void round_tf32(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; i++) asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r[i]) : "f"(__uint_as_float(r[i])));
+}
+
+// c[16x8] += a[16x8] b[8x8] on TF32 inputs, f32 accumulators.
+__device__ __forceinline__ void mma1688_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
 // Fragment addresses (attention_common.cuh's lane mappings): A [m][k] as frag_a, A [k][m] with ldmatrix.trans
 // as frag_b_rows' mapping (its four 8x8 matrices are (k 0-7, m 0-7), (k 0-7, m 8-15), (k 8-15, m 0-7),
-// (k 8-15, m 8-15), transposed into a0..a3), B [n][k] as frag_b_rows, B [k][n] as frag_b_trans.
+// (k 8-15, m 8-15), transposed into a0..a3), B [n][k] as frag_b_rows, B [k][n] as frag_b_trans. The [k][m] and
+// [k][n] mappings serve the 16-bit tiles only (TF32 reads those with KMajorWords).
 template <bool kKM, int BM>
-__device__ __forceinline__ FragAddr<kKM ? BM : BK> a_frag(const uint16_t* sA, int lane) {
+__device__ __forceinline__ FragAddr<kKM ? BM : kKRowUnits> a_frag(const uint16_t* sA, int lane) {
   if constexpr (kKM) return FragAddr<BM>(sA, (lane >> 4) * 8 + (lane & 7), (lane >> 3) & 1);
-  else return FragAddr<BK>(sA, lane & 15, lane >> 4);
+  else return FragAddr<kKRowUnits>(sA, lane & 15, lane >> 4);
 }
 template <bool kKN, int BN>
-__device__ __forceinline__ FragAddr<kKN ? BN : BK> b_frag(const uint16_t* sB, int lane) {
+__device__ __forceinline__ FragAddr<kKN ? BN : kKRowUnits> b_frag(const uint16_t* sB, int lane) {
   if constexpr (kKN) return FragAddr<BN>(sB, ((lane >> 3) & 1) * 8 + (lane & 7), lane >> 4);
-  else return FragAddr<BK>(sB, (lane >> 4) * 8 + (lane & 7), (lane >> 3) & 1);
+  else return FragAddr<kKRowUnits>(sB, (lane >> 4) * 8 + (lane & 7), (lane >> 3) & 1);
 }
 
-// C += A B over one staged K-slice.
+// C += A B over one staged K-slice: 4 k-steps of 32 bytes (k16 MMAs for 16-bit T, k8 TF32 MMAs for float).
 template <typename Cfg, typename T, bool kAKM, bool kBKN>
 __device__ __forceinline__ void mma_slice(const uint16_t* sA, const uint16_t* sB, typename Cfg::Acc& acc, int warp_m,
                                           int warp_n, int lane) {
   constexpr int MT = Cfg::MT, NT = Cfg::NT, WM = Cfg::WM, WN = Cfg::WN;
-  const auto fa = a_frag<kAKM, Cfg::BM>(sA, lane);
-  const auto fb = b_frag<kBKN, Cfg::BN>(sB, lane);
+  constexpr bool kTf32 = std::is_same_v<T, float>;
+  static_assert(kTf32 == Cfg::kTf32, "float tiles run TF32 MMAs");
+  constexpr bool kAWords = kTf32 && kAKM, kBWords = kTf32 && kBKN;  // k-major f32 tiles: word loads
+  const auto fa = a_frag<kAKM, Cfg::BM * Cfg::kU>(sA, lane);
+  const auto fb = b_frag<kBKN, Cfg::BN * Cfg::kU>(sB, lane);
+  const KMajorWords<Cfg::BM> wa(sA, lane);
+  const KMajorWords<Cfg::BN> wb(sB, lane);
+  (void)wa, (void)wb;
 #pragma unroll
-  for (int ks = 0; ks < BK / 16; ks++) {
+  for (int ks = 0; ks < kKRowUnits / 16; ks++) {
     uint32_t af[MT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
       const int m0 = warp_m * WM + mt * 16;
-      if constexpr (kAKM) ldmatrix_x4_trans(af[mt], fa(ks * 16, m0 / 16));
-      else ldmatrix_x4(af[mt], fa(m0, ks));
+      if constexpr (kAWords) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) af[mt][i] = wa(ks * 8, m0, i & 1, i >> 1);
+      } else if constexpr (kAKM) {
+        ldmatrix_x4_trans(af[mt], fa(ks * 16, m0 / 16));
+      } else {
+        ldmatrix_x4(af[mt], fa(m0, ks));
+      }
+      if constexpr (kTf32) round_tf32(af[mt]);
     }
 #pragma unroll
     for (int nt2 = 0; nt2 < NT / 2; nt2++) {
       const int n0 = warp_n * WN + nt2 * 16;
       uint32_t bf[4];
-      if constexpr (kBKN) ldmatrix_x4_trans(bf, fb(ks * 16, n0 / 16));
-      else ldmatrix_x4(bf, fb(n0, ks));
+      if constexpr (kBWords) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) bf[i] = wb(ks * 8, n0, i >> 1, i & 1);
+      } else if constexpr (kBKN) {
+        ldmatrix_x4_trans(bf, fb(ks * 16, n0 / 16));
+      } else {
+        ldmatrix_x4(bf, fb(n0, ks));
+      }
+      if constexpr (kTf32) round_tf32(bf);
 #pragma unroll
       for (int mt = 0; mt < MT; mt++) {
-        mma16816<T>(acc[mt][2 * nt2], af[mt], bf[0], bf[1]);
-        mma16816<T>(acc[mt][2 * nt2 + 1], af[mt], bf[2], bf[3]);
+        if constexpr (kTf32) {
+          mma1688_tf32(acc[mt][2 * nt2], af[mt], bf[0], bf[1]);
+          mma1688_tf32(acc[mt][2 * nt2 + 1], af[mt], bf[2], bf[3]);
+        } else {
+          mma16816<T>(acc[mt][2 * nt2], af[mt], bf[0], bf[1]);
+          mma16816<T>(acc[mt][2 * nt2 + 1], af[mt], bf[2], bf[3]);
+        }
       }
     }
   }
@@ -193,14 +300,15 @@ __device__ __forceinline__ void store_pair(float* p, float v0, float v1) { *rein
 
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(float v) { return v; }
 
-// 8 16-bit values as one 16-byte shared-memory store (the gathering loaders' copy of cp_async16).
-__device__ __forceinline__ void store_chunk(uint16_t* dst, const uint16_t (&v)[8]) {
+// A chunk's elements (8 16-bit or 4 f32) as one 16-byte shared-memory store (the gathering loaders' copy
+// of cp_async16).
+template <typename E, int N>
+__device__ __forceinline__ void store_chunk(uint16_t* dst, const E (&v)[N]) {
+  static_assert(sizeof(E) * N == 16, "a chunk is 16 bytes");
   uint4 u;
-  u.x = uint32_t(v[0]) | (uint32_t(v[1]) << 16);
-  u.y = uint32_t(v[2]) | (uint32_t(v[3]) << 16);
-  u.z = uint32_t(v[4]) | (uint32_t(v[5]) << 16);
-  u.w = uint32_t(v[6]) | (uint32_t(v[7]) << 16);
+  memcpy(&u, v, 16);
   *reinterpret_cast<uint4*>(dst) = u;
 }
 
@@ -218,6 +326,15 @@ __device__ __forceinline__ void store_two(Out* p, float v0, float v1, bool secon
     p[0] = __float2half_rn(v0);
     if (second) p[1] = __float2half_rn(v1);
   }
+}
+
+// Whether a 128 x 128 tile has 4 warps of 64 x 64 (variant 1) rather than 8 of 64 x 32 (variant 0): as
+// set_igemm_wide_variant chose (tests, benchmarks), else each kernel's measured default `by_default`
+// (H200, 2026-11-30: v1 for the TF32 forward and weight gradient, whose k-major word loads and roundings
+// per MMA halve with the wider warp tile, +10-20%; v0 for the rest).
+inline bool wide_warps_64x64(bool by_default) {
+  const int v = igemm_wide_variant();
+  return v < 0 ? by_default : v == 1;
 }
 
 // Whether a GEMM with n columns (per group) takes the 64-wide tiles: 64 channels or fewer (a 128-wide tile

@@ -1,5 +1,5 @@
 // cuda/conv_igemm_data_phases.cu: the convolution's data gradient as implicit GEMMs on tensor cores, one per
-// stride phase, so that no MMA multiplies a tap that misses the output grid (bf16/f16, f32 accumulate;
+// stride phase, so that no MMA multiplies a tap that misses the output grid (bf16/f16, or f32 as TF32; f32 accumulate;
 // main loop and tiling in conv_igemm.cuh).
 //
 // dx[n, h, w, ci] sums over the taps (kh, kw) with (h + p_h - kh*d_h) divisible by s_h (and likewise in w).
@@ -27,12 +27,14 @@ struct TapTable {
 
 template <typename Cfg>
 struct PhaseLoader {
-  static constexpr int kARowStep = Cfg::kThreads / 8;              // A [BM][64]: 8 chunks per row
+  static constexpr int kARowStep = Cfg::kThreads / 8;              // A [BM][BK]: 8 chunks per row
   static constexpr int kAPasses = Cfg::BM / kARowStep;
-  static constexpr int kBChunks = Cfg::BN / 8;                     // B [64][BN]
+  static constexpr int BK = Cfg::BK, kVec = Cfg::kVec;
+  static constexpr int kBChunks = Cfg::BN / kVec;                  // B [BK][BN]
   static constexpr int kBRowStep = Cfg::kThreads / kBChunks, kBPasses = BK / kBRowStep;
-  const uint16_t* dy;
-  const uint16_t* w;
+  using Elem = typename Cfg::Elem;
+  const Elem* dy;
+  const Elem* w;
   const TapTable* taps;  // shared memory
   FastDiv coutg;
   int K, ho, wo, cout, cg, ktaps;
@@ -42,7 +44,7 @@ struct PhaseLoader {
 
   __device__ void load(uint16_t* sA, uint16_t* sB, int kt) const {
     {
-      const int k = kt * BK + a_ch * 8;
+      const int k = kt * BK + a_ch * kVec;
       const bool k_ok = k < K;
       int t, co;
       coutg.divmod(k, t, co);
@@ -52,8 +54,8 @@ struct PhaseLoader {
       for (int i = 0; i < kAPasses; i++) {
         const int th = a_i[i] + oh, tw = a_j[i] + ow;
         const bool ok = k_ok && unsigned(th) < unsigned(ho) && unsigned(tw) < unsigned(wo);
-        const uint16_t* src = ok ? dy + a_base[i] + (th * wo + tw) * cout + co : dy;
-        cp_async16(smem_addr(sA + swizzle<BK>(a_r0 + kARowStep * i, a_ch * 8)), src, ok);
+        const Elem* src = ok ? dy + a_base[i] + (th * wo + tw) * cout + co : dy;
+        cp_async16(smem_addr(sA + tile_chunk<Cfg, BK, false>(a_r0 + kARowStep * i, a_ch)), src, ok);
       }
     }
 #pragma unroll
@@ -63,15 +65,15 @@ struct PhaseLoader {
       int t, co;
       coutg.divmod(k, t, co);
       t = ok ? t : 0;
-      const uint16_t* src = ok ? w + ((b_row0 + co) * ktaps + taps->tap[t]) * cg + b_ci : w;
-      cp_async16(smem_addr(sB + swizzle<Cfg::BN>(b_r0 + kBRowStep * i, b_ch * 8)), src, ok);
+      const Elem* src = ok ? w + ((b_row0 + co) * ktaps + taps->tap[t]) * cg + b_ci : w;
+      cp_async16(smem_addr(sB + tile_chunk<Cfg, Cfg::BN, true>(b_r0 + kBRowStep * i, b_ch)), src, ok);
     }
   }
 };
 
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    phase_kernel(const FastDims f, const uint16_t* __restrict__ dy, const uint16_t* __restrict__ w,
+    phase_kernel(const FastDims f, const typename Cfg::Elem* __restrict__ dy, const typename Cfg::Elem* __restrict__ w,
                  T* __restrict__ dx, int n_tiles) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) uint16_t smem[];
@@ -123,10 +125,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
   }
   ld.b_ch = int(threadIdx.x) % Loader::kBChunks, ld.b_r0 = int(threadIdx.x) / Loader::kBChunks;
-  ld.b_ci = n0 + ld.b_ch * 8 < d.cg ? n0 + ld.b_ch * 8 : -1;
+  ld.b_ci = n0 + ld.b_ch * Cfg::kVec < d.cg ? n0 + ld.b_ch * Cfg::kVec : -1;
   ld.b_row0 = grp * d.coutg;
   typename Cfg::Acc acc;
-  mainloop<Cfg, T, false, true>(ld, (K + BK - 1) / BK, smem, acc);
+  mainloop<Cfg, T, false, true>(ld, (K + Cfg::BK - 1) / Cfg::BK, smem, acc);
   for_each_pair<Cfg>(acc, [&](int r, int c, float v0, float v1) {
     const int m = m0 + r, ci = n0 + c;
     if (m >= M || ci >= d.cg) return;
@@ -146,16 +148,17 @@ void launch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
   const int m_tiles = int((M + Cfg::BM - 1) / Cfg::BM), n_tiles = (d.cg + Cfg::BN - 1) / Cfg::BN;
   const dim3 grid(unsigned(int64_t(m_tiles) * n_tiles), unsigned(d.groups), unsigned(d.sh * d.sw));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
-      FastDims(d), static_cast<const uint16_t*>(dy), static_cast<const uint16_t*>(w), static_cast<T*>(dx), n_tiles);
+      FastDims(d), static_cast<const typename Cfg::Elem*>(dy), static_cast<const typename Cfg::Elem*>(w),
+      static_cast<T*>(dx), n_tiles);
   ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_data (implicit GEMM per stride phase)");
 }
 
 template <typename T>
 void dispatch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
   const int64_t M = int64_t(d.n) * d.h * d.w;  // all phases together
-  if (narrow_n(M, d.cg, d.groups)) launch_phases<Tile<128, 64>, T>(d, dy, w, dx);
-  else if (igemm_wide_variant() == 1) launch_phases<Tile<128, 128, 64>, T>(d, dy, w, dx);
-  else launch_phases<Tile<128, 128>, T>(d, dy, w, dx);
+  if (narrow_n(M, d.cg, d.groups)) launch_phases<TileOf<T, 128, 64>, T>(d, dy, w, dx);
+  else if (wide_warps_64x64(false)) launch_phases<TileOf<T, 128, 128, 64>, T>(d, dy, w, dx);
+  else launch_phases<TileOf<T, 128, 128>, T>(d, dy, w, dx);
 }
 
 }  // namespace
@@ -166,7 +169,8 @@ namespace ops::cuda::conv {
 
 bool igemm_data_phases(const Dims& d, engine::DType t, const void* dy, const void* w, void* dx) {
   if (d.kh * d.kw > igemm::kMaxTaps || d.sh * d.sw > 65535) return false;
-  if (t == engine::DType::bf16) igemm::dispatch_phases<__nv_bfloat16>(d, dy, w, dx);
+  if (t == engine::DType::f32) igemm::dispatch_phases<float>(d, dy, w, dx);
+  else if (t == engine::DType::bf16) igemm::dispatch_phases<__nv_bfloat16>(d, dy, w, dx);
   else igemm::dispatch_phases<__half>(d, dy, w, dx);
   return true;
 }

@@ -1,13 +1,13 @@
-// cuda/conv_igemm_fwd.cu: the convolution forward as an implicit GEMM on tensor cores (bf16/f16, f32
-// accumulate; main loop and tiling in conv_igemm.cuh):
+// cuda/conv_igemm_fwd.cu: the convolution forward as an implicit GEMM on tensor cores (bf16/f16, or f32 as
+// TF32; f32 accumulate; main loop and tiling in conv_igemm.cuh):
 //   M = N*Ho*Wo output pixels, N = Cout/g, K = KH*KW*Cin/g ordered (kh, kw, c) as the KRSC weight,
 //   A[m, k] = x[n, ho*s - p + kh*d, wo*s - p + kw*d, g*Cg + c] (zero outside the image), B[k, co] = w[g*Coutg + co, k].
-// A is staged [m][k] and B [n][k] (the weight's rows): both contiguous in k, 8 channels per cp.async.
+// A is staged [m][k] and B [n][k] (the weight's rows): both contiguous in k, kVec channels per cp.async.
 // A thread gathers the same A rows (output pixels) for every K-slice, so their (n, ho, wo) are decoded
-// once; per slice it decodes its one 8-chunk's (kh, kw, c).
-// kGather (Cin/g not a multiple of 8, e.g. the 3-channel stem): the 8 elements of a chunk may straddle
-// taps, so they are loaded one by one (2-byte loads, each with its own tap and bounds) and stored to shared
-// memory as one 16-byte vector; the weight rows (length K, not a multiple of 8) likewise.
+// once; per slice it decodes its one chunk's (kh, kw, c).
+// kGather (Cin/g not a multiple of kVec, e.g. the 3-channel stem): the kVec elements of a chunk may straddle
+// taps, so they are loaded one by one (each with its own tap and bounds) and stored to shared memory as one
+// 16-byte vector; the weight rows (length K, not a multiple of kVec) likewise.
 // Grid: one block per output tile (N-tiles fastest, so consecutive blocks share their x rows in L2),
 // blockIdx.y = group. Epilogue: + bias, rounded to T, stored as pairs from the accumulators.
 // Bound: the tensor cores when K >= ~256 (3x3 and larger with >= 32 channels); else the x gather.
@@ -19,18 +19,20 @@ namespace {
 
 template <typename Cfg, bool kGather>
 struct ForwardLoader {
-  static constexpr int kRowStep = Cfg::kThreads / 8;  // rows per pass over a [rows][64] tile
+  static constexpr int kRowStep = Cfg::kThreads / 8;  // rows per pass over a [rows][BK] tile (8 chunks a row)
   static constexpr int kAPasses = Cfg::BM / kRowStep, kBPasses = Cfg::BN / kRowStep;
-  const uint16_t* x;
-  const uint16_t* w;
+  static constexpr int BK = Cfg::BK, kVec = Cfg::kVec;
+  using Elem = typename Cfg::Elem;
+  const Elem* x;
+  const Elem* w;
   FastDiv cg, kw;
   int K, dh, dw, h, w_, cin, coff;  // coff: the group's first input channel
-  int ch, r0;                       // this thread's 8-chunk column and first row (rows kRowStep apart)
+  int ch, r0;                       // this thread's chunk column and first row (rows kRowStep apart)
   int a_base[kAPasses], a_hb[kAPasses], a_wb[kAPasses];  // per A row: n*H*W*Cin, ho*s - p, wo*s - p
   int b_off[kBPasses];              // per B row: offset of the weight row, or -1 past Cout/g
 
   __device__ void load(uint16_t* sA, uint16_t* sB, int kt) const {
-    const int k = kt * BK + ch * 8;
+    const int k = kt * BK + ch * kVec;
     if constexpr (!kGather) {
       const bool k_ok = k < K;
       int tap, c, kh, kwi;
@@ -41,22 +43,22 @@ struct ForwardLoader {
       for (int i = 0; i < kAPasses; i++) {
         const int hi = a_hb[i] + dho, wi = a_wb[i] + dwo;
         const bool ok = k_ok && unsigned(hi) < unsigned(h) && unsigned(wi) < unsigned(w_);
-        const uint16_t* src = ok ? x + a_base[i] + (hi * w_ + wi) * cin + coff + c : x;
-        cp_async16(smem_addr(sA + swizzle<BK>(r0 + kRowStep * i, ch * 8)), src, ok);
+        const Elem* src = ok ? x + a_base[i] + (hi * w_ + wi) * cin + coff + c : x;
+        cp_async16(smem_addr(sA + tile_chunk<Cfg, BK, false>(r0 + kRowStep * i, ch)), src, ok);
       }
 #pragma unroll
       for (int i = 0; i < kBPasses; i++) {
         const bool ok = k_ok && b_off[i] >= 0;
-        cp_async16(smem_addr(sB + swizzle<BK>(r0 + kRowStep * i, ch * 8)), ok ? w + b_off[i] + k : w, ok);
+        cp_async16(smem_addr(sB + tile_chunk<Cfg, BK, false>(r0 + kRowStep * i, ch)), ok ? w + b_off[i] + k : w, ok);
       }
     } else {
-      // The chunk's 8 taps/channels, decoded once for all rows.
-      int e_dh[8], e_dw[8], e_c[8];
+      // The chunk's kVec taps/channels, decoded once for all rows.
+      int e_dh[kVec], e_dw[kVec], e_c[kVec];
       int tap, c, kh, kwi;
       cg.divmod(min(k, K), tap, c);
       kw.divmod(tap, kh, kwi);
 #pragma unroll
-      for (int e = 0; e < 8; e++) {
+      for (int e = 0; e < kVec; e++) {
         const bool ok = k + e < K;
         e_dh[e] = ok ? kh * dh : kFarAway, e_dw[e] = kwi * dw, e_c[e] = c;
         if (++c == int(cg.d)) {
@@ -66,21 +68,21 @@ struct ForwardLoader {
       }
 #pragma unroll
       for (int i = 0; i < kAPasses; i++) {
-        uint16_t v[8];
+        Elem v[kVec];
 #pragma unroll
-        for (int e = 0; e < 8; e++) {
+        for (int e = 0; e < kVec; e++) {
           const int hi = a_hb[i] + e_dh[e], wi = a_wb[i] + e_dw[e];
           const bool ok = unsigned(hi) < unsigned(h) && unsigned(wi) < unsigned(w_);
-          v[e] = ok ? x[a_base[i] + (hi * w_ + wi) * cin + coff + e_c[e]] : uint16_t(0);
+          v[e] = ok ? x[a_base[i] + (hi * w_ + wi) * cin + coff + e_c[e]] : Elem(0);
         }
-        store_chunk(sA + swizzle<BK>(r0 + kRowStep * i, ch * 8), v);
+        store_chunk(sA + tile_chunk<Cfg, BK, false>(r0 + kRowStep * i, ch), v);
       }
 #pragma unroll
       for (int i = 0; i < kBPasses; i++) {
-        uint16_t v[8];
+        Elem v[kVec];
 #pragma unroll
-        for (int e = 0; e < 8; e++) v[e] = b_off[i] >= 0 && k + e < K ? w[b_off[i] + k + e] : uint16_t(0);
-        store_chunk(sB + swizzle<BK>(r0 + kRowStep * i, ch * 8), v);
+        for (int e = 0; e < kVec; e++) v[e] = b_off[i] >= 0 && k + e < K ? w[b_off[i] + k + e] : Elem(0);
+        store_chunk(sB + tile_chunk<Cfg, BK, false>(r0 + kRowStep * i, ch), v);
       }
     }
   }
@@ -88,7 +90,7 @@ struct ForwardLoader {
 
 template <typename Cfg, typename T, bool kGather>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    forward_kernel(const FastDims f, const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
+    forward_kernel(const FastDims f, const typename Cfg::Elem* __restrict__ x, const typename Cfg::Elem* __restrict__ w,
                    const T* __restrict__ bias, T* __restrict__ y, int n_tiles) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) uint16_t smem[];
@@ -121,7 +123,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     ld.b_off[i] = co < d.coutg ? (grp * d.coutg + co) * K : -1;
   }
   typename Cfg::Acc acc;
-  mainloop<Cfg, T, false, false>(ld, (K + BK - 1) / BK, smem, acc);
+  mainloop<Cfg, T, false, false>(ld, (K + Cfg::BK - 1) / Cfg::BK, smem, acc);
   for_each_pair<Cfg>(acc, [&](int r, int c, float v0, float v1) {
     const int m = m0 + r, co = n0 + c;
     if (m >= M || co >= d.coutg) return;
@@ -141,16 +143,19 @@ void launch_forward(const Dims& d, const void* x, const void* w, const void* bia
   const int m_tiles = int((M + Cfg::BM - 1) / Cfg::BM), n_tiles = (d.coutg + Cfg::BN - 1) / Cfg::BN;
   const dim3 grid(unsigned(int64_t(m_tiles) * n_tiles), unsigned(d.groups));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
-      FastDims(d), static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w), static_cast<const T*>(bias),
+      FastDims(d), static_cast<const typename Cfg::Elem*>(x), static_cast<const typename Cfg::Elem*>(w),
+      static_cast<const T*>(bias),
       static_cast<T*>(y), n_tiles);
   ENGINE_CUDA_LAUNCH_CHECK("conv2d (implicit GEMM forward)");
 }
 
 template <typename T, bool kGather>
 void dispatch_forward(const Dims& d, const void* x, const void* w, const void* bias, void* y) {
-  if (narrow_n(int64_t(d.n) * d.ho * d.wo, d.coutg, d.groups)) launch_forward<Tile<128, 64>, T, kGather>(d, x, w, bias, y);
-  else if (igemm_wide_variant() == 1) launch_forward<Tile<128, 128, 64>, T, kGather>(d, x, w, bias, y);
-  else launch_forward<Tile<128, 128>, T, kGather>(d, x, w, bias, y);
+  if (narrow_n(int64_t(d.n) * d.ho * d.wo, d.coutg, d.groups))
+    launch_forward<TileOf<T, 128, 64>, T, kGather>(d, x, w, bias, y);
+  else if (wide_warps_64x64(std::is_same_v<T, float>))
+    launch_forward<TileOf<T, 128, 128, 64>, T, kGather>(d, x, w, bias, y);
+  else launch_forward<TileOf<T, 128, 128>, T, kGather>(d, x, w, bias, y);
 }
 
 }  // namespace
@@ -162,8 +167,11 @@ namespace ops::cuda::conv {
 void igemm_forward(const Dims& d, engine::DType t, const void* x, const void* w, const void* bias, void* y) {
   if (int64_t(d.n) * d.ho * d.wo == 0 || d.cout == 0) return;
   ENGINE_CHECK(d.groups <= 65535, "conv2d: at most 65535 groups on the GPU, got ", d.groups);
-  const bool gather = d.cg % 8 != 0;
-  if (t == engine::DType::bf16) {
+  const bool gather = d.cg % (t == engine::DType::f32 ? 4 : 8) != 0;
+  if (t == engine::DType::f32) {
+    gather ? igemm::dispatch_forward<float, true>(d, x, w, bias, y)
+           : igemm::dispatch_forward<float, false>(d, x, w, bias, y);
+  } else if (t == engine::DType::bf16) {
     gather ? igemm::dispatch_forward<__nv_bfloat16, true>(d, x, w, bias, y)
            : igemm::dispatch_forward<__nv_bfloat16, false>(d, x, w, bias, y);
   } else {

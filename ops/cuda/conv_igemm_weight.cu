@@ -1,10 +1,10 @@
 // cuda/conv_igemm_weight.cu: the convolution's weight gradient as an implicit GEMM on tensor cores
-// (bf16/f16, f32 accumulate; main loop and tiling in conv_igemm.cuh):
+// (bf16/f16, or f32 as TF32; f32 accumulate; main loop and tiling in conv_igemm.cuh):
 //   M = Cout/g, N = KH*KW*Cin/g ordered (kh, kw, ci) as the KRSC weight, K = the N*Ho*Wo output pixels,
 //   A[co, p] = dy[p, g*Coutg + co],   B[p, (kh, kw, ci)] = x[n, ho*s - p + kh*d, wo*s - p + kw*d, g*Cg + ci]
 //   (zero outside the image). Both are staged [k][m] / [k][n] (pixel rows, contiguous in channels) and read
-//   with ldmatrix.trans. A thread's 8-chunk column is fixed, so its (kh, kw, ci) is decoded once; per
-//   K-slice it decodes its 4 pixel rows' (n, ho, wo), shared by its A and B copies.
+//   with ldmatrix.trans (TF32: one word per lane). A thread's chunk column is fixed, so its (kh, kw, ci) is
+//   decoded once; per K-slice it decodes its pixel rows' (n, ho, wo), shared by its A and B copies.
 // Split-K: the pixels are cut into `splits` equal ranges (blockIdx.z); with splits > 1 each range writes its
 // f32 partial tile to ws[split] and weight_grad_finalize adds them in split order (deterministic, no
 // atomics); with one split the tile is rounded to T and stored in dw directly.
@@ -17,23 +17,25 @@ namespace {
 
 template <typename Cfg, bool kGather>
 struct WeightLoader {
-  static constexpr int kAChunks = Cfg::BM / 8, kARowStep = Cfg::kThreads / kAChunks, kAPasses = BK / kARowStep;
-  static constexpr int kBChunks = Cfg::BN / 8, kBRowStep = Cfg::kThreads / kBChunks, kBPasses = BK / kBRowStep;
-  const uint16_t* x;
-  const uint16_t* dy;
+  static constexpr int BK = Cfg::BK, kVec = Cfg::kVec;
+  static constexpr int kAChunks = Cfg::BM / kVec, kARowStep = Cfg::kThreads / kAChunks, kAPasses = BK / kARowStep;
+  static constexpr int kBChunks = Cfg::BN / kVec, kBRowStep = Cfg::kThreads / kBChunks, kBPasses = BK / kBRowStep;
+  using Elem = typename Cfg::Elem;
+  const Elem* x;
+  const Elem* dy;
   FastDiv wo, ho;
   int p_begin, p_end, h, w, cin, cout, sh, sw;
-  int a_ch, a_r0, b_ch, b_r0;  // 8-chunk columns and first rows of the A and B copies
+  int a_ch, a_r0, b_ch, b_r0;  // chunk columns and first rows of the A and B copies
   int a_off;                   // g*Coutg + co of this thread's A chunk, or -1 past Cout/g
-  int b_off[kGather ? 8 : 1];  // g*Cg + ci of this thread's B chunk (per element when gathering), -1 past the end
-  int b_dh[kGather ? 8 : 1], b_dw[kGather ? 8 : 1];  // kh*d - p, kw*d - p of the same
+  int b_off[kGather ? kVec : 1];  // g*Cg + ci of this thread's B chunk (per element when gathering), -1 past the end
+  int b_dh[kGather ? kVec : 1], b_dw[kGather ? kVec : 1];  // kh*d - p, kw*d - p of the same
 
   __device__ void load(uint16_t* sA, uint16_t* sB, int kt) const {
 #pragma unroll
     for (int i = 0; i < kAPasses; i++) {
       const int row = a_r0 + kARowStep * i, p = p_begin + kt * BK + row;
       const bool ok = p < p_end && a_off >= 0;
-      cp_async16(smem_addr(sA + swizzle<Cfg::BM>(row, a_ch * 8)), ok ? dy + p * cout + a_off : dy, ok);
+      cp_async16(smem_addr(sA + tile_chunk<Cfg, Cfg::BM, true>(row, a_ch)), ok ? dy + p * cout + a_off : dy, ok);
     }
 #pragma unroll
     for (int i = 0; i < kBPasses; i++) {
@@ -45,17 +47,17 @@ struct WeightLoader {
       if constexpr (!kGather) {
         const int hi = hb + b_dh[0], wi = wb + b_dw[0];
         const bool ok = p < p_end && b_off[0] >= 0 && unsigned(hi) < unsigned(h) && unsigned(wi) < unsigned(w);
-        cp_async16(smem_addr(sB + swizzle<Cfg::BN>(row, b_ch * 8)), ok ? x + ((base + hi) * w + wi) * cin + b_off[0] : x,
-                   ok);
+        cp_async16(smem_addr(sB + tile_chunk<Cfg, Cfg::BN, true>(row, b_ch)),
+                   ok ? x + ((base + hi) * w + wi) * cin + b_off[0] : x, ok);
       } else {
-        uint16_t v[8];
+        Elem v[kVec];
 #pragma unroll
-        for (int e = 0; e < 8; e++) {
+        for (int e = 0; e < kVec; e++) {
           const int hi = hb + b_dh[e], wi = wb + b_dw[e];
           const bool ok = p < p_end && b_off[e] >= 0 && unsigned(hi) < unsigned(h) && unsigned(wi) < unsigned(w);
-          v[e] = ok ? x[((base + hi) * w + wi) * cin + b_off[e]] : uint16_t(0);
+          v[e] = ok ? x[((base + hi) * w + wi) * cin + b_off[e]] : Elem(0);
         }
-        store_chunk(sB + swizzle<Cfg::BN>(row, b_ch * 8), v);
+        store_chunk(sB + tile_chunk<Cfg, Cfg::BN, true>(row, b_ch), v);
       }
     }
   }
@@ -63,7 +65,7 @@ struct WeightLoader {
 
 template <typename Cfg, typename T, typename Out, bool kGather>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    weight_kernel(const FastDims f, const uint16_t* __restrict__ x, const uint16_t* __restrict__ dy,
+    weight_kernel(const FastDims f, const typename Cfg::Elem* __restrict__ x, const typename Cfg::Elem* __restrict__ dy,
                   Out* __restrict__ out, int n_tiles, int per_split) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) uint16_t smem[];
@@ -78,11 +80,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   ld.p_begin = min(P, split * per_split), ld.p_end = min(P, ld.p_begin + per_split);
   ld.a_ch = int(threadIdx.x) % Loader::kAChunks, ld.a_r0 = int(threadIdx.x) / Loader::kAChunks;
   ld.b_ch = int(threadIdx.x) % Loader::kBChunks, ld.b_r0 = int(threadIdx.x) / Loader::kBChunks;
-  const int co = m0 + ld.a_ch * 8;
+  const int co = m0 + ld.a_ch * Cfg::kVec;
   ld.a_off = co < d.coutg ? grp * d.coutg + co : -1;
 #pragma unroll
-  for (int e = 0; e < (kGather ? 8 : 1); e++) {
-    const int j = n0 + ld.b_ch * 8 + e;
+  for (int e = 0; e < (kGather ? Cfg::kVec : 1); e++) {
+    const int j = n0 + ld.b_ch * Cfg::kVec + e;
     int tap, ci, kh, kwi;
     f.cg.divmod(j, tap, ci);
     f.kw.divmod(tap, kh, kwi);
@@ -90,7 +92,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     ld.b_dh[e] = kh * d.dh - d.ph, ld.b_dw[e] = kwi * d.dw - d.pw;
   }
   typename Cfg::Acc acc;
-  mainloop<Cfg, T, true, true>(ld, (ld.p_end - ld.p_begin + BK - 1) / BK, smem, acc);
+  mainloop<Cfg, T, true, true>(ld, (ld.p_end - ld.p_begin + Cfg::BK - 1) / Cfg::BK, smem, acc);
   Out* o = out + int64_t(split) * d.cout * KW;
   for_each_pair<Cfg>(acc, [&](int r, int c, float v0, float v1) {
     const int m = m0 + r, n = n0 + c;
@@ -112,7 +114,8 @@ void launch_weight(const Dims& d, const void* x, const void* dy, Out* out, int s
   const int m_tiles = (d.coutg + Cfg::BM - 1) / Cfg::BM, n_tiles = (d.kh * d.kw * d.cg + Cfg::BN - 1) / Cfg::BN;
   const dim3 grid(unsigned(m_tiles * n_tiles), unsigned(d.groups), unsigned(splits));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
-      FastDims(d), static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(dy), out, n_tiles, per_split);
+      FastDims(d), static_cast<const typename Cfg::Elem*>(x), static_cast<const typename Cfg::Elem*>(dy), out, n_tiles,
+      per_split);
   ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_weight (implicit GEMM)");
 }
 
@@ -125,9 +128,10 @@ void dispatch_out(const Dims& d, const void* x, const void* dy, void* dw, float*
 // Cout/g <= 64: 64-row tiles (a 128-row tile would be half zeros).
 template <typename T, bool kGather>
 void dispatch_weight(const Dims& d, const void* x, const void* dy, void* dw, float* ws, int splits) {
-  if (d.coutg <= 64) dispatch_out<Tile<64, 128>, T, kGather>(d, x, dy, dw, ws, splits);
-  else if (igemm_wide_variant() == 1) dispatch_out<Tile<128, 128, 64>, T, kGather>(d, x, dy, dw, ws, splits);
-  else dispatch_out<Tile<128, 128>, T, kGather>(d, x, dy, dw, ws, splits);
+  if (d.coutg <= 64) dispatch_out<TileOf<T, 64, 128>, T, kGather>(d, x, dy, dw, ws, splits);
+  else if (wide_warps_64x64(std::is_same_v<T, float>))
+    dispatch_out<TileOf<T, 128, 128, 64>, T, kGather>(d, x, dy, dw, ws, splits);
+  else dispatch_out<TileOf<T, 128, 128>, T, kGather>(d, x, dy, dw, ws, splits);
 }
 
 }  // namespace
@@ -141,8 +145,11 @@ void igemm_weight(const Dims& d, engine::DType t, const void* x, const void* dy,
   if (count == 0) return;
   ENGINE_CHECK(d.groups <= 65535, "conv2d_backward_weight: at most 65535 groups on the GPU, got ", d.groups);
   if (ws == nullptr) splits = 1;
-  const bool gather = d.cg % 8 != 0;
-  if (t == engine::DType::bf16) {
+  const bool gather = d.cg % (t == engine::DType::f32 ? 4 : 8) != 0;
+  if (t == engine::DType::f32) {
+    gather ? igemm::dispatch_weight<float, true>(d, x, dy, dw, ws, splits)
+           : igemm::dispatch_weight<float, false>(d, x, dy, dw, ws, splits);
+  } else if (t == engine::DType::bf16) {
     gather ? igemm::dispatch_weight<__nv_bfloat16, true>(d, x, dy, dw, ws, splits)
            : igemm::dispatch_weight<__nv_bfloat16, false>(d, x, dy, dw, ws, splits);
   } else {

@@ -37,12 +37,14 @@ void depthwise_data(const Dims& d, engine::DType t, const void* dy, const void* 
 void depthwise_weight(const Dims& d, engine::DType t, const void* x, const void* dy, void* dw, float* ws, int splits);
 
 // The tensor-core kernels' 128 x 128 tile: 8 warps of 64 x 32 (variant 0) or 4 warps of 64 x 64 (variant 1).
-// A process-wide choice (conv.cu), for benchmarks and tests; set_igemm_wide_variant(-1) restores the default.
+// A process-wide choice (conv.cu), for benchmarks and tests; set_igemm_wide_variant(-1) restores the default,
+// -1: each kernel's own (v1 for the TF32 forward and weight gradient, v0 otherwise).
 int igemm_wide_variant();
 void set_igemm_wide_variant(int variant);
 
-// conv_igemm_*.cu: bf16/f16 implicit GEMMs on tensor cores; t is bf16 or f16; requires cg, coutg % 8 == 0,
-// 16-byte aligned pointers and every tensor under 2^31 elements (igemm_fits).
+// conv_igemm_*.cu: implicit GEMMs on tensor cores; t is bf16 or f16 (requires coutg % 8 == 0, and cg % 8 == 0
+// except the gathering forward / weight gradient), or f32, run on TF32 (requires coutg % 4 == 0, cg % 4 == 0
+// likewise); 16-byte aligned pointers and every tensor under 2^31 elements (conv.cu's fits_int32).
 void igemm_forward(const Dims& d, engine::DType t, const void* x, const void* w, const void* bias, void* y);
 // The data gradient over every tap, the taps that miss the output grid (stride > 1) zero-filled: the
 // fallback of igemm_data_phases (filters of more than 64 taps).

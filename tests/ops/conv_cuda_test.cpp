@@ -4,22 +4,32 @@
 // depthwise, odd sizes, channels multiples of 8 and not) in f32/bf16/f16 (f64 on the generic paths), so
 // that every GPU path (gemm, depthwise, igemm, generic) meets shapes that cross its tile edges. GPU outputs
 // are poisoned with NaN first (every element must be written), and the split-K workspace too. The error is
-// max |cuda - cpu| / max |cpu| (relative to the output's scale), within a tolerance by dtype.
-// DISABLED_ConvCudaPerf prints TFLOP/s per pass for ResNet-101 / Darknet-53 layer shapes in bf16.
+// max |cuda - cpu| / max |cpu| (relative to the output's scale), within a tolerance by dtype. The same sweep
+// runs in f32 with TF32 allowed (engine::cuda::allow_tf32(): the implicit GEMMs on TF32 tensor cores, the 1x1
+// GEMMs on cuBLASLt's FAST_TF32) against the f32 cpu reference with the TF32 tolerance derived below; with
+// TF32 off again f32 is true fp32 (1e-5); the ledger of a TF32 training step equals meta's.
+// DISABLED_ConvCudaPerf prints TFLOP/s per pass for ResNet-101 / Darknet-53 layer shapes in bf16, TF32 and
+// true fp32.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <map>
 
+#include "engine/cuda/runtime.h"
 #include "engine/device.h"
+#include "graph/autograd.h"
 #include "ops/conv.h"
 #include "ops/cpu/conv.h"
 #include "ops/cuda/conv.h"
 #include "ops/cuda/conv_kernels.cuh"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
+#include "ops/reduce.h"
 #include "tests/util/cuda_compare_util.h"
 
 using engine::DType;
@@ -55,7 +65,16 @@ std::string describe(const ops::ConvGeometry& g) {
                      g.p.dilation_w, " g ", g.p.groups, " (y ", g.ho, "x", g.wo, ")");
 }
 
+// TF32 keeps 10 of f32's 23 mantissa bits; cvt.rna (and cuBLASLt's FAST_TF32) rounds each operand to
+// nearest, a relative error of at most u = 2^-11 each, so each product a*b carries a relative error delta
+// within 2u, roughly uniform and independent across the K terms (std sqrt(2/3) u ~ 0.82u); f32 accumulation
+// adds ~1e-7. An output's error is then ~0.82u sqrt(K) rms(a b), its value ~ sqrt(K) rms(a b): both grow as
+// sqrt(K), so max |error| / max |output| is about 0.82u times the ratio of the two maxima's tail factors
+// (<= ~4.5 / 2.5 over these sizes), ~1.5u ~ 7e-4 whatever K is. 4u = 2^-9 ~ 2e-3 leaves a margin of ~2.7.
+constexpr double kTf32Tolerance = 1.0 / 512;
+
 double tolerance(DType t) {
+  if (t == DType::f32 && engine::cuda::allow_tf32()) return kTf32Tolerance;
   switch (t) {
     case DType::f64: return 1e-12;
     case DType::f32: return 2e-5;
@@ -128,7 +147,8 @@ void check_case(const Case& c, DType t) {
   namespace k = ops::cuda::conv;
   const k::Dims d = k::dims_of(g);
   const void* b = c.bias ? bg.data_ptr() : nullptr;
-  if (std::string(ops::cuda::conv2d_path(ConvPass::data, g, t)) == "igemm") {
+  const std::string data_path = ops::cuda::conv2d_path(ConvPass::data, g, t);
+  if (data_path == "igemm" || data_path == "igemm_tf32") {
     Tensor dx2 = poisoned(xs, t);
     k::igemm_data(d, t, dyg.data_ptr(), wg.data_ptr(), dx2.data_ptr());
     expect_close_named("conv2d_backward_data (all-taps implicit GEMM)", g, t, dx2, dx);
@@ -207,6 +227,89 @@ TEST(ConvCuda, SweepMatchesCpu) {
   });
 }
 
+// Sets engine::cuda::allow_tf32() for a scope (the process-wide switch of --precision tf32), off after.
+struct Tf32Scope {
+  explicit Tf32Scope(bool on) { engine::cuda::set_allow_tf32(on); }
+  ~Tf32Scope() { engine::cuda::set_allow_tf32(false); }
+};
+
+// The sweep in f32 with TF32 allowed: every geometry whose channels fit the implicit GEMM (Cin/g and Cout/g
+// multiples of 4; Cout/g only, forward and weight gradient) runs on TF32 tensor cores, forward, data and
+// weight gradients, within kTf32Tolerance of the f32 cpu reference; both 128 x 128 tile variants.
+TEST(ConvCuda, Tf32SweepMatchesCpu) {
+  Tf32Scope tf32(true);
+  int tf32_passes = 0;
+  for (const Case& c : sweep())
+    for (ConvPass p : {ConvPass::forward, ConvPass::data, ConvPass::weight})
+      tf32_passes += std::string(ops::cuda::conv2d_path(p, geometry(c), DType::f32)).find("tf32") != std::string::npos;
+  EXPECT_GE(tf32_passes, 40) << "the sweep should run the TF32 implicit GEMMs on most geometries";
+  for_each_wide_variant([] {
+    for (const Case& c : sweep()) check_case(c, DType::f32);
+  });
+  check_case({2, 11, 10, 12, 20, 3, 3, params(1, 1)}, DType::f32);    // channels % 4, not % 8: whole chunks
+  check_case({1, 10, 9, 8, 24, 3, 3, params(2, 1, 1, 2)}, DType::f32);  // 4 channels per group
+  check_case({4, 64, 66, 72, 72, 3, 3, params(1, 1)}, DType::f32);    // 128 x 128 tiles, stride 1
+  check_case({4, 128, 132, 72, 72, 3, 3, params(2, 1)}, DType::f32);  // stride 2 (per-phase data gradient)
+}
+
+// TF32 really runs (the error is that of 10-bit operands, not fp32's), and switching it off gives true fp32
+// again on the same geometries: the simt path, within 1e-5 of the cpu reference.
+TEST(ConvCuda, Tf32OffIsTrueFp32) {
+  const auto dev = testutil::cuda_device();
+  for (const Case& c : {Case{2, 20, 19, 136, 200, 3, 3, params(1, 1)}, Case{1, 17, 21, 72, 136, 3, 3, params(2, 1)}}) {
+    const ops::ConvGeometry g = geometry(c);
+    const Shape xs{g.n, g.h, g.w, g.cin}, ws{g.cout, g.kh, g.kw, g.cin_per_group()}, ys{g.n, g.ho, g.wo, g.cout};
+    Tensor x = random(xs, DType::f32), w = random(ws, DType::f32), dy = random(ys, DType::f32);
+    Tensor y = Tensor::empty(ys, DType::f32), dx = Tensor::empty(xs, DType::f32), dw = Tensor::empty(ws, DType::f32);
+    ops::cpu::conv2d_forward(x, w, Tensor(), y, g);
+    ops::cpu::conv2d_backward_data(dy, w, dx, g);
+    ops::cpu::conv2d_backward_weight(x, dy, dw, Tensor(), g);
+    Tensor xg = ops::to_device(x, dev), wg = ops::to_device(w, dev), dyg = ops::to_device(dy, dev);
+    const int64_t splits = ops::conv2d_weight_grad_splits(g);
+    for (bool on : {true, false}) {
+      Tf32Scope tf32(on);
+      Tensor yg = poisoned(ys, DType::f32), dxg = poisoned(xs, DType::f32), dwg = poisoned(ws, DType::f32);
+      Tensor wsg = splits > 1 ? poisoned({splits, g.cout, g.kh, g.kw, g.cin_per_group()}, DType::f32) : Tensor();
+      ops::cuda::conv2d_forward(xg, wg, Tensor(), yg, g);
+      ops::cuda::conv2d_backward_data(dyg, wg, dxg, g);
+      ops::cuda::conv2d_backward_weight(xg, dyg, dwg, wsg, g);
+      const std::pair<ConvPass, std::pair<const Tensor*, const Tensor*>> passes[] = {
+          {ConvPass::forward, {&yg, &y}}, {ConvPass::data, {&dxg, &dx}}, {ConvPass::weight, {&dwg, &dw}}};
+      for (const auto& [pass, t] : passes) {
+        const std::string path = ops::cuda::conv2d_path(pass, g, DType::f32);
+        const double err = scaled_error(*t.first, *t.second);
+        const std::string what =
+            engine::str(describe(g), " pass ", int(pass), " path ", path, ": max error / max |cpu| = ", err);
+        if (on) {
+          EXPECT_EQ(path, "igemm_tf32") << what;
+          EXPECT_TRUE(err > 1e-5 && err <= kTf32Tolerance)
+              << what << ": expected TF32's error, in (1e-5, " << kTf32Tolerance << "]";
+        } else {
+          EXPECT_EQ(path, "simt") << what;
+          EXPECT_TRUE(err <= 1e-5) << what << " > 1e-5 (TF32 off must be true fp32)";
+        }
+      }
+    }
+  }
+}
+
+// A TF32 training step (forward, data and weight gradients through the op, split-K workspace included)
+// allocates on the GPU exactly what meta predicts: TF32 changes kernels, never allocations.
+TEST(ConvCuda, Tf32LedgerMatchesMeta) {
+  Tf32Scope tf32(true);
+  testutil::expect_cuda_ledger_matches_meta([] {
+    ops::Conv2dParams p = params(1, 1);
+    Tensor x = ops::rand({2, 40, 37, 32}, -1, 1, DType::f32).set_requires_grad(true);
+    Tensor w = ops::rand({48, 3, 3, 32}, -0.2, 0.2, DType::f32).set_requires_grad(true);
+    Tensor b = ops::rand({48}, -1, 1, DType::f32).set_requires_grad(true);
+    Tensor y = ops::conv2d(x, w, b, p);
+    Tensor w2 = ops::rand({16, 3, 3, 3}, -0.2, 0.2, DType::f32).set_requires_grad(true);  // gathering: Cin 3
+    Tensor x2 = ops::rand({1, 31, 29, 3}, -1, 1, DType::f32).set_requires_grad(true);
+    Tensor y2 = ops::conv2d(x2, w2, Tensor(), params(2, 1));
+    graph::backward(ops::add(ops::sum(ops::mul(y, y)), ops::sum(y2)));
+  });
+}
+
 // Shapes large enough for the 128 x 128 tensor-core tiles (Cout/g and Cin/g > 64 and >= 264 tiles), stride 1
 // and 2, bf16; and the first in f32.
 TEST(ConvCuda, WideTilesMatchCpu) {
@@ -239,6 +342,19 @@ TEST(ConvCuda, PathChoice) {
   EXPECT_EQ(path(stem, DType::bf16), "igemm_gather");
   EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::data, geometry(stem), DType::bf16)), "generic");
   EXPECT_EQ(path({2, 9, 8, 5, 6, 3, 3, params(1, 1)}, DType::bf16), "generic");
+  {
+    Tf32Scope tf32(true);
+    EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::f32), "igemm_tf32");
+    EXPECT_EQ(path({2, 13, 11, 12, 20, 3, 3, params(1, 1)}, DType::f32), "igemm_tf32");  // multiples of 4
+    EXPECT_EQ(path(stem, DType::f32), "igemm_gather_tf32");
+    EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::data, geometry(stem), DType::f32)), "generic");
+    EXPECT_EQ(path({2, 13, 11, 6, 24, 3, 3, params(1, 1)}, DType::f32), "igemm_gather_tf32");
+    EXPECT_EQ(path({2, 13, 11, 16, 6, 3, 3, params(1, 1)}, DType::f32), "generic");
+    EXPECT_EQ(path({2, 12, 11, 24, 24, 3, 3, params(1, 1, 1, 24)}, DType::f32), "depthwise");  // CUDA cores
+    EXPECT_EQ(path({2, 7, 9, 16, 24, 1, 1, params(1, 0)}, DType::f32), "gemm");  // cuBLASLt FAST_TF32
+    EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::bf16), "igemm");
+  }
+  EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::f32), "simt");  // TF32 off again
 }
 
 // The split-K weight gradient is deterministic: the same bits twice.
@@ -258,7 +374,10 @@ TEST(ConvCuda, WeightGradientIsDeterministic) {
   }
 }
 
-// TFLOP/s of each pass in bf16 on ResNet-101 / Darknet-53 layer shapes (cuDNN's in /work/shared/PERF.md).
+// TFLOP/s of each pass on ResNet-101 / Darknet-53 layer shapes (cuDNN's in /work/shared/PERF.md): bf16 with
+// each 128 x 128 tile variant (v0: warps of 64 x 32, v1: 64 x 64), f32 on TF32 tensor cores (allow_tf32,
+// each kernel's default tile: v1 forward and weight gradient, v0 data gradient) on every shape, and true fp32 (CUDA cores, or cuBLASLt for 1x1) on the first three and
+// Darknet's. One row per run, then a table of the three side by side (bf16 v0, tf32, fp32).
 TEST(ConvCudaPerf, DISABLED_TFlops) {
   const std::vector<std::pair<const char*, Case>> shapes = {
       {"ResNet 3x3 64->64 128^2 N8", {8, 128, 128, 64, 64, 3, 3, params(1, 1)}},
@@ -272,39 +391,63 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   };
   constexpr int kCalls = 10;  // per timed run: the synchronization's cost spread over 10 launches
   const auto dev = testutil::cuda_device();
-  std::printf("%-34s %-7s %-34s %9s %9s %9s\n", "layer", "dtype", "paths fwd/data/weight", "fwd", "data", "weight");
-  // bf16 on every shape with each 128 x 128 tile variant (v0: warps of 64 x 32, v1: 64 x 64); then f32 (true
-  // fp32: CUDA cores, or cuBLASLt for 1x1) on the first three and Darknet's.
-  const std::vector<size_t> f32_shapes = {0, 1, 2, 5};
-  const size_t n_bf16 = 2 * shapes.size();
-  for (size_t s = 0; s < n_bf16 + f32_shapes.size(); s++) {
-    const auto& [name, c] = shapes[s < n_bf16 ? s / 2 : f32_shapes[s - n_bf16]];
-    const DType t = s < n_bf16 ? DType::bf16 : DType::f32;
-    ops::cuda::conv::set_igemm_wide_variant(s < n_bf16 ? int(s % 2) : -1);
-    const int calls = t == DType::bf16 ? kCalls : 2, reps = t == DType::bf16 ? 7 : 3;
-    const ops::ConvGeometry g = geometry(c);
-    const double flops = 2.0 * double(g.gemm_m()) * double(g.cout) * double(g.gemm_k());
-    Tensor x = ops::to_device(random({g.n, g.h, g.w, g.cin}, t), dev);
-    Tensor w = ops::to_device(random({g.cout, g.kh, g.kw, g.cin_per_group()}, t), dev);
-    Tensor dy = ops::to_device(random({g.n, g.ho, g.wo, g.cout}, t), dev);
-    Tensor y = poisoned(dy.shape(), t), dx = poisoned(x.shape(), t), dw = poisoned(w.shape(), t);
-    const int64_t splits = ops::conv2d_weight_grad_splits(g);
-    Tensor ws = splits > 1 ? poisoned({splits, g.cout, g.kh, g.kw, g.cin_per_group()}, DType::f32) : Tensor();
-    auto time = [&](const std::function<void()>& fn) {
-      return testutil::median_ms([&] {
-               for (int i = 0; i < calls; i++) fn();
-             }, reps) / calls;
-    };
-    const double f = time([&] { ops::cuda::conv2d_forward(x, w, Tensor(), y, g); });
-    const double d = time([&] { ops::cuda::conv2d_backward_data(dy, w, dx, g); });
-    const double wt = time([&] { ops::cuda::conv2d_backward_weight(x, dy, dw, ws, g); });
-    const std::string paths = engine::str(ops::cuda::conv2d_path(ConvPass::forward, g, t), "/",
-                                          ops::cuda::conv2d_path(ConvPass::data, g, t), "/",
-                                          ops::cuda::conv2d_path(ConvPass::weight, g, t), " splits ", splits);
-    const std::string type = t == DType::bf16 ? engine::str("bf16/v", s % 2) : std::string("f32");
-    std::printf("%-34s %-7s %-34s %9.1f %9.1f %9.1f   TFLOP/s (%.3f / %.3f / %.3f ms)\n", name, type.c_str(),
-                paths.c_str(),
-                flops / f * 1e-9, flops / d * 1e-9, flops / wt * 1e-9, f, d, wt);
+  struct Run {
+    const char* type;  // "bf16/v0", "bf16/v1", "tf32", "fp32"
+    DType dtype;
+    int variant;       // 128 x 128 tile variant, -1 the default
+    bool tf32;
+    bool all_shapes;   // else the first three and Darknet's
+  };
+  const Run runs[] = {{"bf16/v0", DType::bf16, 0, false, true},
+                      {"bf16/v1", DType::bf16, 1, false, true},
+                      {"tf32", DType::f32, -1, true, true},
+                      {"fp32", DType::f32, -1, false, false}};
+  const std::vector<size_t> fp32_shapes = {0, 1, 2, 5};
+  std::map<std::pair<size_t, std::string>, std::array<double, 3>> tflops;  // (shape, type) -> fwd/data/weight
+  std::printf("%-34s %-7s %-44s %9s %9s %9s\n", "layer", "dtype", "paths fwd/data/weight", "fwd", "data", "weight");
+  for (const Run& r : runs) {
+    engine::cuda::set_allow_tf32(r.tf32);
+    ops::cuda::conv::set_igemm_wide_variant(r.variant);
+    for (size_t s = 0; s < shapes.size(); s++) {
+      if (!r.all_shapes && std::find(fp32_shapes.begin(), fp32_shapes.end(), s) == fp32_shapes.end()) continue;
+      const auto& [name, c] = shapes[s];
+      const DType t = r.dtype;
+      const bool slow = !r.tf32 && t == DType::f32;
+      const int calls = slow ? 2 : kCalls, reps = slow ? 3 : 7;
+      const ops::ConvGeometry g = geometry(c);
+      const double flops = 2.0 * double(g.gemm_m()) * double(g.cout) * double(g.gemm_k());
+      Tensor x = ops::to_device(random({g.n, g.h, g.w, g.cin}, t), dev);
+      Tensor w = ops::to_device(random({g.cout, g.kh, g.kw, g.cin_per_group()}, t), dev);
+      Tensor dy = ops::to_device(random({g.n, g.ho, g.wo, g.cout}, t), dev);
+      Tensor y = poisoned(dy.shape(), t), dx = poisoned(x.shape(), t), dw = poisoned(w.shape(), t);
+      const int64_t splits = ops::conv2d_weight_grad_splits(g);
+      Tensor ws = splits > 1 ? poisoned({splits, g.cout, g.kh, g.kw, g.cin_per_group()}, DType::f32) : Tensor();
+      auto time = [&](const std::function<void()>& fn) {
+        return testutil::median_ms([&] {
+                 for (int i = 0; i < calls; i++) fn();
+               }, reps) / calls;
+      };
+      const double f = time([&] { ops::cuda::conv2d_forward(x, w, Tensor(), y, g); });
+      const double d = time([&] { ops::cuda::conv2d_backward_data(dy, w, dx, g); });
+      const double wt = time([&] { ops::cuda::conv2d_backward_weight(x, dy, dw, ws, g); });
+      const std::string paths = engine::str(ops::cuda::conv2d_path(ConvPass::forward, g, t), "/",
+                                            ops::cuda::conv2d_path(ConvPass::data, g, t), "/",
+                                            ops::cuda::conv2d_path(ConvPass::weight, g, t), " splits ", splits);
+      tflops[{s, r.type}] = {flops / f * 1e-9, flops / d * 1e-9, flops / wt * 1e-9};
+      std::printf("%-34s %-7s %-44s %9.1f %9.1f %9.1f   TFLOP/s (%.3f / %.3f / %.3f ms)\n", name, r.type,
+                  paths.c_str(), flops / f * 1e-9, flops / d * 1e-9, flops / wt * 1e-9, f, d, wt);
+    }
   }
+  engine::cuda::set_allow_tf32(false);
   ops::cuda::conv::set_igemm_wide_variant(-1);
+  std::printf("\nTFLOP/s fwd/data/weight %-10s %-20s %-20s %-20s\n", "", "bf16 (v0)", "tf32", "fp32");
+  auto cell = [&](size_t s, const char* type) {
+    auto it = tflops.find({s, type});
+    if (it == tflops.end()) return std::string("-");
+    return engine::str(std::round(it->second[0] * 10) / 10, " / ", std::round(it->second[1] * 10) / 10, " / ",
+                       std::round(it->second[2] * 10) / 10);
+  };
+  for (size_t s = 0; s < shapes.size(); s++)
+    std::printf("%-34s %-20s %-20s %-20s\n", shapes[s].first, cell(s, "bf16/v0").c_str(), cell(s, "tf32").c_str(),
+                cell(s, "fp32").c_str());
 }
