@@ -14,6 +14,7 @@
 #include "models/data/masked_lm.h"
 #include "models/data/squad.h"
 #include "models/data/wordpiece.h"
+#include "tests/util/error_util.h"
 
 using namespace models::data;
 using Strings = std::vector<std::string>;
@@ -48,16 +49,7 @@ class TempDir {
   std::vector<std::string> written_;
 };
 
-// The Error message of fn(), or "" when it does not throw.
-template <typename F>
-std::string error_of(F fn) {
-  try {
-    fn();
-  } catch (const engine::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testutil::error_of;
 
 #define EXPECT_ERROR_MENTIONS(message, ...)                                               \
   do {                                                                                    \

@@ -10,6 +10,7 @@
 
 #include "engine/error.h"
 #include "models/data/translation.h"
+#include "tests/util/error_util.h"
 
 using namespace models::data;
 
@@ -21,16 +22,7 @@ std::string write_temp(const std::string& name, const std::string& content) {
   return path;
 }
 
-// The Error message of f(), or "" if it did not throw.
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const engine::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testutil::error_of;
 
 const char* kVocab = "<s>\n<pad>\n</s>\n<unk>\n<mask>\nhello\nworld\nbonjour\nmonde\n";  // 9 ids
 

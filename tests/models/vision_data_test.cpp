@@ -17,6 +17,7 @@
 #include "models/data/segmentation.h"
 #include "models/data/wordpiece.h"
 #include "models/registry.h"
+#include "tests/util/error_util.h"
 
 namespace fs = std::filesystem;
 using namespace models::data;
@@ -72,16 +73,7 @@ struct TempDir {
 
 void write(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
-// The message of the engine::Error that f throws ("" when it throws none).
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const engine::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testutil::error_of;
 
 #define EXPECT_ERROR_HAS(expr, ...)                                     \
   do {                                                                  \

@@ -13,11 +13,11 @@ Usage: python3 tools/bench/bert_torch.py --model bert_base --seq 128 --batch 32 
             by bisection inside one process, the cache emptied after each out-of-memory probe)
 """
 import argparse
-import gc
-import time
 
 import torch
 import transformers
+
+from torch_bench import fits_by_running, max_batch, release, time_steps
 
 
 def build(model_name, attn):
@@ -73,47 +73,22 @@ def run_config(model_name, seq, batch_size, precision, attn, steps, warmup):
         return loss
 
     try:
-        for _ in range(warmup):
-            step()
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / max(steps, 1), torch.cuda.max_memory_allocated() / 2**30
+        return time_steps(step, steps, warmup)
     finally:
         del model, opt, kw
-        gc.collect()
-        torch.cuda.empty_cache()
+        release()
 
 
-def fits(model_name, seq, batch_size, precision, attn):
-    try:
-        run_config(model_name, seq, batch_size, precision, attn, steps=0, warmup=2)
-        return True
-    except torch.OutOfMemoryError:
-        gc.collect()
-        torch.cuda.empty_cache()
-        return False
-
-
-def max_batch(model_name, seq, precision, attn, cap_gib):
-    total = torch.cuda.get_device_properties(0).total_memory
-    torch.cuda.set_per_process_memory_fraction(cap_gib * 2**30 / total)
-    lo, hi = 0, 1
-    while fits(model_name, seq, hi, precision, attn):  # doubling, then bisection
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(model_name, seq, mid, precision, attn) else (lo, mid)
+def report_max_batch(model_name, seq, precision, attn, cap_gib):
+    lo = max_batch(fits_by_running(lambda b: run_config(model_name, seq, b, precision, attn, steps=0, warmup=2)),
+                   cap_gib)
     print(f"torch {model_name} seq {seq} {precision} {attn} | max batch {lo} under {cap_gib} GiB "
           f"(set_per_process_memory_fraction; {lo + 1} does not fit)", flush=True)
 
 
 def main():
     if ARGS.max_batch_cap_gib:
-        max_batch(ARGS.model, ARGS.seq, ARGS.precision, ARGS.attn, ARGS.max_batch_cap_gib)
+        report_max_batch(ARGS.model, ARGS.seq, ARGS.precision, ARGS.attn, ARGS.max_batch_cap_gib)
         return
     configs = [(ARGS.model, ARGS.seq, ARGS.batch, ARGS.precision, ARGS.attn)]
     if ARGS.sweep:

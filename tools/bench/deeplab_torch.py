@@ -14,11 +14,11 @@ engine's default `voc` size is the paper's output stride 16 (rates 6/12/18), so 
 in the backbone's last stages; `engine_train --model deeplabv3 --size torchvision` is the like-for-like one.
 """
 import argparse
-import gc
-import time
 
 import torch
 import torchvision
+
+from torch_bench import fits_by_running, max_batch, release, time_steps
 
 
 def run_config(batch, steps, warmup):
@@ -42,40 +42,15 @@ def run_config(batch, steps, warmup):
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-        for _ in range(warmup):
-            step()
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / max(steps, 1), torch.cuda.max_memory_allocated() / 2**30
+        return time_steps(step, steps, warmup)
     finally:
         del model, opt, x, y
-        gc.collect()
-        torch.cuda.empty_cache()
+        release()
 
 
-def fits(batch):
-    try:
-        run_config(batch, steps=0, warmup=2)
-        return True
-    except torch.OutOfMemoryError:
-        gc.collect()
-        torch.cuda.empty_cache()
-        return False
-
-
-def max_batch(cap_gib):
-    total = torch.cuda.get_device_properties(0).total_memory
-    torch.cuda.set_per_process_memory_fraction(cap_gib * 2**30 / total)
-    lo, hi = 0, 1
-    while fits(hi):  # doubling, then bisection
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+def report_max_batch(cap_gib):
+    # smallest 2: the image-pooling branch's batch norm needs more than one value per channel in training
+    lo = max_batch(fits_by_running(lambda b: run_config(b, steps=0, warmup=2)), cap_gib, smallest=2)
     print(f"torch deeplabv3 {ARGS.size} {ARGS.precision} | max batch {lo} under {cap_gib} GiB "
           f"(set_per_process_memory_fraction; {lo + 1} does not fit)", flush=True)
 
@@ -85,7 +60,7 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = ARGS.precision == "tf32"  # tf32: TF32 tensor cores for f32 (as --precision tf32)
     torch.backends.cudnn.allow_tf32 = ARGS.precision == "tf32"
     if ARGS.max_batch_cap_gib > 0:
-        max_batch(ARGS.max_batch_cap_gib)
+        report_max_batch(ARGS.max_batch_cap_gib)
         return
     dt, peak = run_config(ARGS.batch, ARGS.steps, ARGS.warmup)
     print(f"torch deeplabv3 {ARGS.size} batch {ARGS.batch} {ARGS.precision} | {ARGS.batch / dt:.1f} img/s | "

@@ -6,9 +6,13 @@
 #      vs torchvision's deeplabv3_resnet101 (tools/bench/deeplab_torch.py) in fp32, tf32 and bf16, plus one
 #      engine profile (time by op);
 #   3. yolov3 at 608x608 batch 8 in fp32, tf32 and bf16 (no PyTorch reference: darknet is not installed there);
-#   4. parity: torchvision vs engine on the GPU, fp32, batch norm in training mode (tools/bench/deeplab_parity.py).
-# Usage on the GPU machine: BIN=.gpu OUT=$OUT tools/bench/vision_gpu.sh
+#   4. parity: torchvision vs engine on the GPU, fp32, batch norm in training mode (tools/bench/deeplab_parity.py);
+#   5. max batch under a 24 GiB card's arena: torchvision (set_per_process_memory_fraction) vs the engine's meta answer.
+# Usage on the GPU machine: BIN=.gpu OUT=$OUT tools/bench/vision_gpu.sh [conv] [models] [parity] [maxbatch]
+# (no argument: all four parts; name some to split the work over calls of the device's 10-minute limit).
 set -uo pipefail
+PARTS=${*:-conv models parity maxbatch}
+want() { [[ " $PARTS " == *" $1 "* ]]; }
 BIN=${BIN:-build}
 OUT=${OUT:-/tmp/vision_gpu}
 mkdir -p "$OUT"
@@ -17,10 +21,13 @@ run_engine() {  # name, then engine_train flags
   timeout 120 "$BIN/engine_train" --device cuda --steps 6 "$@" > "$OUT/engine_$name.log" 2>&1
   echo "engine $* | $(grep -E '^step 6|rror' "$OUT/engine_$name.log" | tail -1)"
 }
+if want conv; then
 echo "== convolutions: engine, then cuDNN"
 timeout 150 "$BIN/engine_cuda_tests" --gtest_also_run_disabled_tests --gtest_filter='ConvCudaPerf*' > "$OUT/conv_engine.log" 2>&1
 grep -E "TFLOP|^layer|ratio|vs" "$OUT/conv_engine.log" | head -60
 timeout 150 python3 tools/bench/conv_torch.py 2>&1 | tee "$OUT/conv_cudnn.log"
+fi
+if want models; then
 echo "== deeplabv3, batch 8, 513x513"
 for p in fp32 tf32 bf16; do
   run_engine "deeplab_voc_$p" --model deeplabv3 --batch 8 --precision "$p"
@@ -32,6 +39,17 @@ timeout 120 "$BIN/engine_train" --device cuda --steps 3 --model deeplabv3 --size
 grep -A25 -iE "^\| op|time by op" "$OUT/engine_deeplab_tv_bf16_profile.log" | head -30
 echo "== yolov3, batch 8, 608x608"
 for p in fp32 tf32 bf16; do run_engine "yolov3_$p" --model yolov3 --batch 8 --precision "$p"; done
+fi
+if want parity; then
 echo "== deeplabv3 parity on the GPU (fp32, training-mode batch norm)"
 timeout 200 python3 tools/bench/deeplab_parity.py --device cuda --engine "$BIN/engine_train" --batch 2 --size 257 \
   --out "$OUT/parity" 2>&1 | tail -6
+fi
+if want maxbatch; then
+echo "== deeplabv3 max batch under a 24 GiB card's arena (titanrtx/rtx6000: 24576 MiB less 600 MiB), torchvision"
+for p in fp32 bf16; do
+  timeout 200 python3 tools/bench/deeplab_torch.py --precision "$p" --max-batch-cap-gib 23.414 2>&1 | grep -E "^torch|Error"
+  "$BIN/engine_train" --model deeplabv3 --size torchvision --precision "$p" --device meta --gpu titanrtx \
+    --find-max-batch 2>&1 | grep -E "^max batch:"
+done
+fi

@@ -1,0 +1,56 @@
+"""Shared pieces of the PyTorch comparison scripts (tools/bench/*_torch.py): timing a training step, and the
+largest batch that fits a memory cap, measured the same way for every model.
+"""
+import gc
+import time
+
+import torch
+
+
+def time_steps(step, steps, warmup):
+    """Runs step() `warmup` times, then `steps` timed times; returns (seconds per timed step, peak GiB of the
+    timed steps by torch.cuda.max_memory_allocated)."""
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / max(steps, 1), torch.cuda.max_memory_allocated() / 2**30
+
+
+def release():
+    """Frees what a finished or failed configuration left in PyTorch's caching allocator."""
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def max_batch(fits, cap_gib, smallest=1):
+    """The largest batch b >= smallest with fits(b) True under torch.cuda.set_per_process_memory_fraction(cap_gib):
+    doubling from `smallest`, then bisection (never below it: deeplabv3 cannot train on 1 image). fits(b) runs a
+    few training steps at b and returns False on torch.OutOfMemoryError (use fits_by_running). Returns the
+    largest that fits, or 0."""
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(cap_gib * 2**30 / total)
+    lo, hi = 0, smallest
+    while fits(hi):
+        lo, hi = hi, hi * 2
+    while hi - max(lo, smallest - 1) > 1:
+        mid = (max(lo, smallest - 1) + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def fits_by_running(run):
+    """fits(b) for max_batch from run(b), which trains at batch b and raises torch.OutOfMemoryError when it
+    does not fit."""
+    def fits(b):
+        try:
+            run(b)
+            return True
+        except torch.OutOfMemoryError:
+            release()
+            return False
+    return fits
