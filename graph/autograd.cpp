@@ -79,8 +79,21 @@ std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grad_output
     return {};
   }
   if (!old.defined()) {
-    CategoryScope cs(Category::grad);
-    t.set_grad(ops::clone(g));  // the leaf owns its own gradient buffer, tagged `grad`
+    // The leaf owns its own gradient buffer, tagged `grad`. When nothing else holds the incoming gradient and
+    // it fills a block of its own (PyTorch's AccumulateGrad "steals" it on the same condition), that block
+    // becomes the leaf's: retagged and renamed exactly as a copy would be, without the copy (one launch and
+    // one transient buffer per parameter and step).
+    const auto& impl = g.impl_ptr();
+    const bool sole = impl.use_count() == 1 && impl->storage.use_count() == 1 && !impl->grad_fn;
+    if (sole && g.is_contiguous() && g.offset() == 0 && g.nbytes() == impl->storage->block.bytes &&
+        g.dtype() == t.dtype() && g.shape() == t.shape()) {
+      impl->storage->set_category(Category::grad);
+      impl->storage->set_owner(engine::current_owner());
+      t.set_grad(g);
+    } else {
+      CategoryScope cs(Category::grad);
+      t.set_grad(ops::clone(g));
+    }
   } else {
     ops::add_(old, g);
   }
