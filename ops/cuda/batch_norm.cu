@@ -1,21 +1,31 @@
-// cuda/batch_norm.cu: batch norm forward (statistics pass + normalize pass) and backward (one column-sum
-// pass + one elementwise pass) over a contiguous x [M, C], channels innermost (NHWC).
+// cuda/batch_norm.cu: batch norm forward (column statistics + finalize + normalize) and backward (column
+// sums + finalize + dx) over a contiguous x [M, C], channels innermost (NHWC).
+//
+// Every kernel but the two finalizes has the same thread mapping: a thread owns one 16-byte vector of VEC
+// consecutive channels (4 f32, 8 bf16/f16, 2 f64; VEC = 1 when C % VEC != 0 or a pointer is unaligned) and
+// walks rows, so each load is 16 bytes, a warp's loads cover whole 32-byte sectors, and the per-channel values
+// (mean, invstd, weight, bias, sums) are loaded once per thread instead of once per element. A block is
+// tile vector columns x lanes row lanes; each thread issues kUnroll rows' loads before using them.
 //
 // Column reductions (the statistics; sum g and sum g xhat) are deterministic and use no atomics. The M rows
-// are cut into the op's P fixed chunks (ops::batch_norm_chunks, the workspace's first dimension). One block
-// per (32-channel tile, chunk): 32 x 8 threads, lane (tx, ty) owns channel tile * 32 + tx and walks rows
-// begin + ty, begin + ty + 8, ... of the chunk, so each warp reads 32 consecutive channels of one row
-// (coalesced). The 8 row lanes are combined in order through shared memory and written to workspace[b];
-// a finalize kernel (one thread per channel) combines the P chunk partials in chunk order. Statistics use
-// Welford's update per lane and Chan et al.'s pairwise formula to combine lanes and chunks (no
-// cancellation, unlike sum and sum of squares).
-// Measured on the H200 (2026-11-29, before the 4-row load groups of the statistics lanes), bytes of x moved
-// per pass counted (forward 3, backward 5): f32 [8, 129, 129, 64] forward 0.86 TB/s, backward 2.35 TB/s;
-// [8, 33, 33, 2048] 1.87 / 2.94 TB/s; bf16 0.52-0.91 / 1.15-1.37 TB/s. What is left to reach 80% of copy
-// bandwidth: 16-byte channel vectors in the column kernels, per-channel values loaded as vectors in the
-// elementwise passes (bf16 is instruction-bound there), more row chunks when C is small.
+// are cut into the op's P fixed chunks (ops::batch_norm_chunks, the workspace's first dimension); one block
+// per (column tile, chunk). The tile width is chosen from the shape alone (a constant target block count,
+// never the GPU's), so that small C still gives ~kTargetBlocks blocks; the lanes of a block are combined by a
+// fixed tree through shared memory and written to workspace[b]. Finalize kernels then combine the P
+// partials: the statistics in chunk order, as the cpu does (their rounding matters, see
+// batch_norm_finalize_stats), the sums by lanes and a fixed tree. Statistics use Welford's update per lane
+// (one reciprocal per row shared by the VEC channels) and Chan et al.'s pairwise formula to combine lanes
+// and chunks (no cancellation, unlike sum and sum of squares).
+//
+// Measured on the H200 (2026-11-30, tests/ops/batch_norm_cuda_test.cpp's DISABLED_Bandwidth, bytes of x
+// counted per pass: forward 3, backward 5), deeplabv3's shapes [8, 257^2 | 129^2 | 65^2, C], TB/s
+// forward / backward, before -> this layout (with a tree finalize; the chunk-order one is not yet timed):
+// f32 2.2-3.6 / 2.9-4.0 (was 0.9-2.2 / 2.4-3.4); bf16 1.7-3.2 / 2.3-3.6 (was 0.6-1.3 / 1.1-1.9). Lowest at
+// 65^2 x 256 and 129^2 x 64, where a pass moves 17-35 MB and the launches and finalize show.
 #include "ops/cuda/batch_norm.h"
 #include "ops/cuda/kernel_util.cuh"
+
+#include <algorithm>
 
 namespace ops::cuda {
 
@@ -23,10 +33,16 @@ using engine::Tensor;
 
 namespace {
 
-constexpr int kTileC = 32;     // channels per column block
-constexpr int kRowLanes = 8;   // row lanes per column block
-constexpr int kThreads = 256;  // elementwise and finalize kernels
-constexpr int kUnroll = 4;     // rows whose loads a statistics lane issues together
+constexpr int kUnroll = 4;            // row vectors whose loads a thread issues together (8: no faster)
+constexpr int kEwUnroll = 4;          // the same, elementwise kernels (2: slower)
+constexpr int kTargetBlocks = 1024;   // column blocks wanted per reduction pass (2048: slower)
+constexpr int kMinTile = 8;           // narrowest column tile, in vectors (128 bytes of f32)
+constexpr int kMaxColumnThreads = 512;  // column kernels: 256 threads, 512 when blocks are few
+constexpr int kElementwiseThreads = 256;
+constexpr int kFinalizeTile = 32, kFinalizeLanes = 32;  // finalize blocks: 32 channels x 32 chunk lanes
+constexpr int kFinalizeLoads = 8;                        // chunk partials a finalize lane loads together
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Rows [begin, end) of chunk b (the cpu reference's chunk_rows).
 __device__ __forceinline__ void chunk_rows(int64_t M, int64_t chunks, int64_t b, int64_t& begin, int64_t& end) {
@@ -35,81 +51,179 @@ __device__ __forceinline__ void chunk_rows(int64_t M, int64_t chunks, int64_t b,
   end = min(M, (b + 1) * per);
 }
 
-// (n_a, mean_a, m2_a) += (n_b, mean_b, m2_b), Chan et al.
-template <typename A> __device__ __forceinline__ void chan_combine(A& na, A& ma, A& m2a, A nb, A mb, A m2b) {
+// (n_a, mean_a, m2_a) += (n_b, mean_b, m2_b), Chan et al., for V channels that share their counts.
+template <int V, typename A>
+__device__ __forceinline__ void chan_combine(A& na, A (&ma)[V], A (&m2a)[V], A nb, const A (&mb)[V],
+                                             const A (&m2b)[V]) {
   if (nb == A(0)) return;
-  const A nt = na + nb, delta = mb - ma;
-  ma += delta * (nb / nt);
-  m2a += m2b + delta * delta * (na * nb / nt);
+  const A nt = na + nb, wb = nb / nt, wab = na * nb / nt;
+#pragma unroll
+  for (int j = 0; j < V; j++) {
+    const A delta = mb[j] - ma[j];
+    ma[j] += delta * wb;
+    m2a[j] += m2b[j] + delta * delta * wab;
+  }
   na = nt;
+}
+
+template <typename T, int VEC> __device__ __forceinline__ Vec<T, VEC> load_raw(const T* p) {
+  return *reinterpret_cast<const Vec<T, VEC>*>(p);
 }
 
 template <typename T> const T* ptr_or_null(const Tensor& t) {
   return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
 }
-template <typename T, typename A> __device__ __forceinline__ A load_or(const T* p, int64_t i, A fill) {
-  return p ? to_acc<A>(p[i]) : fill;
+int64_t stride_or_zero(const Tensor& t) { return t.defined() ? t.strides()[0] : 0; }
+
+// Per-channel value p[c * stride] as A, or `fill` when the tensor is absent.
+template <typename T, typename A> __device__ __forceinline__ A channel_or(const T* p, int64_t stride, int64_t c, A fill) {
+  return p ? to_acc<A>(p[c * stride]) : fill;
+}
+
+// The lanes of a column block combined by a fixed tree: at step s, lane ty (a multiple of 2s) absorbs lane
+// ty + s. `values` holds each thread's NV accumulators as [NV][threads] (consecutive threads, consecutive
+// words: no bank conflicts); `merge(other_index)` folds the values of thread `other_index` into the
+// caller's registers, `publish()` writes them back. On return lane 0 holds the block's result.
+template <typename Merge, typename Publish>
+__device__ __forceinline__ void lane_tree(int tile, int lanes, Merge&& merge, Publish&& publish) {
+  const int tx = threadIdx.x, ty = threadIdx.y, t = ty * tile + tx;
+  publish();
+  for (int s = 1; s < lanes; s <<= 1) {
+    __syncthreads();
+    if ((ty & (2 * s - 1)) == 0 && ty + s < lanes) {
+      merge(t + s * tile);
+      publish();
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Forward
 
-// Chunk statistics: workspace[b] = (chunk mean [C], chunk M2 [C]). Grid (C tiles, P), block 32 x 8.
-// Bytes: one read of x; bound: memory (one division per element in Welford's update).
-template <typename T>
-__global__ void __launch_bounds__(kTileC * kRowLanes)
+// Chunk statistics: workspace[b] = (chunk mean [C], chunk M2 [C]). Grid (column tiles, P), block tile x
+// lanes; dynamic shared memory (1 + 2 VEC) threads values. Bytes: one read of x; bound: memory.
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kMaxColumnThreads)
     batch_norm_chunk_stats(const T* __restrict__ x, int64_t M, int64_t C, int64_t chunks, acc_t<T>* __restrict__ ws) {
   using A = acc_t<T>;
-  __shared__ A s_n[kRowLanes][kTileC], s_m[kRowLanes][kTileC], s_m2[kRowLanes][kTileC];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int64_t c = int64_t(blockIdx.x) * kTileC + tx, b = blockIdx.y;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int tile = blockDim.x, lanes = blockDim.y, threads = tile * lanes;
+  const int tx = threadIdx.x, ty = threadIdx.y, t = ty * tile + tx;
+  A* s_n = reinterpret_cast<A*>(smem);  // [threads]
+  A* s_m = s_n + threads;               // [VEC][threads]
+  A* s_m2 = s_m + VEC * threads;        // [VEC][threads]
+  const int64_t cols = C / VEC, col = int64_t(blockIdx.x) * tile + tx, b = blockIdx.y;
   int64_t begin, end;
   chunk_rows(M, chunks, b, begin, end);
-  A n = 0, m = 0, m2 = 0;
-  // Welford's update; 1 / n does not depend on the data, so the division stays off the dependent chain.
-  auto add = [&](A v) {
-    n += A(1);
-    const A inv_n = A(1) / n, d = v - m;
-    m += d * inv_n;
-    m2 += d * (v - m);
-  };
-  if (c < C) {
-    // Rows in groups of kUnroll: their loads are issued together (the chain of updates is short, the load
-    // latency is what a lane would otherwise wait on once per row).
-    int64_t r = begin + ty;
-    for (; r + (kUnroll - 1) * kRowLanes < end; r += kUnroll * kRowLanes) {
-      A v[kUnroll];
+  A n = 0, m[VEC], m2[VEC];
 #pragma unroll
-      for (int k = 0; k < kUnroll; k++) v[k] = to_acc<A>(x[(r + k * kRowLanes) * C + c]);
+  for (int j = 0; j < VEC; j++) m[j] = m2[j] = A(0);
+  // Welford's update; 1 / n does not depend on the data and is shared by the VEC channels.
+  auto add = [&](const Vec<T, VEC>& v) {
+    n += A(1);
+    const A inv_n = A(1) / n;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+      const A xv = to_acc<A>(v.v[j]), d = xv - m[j];
+      m[j] += d * inv_n;
+      m2[j] += d * (xv - m[j]);
+    }
+  };
+  if (col < cols) {
+    const T* p = x + col * VEC;
+    int64_t r = begin + ty;
+    for (; r + (kUnroll - 1) * lanes < end; r += kUnroll * lanes) {
+      Vec<T, VEC> v[kUnroll];
+#pragma unroll
+      for (int k = 0; k < kUnroll; k++) v[k] = load_raw<T, VEC>(p + (r + k * lanes) * C);
 #pragma unroll
       for (int k = 0; k < kUnroll; k++) add(v[k]);
     }
-    for (; r < end; r += kRowLanes) add(to_acc<A>(x[r * C + c]));
+    for (; r < end; r += lanes) add(load_raw<T, VEC>(p + r * C));
   }
-  s_n[ty][tx] = n;
-  s_m[ty][tx] = m;
-  s_m2[ty][tx] = m2;
-  __syncthreads();
-  if (ty != 0 || c >= C) return;
-  for (int k = 1; k < kRowLanes; k++) chan_combine(n, m, m2, s_n[k][tx], s_m[k][tx], s_m2[k][tx]);
-  ws[b * 2 * C + c] = m;
-  ws[b * 2 * C + C + c] = m2;
+  lane_tree(
+      tile, lanes,
+      [&](int o) {
+        A mb[VEC], m2b[VEC];
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+          mb[j] = s_m[j * threads + o];
+          m2b[j] = s_m2[j * threads + o];
+        }
+        chan_combine<VEC>(n, m, m2, s_n[o], mb, m2b);
+      },
+      [&] {
+        s_n[t] = n;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+          s_m[j * threads + t] = m[j];
+          s_m2[j * threads + t] = m2[j];
+        }
+      });
+  if (ty != 0 || col >= cols) return;
+  A* out = ws + b * 2 * C + col * VEC;
+#pragma unroll
+  for (int j = 0; j < VEC; j++) {
+    out[j] = m[j];
+    out[C + j] = m2[j];
+  }
 }
 
-// One thread per channel: the P chunk partials combined in order; mean, invstd and the running statistics.
+// x * y and x + y rounded once each (no contraction into an fma): the chunk-order combination below repeats
+// the cpu reference's operations, so that its rounding follows the same path (see batch_norm_finalize_stats).
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+
+// Block 32 channels, 1024 threads. The chunk partials are combined in chunk order, as ops/batch_norm.h
+// promises and the cpu does (Chan et al.): the mean's rounding, which the column sums of the backward pass
+// multiply by ~M (dweight = sum g xhat), then follows the cpu's path; a tree order would round differently
+// (measured on the H200: f16 dweight off by 0.1 at M = 70000 against the cpu). Per segment of up to
+// kFinalizeSegment<A> chunks, all warps stage the partials [segment][32 channels] (coalesced) and the
+// chunk weights n_b / n_t and n_a n_b / n_t (functions of the counts alone) in shared memory; then warp 0,
+// one lane per channel, runs the sequential update from shared memory.
+template <typename A> constexpr int kFinalizeSegment = 40960 / int(2 * kFinalizeTile * sizeof(A) + 2 * sizeof(A));
+constexpr int kFinalizeThreads = 1024;
+
 template <typename A>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kFinalizeThreads)
     batch_norm_finalize_stats(const A* __restrict__ ws, int64_t M, int64_t C, int64_t chunks, A eps, A momentum,
                               A* __restrict__ mean, A* __restrict__ invstd, A* __restrict__ running_mean,
                               A* __restrict__ running_var) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  A n = 0, m = 0, m2 = 0;
-  for (int64_t b = 0; b < chunks; b++) {
-    int64_t begin, end;
-    chunk_rows(M, chunks, b, begin, end);
-    chan_combine(n, m, m2, A(end - begin), ws[b * 2 * C + c], ws[b * 2 * C + C + c]);
+  constexpr int kSeg = kFinalizeSegment<A>;
+  __shared__ A s_m[kSeg][kFinalizeTile], s_m2[kSeg][kFinalizeTile], s_wb[kSeg], s_wab[kSeg];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int64_t c = int64_t(blockIdx.x) * kFinalizeTile + lane;
+  A m = 0, m2 = 0;
+  for (int64_t b0 = 0; b0 < chunks; b0 += kSeg) {
+    const int seg = int(min(int64_t(kSeg), chunks - b0));
+    if (b0 > 0) __syncthreads();  // warp 0 is done with the previous segment
+#pragma unroll 4
+    for (int k = warp; k < seg; k += warps) {
+      const int64_t b = b0 + k;
+      s_m[k][lane] = c < C ? ws[b * 2 * C + c] : A(0);
+      s_m2[k][lane] = c < C ? ws[b * 2 * C + C + c] : A(0);
+    }
+    for (int k = threadIdx.x; k < seg; k += blockDim.x) {
+      int64_t begin, end;
+      chunk_rows(M, chunks, b0 + k, begin, end);
+      const A na = A(begin), nb = A(end - begin), nt = na + nb;  // the cpu's running count before chunk b
+      s_wb[k] = nb > A(0) ? nb / nt : A(0);
+      s_wab[k] = nb > A(0) ? na * nb / nt : A(0);
+    }
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll 8
+      for (int k = 0; k < seg; k++) {
+        if (s_wb[k] == A(0)) continue;  // an empty chunk (the cpu skips it)
+        const A delta = add_rn(s_m[k][lane], -m);
+        m = add_rn(m, mul_rn(delta, s_wb[k]));
+        m2 = add_rn(m2, add_rn(s_m2[k][lane], mul_rn(mul_rn(delta, delta), s_wab[k])));
+      }
+    }
   }
+  if (warp != 0 || c >= C) return;
   mean[c] = m;
   invstd[c] = A(1) / std::sqrt(m2 / A(M) + eps);
   if (running_mean) {
@@ -119,7 +233,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename A>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kElementwiseThreads)
     batch_norm_running_stats_kernel(const A* __restrict__ rm, const A* __restrict__ rv, int64_t C, A eps,
                                     A* __restrict__ mean, A* __restrict__ invstd) {
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -128,78 +242,159 @@ __global__ void __launch_bounds__(kThreads)
   invstd[c] = A(1) / std::sqrt(rv[c] + eps);
 }
 
-// y = (x - mean[c]) invstd[c] w[c] + b[c], VEC consecutive channels per thread (16-byte loads when VEC > 1:
-// C % VEC == 0 and aligned pointers). Grid-stride. Bytes: read x, write y (per-channel values from L1/L2).
+// y = (x - mean[c]) (invstd[c] w[c]) + b[c]. Grid (column tiles, row blocks), block tile x lanes; a thread
+// keeps its VEC channels' mean, scale and shift in registers and walks rows with a grid stride.
+// Bytes: read x, write y; bound: memory.
 template <typename T, int VEC>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kElementwiseThreads)
     batch_norm_normalize_kernel(const T* __restrict__ x, const acc_t<T>* __restrict__ mean,
-                                const acc_t<T>* __restrict__ invstd, const T* __restrict__ w,
-                                const T* __restrict__ bias, T* __restrict__ y, int64_t packs, int64_t C) {
+                                const acc_t<T>* __restrict__ invstd, const T* __restrict__ w, int64_t sw,
+                                const T* __restrict__ bias, int64_t sb, T* __restrict__ y, int64_t M, int64_t C) {
   using A = acc_t<T>;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < packs; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c0 = (i * VEC) % C;
-    A v[VEC], o[VEC];
-    load_vec<VEC>(x + i * VEC, v);
+  const int64_t cols = C / VEC, col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= cols) return;
+  A mu[VEC], scale[VEC], shift[VEC];
 #pragma unroll
-    for (int k = 0; k < VEC; k++) {
-      const int64_t c = c0 + k;
-      o[k] = (v[k] - mean[c]) * invstd[c] * load_or(w, c, A(1)) + load_or(bias, c, A(0));
-    }
-    store_vec<VEC>(y + i * VEC, o);
+  for (int j = 0; j < VEC; j++) {
+    const int64_t c = col * VEC + j;
+    mu[j] = mean[c];
+    scale[j] = invstd[c] * channel_or(w, sw, c, A(1));
+    shift[j] = channel_or(bias, sb, c, A(0));
   }
+  const T* px = x + col * VEC;
+  T* py = y + col * VEC;
+  auto apply = [&](const Vec<T, VEC>& v, int64_t row) {
+    Vec<T, VEC> o;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) o.v[j] = from_acc<T>((to_acc<A>(v.v[j]) - mu[j]) * scale[j] + shift[j]);
+    *reinterpret_cast<Vec<T, VEC>*>(py + row * C) = o;
+  };
+  const int64_t step = int64_t(gridDim.y) * blockDim.y;
+  int64_t r = int64_t(blockIdx.y) * blockDim.y + threadIdx.y;
+  for (; r + (kEwUnroll - 1) * step < M; r += kEwUnroll * step) {
+    Vec<T, VEC> v[kEwUnroll];
+#pragma unroll
+    for (int k = 0; k < kEwUnroll; k++) v[k] = load_raw<T, VEC>(px + (r + k * step) * C);
+#pragma unroll
+    for (int k = 0; k < kEwUnroll; k++) apply(v[k], r + k * step);
+  }
+  for (; r < M; r += step) apply(load_raw<T, VEC>(px + r * C), r);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Backward
 
-// Chunk column sums: workspace[b] = (sum g [C], sum g xhat [C]). Grid (C tiles, P), block 32 x 8.
+// Chunk column sums: workspace[b] = (sum g [C], sum g xhat [C]), the latter as invstd sum g (x - mean).
+// Grid and block as batch_norm_chunk_stats; dynamic shared memory 2 VEC threads values.
 // Bytes: one read of g and x; bound: memory.
-template <typename T>
-__global__ void __launch_bounds__(kTileC * kRowLanes)
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kMaxColumnThreads)
     batch_norm_chunk_sums(const T* __restrict__ g, const T* __restrict__ x, const acc_t<T>* __restrict__ mean,
                           const acc_t<T>* __restrict__ invstd, int64_t M, int64_t C, int64_t chunks,
                           acc_t<T>* __restrict__ ws) {
   using A = acc_t<T>;
-  __shared__ A s_g[kRowLanes][kTileC], s_gx[kRowLanes][kTileC];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int64_t c = int64_t(blockIdx.x) * kTileC + tx, b = blockIdx.y;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int tile = blockDim.x, lanes = blockDim.y, threads = tile * lanes;
+  const int tx = threadIdx.x, ty = threadIdx.y, t = ty * tile + tx;
+  A* s_g = reinterpret_cast<A*>(smem);  // [VEC][threads]
+  A* s_gd = s_g + VEC * threads;        // [VEC][threads]
+  const int64_t cols = C / VEC, col = int64_t(blockIdx.x) * tile + tx, b = blockIdx.y;
   int64_t begin, end;
   chunk_rows(M, chunks, b, begin, end);
-  A sg = 0, sgx = 0;
-  if (c < C) {
-    const A mu = mean[c], r = invstd[c];
-    for (int64_t row = begin + ty; row < end; row += kRowLanes) {
-      const A gv = to_acc<A>(g[row * C + c]);
-      sg += gv;
-      sgx += gv * ((to_acc<A>(x[row * C + c]) - mu) * r);
+  A sg[VEC], sgd[VEC], mu[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; j++) sg[j] = sgd[j] = mu[j] = A(0);
+  auto add = [&](const Vec<T, VEC>& gv, const Vec<T, VEC>& xv) {
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+      const A gj = to_acc<A>(gv.v[j]);
+      sg[j] += gj;
+      sgd[j] += gj * (to_acc<A>(xv.v[j]) - mu[j]);
     }
+  };
+  if (col < cols) {
+#pragma unroll
+    for (int j = 0; j < VEC; j++) mu[j] = mean[col * VEC + j];
+    const T* pg = g + col * VEC;
+    const T* px = x + col * VEC;
+    int64_t r = begin + ty;
+    for (; r + (kUnroll - 1) * lanes < end; r += kUnroll * lanes) {
+      Vec<T, VEC> gv[kUnroll], xv[kUnroll];
+#pragma unroll
+      for (int k = 0; k < kUnroll; k++) {
+        gv[k] = load_raw<T, VEC>(pg + (r + k * lanes) * C);
+        xv[k] = load_raw<T, VEC>(px + (r + k * lanes) * C);
+      }
+#pragma unroll
+      for (int k = 0; k < kUnroll; k++) add(gv[k], xv[k]);
+    }
+    for (; r < end; r += lanes) add(load_raw<T, VEC>(pg + r * C), load_raw<T, VEC>(px + r * C));
   }
-  s_g[ty][tx] = sg;
-  s_gx[ty][tx] = sgx;
-  __syncthreads();
-  if (ty != 0 || c >= C) return;
-  for (int k = 1; k < kRowLanes; k++) {
-    sg += s_g[k][tx];
-    sgx += s_gx[k][tx];
+  lane_tree(
+      tile, lanes,
+      [&](int o) {
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+          sg[j] += s_g[j * threads + o];
+          sgd[j] += s_gd[j * threads + o];
+        }
+      },
+      [&] {
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+          s_g[j * threads + t] = sg[j];
+          s_gd[j * threads + t] = sgd[j];
+        }
+      });
+  if (ty != 0 || col >= cols) return;
+  A* out = ws + b * 2 * C + col * VEC;
+#pragma unroll
+  for (int j = 0; j < VEC; j++) {
+    out[j] = sg[j];
+    out[C + j] = sgd[j] * invstd[col * VEC + j];
   }
-  ws[b * 2 * C + c] = sg;
-  ws[b * 2 * C + C + c] = sgx;
 }
 
-// One thread per channel: the P partials added in order; dweight, dbias written, and the totals kept in
-// workspace[0] for the dx pass (each thread reads its own channel's partials before overwriting them).
+// Block 32 channels x 32 chunk lanes: lane ty adds chunks ty, ty + 32, ... in order (loads issued
+// kFinalizeLoads at a time), then the lanes by a fixed tree (sums round benignly, unlike the mean).
+// dweight, dbias written, and the totals kept in workspace[0] for the dx pass (chunk 0 is read only by
+// lane 0 of the channel's block, before that lane writes the totals).
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kFinalizeTile * kFinalizeLanes)
     batch_norm_finalize_sums(acc_t<T>* __restrict__ ws, int64_t C, int64_t chunks, T* __restrict__ dw,
                              int64_t sdw, T* __restrict__ db, int64_t sdb) {
   using A = acc_t<T>;
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  __shared__ A s_g[kFinalizeLanes * kFinalizeTile], s_gx[kFinalizeLanes * kFinalizeTile];
+  const int tx = threadIdx.x, ty = threadIdx.y, t = ty * kFinalizeTile + tx;
+  const int64_t c = int64_t(blockIdx.x) * kFinalizeTile + tx;
   A sg = 0, sgx = 0;
-  for (int64_t b = 0; b < chunks; b++) {
-    sg += ws[b * 2 * C + c];
-    sgx += ws[b * 2 * C + C + c];
+  if (c < C) {
+    for (int64_t b0 = ty; b0 < chunks; b0 += int64_t(kFinalizeLanes) * kFinalizeLoads) {
+      A pg[kFinalizeLoads], pgx[kFinalizeLoads];
+#pragma unroll
+      for (int k = 0; k < kFinalizeLoads; k++) {
+        const int64_t b = b0 + int64_t(k) * kFinalizeLanes;
+        pg[k] = b < chunks ? ws[b * 2 * C + c] : A(0);
+        pgx[k] = b < chunks ? ws[b * 2 * C + C + c] : A(0);
+      }
+#pragma unroll
+      for (int k = 0; k < kFinalizeLoads; k++) {
+        sg += pg[k];
+        sgx += pgx[k];
+      }
+    }
   }
+  lane_tree(
+      kFinalizeTile, kFinalizeLanes,
+      [&](int o) {
+        sg += s_g[o];
+        sgx += s_gx[o];
+      },
+      [&] {
+        s_g[t] = sg;
+        s_gx[t] = sgx;
+      });
+  if (ty != 0 || c >= C) return;
   ws[c] = sg;
   ws[C + c] = sgx;
   if (dw) dw[c * sdw] = from_acc<T>(sgx);
@@ -207,35 +402,60 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // dx = invstd w (g - sum_g / M - xhat sum_gxhat / M) (batch statistics; sums = workspace[0]), or
-// dx = invstd w g (running statistics; sums unused). VEC channels per thread as in the normalize kernel.
-// Bytes: read g (and x), write dx; bound: memory.
+// dx = invstd w g (running statistics; sums unused). Grid and block as the normalize kernel; a thread keeps
+// its channels' coefficients in registers. Bytes: read g (and x), write dx; bound: memory.
 template <typename T, int VEC>
-__global__ void __launch_bounds__(kThreads)
-    batch_norm_dx_kernel(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ w,
+__global__ void __launch_bounds__(kElementwiseThreads)
+    batch_norm_dx_kernel(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ w, int64_t sw,
                          const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ invstd,
-                         const acc_t<T>* __restrict__ sums, T* __restrict__ dx, int64_t packs, int64_t M, int64_t C) {
+                         const acc_t<T>* __restrict__ sums, T* __restrict__ dx, int64_t M, int64_t C) {
   using A = acc_t<T>;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < packs; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c0 = (i * VEC) % C;
-    A gv[VEC], xv[VEC], o[VEC];
-    load_vec<VEC>(g + i * VEC, gv);
-    if (sums) load_vec<VEC>(x + i * VEC, xv);
+  const int64_t cols = C / VEC, col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= cols) return;
+  // dx = a ((g - mg) - (x - mu) k): a = invstd w, mg = sum_g / M, k = invstd sum_gxhat / M.
+  A a[VEC], mg[VEC], mu[VEC], k[VEC];
 #pragma unroll
-    for (int k = 0; k < VEC; k++) {
-      const int64_t c = c0 + k;
-      const A scale = invstd[c] * load_or(w, c, A(1));
-      if (!sums) {
-        o[k] = gv[k] * scale;
-      } else {
-        const A xhat = (xv[k] - mean[c]) * invstd[c];
-        o[k] = scale * (gv[k] - sums[c] / A(M) - xhat * (sums[C + c] / A(M)));
-      }
-    }
-    store_vec<VEC>(dx + i * VEC, o);
+  for (int j = 0; j < VEC; j++) {
+    const int64_t c = col * VEC + j;
+    a[j] = invstd[c] * channel_or(w, sw, c, A(1));
+    mu[j] = mean[c];
+    mg[j] = sums ? sums[c] / A(M) : A(0);
+    k[j] = sums ? invstd[c] * (sums[C + c] / A(M)) : A(0);
   }
+  const T* pg = g + col * VEC;
+  const T* px = x + col * VEC;
+  T* pdx = dx + col * VEC;
+  const bool batch = sums != nullptr;
+  auto apply = [&](const Vec<T, VEC>& gv, const Vec<T, VEC>& xv, int64_t row) {
+    Vec<T, VEC> o;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+      const A gj = to_acc<A>(gv.v[j]);
+      o.v[j] = from_acc<T>(batch ? a[j] * ((gj - mg[j]) - (to_acc<A>(xv.v[j]) - mu[j]) * k[j]) : gj * a[j]);
+    }
+    *reinterpret_cast<Vec<T, VEC>*>(pdx + row * C) = o;
+  };
+  const int64_t step = int64_t(gridDim.y) * blockDim.y;
+  int64_t r = int64_t(blockIdx.y) * blockDim.y + threadIdx.y;
+  Vec<T, VEC> none{};
+  for (; r + (kEwUnroll - 1) * step < M; r += kEwUnroll * step) {
+    Vec<T, VEC> gv[kEwUnroll], xv[kEwUnroll];
+#pragma unroll
+    for (int q = 0; q < kEwUnroll; q++) {
+      gv[q] = load_raw<T, VEC>(pg + (r + q * step) * C);
+      xv[q] = batch ? load_raw<T, VEC>(px + (r + q * step) * C) : none;
+    }
+#pragma unroll
+    for (int q = 0; q < kEwUnroll; q++) apply(gv[q], xv[q], r + q * step);
+  }
+  for (; r < M; r += step) apply(load_raw<T, VEC>(pg + r * C), batch ? load_raw<T, VEC>(px + r * C) : none, r);
 }
 
-// Launches an elementwise kernel with the widest VEC the layout allows (C % VEC == 0, aligned pointers).
+// ---------------------------------------------------------------------------------------------------
+// Launch shapes
+
+// Calls f(std::integral_constant<int, VEC>) with the widest VEC the layout allows (C % VEC == 0, aligned
+// pointers), else 1.
 template <typename T, typename F> void with_channel_vec(int64_t C, std::initializer_list<const void*> ptrs, F&& f) {
   constexpr int V = vec16<T>();
   bool aligned = C % V == 0;
@@ -243,6 +463,33 @@ template <typename T, typename F> void with_channel_vec(int64_t C, std::initiali
     if (p && !aligned16(p)) aligned = false;
   if (aligned) f(std::integral_constant<int, V>{});
   else f(std::integral_constant<int, 1>{});
+}
+
+// Column blocks of the reductions: tile vector columns (32, halved down to 8 while fewer than kTargetBlocks
+// blocks would cover the (tiles, chunks) grid) x lanes row lanes (256 threads, 512 when blocks stay few, so
+// more loads are in flight). A function of the shape alone: the lanes' partition, and so the rounding, is the
+// same on any GPU.
+struct ColumnBlocks {
+  dim3 grid, block;
+  size_t threads() const { return size_t(block.x) * block.y; }
+};
+ColumnBlocks column_blocks(int64_t cols, int64_t chunks) {
+  int64_t tile = 32;
+  while (tile > kMinTile && ceil_div(cols, tile) * chunks < kTargetBlocks) tile /= 2;
+  tile = std::min(tile, cols);
+  const int64_t tiles = ceil_div(cols, tile);
+  const int64_t threads = tiles * chunks >= kTargetBlocks / 2 ? 256 : kMaxColumnThreads;
+  return {dim3(unsigned(tiles), unsigned(chunks)), dim3(unsigned(tile), unsigned(std::max<int64_t>(1, threads / tile)))};
+}
+
+// Elementwise blocks: 32 vector columns (fewer when C is narrow) x the rest of 256 threads in rows; row blocks
+// up to ~8 resident blocks per SM in all (grid stride beyond).
+ColumnBlocks elementwise_blocks(int64_t cols, int64_t M) {
+  const int64_t tile = std::min<int64_t>(32, cols), lanes = std::max<int64_t>(1, kElementwiseThreads / tile);
+  const int64_t tiles = ceil_div(cols, tile);
+  const int64_t cap = std::max<int64_t>(1, int64_t(engine::cuda::multiprocessors()) * 8 / tiles);
+  const int64_t rows = std::min<int64_t>({ceil_div(M, lanes * kEwUnroll), cap, 65535});
+  return {dim3(unsigned(tiles), unsigned(std::max<int64_t>(1, rows))), dim3(unsigned(tile), unsigned(lanes))};
 }
 
 void check_workspace(const char* op, const Tensor& ws, int64_t C) {
@@ -264,15 +511,18 @@ void batch_norm_stats(const Tensor& x, double eps, double momentum, const Tensor
   ENGINE_CUDA_FLOAT_SWITCH(x.dtype(), T, {
     using A = acc_t<T>;
     A* ws = static_cast<A*>(workspace.data_ptr());
-    dim3 grid(unsigned((C + kTileC - 1) / kTileC), unsigned(chunks));
-    batch_norm_chunk_stats<T><<<grid, dim3(kTileC, kRowLanes), 0, stream>>>(
-        static_cast<const T*>(x.data_ptr()), M, C, chunks, ws);
+    const T* px = static_cast<const T*>(x.data_ptr());
+    with_channel_vec<T>(C, {px}, [&](auto vec) {
+      constexpr int V = decltype(vec)::value;
+      const ColumnBlocks cb = column_blocks(C / V, chunks);
+      batch_norm_chunk_stats<T, V><<<cb.grid, cb.block, cb.threads() * (1 + 2 * V) * sizeof(A), stream>>>(
+          px, M, C, chunks, ws);
+    });
     ENGINE_CUDA_LAUNCH_CHECK("batch_norm (chunk statistics)");
     A* rm = running_mean.defined() ? static_cast<A*>(running_mean.data_ptr()) : nullptr;
     A* rv = running_var.defined() ? static_cast<A*>(running_var.data_ptr()) : nullptr;
-    batch_norm_finalize_stats<A><<<unsigned((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-        ws, M, C, chunks, A(eps), A(momentum), static_cast<A*>(mean.data_ptr()), static_cast<A*>(invstd.data_ptr()),
-        rm, rv);
+    batch_norm_finalize_stats<A><<<unsigned(ceil_div(C, kFinalizeTile)), kFinalizeThreads, 0, stream>>>(ws, M, C, chunks, A(eps), A(momentum), static_cast<A*>(mean.data_ptr()),
+                                             static_cast<A*>(invstd.data_ptr()), rm, rv);
     ENGINE_CUDA_LAUNCH_CHECK("batch_norm (statistics)");
   });
 }
@@ -283,7 +533,8 @@ void batch_norm_running_stats(const Tensor& running_mean, const Tensor& running_
   cudaStream_t stream = engine::cuda::stream();
   auto launch = [&](auto zero) {
     using A = decltype(zero);
-    batch_norm_running_stats_kernel<A><<<unsigned((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+    batch_norm_running_stats_kernel<A><<<unsigned(ceil_div(C, kElementwiseThreads)), kElementwiseThreads, 0,
+                                         stream>>>(
         static_cast<const A*>(running_mean.data_ptr()), static_cast<const A*>(running_var.data_ptr()), C, A(eps),
         static_cast<A*>(mean.data_ptr()), static_cast<A*>(invstd.data_ptr()));
     ENGINE_CUDA_LAUNCH_CHECK("batch_norm (running statistics)");
@@ -294,7 +545,7 @@ void batch_norm_running_stats(const Tensor& running_mean, const Tensor& running_
 
 void batch_norm_normalize(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
                           const Tensor& bias, const Tensor& y) {
-  const int64_t C = x.size(-1), n = x.numel();
+  const int64_t C = x.size(-1), n = x.numel(), M = n / C;
   if (n == 0) return;
   cudaStream_t stream = engine::cuda::stream();
   ENGINE_CUDA_FLOAT_SWITCH(x.dtype(), T, {
@@ -303,10 +554,10 @@ void batch_norm_normalize(const Tensor& x, const Tensor& mean, const Tensor& inv
     T* py = static_cast<T*>(y.data_ptr());
     with_channel_vec<T>(C, {px, py}, [&](auto vec) {
       constexpr int V = decltype(vec)::value;
-      const int64_t packs = n / V;
-      batch_norm_normalize_kernel<T, V><<<grid_for(packs, kThreads), kThreads, 0, stream>>>(
+      const ColumnBlocks eb = elementwise_blocks(C / V, M);
+      batch_norm_normalize_kernel<T, V><<<eb.grid, eb.block, 0, stream>>>(
           px, static_cast<const A*>(mean.data_ptr()), static_cast<const A*>(invstd.data_ptr()), ptr_or_null<T>(weight),
-          ptr_or_null<T>(bias), py, packs, C);
+          stride_or_zero(weight), ptr_or_null<T>(bias), stride_or_zero(bias), py, M, C);
     });
     ENGINE_CUDA_LAUNCH_CHECK("batch_norm (normalize)");
   });
@@ -328,14 +579,17 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
     A* ws = sums ? static_cast<A*>(workspace.data_ptr()) : nullptr;
     if (sums) {
       const int64_t chunks = workspace.size(0);
-      dim3 grid(unsigned((C + kTileC - 1) / kTileC), unsigned(chunks));
-      batch_norm_chunk_sums<T><<<grid, dim3(kTileC, kRowLanes), 0, stream>>>(pg, px, pm, pr, M, C, chunks, ws);
+      with_channel_vec<T>(C, {pg, px}, [&](auto vec) {
+        constexpr int V = decltype(vec)::value;
+        const ColumnBlocks cb = column_blocks(C / V, chunks);
+        batch_norm_chunk_sums<T, V><<<cb.grid, cb.block, cb.threads() * 2 * V * sizeof(A), stream>>>(
+            pg, px, pm, pr, M, C, chunks, ws);
+      });
       ENGINE_CUDA_LAUNCH_CHECK("batch_norm_backward (chunk sums)");
       T* pdw = dweight.defined() ? static_cast<T*>(dweight.data_ptr()) : nullptr;
       T* pdb = dbias.defined() ? static_cast<T*>(dbias.data_ptr()) : nullptr;
-      batch_norm_finalize_sums<T><<<unsigned((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-          ws, C, chunks, pdw, dweight.defined() ? dweight.strides()[0] : 0, pdb,
-          dbias.defined() ? dbias.strides()[0] : 0);
+      batch_norm_finalize_sums<T><<<unsigned(ceil_div(C, kFinalizeTile)), dim3(kFinalizeTile, kFinalizeLanes), 0,
+                                    stream>>>(ws, C, chunks, pdw, stride_or_zero(dweight), pdb, stride_or_zero(dbias));
       ENGINE_CUDA_LAUNCH_CHECK("batch_norm_backward (sums)");
     }
     if (dx.defined() && n > 0) {
@@ -343,9 +597,9 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
       const A* totals = batch_stats ? ws : nullptr;
       with_channel_vec<T>(C, {pg, px, pdx}, [&](auto vec) {
         constexpr int V = decltype(vec)::value;
-        const int64_t packs = n / V;
-        batch_norm_dx_kernel<T, V><<<grid_for(packs, kThreads), kThreads, 0, stream>>>(
-            pg, px, ptr_or_null<T>(weight), pm, pr, totals, pdx, packs, M, C);
+        const ColumnBlocks eb = elementwise_blocks(C / V, M);
+        batch_norm_dx_kernel<T, V><<<eb.grid, eb.block, 0, stream>>>(pg, px, ptr_or_null<T>(weight),
+                                                                     stride_or_zero(weight), pm, pr, totals, pdx, M, C);
       });
       ENGINE_CUDA_LAUNCH_CHECK("batch_norm_backward (dx)");
     }
