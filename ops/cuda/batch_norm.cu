@@ -19,9 +19,11 @@
 //
 // Measured on the H200 (2026-11-30, tests/ops/batch_norm_cuda_test.cpp's DISABLED_Bandwidth, bytes of x
 // counted per pass: forward 3, backward 5), deeplabv3's shapes [8, 257^2 | 129^2 | 65^2, C], TB/s
-// forward / backward, before -> this layout (with a tree finalize; the chunk-order one is not yet timed):
-// f32 2.2-3.6 / 2.9-4.0 (was 0.9-2.2 / 2.4-3.4); bf16 1.7-3.2 / 2.3-3.6 (was 0.6-1.3 / 1.1-1.9). Lowest at
-// 65^2 x 256 and 129^2 x 64, where a pass moves 17-35 MB and the launches and finalize show.
+// forward / backward: this file as it is, f32 1.9-3.5 / 2.9-4.1 (the old one-thread-per-channel layout:
+// 0.9-2.2 / 2.4-3.4), bf16 at 257^2 x 64 2.4 / 3.3 (was 1.3 / 1.9; the other bf16 shapes were measured only with
+// a tree finalize: 1.7-3.2 / 2.3-3.6, was 0.6-1.3 / 1.1-1.9). Lowest at 65^2 x 256 and 129^2 x 64, where a
+// pass moves 17-35 MB and the launches and finalize show. A bf16 deeplabv3 step (torchvision size, 8 x 513^2)
+// went from 92.0 to 68.7 ms.
 #include "ops/cuda/batch_norm.h"
 #include "ops/cuda/kernel_util.cuh"
 
