@@ -82,8 +82,10 @@ Tensor TokenEmbedding::forward(const Seq2SeqConfig& c, const Tensor& ids, int64_
     engine::CategoryScope input(engine::Category::input);
     engine::MemoryScope s("embed_positions");
     // fairseq counts positions from padding_idx + 1.
-    pos = ops::from_vector(sinusoidal_positions(c.padding_idx + 1 + first_position, T, c.dim), {T, c.dim},
-                           x.dtype(), ids.device_ptr());  // [T, C]
+    if (sinusoid_table.empty()) sinusoid_table = sinusoidal_positions(c.padding_idx + 1, c.max_positions, c.dim);
+    const auto rows = sinusoid_table.begin() + first_position * c.dim;
+    pos = ops::from_vector(std::vector<float>(rows, rows + T * c.dim), {T, c.dim}, x.dtype(),
+                           ids.device_ptr());  // [T, C]
   }
   x = ops::add(x, pos);
   if (languages) x = ops::add(x, ops::select(languages->weight, 0, lang));  // + [C]

@@ -70,6 +70,10 @@ struct TokenEmbedding {
   // ids [B, T] at positions first_position .. first_position + T - 1, language `lang` -> [B, T, C].
   Tensor forward(const Seq2SeqConfig& c, const Tensor& ids, int64_t first_position, int64_t lang,
                  bool training) const;
+  // Without learned positions: fairseq's sinusoidal rows for every position [max_positions, dim], computed on
+  // the host at the first forward and kept (as fairseq's SinusoidalPositionalEmbedding keeps its weights), so
+  // a step uploads its T rows instead of evaluating T x dim sines and cosines (a fifth of a meta probe).
+  mutable std::vector<float> sinusoid_table;
 };
 
 // fairseq's sinusoidal table rows for positions [first, first + count): [count, dim], half sin, half cos.
