@@ -76,7 +76,9 @@ TEST(TransformerBig, TinyModelLearnsToReverseAndGreedyDecodingReproducesIt) {
   engine::DeviceGuard g(dev);
   TransformerBig model(config("tiny"));
   std::vector<double> losses;
-  for (int s = 1; s <= 200; s++) {
+  // 300 steps: at 200 the held-out accuracy depended on the data order (seeds 1-4 gave 0.75, 0.91, 0.75, 0.42;
+  // one batch moved gave 0.44 for seed 1); at 300 they gave 1.00, 0.84, 0.91, 0.91.
+  for (int s = 1; s <= 300; s++) {
     models::StepResult r = model.train_step(s);
     EXPECT_EQ(r.items, model.host_batch(s).target_tokens) << "items are target tokens";
     losses.push_back(r.loss);
