@@ -200,8 +200,9 @@ DetectionData DetectionSet::batch(int64_t n, int64_t size, uint64_t seed, int64_
   b.boxes.assign(size_t(n * max_boxes_ * 4), 0.f);
   b.labels.assign(size_t(n * max_boxes_), -1);
   const int64_t first = std::max<int64_t>(step - 1, 0) * n;
+  const std::vector<int64_t> ids = order_.items(first, n, this->size(), seed);
   parallel_for(n, [&](int64_t j) {
-    const int64_t index = first + j, i = epoch_item(index, this->size(), seed);
+    const int64_t index = first + j, i = ids[size_t(j)];
     const DetectionItem& item = items_[size_t(i)];
     const Image image = load(i);
     std::mt19937_64 rng = item_rng(seed, index);

@@ -75,6 +75,7 @@ class DetectionSet {
   std::vector<DetectionItem> items_;
   std::vector<int64_t> category_ids_;
   std::vector<std::string> notes_;
+  mutable EpochOrder order_;  // batch() is const: the cached epoch permutation is not the set's state
 };
 
 }  // namespace models::data

@@ -205,14 +205,27 @@ float sample_bilinear(const Image& image, double y, double x, int64_t c) {
 // ---------------------------------------------------------------------------------------------------
 // Order and threads
 
+std::vector<int64_t> EpochOrder::items(int64_t first, int64_t n, int64_t count, uint64_t seed) {
+  ENGINE_CHECK(count > 0 && first >= 0 && n >= 0, "epoch order: need items (got ", count, ") and positions >= 0 (got ",
+               first, ", ", n, ")");
+  std::vector<int64_t> ids;
+  for (int64_t index = first; index < first + n; index++) {
+    const int64_t epoch = index / count;
+    if (epoch != epoch_ || count != count_ || seed != seed_) {
+      // Fisher-Yates with the engine's own draws (std::shuffle differs between standard libraries).
+      std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + uint64_t(epoch) * 0xBF58476D1CE4E5B9ull + 1);
+      order_.resize(size_t(count));
+      std::iota(order_.begin(), order_.end(), 0);
+      for (int64_t i = count - 1; i > 0; i--) std::swap(order_[size_t(i)], order_[size_t(rng() % uint64_t(i + 1))]);
+      epoch_ = epoch, count_ = count, seed_ = seed;
+    }
+    ids.push_back(order_[size_t(index % count)]);
+  }
+  return ids;
+}
+
 int64_t epoch_item(int64_t index, int64_t count, uint64_t seed) {
-  ENGINE_CHECK(count > 0 && index >= 0, "epoch_item: need items (got ", count, ") and index >= 0 (got ", index, ")");
-  // Fisher-Yates with the engine's own draws (std::shuffle differs between standard libraries).
-  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + uint64_t(index / count) * 0xBF58476D1CE4E5B9ull + 1);
-  std::vector<int64_t> order(static_cast<size_t>(count));
-  std::iota(order.begin(), order.end(), 0);
-  for (int64_t i = count - 1; i > 0; i--) std::swap(order[size_t(i)], order[size_t(rng() % uint64_t(i + 1))]);
-  return order[size_t(index % count)];
+  return EpochOrder().items(index, 1, count, seed)[0];
 }
 
 std::mt19937_64 item_rng(uint64_t seed, int64_t index) {

@@ -55,6 +55,18 @@ inline float imagenet_normalize(float value_0_255, int64_t c) { return (value_0_
 
 // Position `index` (0, 1, ...) of the endless sequence of seeded epochs over `count` items: the item id.
 int64_t epoch_item(int64_t index, int64_t count, uint64_t seed);
+// The same sequence, keeping the last epoch's permutation: a set asks for its batch's ids on one thread each
+// step, and shuffles `count` ids once per epoch instead of once per item (COCO: 118k ids).
+class EpochOrder {
+ public:
+  // The ids at positions first .. first + n - 1, for `count` items and `seed`.
+  std::vector<int64_t> items(int64_t first, int64_t n, int64_t count, uint64_t seed);
+
+ private:
+  int64_t epoch_ = -1, count_ = 0;
+  uint64_t seed_ = 0;
+  std::vector<int64_t> order_;  // [count_]: epoch_'s permutation
+};
 // The generator for the random draws of the item at `index` (its transform).
 std::mt19937_64 item_rng(uint64_t seed, int64_t index);
 // A uniform draw in [0, 1) with 53 random bits (Python's random.random(); std's distributions differ

@@ -128,10 +128,11 @@ SegmentationData SegmentationSet::batch(int64_t n, int64_t size, uint64_t seed, 
   b.images.resize(size_t(n * size * size * 3));
   b.labels.resize(size_t(n * size * size));
   const int64_t first = std::max<int64_t>(step - 1, 0) * n;
+  const std::vector<int64_t> ids = order_.items(first, n, this->size(), seed);
   parallel_for(n, [&](int64_t j) {
     const int64_t index = first + j;
     Image image, label;
-    load(epoch_item(index, this->size(), seed), image, label);
+    load(ids[size_t(j)], image, label);
     std::mt19937_64 rng = item_rng(seed, index);
     const ScaleCrop t = draw_scale_crop(image.height, image.width, size, size, rng);
     apply_scale_crop(image, label, t, size, ignore_index_, b.images.data() + j * size * size * 3,

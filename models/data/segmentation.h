@@ -62,6 +62,7 @@ class SegmentationSet {
   std::string dir_, ids_source_;
   int64_t classes_, ignore_index_;
   std::vector<std::string> ids_;
+  mutable EpochOrder order_;  // batch() is const: the cached epoch permutation is not the set's state
 };
 
 }  // namespace models::data

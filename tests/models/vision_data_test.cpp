@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -259,6 +260,13 @@ TEST(VisionData, SeededOrderAndBatches) {
     for (int64_t k = 0; k < 5; k++) seen.push_back(epoch_item(epoch * 5 + k, 5, 7));
     std::sort(seen.begin(), seen.end());
     EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  }
+  // The cached order (what the sets use) gives the same sequence, across epochs, seeds and counts.
+  models::data::EpochOrder order;
+  for (auto [first, n, count, seed] : {std::array<int64_t, 4>{0, 7, 5, 7}, {3, 9, 5, 7}, {3, 9, 5, 8}, {10, 4, 6, 8}}) {
+    const std::vector<int64_t> ids = order.items(first, n, count, uint64_t(seed));
+    ASSERT_EQ(int64_t(ids.size()), n);
+    for (int64_t k = 0; k < n; k++) EXPECT_EQ(ids[size_t(k)], epoch_item(first + k, count, uint64_t(seed))) << first + k;
   }
   SegmentationSet voc(sample("voc_sample"), 5);
   auto a = voc.batch(3, 64, 1, 2), b = voc.batch(3, 64, 1, 2), c = voc.batch(3, 64, 1, 3), d = voc.batch(3, 64, 2, 2);
