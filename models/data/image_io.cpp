@@ -55,6 +55,9 @@ struct JpegState {
 
 }  // namespace
 
+// The most an image may decode to: a corrupt header's sizes are an Error, not an allocation of many GiB.
+constexpr uint64_t kMaxImageBytes = uint64_t(1) << 30;
+
 Image decode_jpeg(const std::string& bytes, const std::string& source) {
   auto image = std::make_unique<Image>();  // on the heap, as the library's state: see the file comment
   auto state = std::make_unique<JpegState>();
@@ -74,6 +77,11 @@ Image decode_jpeg(const std::string& bytes, const std::string& source) {
   jpeg_read_header(&info, TRUE);
   if (info.jpeg_color_space == JCS_CMYK || info.jpeg_color_space == JCS_YCCK) {
     std::snprintf(errors.message, sizeof errors.message, "CMYK JPEGs are not supported: convert it to RGB");
+    std::longjmp(errors.jump, 1);
+  }
+  if (uint64_t(info.image_width) * info.image_height * 3 > kMaxImageBytes) {  // a corrupt header's sizes
+    std::snprintf(errors.message, sizeof errors.message, "%ux%u pixels is over the %llu MiB an image may decode to",
+                  info.image_width, info.image_height, (unsigned long long)(kMaxImageBytes >> 20));
     std::longjmp(errors.jump, 1);
   }
   info.out_color_space = JCS_RGB;  // grey is expanded
@@ -152,6 +160,8 @@ Image decode_png(const std::string& bytes, const std::string& source) {
   image->channels = png_get_channels(png, info);
   const size_t row_bytes = png_get_rowbytes(png, info);
   if (row_bytes != size_t(image->width * image->channels)) png_error(png, "unexpected row size after unpacking");
+  if (uint64_t(row_bytes) * uint64_t(image->height) > kMaxImageBytes)  // a corrupt header's sizes
+    png_error(png, "the image is over the 1 GiB an image may decode to");
   image->pixels.resize(size_t(image->height) * row_bytes);
   rows->resize(size_t(image->height));
   for (int64_t y = 0; y < image->height; y++) (*rows)[size_t(y)] = image->pixels.data() + size_t(y) * row_bytes;

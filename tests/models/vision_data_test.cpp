@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <zlib.h>
 
 #include <array>
 #include <cmath>
@@ -113,6 +114,20 @@ TEST(VisionData, RgbPngDecodesExactly) {
       EXPECT_EQ(im.at(y, x, 1), (y * 21) % 256);
       EXPECT_EQ(im.at(y, x, 2), (x * y * 7) % 256);
     }
+}
+
+// A header whose sizes would decode to more than 1 GiB is an Error naming the file, not an allocation: a PNG
+// (valid CRCs, so libpng itself accepts it) of 100000 x 100000 RGB pixels, cut after its first IDAT header.
+TEST(VisionData, HugeImageHeadersAreErrors) {
+  auto be32 = [](uint32_t v) { return std::string{char(v >> 24), char(v >> 16), char(v >> 8), char(v)}; };
+  auto chunk = [&](const std::string& type, const std::string& data) {
+    const std::string body = type + data;
+    return be32(uint32_t(data.size())) + body +
+           be32(uint32_t(crc32(0, reinterpret_cast<const Bytef*>(body.data()), uInt(body.size()))));
+  };
+  const std::string ihdr = be32(100000) + be32(100000) + std::string{8, 2, 0, 0, 0};  // 8-bit RGB
+  const std::string png = std::string("\x89PNG\r\n\x1a\n", 8) + chunk("IHDR", ihdr) + be32(16) + "IDAT";
+  EXPECT_ERROR_HAS(decode_png(png, "huge.png"), "PNG 'huge.png'", "over the 1 GiB");
 }
 
 TEST(VisionData, JpegFlatColoursDecodeClose) {
