@@ -21,9 +21,11 @@ using engine::str;
 namespace {
 thread_local bool g_grad_enabled = true;
 thread_local int64_t g_node_sequence = 0;
+thread_local int g_recomputing = 0;  // nesting depth of recompute's second runs
 }  // namespace
 
 bool grad_enabled() { return g_grad_enabled; }
+bool recomputing() { return g_recomputing > 0; }
 void set_grad_enabled(bool on) { g_grad_enabled = on; }
 
 bool any_requires_grad(std::initializer_list<Tensor> tensors) {
@@ -367,6 +369,10 @@ Tensor recompute(const RecomputeFn& fn, const std::vector<Tensor>& inputs) {
            {
              EnableGrad eg(true);
              engine::PhaseScope ps(engine::Phase::forward);
+             struct Again {  // recomputing() is true while fn runs again, also when it throws
+               Again() { ++g_recomputing; }
+               ~Again() { --g_recomputing; }
+             } again_scope;
              again = fn(detached);
            }
            engine::generator() = now;

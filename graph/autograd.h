@@ -61,5 +61,8 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 // Activation checkpointing.
 using RecomputeFn = std::function<Tensor(const std::vector<Tensor>&)>;
 Tensor recompute(const RecomputeFn& fn, const std::vector<Tensor>& inputs);
+// True while recompute runs fn a second time (in backward): code with side effects that must happen once per
+// step (batch norm's running-statistics update) skips them then.
+bool recomputing();
 
 }  // namespace graph

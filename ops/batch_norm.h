@@ -19,8 +19,9 @@
 // device. The GPU keeps the chunk partials in an op-level workspace [P, 2, C] (stats dtype) allocated on
 // every device alike (cpu and meta leave it unused), so meta predicts the GPU's memory exactly.
 //
-// Under graph::recompute a training-mode call runs twice and so updates the running statistics twice (as
-// PyTorch's checkpointing does); keep batch norm outside recomputed scopes or accept the double momentum step.
+// Under graph::recompute a training-mode call runs twice and would update the running statistics twice (as
+// PyTorch's checkpointing does): callers pass no running statistics when graph::recomputing() (the models'
+// BatchNorm2d does), so the second run only recomputes the batch statistics.
 //
 // Saved for backward: x, and the per-channel mean and invstd [C] (stats dtype) that normalized it (batch
 // statistics, or the running ones copied at the time of the call), as cuDNN saves. Not y.

@@ -39,6 +39,9 @@ struct DarknetConfig {
   std::array<int64_t, 5> blocks = {1, 2, 8, 8, 4};  // Darknet-53
   int64_t width = 32;                               // the stem's channels; stage s has width * 2^(s+1)
   int64_t in_channels = 3;
+  // Activation checkpointing (--recompute layer): each residual block keeps only its input; its two
+  // ConvBnLeaky run again in backward (graph::recompute).
+  bool recompute_blocks = false;
   // Channels of the three outputs (strides 8, 16, 32).
   std::array<int64_t, 3> out_channels() const { return {width * 8, width * 16, width * 32}; }
 };

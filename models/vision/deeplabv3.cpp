@@ -42,6 +42,9 @@ DeepLabV3Config DeepLabV3Config::from(const ModelConfig& c) {
   } else {
     ENGINE_CHECK(size == "voc", "deeplabv3: unknown --size '", size, "': expected voc, torchvision or tiny");
   }
+  ENGINE_CHECK(c.recompute == "none" || c.recompute == "layer", "deeplabv3: --recompute ", c.recompute,
+               " does not apply (no attention): none, or layer (each ResNet bottleneck recomputed in backward)");
+  d.backbone.recompute_blocks = c.recompute == "layer";
   d.data = c.data;  // a VOC-style set: the classes stay the size's (VOC label maps do not say how many)
   if (c.batch) d.batch = c.batch;
   d.seed = c.seed;
@@ -186,6 +189,7 @@ std::string DeepLabV3::summary() const {
                      ", width ", b.width, ") output stride ", b.output_stride, ", multi-grid ", grid, ", ASPP ",
                      c.aspp_channels, " (rates ", rates, " + image pooling), ", c.classes, " classes, ",
                      c.image_size, "x", c.image_size, ", batch ", c.batch,
+                     b.recompute_blocks ? ", bottlenecks recomputed in backward" : "",
                      reader_ ? " | data: " + reader_->describe() : std::string());
 }
 

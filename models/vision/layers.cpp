@@ -48,7 +48,11 @@ BatchNorm2d::BatchNorm2d(int64_t channels, double eps_, double momentum_) : eps(
 
 Tensor BatchNorm2d::forward(const Tensor& x) const {
   auto s = scope();
-  return ops::batch_norm(x, weight, bias, running_mean, running_var, training(), momentum, eps);
+  // Inside a block that graph::recompute runs again in backward, the batch statistics are recomputed (the same
+  // values) but the running statistics were updated by the first run: not twice.
+  const bool again = training() && graph::recomputing();
+  return ops::batch_norm(x, weight, bias, again ? Tensor() : running_mean, again ? Tensor() : running_var, training(),
+                         momentum, eps);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -42,6 +42,10 @@ struct ResNetConfig {
   // torchvision's replace_stride_with_dilation instead: a dilated stage's first block keeps the previous
   // stage's dilation (its 3x3 is where the stride would have been), the others take the stage's; no multi-grid.
   bool torchvision_dilation = false;
+  // Activation checkpointing (--recompute layer): each bottleneck keeps only its input; its convolutions,
+  // batch norms and ReLUs run again in backward (graph::recompute), about a third more compute for the
+  // backbone's activations of one block at a time.
+  bool recompute_blocks = false;
   int64_t out_channels() const { return width * 8 * Bottleneck::kExpansion; }
 };
 

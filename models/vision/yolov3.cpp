@@ -33,6 +33,9 @@ YoloV3Config YoloV3Config::from(const ModelConfig& c) {
   } else {
     ENGINE_CHECK(size == "coco", "yolov3: unknown --size '", size, "': expected coco or tiny");
   }
+  ENGINE_CHECK(c.recompute == "none" || c.recompute == "layer", "yolov3: --recompute ", c.recompute,
+               " does not apply (no attention): none, or layer (each Darknet residual block recomputed in backward)");
+  y.backbone.recompute_blocks = c.recompute == "layer";
   y.data = c.data;  // a COCO-style set: its category count must equal classes (checked when it is opened)
   if (c.batch) y.batch = c.batch;
   y.seed = c.seed;
@@ -171,7 +174,9 @@ std::string YoloV3::summary() const {
   return engine::str("yolov3: Darknet-53 (blocks ", b[0], "/", b[1], "/", b[2], "/", b[3], "/", b[4], ", width ",
                      c.backbone.width, ") + 3 YOLO scales (strides 32/16/8, ", c.anchors_per_scale(), " anchors each), ",
                      c.classes, " classes, ", c.image_size, "x", c.image_size, ", batch ", c.batch, ", ",
-                     c.max_boxes, " box slots per image", reader_ ? " | data: " + reader_->describe() : std::string());
+                     c.max_boxes, " box slots per image",
+                     c.backbone.recompute_blocks ? ", residual blocks recomputed in backward" : "",
+                     reader_ ? " | data: " + reader_->describe() : std::string());
 }
 
 ops::YoloTargetParams YoloV3::target_params(int64_t scale) const {

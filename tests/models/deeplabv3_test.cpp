@@ -15,6 +15,7 @@
 #include "ops/view.h"
 #include "ops/elementwise.h"
 #include "tests/util/gradcheck_util.h"
+#include "tests/util/recompute_util.h"
 
 using engine::Device;
 using engine::DeviceType;
@@ -224,4 +225,17 @@ TEST(DeepLabV3, SyntheticDataIsSeeded) {
     const int64_t cy = row[1] + row[3] / 2, cx = row[2] + row[4] / 2;
     EXPECT_EQ(labels[size_t((n * 32 + cy) * 32 + cx)], double(row[0])) << "image " << n;
   }
+}
+
+// --recompute layer: each ResNet bottleneck keeps only its input and runs again in backward: the same steps bit
+// for bit (running statistics updated once), meta == cpu, and the full-size peak below half the plain run's
+// (activations of one bottleneck at a time instead of all 33).
+TEST(DeepLabV3, RecomputedBottlenecksTrainTheSameWithLessMemory) {
+  models::ModelConfig tiny, full;
+  tiny.name = full.name = "deeplabv3";
+  tiny.size = "tiny";
+  testutil::expect_recompute_layer_is_exact(tiny, full, 0.5);
+  models::ModelConfig bad = full;
+  bad.recompute = "attention";
+  EXPECT_THROW(DeepLabV3Config::from(bad), engine::Error);
 }

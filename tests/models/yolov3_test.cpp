@@ -12,6 +12,7 @@
 #include "ops/factory.h"
 #include "ops/yolo.h"
 #include "tests/util/gradcheck_util.h"
+#include "tests/util/recompute_util.h"
 
 using engine::Device;
 using engine::DeviceType;
@@ -359,4 +360,17 @@ TEST(YoloV3, ConfigErrorsAndSeededData) {
     EXPECT_GE(real, 1);
     EXPECT_LE(real, 4);
   }
+}
+
+// --recompute layer: each Darknet residual block keeps only its input and runs again in backward: the same steps
+// bit for bit (running statistics updated once), meta == cpu, and the full-size peak below 0.7 of the plain
+// run's (the heads and the blocks' downsampling convolutions still keep theirs).
+TEST(YoloV3, RecomputedResidualBlocksTrainTheSameWithLessMemory) {
+  models::ModelConfig tiny, full;
+  tiny.name = full.name = "yolov3";
+  tiny.size = "tiny";
+  testutil::expect_recompute_layer_is_exact(tiny, full, 0.7);
+  models::ModelConfig bad = full;
+  bad.recompute = "attention";
+  EXPECT_THROW(YoloV3Config::from(bad), engine::Error);
 }
