@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <mutex>
+#include <tuple>
 #include <unordered_map>
 
 #include "engine/error.h"
@@ -192,6 +194,16 @@ Image DetectionSet::load(int64_t i) const {
                image.width, "x", image.height, " but '", json_path_, "' says ", item.width, "x", item.height,
                ": fix the JSON's width and height (the boxes are in its pixels)");
   return image;
+}
+
+std::shared_ptr<const DetectionSet> DetectionSet::open_shared(const std::string& dir, int64_t classes,
+                                                             int64_t max_boxes) {
+  static std::map<std::tuple<std::string, int64_t, int64_t>, std::shared_ptr<const DetectionSet>> opened;
+  static std::mutex lock;
+  std::lock_guard<std::mutex> hold(lock);
+  auto& set = opened[{dir, classes, max_boxes}];
+  if (!set) set = std::make_shared<const DetectionSet>(dir, classes, max_boxes);  // an Error leaves no entry set
+  return set;
 }
 
 DetectionData DetectionSet::batch(int64_t n, int64_t size, uint64_t seed, int64_t step) const {

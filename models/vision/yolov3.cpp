@@ -155,7 +155,7 @@ void YoloV3::build() {
                " must be a multiple of 32 (the coarsest scale's stride)");
   // --data: opened and checked now (on meta too), before anything is allocated.
   if (!config_.data.empty())
-    reader_ = std::make_shared<data::DetectionSet>(config_.data, config_.classes, config_.max_boxes);
+    reader_ = data::DetectionSet::open_shared(config_.data, config_.classes, config_.max_boxes);
   engine::manual_seed(config_.seed);
   net_ = std::make_shared<YoloV3Net>(config_);
   net_->tag_memory();

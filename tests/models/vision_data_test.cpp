@@ -328,6 +328,16 @@ TEST(VisionData, CocoCategoriesAndBoxes) {
   EXPECT_NE(set.describe().find("1 iscrowd boxes skipped"), std::string::npos) << set.describe();
 }
 
+// A COCO set is parsed once per process (a max-batch search builds the model once per probe): the same
+// (dir, classes, max_boxes) gives the same set; another max_boxes another one; a failed open is not kept.
+TEST(VisionData, CocoSetsAreOpenedOncePerProcess) {
+  auto a = DetectionSet::open_shared(sample("coco_sample"), 3, 100), b = DetectionSet::open_shared(sample("coco_sample"), 3, 100);
+  EXPECT_EQ(a.get(), b.get());
+  EXPECT_NE(a.get(), DetectionSet::open_shared(sample("coco_sample"), 3, 2).get());
+  for (int attempt = 0; attempt < 2; attempt++)  // the second open tries again: no half-opened set was kept
+    EXPECT_ERROR_HAS(DetectionSet::open_shared(sample("coco_sample"), 5, 100), "has 3 categories but the model has 5");
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Errors
 
