@@ -183,6 +183,20 @@ int64_t BatchOrder::batch_for_step(int64_t step) const {
   return shuffled_[size_t((step - 3) % int64_t(shuffled_.size()))];
 }
 
+TokenBatches batch_pairs_by_tokens(const std::vector<SentencePair>& pairs, int64_t tokens, uint64_t seed,
+                                   const std::string& model) {
+  std::vector<int64_t> lengths;
+  for (const auto& p : pairs) lengths.push_back(pair_length(p));
+  TokenBatches t;
+  t.batches = batch_by_tokens(lengths, tokens);
+  size_t kept = 0;
+  for (const auto& b : t.batches) kept += b.size();
+  if (kept < pairs.size()) t.note = engine::str(" (", pairs.size() - kept, " longer than --tokens ", tokens, " left out)");
+  ENGINE_CHECK(!t.batches.empty(), model, ": no sentence fits --tokens ", tokens);
+  t.order = std::make_unique<BatchOrder>(int64_t(t.batches.size()), seed, most_padded_batch(t.batches, lengths));
+  return t;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Noise
 

@@ -29,6 +29,7 @@
 // so a max-batch probe of 3 steps (Model::probe_steps) sees both extremes with the optimizer state.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -92,6 +93,17 @@ class BatchOrder {
   std::vector<int64_t> shuffled_;
   int64_t most_padded_ = 0;
 };
+
+// The token-batched pipeline of transformer_big and convs2s: the pairs' lengths -> batch_by_tokens -> their
+// BatchOrder (the longest batch at steps 1-2, the most padded at step 3). Pairs longer than `tokens` are left
+// out and counted in `note`; no batch at all is an Error naming `model`.
+struct TokenBatches {
+  std::vector<std::vector<int64_t>> batches;
+  std::unique_ptr<BatchOrder> order;
+  std::string note;  // "" or " (N longer than --tokens T left out)"
+};
+TokenBatches batch_pairs_by_tokens(const std::vector<SentencePair>& pairs, int64_t tokens, uint64_t seed,
+                                   const std::string& model);
 
 // XLM's denoising noise (src/trainer.py add_noise), applied in this order to a sentence's words:
 //   shuffle  each word moves by less than k: words sorted by i + uniform(0, k)      (k = 0: off)

@@ -76,15 +76,10 @@ TransformerBig::TransformerBig(const TransformerBigRecipe& r) : recipe_(r) {
     pairs_ = std::move(corpus.pairs);
     data_description_ = corpus.describe;
   }
-  std::vector<int64_t> lengths;
-  for (const auto& p : pairs_) lengths.push_back(data::pair_length(p));
-  batches_ = data::batch_by_tokens(lengths, recipe_.tokens);
-  size_t kept = 0;
-  for (const auto& b : batches_) kept += b.size();
-  if (kept < pairs_.size())
-    data_description_ += engine::str(" (", pairs_.size() - kept, " longer than --tokens ", recipe_.tokens, " left out)");
-  order_ = std::make_unique<data::BatchOrder>(int64_t(batches_.size()), recipe_.seed,
-                                             data::most_padded_batch(batches_, lengths));
+  data::TokenBatches batching = data::batch_pairs_by_tokens(pairs_, recipe_.tokens, recipe_.seed, "transformer_big");
+  batches_ = std::move(batching.batches);
+  order_ = std::move(batching.order);
+  data_description_ += batching.note;
 
   engine::manual_seed(recipe_.seed);
   net_ = std::make_shared<Seq2Seq>(recipe_.net);

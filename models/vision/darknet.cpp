@@ -3,7 +3,6 @@
 
 #include <string>
 
-#include "graph/autograd.h"
 #include "ops/elementwise.h"
 
 namespace models::vision {
@@ -49,12 +48,7 @@ std::array<Tensor, 3> Darknet53::forward(const Tensor& x) const {
   Tensor y = stem->forward(x);
   for (size_t st = 0; st < 5; st++) {
     y = down[st]->forward(y);
-    for (const auto& b : blocks[st]) {
-      if (config.recompute_blocks && graph::grad_enabled())
-        y = graph::recompute([b](const std::vector<Tensor>& in) { return b->forward(in[0]); }, {y});
-      else
-        y = b->forward(y);
-    }
+    for (const auto& b : blocks[st]) y = forward_block(b, y, config.recompute_blocks);
     if (st >= 2) outputs[st - 2] = y;
   }
   return outputs;

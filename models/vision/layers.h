@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/autograd.h"
 #include "graph/module.h"
 #include "models/nn/layers.h"
 #include "ops/conv_params.h"
@@ -49,6 +50,14 @@ class BatchNorm2d : public graph::Module {
   Tensor weight, bias;               // [C] parameters (ones, zeros)
   Tensor running_mean, running_var;  // [C] f32 buffers (zeros, ones)
 };
+
+// block->forward(x), or under graph::recompute when `recompute` (and gradients are on): the block then keeps only
+// x, and runs again in backward (--recompute layer for the backbones' residual blocks).
+template <typename Block>
+Tensor forward_block(const std::shared_ptr<Block>& block, const Tensor& x, bool recompute) {
+  if (!recompute || !graph::grad_enabled()) return block->forward(x);
+  return graph::recompute([block](const std::vector<Tensor>& in) { return block->forward(in[0]); }, {x});
+}
 
 // Loads `tensors` into root strictly (Module::load) after two translations from a PyTorch state dict:
 // 4-D tensors whose name is a 4-D parameter's and whose shape is that parameter's in OIHW order are permuted

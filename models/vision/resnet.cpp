@@ -4,7 +4,6 @@
 #include <string>
 
 #include "engine/error.h"
-#include "graph/autograd.h"
 #include "ops/elementwise.h"
 #include "ops/pool.h"
 
@@ -81,14 +80,7 @@ Tensor ResNet::forward(const Tensor& x) const {
   pool.pad_top = pool.pad_bottom = pool.pad_left = pool.pad_right = 1;
   h = ops::max_pool2d(h, pool);                             // [N, H/4, W/4, width]
   for (const auto& stage : layers)
-    for (const auto& block : stage) {
-      if (config.recompute_blocks && graph::grad_enabled()) {
-        auto b = block;
-        h = graph::recompute([b](const std::vector<Tensor>& in) { return b->forward(in[0]); }, {h});
-      } else {
-        h = block->forward(h);
-      }
-    }
+    for (const auto& block : stage) h = forward_block(block, h, config.recompute_blocks);
   return h;
 }
 

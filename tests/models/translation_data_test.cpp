@@ -91,6 +91,14 @@ TEST(TranslationData, BatchingByTokensRespectsTheBudgetAndUsesEverySentenceOnce)
   EXPECT_EQ(packed[0], (std::vector<int64_t>{1}));
   EXPECT_EQ(most_padded_batch(packed, lens), 1);
   EXPECT_EQ(most_padded_batch({{1}, {4, 2}}, lens), 0) << "ties (10 and 10) keep the first";
+  // The models' pipeline: pair lengths (max of source and target, EOS included) -> batches -> order and note.
+  const std::vector<SentencePair> pairs = {{{5, 6}, {6, 5}}, {{5, 6, 7, 8, 9, 10, 11}, {11, 10}}, {{7}, {7}}};
+  TokenBatches t = batch_pairs_by_tokens(pairs, 6, 1, "model_x");  // lengths 3, 8, 2: the 8 is left out
+  EXPECT_EQ(t.batches, (std::vector<std::vector<int64_t>>{{0, 2}}));
+  EXPECT_EQ(t.note, " (1 longer than --tokens 6 left out)");
+  EXPECT_EQ(t.order->batch_for_step(3), 0);
+  EXPECT_NE(error_of([&] { batch_pairs_by_tokens(pairs, 1, 1, "model_x"); }).find("model_x: no sentence fits --tokens 1"),
+            std::string::npos);
 }
 
 TEST(TranslationData, BatchLayoutIsFairseqsRightPadded) {
