@@ -86,8 +86,20 @@ const Study2020Row* Study2020::find(const std::string& model) const {
 }
 
 Study2020 read_study2020(const std::string& path) {
-  std::ifstream f(path);
-  ENGINE_CHECK(f.good(), "cannot read the 2020 study's table '", path, "' (give its path with --study)");
+  std::ifstream f(path, std::ios::binary);
+  ENGINE_CHECK(f.good(), "cannot read the 2020 study's table '", path,
+               "' (give a lambda2020.csv-style file with --study, or leave --study out for the built-in table)");
+  std::stringstream text;
+  text << f.rdbuf();
+  return parse_study2020(text.str(), path);
+}
+
+extern const char kStudy2020Csv[];  // generated from tools/data/lambda2020.csv by the Makefile
+
+Study2020 builtin_study2020() { return parse_study2020(kStudy2020Csv, "tools/data/lambda2020.csv (built in)"); }
+
+Study2020 parse_study2020(const std::string& text, const std::string& path) {
+  std::istringstream f(text);
   Study2020 s;
   std::vector<std::string> header;
   size_t first_gpu = 0, throughput_unit = 0;
@@ -249,7 +261,7 @@ void decode_search(const std::string& text, LambdaRow& row) {
 
 LambdaTable run_lambda(const LambdaOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
-  Study2020 study = read_study2020(o.study_path);
+  Study2020 study = o.study_path.empty() ? builtin_study2020() : read_study2020(o.study_path);
   LambdaTable t;
   t.gpus = study.gpus;
   t.device = engine::device_type_name(o.device);

@@ -31,8 +31,13 @@ struct Study2020 {
   std::vector<Study2020Row> rows;
   const Study2020Row* find(const std::string& model) const;
 };
-// Reads the file; a malformed line is an Error naming the file and line.
+// Parses the table's text; a malformed line is an Error naming `source` (the file) and the line.
+Study2020 parse_study2020(const std::string& text, const std::string& source);
+// Reads a file in that format (engine_bench lambda --study FILE).
 Study2020 read_study2020(const std::string& path);
+// The table the programs carry: tools/data/lambda2020.csv, built into them by the Makefile (so a program
+// reads nothing outside itself; the file names the study it comes from).
+Study2020 builtin_study2020();
 
 // The registry name that stands for a study model ("" when none is mapped), and the config overrides
 // that reproduce the study's setting (e.g. BERT's sequence length).
@@ -66,7 +71,7 @@ struct LambdaRow {
 };
 
 struct LambdaOptions {
-  std::string study_path = "../shared/lambda2020.csv";
+  std::string study_path;           // a lambda2020.csv-style file; empty: the built-in table
   engine::DeviceType device = engine::DeviceType::meta;
   std::string precision = "fp32", attention = "naive";
   std::vector<std::string> models;  // only these (registry or study names; empty: all)

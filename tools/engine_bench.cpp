@@ -93,7 +93,7 @@ int lambda(int argc, char** argv) {
                                         "lambda2020.csv (found on meta), beside the study's figure; with --device cuda "
                                         "also the training throughput at that batch.");
   f.add_choice("device", "meta", {"meta", "cuda"}, "meta: batches only; cuda: also throughput on this GPU");
-  f.add_string("study", "../shared/lambda2020.csv", "the study's table");
+  f.add_string("study", "", "a table in lambda2020.csv's format (default: the built-in tools/data/lambda2020.csv)");
   f.add_string("out", "bench_out", "directory for lambda.md, .csv, .json and .svg");
   f.add_string("models", "", "only these models (registry or study names), comma-separated (default: all)");
   f.add_choice("attention", "naive", {"naive", "flash"}, "attention algorithm");

@@ -388,7 +388,7 @@ TEST(EmbeddingCudaPerf, DISABLED_Backward) {
       ops::cuda::scatter_add("embedding_backward", g_rows, 0, ops::expand_index(flat, {N, C}, 0), 0, out);
     }, 5);
     // BERT's two other tables: positions (512 rows, 32 ids each) and token types (2 rows, ~8192 ids each).
-    std::vector<int64_t> pos(size_t(N)), types(size_t(N));
+    std::vector<int64_t> pos(static_cast<size_t>(N)), types(static_cast<size_t>(N));
     for (int64_t i = 0; i < N; i++) {
       pos[size_t(i)] = i % 512;
       types[size_t(i)] = i % 512 >= 200 ? 1 : 0;

@@ -3,7 +3,7 @@
 # Usage: tools/bench/lambda_meta.sh [build] > table.md
 set -euo pipefail
 BUILD=${1:-build}
-CSV=${CSV:-../shared/lambda2020.csv}
+CSV=${CSV:-tools/data/lambda2020.csv}
 gpus="rtx2060 rtx2070 rtx2080 gtx1080ti rtx2080ti titanrtx rtx6000 rtx8000"
 row2020() { grep "^$1," "$CSV" | cut -d, -f6-13 | tr ',' ' '; }
 echo "| model | config | $(echo $gpus | sed 's/ / | /g') |"
