@@ -81,6 +81,8 @@ StepResult Model::train_step(int64_t step) {
       optimizer_->set_grad_scale(grad_scale);
       if (schedule_) optimizer_->set_lr(schedule_->lr(optimizer_->step_count()));
       optimizer_->step();
+    } else {
+      optimizer_->allocate_state();  // the layout as if the update had run (see Optimizer::allocate_state)
     }
     optimizer_->zero_grad();
   }

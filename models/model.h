@@ -64,11 +64,15 @@ class Model {
     return module().load(tensors, true);
   }
 
-  // The steps after which this model has run every extreme shape of its batches: a max-batch probe runs at
-  // least this many (besides its own 2: the optimizer's state appears in step 1's update, so step 2 runs beside
-  // it). 1 when every batch has one shape; the token-batched translation models run their longest batch at
-  // steps 1-2 and their most padded at step 3 (models/data/translation.h): 3.
-  virtual int probe_steps() const { return 1; }
+  // The steps a max-batch probe runs, in this order (tools/max_batch.h): together they must create every
+  // buffer of the steady state that the model allocates lazily (the optimizer state of every trainable
+  // parameter: every task head of a multi-task model) and then run each kind of step the model has beside
+  // that complete state, so that a probe's peak is the peak of any long run. The probe checks the first
+  // part: a trainable parameter still without optimizer state at its end is an Error naming it.
+  // Default {1, 2}: step 1 creates the optimizer state in its update, step 2 runs beside it. The token-
+  // batched translation models run their longest batch at steps 1-2 and their most padded at step 3
+  // (models/data/translation.h): {1, 2, 3}. MT-DNN: each task's first step, then each task once more.
+  virtual std::vector<int64_t> probe_schedule() const { return {1, 2}; }
   // The smallest batch the model can train on (a max-batch search starts there): 1, or 2 where batch norm in
   // training mode would see one value per channel (deeplabv3's image-pooling branch: N values per channel).
   virtual int64_t min_batch() const { return 1; }
@@ -78,6 +82,8 @@ class Model {
   virtual StepResult eval_step(int64_t step);
 
   ops::Optimizer& optimizer() { return *optimizer_; }
+  // Every optimizer the model owns (one today; a GAN will own one per network).
+  virtual std::vector<ops::Optimizer*> optimizers() { return {optimizer_.get()}; }
 
   // The numeric recipe (models/precision.h). create_model() calls it once, after the constructor: bf16/fp16
   // lower the parameters (f32 masters go to the optimizer), tf32 switches the GPU's f32 GEMMs to TF32.

@@ -158,6 +158,19 @@ void Optimizer::step() {
   step_count_++;
 }
 
+void Optimizer::allocate_state() {
+  graph::NoGrad no_grad;
+  for (Entry& e : entries_)
+    if (e.param.grad().defined() && e.slots.size() != slot_names_.size()) allocate_slots(e);
+}
+
+std::vector<std::string> Optimizer::params_without_state() const {
+  std::vector<std::string> names;
+  for (const Entry& e : entries_)
+    if (e.param.requires_grad() && e.slots.size() != slot_names_.size()) names.push_back(e.name);
+  return names;
+}
+
 void Optimizer::zero_grad() {
   for (Entry& e : entries_) e.param.set_grad(Tensor());
 }

@@ -91,6 +91,14 @@ class Optimizer {
 
   // One update of every parameter whose grad is defined.
   void step();
+  // Allocates the state (slots) of every parameter whose grad is defined and that has none yet, updating
+  // nothing: the slots hold their initial values and the step counts do not move, so the next step() is the
+  // same as without it. Model::train_step calls it when an fp16 step's update is skipped for overflow, so the
+  // arena's layout never depends on whether a gradient overflowed (meta, which sees no values, never skips).
+  void allocate_state();
+  // The trainable parameters (requires_grad) that have no state yet; empty once every one has been updated
+  // (or allocate_state() saw its grad). The max-batch finder checks it at the end of every probe.
+  std::vector<std::string> params_without_state() const;
   // Drops every parameter's gradient: its memory goes back to the arena (PyTorch's set_to_none=True).
   void zero_grad();
   void set_lr(double lr) { lr_ = lr; }

@@ -10,7 +10,6 @@
 #include "engine/json.h"
 #include "models/registry.h"
 #include "tools/bench_scale.h"
-#include "tools/bench_search.h"
 #include "tools/fork_pool.h"
 #include "tools/gpu_profiles.h"
 #include "tools/svg_plot.h"
@@ -147,8 +146,6 @@ Study2020 parse_study2020(const std::string& text, const std::string& path) {
 
 namespace {
 
-constexpr int64_t kTokenResolution = 64, kTokenRelative = 64;  // token budgets: to max(64, 1/64 of the answer)
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -177,28 +174,12 @@ double cuda_throughput(models::ModelConfig config, int64_t batch, size_t capacit
   return double(items) / seconds_since(t0);
 }
 
-// The max batch of `row.model` on every card (meta), into row.unit, row.probes and the cells.
-void search_model(LambdaRow& row, const LambdaOptions& o, int64_t seq) {
-  models::ModelConfig config = row_config(row, o, seq);
-  row.config = seq ? str("seq ", seq) : "default";
-  std::vector<size_t> capacities;
-  for (const auto& c : row.cells) capacities.push_back(c.capacity);
+// The max batch of `row.model` in one card's arena (meta): engine_train --find-max-batch's own search
+// (tools/max_batch.h), so the two programs give one answer.
+MaxBatchResult search_card(const LambdaRow& row, const LambdaOptions& o, int64_t seq, size_t capacity) {
   MaxBatchOptions mo;
   mo.steps = o.steps;
-  mo.on_probe = [&](const MaxBatchProbe&, int64_t, int64_t) { row.probes++; };
-  // The search starts at the model's own batch (fewer doublings; and some models cannot train a batch of
-  // 1 at all, e.g. batch norm over a 1x1 map); token budgets are searched to 1/64 (see bench_search.h).
-  const bool tokens = counts_tokens(config);
-  std::vector<MaxBatchResult> results =
-      find_max_batch_for_capacities(config, engine::DeviceType::meta, capacities, mo, default_batch(config),
-                                    tokens ? kTokenResolution : 1, tokens ? kTokenRelative : int64_t(1) << 62);
-  row.unit = results[0].unit;
-  for (size_t g = 0; g < capacities.size(); g++) {
-    LambdaCell& c = row.cells[g];
-    c.max_batch = results[g].largest_fit;
-    c.first_fail = results[g].first_fail;
-    if (c.first_fail) c.binding = engine::category_name(results[g].binding);
-  }
+  return find_max_batch(row_config(row, o, seq), engine::DeviceType::meta, capacity, mo);
 }
 
 // On the GPU: items/s at each card's max batch, in an arena of that card's size.
@@ -219,42 +200,38 @@ void measure_throughput(LambdaRow& row, const LambdaOptions& o, int64_t seq, int
   }
 }
 
-// A searched row as text for the trip from a child process: status, unit, config, probes, seconds,
-// then max_batch, first_fail, binding per card; tab-separated lines.
-std::string encode_search(const LambdaRow& row) {
-  auto clean = [](std::string s) {
-    for (char& ch : s)
-      if (ch == '\t' || ch == '\n') ch = ' ';
-    return s;
-  };
-  std::string out = str(clean(row.status), "\t", row.unit, "\t", row.config, "\t", row.probes, "\t", row.seconds, "\n");
-  for (const auto& c : row.cells) out += str(c.max_batch, "\t", c.first_fail, "\t", c.binding, "\n");
-  return out;
+// One card's search as text for the trip from a child process: status, unit, probes, seconds, max batch,
+// first failure, binding term; tab-separated.
+struct CardSearch {
+  std::string status = "ok", unit, binding;
+  int probes = 0;
+  double seconds = 0;
+  int64_t max_batch = 0, first_fail = 0;
+};
+
+std::string encode_search(const CardSearch& c) {
+  std::string status = c.status;
+  for (char& ch : status)
+    if (ch == '\t' || ch == '\n') ch = ' ';
+  return str(status, "\t", c.unit, "\t", c.probes, "\t", c.seconds, "\t", c.max_batch, "\t", c.first_fail, "\t",
+             c.binding);
 }
 
-void decode_search(const std::string& text, LambdaRow& row) {
-  std::vector<std::vector<std::string>> lines;
+CardSearch decode_search(const std::string& text, const std::string& model) {
+  std::vector<std::string> f;
   std::istringstream is(text);
-  for (std::string line; std::getline(is, line);) {
-    std::vector<std::string> fields;
-    std::istringstream ls(line);
-    for (std::string f; std::getline(ls, f, '\t');) fields.push_back(f);
-    if (!line.empty() && line.back() == '\t') fields.push_back("");
-    lines.push_back(fields);
-  }
-  ENGINE_CHECK(lines.size() == row.cells.size() + 1 && lines[0].size() == 5, "engine_bench lambda: a garbled result for ",
-               row.model);
-  row.status = lines[0][0];
-  row.unit = lines[0][1];
-  row.config = lines[0][2];
-  row.probes = int(std::stol(lines[0][3]));
-  row.seconds = std::stod(lines[0][4]);
-  for (size_t g = 0; g < row.cells.size(); g++) {
-    ENGINE_CHECK(lines[g + 1].size() >= 2, "engine_bench lambda: a garbled result for ", row.model);
-    row.cells[g].max_batch = std::stoll(lines[g + 1][0]);
-    row.cells[g].first_fail = std::stoll(lines[g + 1][1]);
-    row.cells[g].binding = lines[g + 1].size() > 2 ? lines[g + 1][2] : "";
-  }
+  for (std::string field; std::getline(is, field, '\t');) f.push_back(field);
+  if (!text.empty() && text.back() == '\t') f.push_back("");
+  ENGINE_CHECK(f.size() == 7, "engine_bench lambda: a garbled result for ", model);
+  CardSearch c;
+  c.status = f[0];
+  c.unit = f[1];
+  c.probes = int(std::stol(f[2]));
+  c.seconds = std::stod(f[3]);
+  c.max_batch = std::stoll(f[4]);
+  c.first_fail = std::stoll(f[5]);
+  c.binding = f[6];
+  return c;
 }
 
 }  // namespace
@@ -312,31 +289,53 @@ LambdaTable run_lambda(const LambdaOptions& o) {
       row.cells.push_back(c);
     }
     if (sr) row.unit = short_unit(sr->batch_unit);
+    row.config = seq ? str("seq ", seq) : "default";
     if (row.model.empty() || !registered(row.model)) row.status = "not yet implemented", row.model.clear();
-    else to_search.push_back(i);
+    else row.status = "ok", to_search.push_back(i);
   }
-  // The searches, `jobs` processes at a time; each row's result comes back as text.
-  int64_t done = 0, total = int64_t(to_search.size());
+  // One search per (model, distinct card memory), `jobs` processes at a time; each result comes back as text.
+  std::vector<std::pair<size_t, size_t>> jobs;  // (row, capacity)
+  for (size_t i : to_search) {
+    std::vector<size_t> capacities;
+    for (const auto& c : rows[i].first.cells) capacities.push_back(c.capacity);
+    std::sort(capacities.begin(), capacities.end());
+    capacities.erase(std::unique(capacities.begin(), capacities.end()), capacities.end());
+    for (size_t cap : capacities) jobs.push_back({i, cap});
+  }
+  int64_t done = 0, total = int64_t(jobs.size());
   if (o.device == engine::DeviceType::cuda) total += int64_t(to_search.size() * t.gpus.size());
   run_forked(
-      to_search.size(), o.jobs,
+      jobs.size(), o.jobs,
       [&](size_t k) {
-        auto& [row, seq] = rows[to_search[k]];
+        auto& [row, seq] = rows[jobs[k].first];
         auto m0 = std::chrono::steady_clock::now();
+        CardSearch c;
         try {
-          search_model(row, o, seq);
-          row.status = "ok";
+          MaxBatchResult r = search_card(row, o, seq, jobs[k].second);
+          c.unit = r.unit;
+          c.probes = int(r.probes.size());
+          c.max_batch = r.largest_fit;
+          c.first_fail = r.first_fail;
+          if (r.first_fail) c.binding = engine::category_name(r.binding);
         } catch (const std::exception& e) {
           std::string what = e.what();
-          row.status = "error: " + what.substr(0, what.find('\n'));
+          c.status = "error: " + what.substr(0, what.find('\n'));
         }
-        row.seconds = seconds_since(m0);
-        return encode_search(row);
+        c.seconds = seconds_since(m0);
+        return encode_search(c);
       },
       [&](size_t k, const std::string& result) {
-        LambdaRow& row = rows[to_search[k]].first;
-        decode_search(result, row);
-        if (o.on_progress) o.on_progress(++done, total, str(row.model, " searched: ", row.status));
+        LambdaRow& row = rows[jobs[k].first].first;
+        CardSearch c = decode_search(result, row.model);
+        if (c.status != "ok" && row.status == "ok") row.status = c.status;
+        if (!c.unit.empty()) row.unit = c.unit;
+        row.probes += c.probes;
+        row.seconds += c.seconds;
+        for (LambdaCell& cell : row.cells)
+          if (cell.capacity == jobs[k].second)
+            cell.max_batch = c.max_batch, cell.first_fail = c.first_fail, cell.binding = c.binding;
+        if (o.on_progress)
+          o.on_progress(++done, total, str(row.model, " searched in ", engine::format_bytes(jobs[k].second), ": ", c.status));
       });
   for (auto& [row, seq] : rows) {
     if (o.device == engine::DeviceType::cuda && row.status == "ok") measure_throughput(row, o, seq, done, total);
@@ -400,7 +399,7 @@ std::string lambda_markdown(const LambdaTable& t) {
       for (const auto& c : r.cells)
         if (!c.error.empty()) os << "\n- " << r.model << " on " << c.gpu << ": " << c.error;
   }
-  os << "\n" << t.rows.size() << " models, " << t.probes << " probes (2 training steps each on a fresh arena, or the more a model asks for: Model::probe_steps), "
+  os << "\n" << t.rows.size() << " models, " << t.probes << " probes (each on a fresh arena, running the model's probe schedule: Model::probe_schedule), "
      << engine::format_fixed(t.seconds, 2) << " s.\n";
   return os.str();
 }

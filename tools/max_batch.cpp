@@ -16,7 +16,7 @@ using engine::format_bytes;
 namespace {
 
 // What the search needs to know of a model before probing it: whether it counts tokens, and its default
-// batch. Asked of the model itself, built once per model name on a meta device (milliseconds).
+// batch. Asked of the model itself, built once per (model, size, task) on a meta device (milliseconds).
 struct ModelTraits {
   bool tokens = false;
   int64_t default_batch = 1;
@@ -24,8 +24,10 @@ struct ModelTraits {
 };
 
 const ModelTraits* model_traits(const models::ModelConfig& config) {
-  static std::map<std::string, ModelTraits> by_model;  // the unit belongs to the model, not to its sizes
-  auto it = by_model.find(config.name);
+  // The unit belongs to the model; its default and smallest batch may change with its size and task.
+  static std::map<std::string, ModelTraits> by_model;
+  const std::string key = config.name + "|" + config.size + "|" + config.task;
+  auto it = by_model.find(key);
   if (it != by_model.end()) return &it->second;
   models::ModelConfig c;
   c.name = config.name;
@@ -44,7 +46,7 @@ const ModelTraits* model_traits(const models::ModelConfig& config) {
     return nullptr;
   }
   engine::generator() = saved_generator;
-  return &(by_model[config.name] = t);
+  return &(by_model[key] = t);
 }
 
 }  // namespace
@@ -76,6 +78,22 @@ int64_t& batch_knob(models::ModelConfig& config) { return counts_tokens(config) 
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
+// After a training probe: every trainable parameter of every optimizer has its state, or the model's
+// probe_schedule() missed a step that trains it and the probe would have ended before the steady state.
+void check_steady_state(models::Model& model, const std::vector<int64_t>& schedule) {
+  for (ops::Optimizer* opt : model.optimizers()) {
+    std::vector<std::string> missing = opt->params_without_state();
+    if (missing.empty()) continue;
+    std::string steps;
+    for (int64_t s : schedule) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
+    throw engine::Error(engine::str(
+        "after the probe's steps (", steps, ") ", missing.size(), " trainable parameter", missing.size() > 1 ? "s" : "",
+        " of the ", opt->name(), " optimizer still ", missing.size() > 1 ? "have" : "has", " no state (first: ",
+        missing[0], "): the model's probe_schedule() must include a step that trains every parameter, or the "
+        "probe ends before the steady state"));
+  }
+}
+
 }  // namespace
 
 MaxBatchProbe probe_batch(const models::ModelConfig& config, engine::DeviceType type, size_t capacity, int64_t batch,
@@ -92,11 +110,14 @@ MaxBatchProbe probe_batch(const models::ModelConfig& config, engine::DeviceType 
     try {
       std::unique_ptr<models::Model> model = models::create_model(c);
       probe.unit = model->item_unit();
-      probe.steps = std::max(steps, model->probe_steps());  // a model may need more to reach its worst step
-      for (int step = 1; step <= probe.steps; step++) {
+      probe.schedule = model->probe_schedule();
+      ENGINE_CHECK(!probe.schedule.empty(), "max batch: ", config.name, "'s probe schedule is empty");
+      while (int64_t(probe.schedule.size()) < steps) probe.schedule.push_back(probe.schedule.back() + 1);
+      for (int64_t step : probe.schedule) {
         if (inference) model->eval_step(step);
         else model->train_step(step);
       }
+      if (!inference) check_steady_state(*model, probe.schedule);
       probe.fits = true;
     } catch (const engine::OutOfMemory& e) {
       probe.failure = first_line(e.what());
@@ -110,33 +131,9 @@ MaxBatchProbe probe_batch(const models::ModelConfig& config, engine::DeviceType 
   return probe;
 }
 
-MaxBatchResult find_max_batch(const models::ModelConfig& config, engine::DeviceType type, size_t capacity,
-                              const MaxBatchOptions& options) {
-  ENGINE_CHECK(options.steps >= 1 && options.limit >= 1, "max batch: steps and limit must be at least 1");
-  // Every probe's model reseeds the engine's generator; the caller's stream continues as it was.
-  const engine::Generator saved_generator = engine::generator();
-  MaxBatchResult r;
-  auto run = [&](int64_t batch) {
-    r.probes.push_back(probe_batch(config, type, capacity, batch, options.steps, options.inference));
-    const MaxBatchProbe& p = r.probes.back();
-    if (p.fits) r.largest_fit = std::max(r.largest_fit, batch);
-    else if (r.first_fail == 0 || batch < r.first_fail) r.first_fail = batch;
-    if (options.on_probe) options.on_probe(p, r.largest_fit, r.first_fail);
-  };
-  // Exponential phase: 1, 2, 4, ... (the last one clamped to the limit) until a probe fails; token budgets
-  // start at the model's default (a budget shorter than a sentence makes no batch at all).
-  for (int64_t b = std::min(first_probe(config), options.limit); r.first_fail == 0 && r.largest_fit < options.limit;
-       b = std::min(2 * b, options.limit))
-    run(b);
-  // Bisection phase: largest_fit fits, first_fail does not; nothing below the model's smallest batch is tried.
-  const int64_t below = min_batch(config) - 1;
-  auto lo = [&] { return std::max(r.largest_fit, below); };
-  while (r.first_fail > 0 && r.first_fail - lo() > 1) run(lo() + (r.first_fail - lo()) / 2);
-  engine::generator() = saved_generator;
-  finish_max_batch(r);
-  return r;
-}
+namespace {
 
+// Fills a result's unit, failure line and binding term from its probes, largest_fit and first_fail.
 void finish_max_batch(MaxBatchResult& r) {
   r.unit.clear();
   for (const auto& p : r.probes)
@@ -166,10 +163,39 @@ void finish_max_batch(MaxBatchResult& r) {
   }
 }
 
+}  // namespace
+
+MaxBatchResult find_max_batch(const models::ModelConfig& config, engine::DeviceType type, size_t capacity,
+                              const MaxBatchOptions& options) {
+  ENGINE_CHECK(options.steps >= 1 && options.limit >= 1, "max batch: steps and limit must be at least 1");
+  // Every probe's model reseeds the engine's generator; the caller's stream continues as it was.
+  const engine::Generator saved_generator = engine::generator();
+  MaxBatchResult r;
+  auto run = [&](int64_t batch) {
+    r.probes.push_back(probe_batch(config, type, capacity, batch, options.steps, options.inference));
+    const MaxBatchProbe& p = r.probes.back();
+    if (p.fits) r.largest_fit = std::max(r.largest_fit, batch);
+    else if (r.first_fail == 0 || batch < r.first_fail) r.first_fail = batch;
+    if (options.on_probe) options.on_probe(p, r.largest_fit, r.first_fail);
+  };
+  // Exponential phase: 1, 2, 4, ... (the last one clamped to the limit) until a probe fails; token budgets
+  // start at the model's default (a budget shorter than a sentence makes no batch at all).
+  for (int64_t b = std::min(first_probe(config), options.limit); r.first_fail == 0 && r.largest_fit < options.limit;
+       b = std::min(2 * b, options.limit))
+    run(b);
+  // Bisection phase: largest_fit fits, first_fail does not; nothing below the model's smallest batch is tried.
+  const int64_t below = min_batch(config) - 1;
+  auto lo = [&] { return std::max(r.largest_fit, below); };
+  while (r.first_fail > 0 && r.first_fail - lo() > 1) run(lo() + (r.first_fail - lo()) / 2);
+  engine::generator() = saved_generator;
+  finish_max_batch(r);
+  return r;
+}
+
 std::string describe_max_batch(const MaxBatchResult& r, size_t capacity, const MaxBatchOptions& options) {
   std::string o;
-  int steps = options.steps;  // what the model asked for when it asked for more (Model::probe_steps)
-  for (const MaxBatchProbe& p : r.probes) steps = std::max(steps, p.steps);
+  size_t steps = size_t(options.steps);  // the model's schedule when it is longer (Model::probe_schedule)
+  for (const MaxBatchProbe& p : r.probes) steps = std::max(steps, p.schedule.size());
   std::string what = engine::str(steps, options.inference ? " eval" : " training", " step", steps > 1 ? "s" : "",
                                  " per probe");
   if (r.first_fail == 0) {

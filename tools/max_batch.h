@@ -1,9 +1,14 @@
 // max_batch.h: the largest batch that trains without running out of memory, and what stops the next one.
 //
 // Each probe builds the model on a FRESH device of the same type and capacity (a new arena, allocator
-// and ledger: nothing left over from the previous probe can help or hurt it) and runs `steps` full steps;
-// it fits when no engine::OutOfMemory is thrown. Two steps at least: the optimizer allocates its state
-// during the first step, so the second step's forward runs beside it (often the true peak).
+// and ledger: nothing left over from the previous probe can help or hurt it) and runs the steps of the
+// model's probe schedule (Model::probe_schedule; {1, 2} by default); it fits when no engine::OutOfMemory is
+// thrown. The schedule reaches the steady state: the optimizer allocates a parameter's state in that
+// parameter's first update, so a probe runs until every trainable parameter has been updated (every task
+// head of a multi-task model), then each kind of step once more beside the complete state. A training probe
+// checks that no trainable parameter is left without state (else an Error, not a verdict). fp16: a step whose
+// update is skipped for overflow still allocates the state (ops::Optimizer::allocate_state), so a probe on
+// cuda, where the first steps overflow, reaches the same layout as on meta, where nothing overflows.
 //
 // Search: exponential upward from 1 (1, 2, 4, ...; a token budget from the model's default) until a
 // probe fails, then bisection between the last fit and the first failure: about 2 log2(N) probes.
@@ -35,12 +40,12 @@ struct MaxBatchProbe {
   std::array<size_t, engine::kNumCategories> breakdown{};     // per category at that peak
   std::string failure;                                        // first line of the OOM report, if any
   std::string unit;                                           // the model's item unit, once it was built
-  int steps = 0;                                              // steps it ran: max(asked, Model::probe_steps())
+  std::vector<int64_t> schedule;  // the steps it ran: Model::probe_schedule(), extended to options.steps
 };
 
 struct MaxBatchOptions {
-  int steps = 2;            // full steps per probe (train steps; eval steps with `inference`), or more
-                            // where the model's probe_steps() asks for more
+  int steps = 2;            // full steps per probe at least (train steps; eval steps with `inference`): the
+                            // model's probe_schedule(), continued with the steps after its last
   bool inference = false;   // probe eval_step (forward only) instead of train_step
   int64_t limit = 1 << 16;  // the search stops here: a batch this large that fits ends the search
   // Called after each probe with the bracket known so far: largest fit, first failure (0 when none yet).
@@ -74,10 +79,6 @@ int64_t min_batch(const models::ModelConfig& config);
 int64_t first_probe(const models::ModelConfig& config);
 // The model's own batch at its default config (sequences, images or tokens; 1 if it cannot be built).
 int64_t default_batch(const models::ModelConfig& config);
-
-// Fills a result's unit, failure line and binding term from its probes, largest_fit and first_fail (for
-// searches other than find_max_batch's, e.g. tools/bench_search.h).
-void finish_max_batch(MaxBatchResult& r);
 
 // The result for a reader: the verdict, the binding term, the failing request, and a table of probes.
 std::string describe_max_batch(const MaxBatchResult& r, size_t capacity, const MaxBatchOptions& options);

@@ -58,7 +58,7 @@ class Convs2s : public Model {
   const char* item_unit() const override { return "tok"; }
   int64_t batch_size() const override { return recipe_.tokens; }
   // Steps 1-2 the longest batch, step 3 the most padded one (models/data/translation.h): both extremes.
-  int probe_steps() const override { return 3; }
+  std::vector<int64_t> probe_schedule() const override { return {1, 2, 3}; }
   // Greedy decoding of the step's batch (incremental); items = generated tokens.
   StepResult eval_step(int64_t step) override;
   FConvModel& net() { return *net_; }

@@ -26,7 +26,7 @@
 // [B x T, V]) peaks instead at the batch with the most padded tokens (count x longest), often a later one that
 // packs closer to the budget. Batch order: steps 1 and 2 run the first batch (once without, once beside the
 // optimizer state that step 1's update creates), step 3 the most padded batch, later steps a seeded shuffle;
-// so a max-batch probe of 3 steps (Model::probe_steps) sees both extremes with the optimizer state.
+// so a max-batch probe of steps 1-3 (Model::probe_schedule) sees both extremes with the optimizer state.
 #pragma once
 #include <cstdint>
 #include <memory>

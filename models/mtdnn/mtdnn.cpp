@@ -181,6 +181,24 @@ int64_t Mtdnn::task_of_step(int64_t step) const {
   return int64_t(task_sizes_.size()) - 1;
 }
 
+std::vector<int64_t> Mtdnn::probe_schedule() const {
+  const size_t tasks = task_sizes_.size();
+  // The first step at or after `from` that trains `task` (every task has rows, so it comes; the bound only
+  // turns a sampling bug into an error instead of a hang).
+  auto next_of = [&](int64_t task, int64_t from) {
+    for (int64_t step = from; step < from + (int64_t(1) << 32); step++)
+      if (task_of_step(step) == task) return step;
+    throw engine::Error(engine::str("mtdnn: task ", config_.tasks[size_t(task)], " is never sampled"));
+  };
+  std::vector<int64_t> first, again;
+  for (size_t t = 0; t < tasks; t++) first.push_back(next_of(int64_t(t), 1));
+  std::sort(first.begin(), first.end());
+  for (size_t t = 0; t < tasks; t++) again.push_back(next_of(int64_t(t), first.back() + 1));
+  std::sort(again.begin(), again.end());
+  first.insert(first.end(), again.begin(), again.end());
+  return first;
+}
+
 std::string Mtdnn::summary() const {
   const auto& c = config_;
   std::string heads;

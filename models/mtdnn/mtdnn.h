@@ -89,6 +89,10 @@ class Mtdnn : public Model {
   int64_t task_of_step(int64_t step) const;
   // The optimizer steps the learning-rate schedule spans (warmup is warmup_fraction of it).
   int64_t schedule_steps() const;
+  // Each task's first step, in step order (a head's Adamax state appears there, as in a real run: the other
+  // steps between them allocate nothing that outlives them), then each task's next step after the last of
+  // those (every head once more beside the complete state). With one task: {1, 2}.
+  std::vector<int64_t> probe_schedule() const override;
 
  protected:
   // ids, token_types (i64 [B, T]), padding (bool [B, T]), labels (i64 [B]) or scores (f32 [B, 1]);

@@ -47,7 +47,7 @@ class TransformerBig : public Model {
   const char* item_unit() const override { return "tok"; }
   int64_t batch_size() const override { return recipe_.tokens; }
   // Steps 1-2 the longest batch, step 3 the most padded one (models/data/translation.h): both extremes.
-  int probe_steps() const override { return 3; }
+  std::vector<int64_t> probe_schedule() const override { return {1, 2, 3}; }
   std::vector<std::string> load_weights(const std::map<std::string, Tensor>& tensors) override;
   // Greedy decoding of the step's batch with the key/value cache; items = generated tokens.
   StepResult eval_step(int64_t step) override;

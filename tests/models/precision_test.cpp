@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <filesystem>
 
 #include "engine/device.h"
@@ -170,6 +172,49 @@ TEST(Precision, AnOverflowingFp16StepIsSkipped) {
   m->set_loss_scale(1024);
   m->train_step(2);
   EXPECT_NE(bits(w), before) << "a finite step updates the weights";
+}
+
+// A skipped step still allocates the optimizer state (Optimizer::allocate_state), so the arena's layout does
+// not depend on whether a gradient overflowed: after an overflowing step 1 the live blocks (offset, size,
+// category, owner) are those after an applied step 1, and step 2's peak is the same. This is what lets meta,
+// where nothing overflows, predict a cuda fp16 run whose first steps overflow. And the slots only appeared
+// early: step 2 then gives the weights of a model that never ran step 1.
+TEST(Precision, ASkippedFp16StepLeavesTheLayoutOfAnAppliedOne) {
+  struct Run {
+    std::shared_ptr<engine::Device> device = cpu();
+    std::unique_ptr<models::Model> model;
+  };
+  auto start = [](Run& r) {
+    engine::DeviceGuard g(r.device);
+    r.model = models::create_model(tiny_lm("fp16"));
+  };
+  Run skipped, applied, fresh;
+  for (Run* r : {&skipped, &applied, &fresh}) start(*r);
+  auto step = [](Run& r, int64_t n, double scale) {
+    engine::DeviceGuard g(r.device);
+    r.model->set_loss_scale(scale);
+    return r.model->train_step(n);
+  };
+  ASSERT_EQ(step(skipped, 1, 1e30).details.size(), 1u);  // "gradients overflowed"
+  ASSERT_TRUE(step(applied, 1, 1024).details.empty());
+  EXPECT_EQ(skipped.model->optimizer().step_count(), 0);
+  EXPECT_TRUE(skipped.model->optimizer().params_without_state().empty());
+  auto layout = [](const Run& r) {
+    std::vector<std::tuple<size_t, size_t, int, std::string>> blocks;
+    for (const auto& b : r.device->ledger().live_blocks())
+      blocks.emplace_back(b.offset, b.rounded, int(b.category), b.owner);
+    std::sort(blocks.begin(), blocks.end());
+    return blocks;
+  };
+  EXPECT_EQ(layout(skipped), layout(applied));
+  EXPECT_GT(skipped.device->ledger().live_bytes(engine::Category::optimizer),
+            applied.device->ledger().live_bytes(engine::Category::param));  // masters and Adam's two slots
+  step(skipped, 2, 1024);
+  step(applied, 2, 1024);
+  step(fresh, 2, 1024);
+  EXPECT_EQ(skipped.device->ledger().peak_bytes(), applied.device->ledger().peak_bytes());
+  auto [name, w] = skipped.model->module().named_parameters().front();
+  EXPECT_EQ(bits(w), bits(fresh.model->module().named_parameters().front().second));
 }
 
 // Save a bf16 run after 2 steps, load it into a new model, continue: the same losses as without a break

@@ -12,7 +12,6 @@
 #include "tools/bench_fit.h"
 #include "tools/bench_lambda.h"
 #include "tools/bench_scale.h"
-#include "tools/bench_search.h"
 #include "tools/svg_plot.h"
 
 namespace {
@@ -210,37 +209,38 @@ TEST(SvgPlot, ChartsAreWellFormedXmlWithAxesUnitsAndLegend) {
   EXPECT_THROW(tools::svg_chart(empty), engine::Error);
 }
 
-TEST(BenchSearch, AnswersForSeveralArenasAreCheckedByFreshProbes) {
-  models::ModelConfig c;
-  c.name = "transformer_lm";
-  c.size = "tiny";
-  const std::vector<size_t> caps = {size_t(64) << 20, size_t(40) << 20, size_t(64) << 20, size_t(96) << 20};
-  int probes = 0;
-  tools::MaxBatchOptions o;
-  o.on_probe = [&](const tools::MaxBatchProbe&, int64_t, int64_t) { probes++; };
-  std::vector<tools::MaxBatchResult> rs = tools::find_max_batch_for_capacities(c, engine::DeviceType::meta, caps, o);
-  ASSERT_EQ(rs.size(), caps.size());
-  EXPECT_EQ(rs[0].largest_fit, rs[2].largest_fit) << "equal arenas, one answer";
-  EXPECT_LT(rs[1].largest_fit, rs[0].largest_fit);
-  EXPECT_LT(rs[0].largest_fit, rs[3].largest_fit);
-  for (size_t i = 0; i < caps.size(); i++) {
-    const auto& r = rs[i];
-    ASSERT_GT(r.largest_fit, 1);
-    EXPECT_EQ(r.first_fail, r.largest_fit + 1);
-    EXPECT_EQ(r.unit, "seq");
-    EXPECT_TRUE(tools::probe_batch(c, engine::DeviceType::meta, caps[i], r.largest_fit, 2).fits) << caps[i];
-    EXPECT_FALSE(tools::probe_batch(c, engine::DeviceType::meta, caps[i], r.largest_fit + 1, 2).fits) << caps[i];
-    EXPECT_EQ(r.binding, Category::activation);
+TEST(BenchLambda, AgreesWithEngineTrainForEveryModelOnTwoCards) {
+  // The study's rows on its two smallest cards (the translation models' token searches are hardest there).
+  testutil::TempDir dir;
+  tools::Study2020 study = tools::builtin_study2020();
+  std::string csv = "model,task,dataset,input,batch_unit," + study.gpus[0] + "," + study.gpus[1] +
+                    ",throughput_unit,t_" + study.gpus[0] + ",t_" + study.gpus[1] + "\n";
+  for (const auto& r : study.rows)
+    csv += r.model + ",t,d,i," + r.batch_unit + "," + std::to_string(r.batch[0]) + "," + std::to_string(r.batch[1]) +
+           "," + r.throughput_unit + ",0,0\n";
+  testutil::write_text(dir.file("two_cards.csv"), csv);
+  tools::LambdaOptions o;
+  o.study_path = dir.file("two_cards.csv");
+  o.jobs = 2;
+  tools::LambdaTable t = tools::run_lambda(o);
+  int compared = 0;
+  for (const auto& row : t.rows) {
+    if (row.model.empty()) continue;  // a study model not implemented yet
+    ASSERT_EQ(row.status, "ok") << row.model;
+    for (const auto& cell : row.cells) {
+      std::string cmd = "build/engine_train --model " + row.model + " --device meta --gpu " + cell.gpu +
+                        " --find-max-batch";
+      if (row.config.rfind("seq ", 0) == 0) cmd += " --" + row.config;  // "seq 128" -> --seq 128
+      auto [code, out] = shell(cmd);
+      ASSERT_EQ(code, 0) << cmd << "\n" << out;
+      const std::string verdict = cell.max_batch == 0 ? "not even a batch of " + std::to_string(cell.first_fail)
+                                                      : "max batch: " + std::to_string(cell.max_batch) + " ";
+      EXPECT_NE(out.find(verdict), std::string::npos) << cmd << ": engine_bench lambda says " << cell.max_batch << "\n"
+                                                      << out;
+      compared++;
+    }
   }
-  // Fewer probes than three separate searches from batch 1.
-  int separate = 0;
-  for (size_t cap : {caps[0], caps[1], caps[3]}) separate += int(tools::find_max_batch(c, engine::DeviceType::meta, cap).probes.size());
-  EXPECT_LT(probes, separate);
-  // A resolution stops the search once the bracket is that narrow.
-  std::vector<tools::MaxBatchResult> coarse =
-      tools::find_max_batch_for_capacities(c, engine::DeviceType::meta, {caps[3]}, {}, 1, 8);
-  EXPECT_LE(coarse[0].first_fail - coarse[0].largest_fit, 8);
-  EXPECT_LE(coarse[0].largest_fit, rs[3].largest_fit);
+  EXPECT_GE(compared, 2 * 9);
 }
 
 TEST(BenchLambda, ReadsTheStudyAndNamesBadLines) {
@@ -357,24 +357,5 @@ TEST(EngineBench, ProgramWritesItsFilesAndReportsBadInput) {
     auto [c2, o2] = shell("build/engine_bench " + b.args + " --out " + dir.path.string());
     EXPECT_EQ(c2, 2) << b.args << "\n" << o2;
     EXPECT_NE(o2.find(b.message), std::string::npos) << b.args << "\n" << o2;
-  }
-}
-
-TEST(BenchSearch, TranslationModelsSearchTheirTokenBudget) {
-  models::ModelConfig bert;
-  bert.name = "bert_base";
-  EXPECT_FALSE(tools::counts_tokens(bert));
-  EXPECT_EQ(tools::first_probe(bert), 1);
-  EXPECT_EQ(tools::default_batch(bert), 32);
-  for (const auto& e : models::registry()) {
-    models::ModelConfig c;
-    c.name = e.name;
-    engine::DeviceGuard guard(engine::Device::create(engine::DeviceType::meta, size_t(1) << 40));
-    std::unique_ptr<models::Model> m = models::create_model(c);
-    bool tokens = std::string(m->item_unit()) == "tok";
-    EXPECT_EQ(tools::counts_tokens(c), tokens) << e.name;
-    EXPECT_EQ(tools::default_batch(c), m->batch_size()) << e.name;
-    // A token budget starts at the model's default: a budget shorter than a sentence makes no batch.
-    EXPECT_EQ(tools::first_probe(c), tokens ? m->batch_size() : m->min_batch()) << e.name;
   }
 }

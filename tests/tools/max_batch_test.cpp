@@ -119,9 +119,14 @@ TEST(MaxBatch, ProbesRunTheStepsTheModelAsksFor) {
   c.size = "tiny";
   tools::MaxBatchProbe p = tools::probe_batch(c, engine::DeviceType::meta, kCapacity, 256, 2);
   EXPECT_TRUE(p.fits);
-  EXPECT_EQ(p.steps, 3);
-  EXPECT_EQ(tools::probe_batch(tiny_lm(), engine::DeviceType::meta, kCapacity, 2, 2).steps, 2);
-  EXPECT_EQ(tools::probe_batch(tiny_lm(), engine::DeviceType::meta, kCapacity, 2, 1).steps, 1);
+  EXPECT_EQ(p.schedule, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(tools::probe_batch(tiny_lm(), engine::DeviceType::meta, kCapacity, 2, 2).schedule,
+            (std::vector<int64_t>{1, 2}));
+  // More steps than the schedule: it continues with the steps after its last; fewer: the schedule still runs.
+  EXPECT_EQ(tools::probe_batch(tiny_lm(), engine::DeviceType::meta, kCapacity, 2, 4).schedule,
+            (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(tools::probe_batch(tiny_lm(), engine::DeviceType::meta, kCapacity, 2, 1).schedule,
+            (std::vector<int64_t>{1, 2}));
 }
 
 // deeplabv3 cannot train on one image (batch norm of its image-pooling branch sees one value per channel):
@@ -142,4 +147,23 @@ TEST(MaxBatch, NeverProbesBelowTheModelsSmallestBatch) {
     for (const auto& p : result->probes) EXPECT_GE(p.batch, 2) << "probed below the smallest batch";
   const std::string text = tools::describe_max_batch(none, size_t(1) << 20, options);
   EXPECT_NE(text.find("not even a batch of 2 img fits"), std::string::npos) << text;
+}
+
+TEST(MaxBatch, TranslationModelsSearchTheirTokenBudget) {
+  models::ModelConfig bert;
+  bert.name = "bert_base";
+  EXPECT_FALSE(tools::counts_tokens(bert));
+  EXPECT_EQ(tools::first_probe(bert), 1);
+  EXPECT_EQ(tools::default_batch(bert), 32);
+  for (const auto& e : models::registry()) {
+    models::ModelConfig c;
+    c.name = e.name;
+    engine::DeviceGuard guard(engine::Device::create(engine::DeviceType::meta, size_t(1) << 40));
+    std::unique_ptr<models::Model> m = models::create_model(c);
+    bool tokens = std::string(m->item_unit()) == "tok";
+    EXPECT_EQ(tools::counts_tokens(c), tokens) << e.name;
+    EXPECT_EQ(tools::default_batch(c), m->batch_size()) << e.name;
+    // A token budget starts at the model's default: a budget shorter than a sentence makes no batch.
+    EXPECT_EQ(tools::first_probe(c), tokens ? m->batch_size() : m->min_batch()) << e.name;
+  }
 }
