@@ -351,7 +351,13 @@ LambdaTable run_lambda(const LambdaOptions& o) {
 
 namespace {
 
-std::string figure(double v) { return v < 0 ? "–" : tick_label(v); }
+// A figure of the study as the study wrote it (16000, 7.3), or a dash where it has none.
+std::string figure(double v) {
+  if (v < 0) return "–";
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
 
 std::string gpu_heading(const std::string& g) {
   const GpuProfile& p = find_gpu_profile(g);
