@@ -193,12 +193,22 @@ void fit_scale(ScaleResult& r) {
   fit_of("activation (own peak)", [](const ScalePoint& p) { return double(p.own_peak[size_t(Category::activation)]); });
   r.crossover = quadratic_crossover(r.fits.front().fit);
   r.activation_crossover = quadratic_crossover(r.fits.back().fit);
+  std::map<size_t, int64_t> probed;  // by capacity: cards of equal memory share a search
   for (const auto& g : gpu_profiles()) {
     GpuLimit lim;
     lim.gpu = g.name;
     lim.capacity = gpu_arena_capacity(g);
     lim.max_x = solve_for_capacity(r.fits.front().fit, double(lim.capacity));
     lim.extrapolated = lim.max_x > xs.back();
+    // The law is an estimate; for a batch sweep the max batch itself is cheap to probe (meta predicts the
+    // GPU exactly), so the table gives both and says which is which.
+    if (r.options.axis == ScaleAxis::batch) {
+      auto it = probed.find(lim.capacity);
+      if (it == probed.end())
+        it = probed.emplace(lim.capacity, find_max_batch(r.options.config, engine::DeviceType::meta, lim.capacity)
+                                              .largest_fit).first;
+      lim.probed = it->second;
+    }
     r.gpus.push_back(lim);
   }
 }
@@ -292,15 +302,26 @@ std::string scale_markdown(const ScaleResult& r) {
   if (seq)
     os << "\nThe quadratic term overtakes the linear one (c·L² > b·L) at L = b / c = " << num(r.crossover)
        << " tokens for the total, " << num(r.activation_crossover) << " for the saved activations.\n";
-  os << "\n### Largest " << (seq ? "sequence length" : "batch") << " per GPU (the total law = the card's arena)\n\n| gpu | arena | max "
-     << r.axis_name << " |\n|---|---:|---:|\n";
-  for (const auto& g : r.gpus) {
+  auto law = [](const GpuLimit& g) {
     std::string v = g.max_x < 0 ? "none (the fixed part alone is larger)" : std::isinf(g.max_x) ? "unbounded" : str(int64_t(g.max_x));
     if (g.extrapolated && g.max_x >= 0 && !std::isinf(g.max_x)) v += " (extrapolated)";
-    os << "| " << g.gpu << " | " << engine::format_bytes(g.capacity) << " | " << v << " |\n";
+    return v;
+  };
+  if (seq) {
+    os << "\n### Longest sequence per GPU, estimated by the law (total law = the card's arena; not probed)\n\n"
+          "| gpu | arena | longest L (the law's estimate) |\n|---|---:|---:|\n";
+    for (const auto& g : r.gpus) os << "| " << g.gpu << " | " << engine::format_bytes(g.capacity) << " | " << law(g) << " |\n";
+    os << "\nextrapolated: beyond the longest L measured, so a prediction of the law (a model with learned "
+          "positions, as BERT's 512, cannot run longer sequences at all).\n";
+  } else {
+    os << "\n### Largest batch per GPU\n\n| gpu | arena | max batch (probed) | the law's estimate |\n|---|---:|---:|---:|\n";
+    for (const auto& g : r.gpus)
+      os << "| " << g.gpu << " | " << engine::format_bytes(g.capacity) << " | " << g.probed << " | " << law(g) << " |\n";
+    os << "\nmax batch (probed): the largest batch that trains in the card's arena, found on meta by the search of "
+          "`engine_train --find-max-batch` (each probe a fresh arena; meta predicts the GPU exactly): this is the max "
+          "batch. The law's estimate solves the fitted total law for the arena; it can differ by a batch or two "
+          "(fragmentation, rounding to 256 bytes, steps in the law); extrapolated: beyond the largest batch measured.\n";
   }
-  os << "\nextrapolated: beyond the largest " << r.axis_name << " measured; the law is then a prediction (a model with "
-        "learned positions, as BERT's 512, cannot run longer sequences at all).\n";
   return os.str();
 }
 
@@ -354,8 +375,8 @@ std::string scale_json(const ScaleResult& r) {
      << ",\n\"gpus\":[";
   for (size_t i = 0; i < r.gpus.size(); i++)
     os << (i ? "," : "") << "{\"gpu\":" << quote(r.gpus[i].gpu) << ",\"arena_bytes\":" << r.gpus[i].capacity
-       << ",\"max_x\":" << jnum(r.gpus[i].max_x) << ",\"extrapolated\":" << (r.gpus[i].extrapolated ? "true" : "false")
-       << "}";
+       << ",\"law_max_x\":" << jnum(r.gpus[i].max_x) << ",\"extrapolated\":" << (r.gpus[i].extrapolated ? "true" : "false")
+       << (r.gpus[i].probed >= 0 ? ",\"max_batch_probed\":" + std::to_string(r.gpus[i].probed) : std::string()) << "}";
   os << "]}\n";
   return os.str();
 }

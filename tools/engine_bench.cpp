@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <unistd.h>
 #include <memory>
 
 #include "engine/device.h"
@@ -47,6 +48,31 @@ std::string write(const std::string& dir, const std::string& name, const std::st
   std::string path = (std::filesystem::path(dir) / name).string();
   engine::write_file_atomic(path, content);
   return path;
+}
+
+// The part of an output's file name that says which config wrote it, so that runs of two configs into one
+// --out folder keep both: "" for the defaults, else "_<value>" for each setting that differs from its
+// default, in a fixed order (e.g. "_large_bf16_flash_recompute-layer", "_batch8").
+std::string config_suffix(const models::ModelConfig& c, const std::string& fixed = "") {
+  std::string s;
+  for (const std::string& part : {c.size, c.task, c.precision == "fp32" ? "" : c.precision,
+                                  c.attention == "naive" ? "" : c.attention,
+                                  c.recompute == "none" ? "" : "recompute-" + c.recompute, fixed})
+    if (!part.empty()) s += "_" + part;
+  for (char& ch : s)
+    if (ch == ',' || ch == ' ' || ch == '/') ch = '-';
+  return s;
+}
+
+// --out: a folder that exists (made here) and can be written, checked before any work starts.
+std::string output_dir(const tools::Flags& f) {
+  const std::string dir = f.str("out");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  ENGINE_CHECK(!ec && std::filesystem::is_directory(dir) && access(dir.c_str(), W_OK) == 0, "--out ", dir,
+               ": cannot create or write this folder", ec ? " (" + ec.message() + ")" : std::string(),
+               "; give a writable folder");
+  return dir;
 }
 
 void add_model_flags(tools::Flags& f) {
@@ -117,13 +143,18 @@ int lambda(int argc, char** argv) {
     if (!bar) bar = std::make_unique<tools::ProgressBar>("lambda", total);
     bar->update(done, what);
   };
+  const std::string dir = output_dir(f);
+  models::ModelConfig tag;  // the settings lambda varies
+  tag.precision = o.precision;
+  tag.attention = o.attention;
+  const std::string stem = "lambda" + config_suffix(tag) + (o.device == engine::DeviceType::cuda ? "_cuda" : "");
   tools::LambdaTable t = tools::run_lambda(o);
   if (bar) bar->clear();
   std::string md = tools::lambda_markdown(t);
   std::printf("%s\n", md.c_str());
-  const std::string dir = f.str("out");
-  std::printf("wrote %s, %s, %s, %s\n", write(dir, "lambda.md", md).c_str(), write(dir, "lambda.csv", tools::lambda_csv(t)).c_str(),
-              write(dir, "lambda.json", tools::lambda_json(t)).c_str(), write(dir, "lambda.svg", tools::lambda_svg(t)).c_str());
+  std::printf("wrote %s, %s, %s, %s\n", write(dir, stem + ".md", md).c_str(),
+              write(dir, stem + ".csv", tools::lambda_csv(t)).c_str(), write(dir, stem + ".json", tools::lambda_json(t)).c_str(),
+              write(dir, stem + ".svg", tools::lambda_svg(t)).c_str());
   return 0;
 }
 
@@ -159,13 +190,15 @@ int scale(int argc, char** argv) {
   o.capacity = f.given("memory") ? engine::parse_bytes(f.str("memory"))
                : o.device == engine::DeviceType::meta ? size_t(1) << 40
                : o.device == engine::DeviceType::cuda ? 0 : engine::kDefaultCpuCapacity;
+  const std::string dir = output_dir(f);
+  const std::string stem = "scale_" + o.config.name + "_" + (is_range(seq) ? "seq" : "batch") +
+                           config_suffix(o.config, fixed.empty() ? "" : (is_range(seq) ? "batch" : "seq") + fixed);
   tools::ProgressBar bar("scale " + o.config.name, int64_t(o.points.size()));
   o.on_point = [&](size_t done, size_t, const std::string& note) { bar.update(int64_t(done), note); };
   tools::ScaleResult r = tools::run_scale(o);
   bar.clear();
   std::string md = tools::scale_markdown(r);
   std::printf("%s\n", md.c_str());
-  const std::string dir = f.str("out"), stem = "scale_" + r.model + "_" + r.axis_name;
   std::printf("wrote %s, %s, %s, %s, %s\n", write(dir, stem + ".md", md).c_str(),
               write(dir, stem + ".csv", tools::scale_csv(r)).c_str(), write(dir, stem + ".json", tools::scale_json(r)).c_str(),
               write(dir, stem + "_stacked.svg", tools::scale_stacked_svg(r)).c_str(),
@@ -183,7 +216,7 @@ int trace(int argc, char** argv) {
   f.add_int("tokens", 0, "batch in tokens, for translation models (0: the model's default)");
   f.add_choice("device", "meta", {"meta", "cpu", "cuda"}, "where to run");
   f.add_string("memory", "", "arena capacity (default: 1 TiB on meta)");
-  f.add_string("out", "bench_out", "directory for trace_<model>.json and memory_viz_<model>.pickle");
+  f.add_string("out", "bench_out", "directory for trace_<model>[_<config>].json and memory_viz_<model>[_<config>].pickle");
   if (!f.parse(argc, argv)) return 0;
   models::ModelConfig c = model_config(f);
   c.seq = f.integer("seq");
@@ -195,6 +228,11 @@ int trace(int argc, char** argv) {
   size_t capacity = f.given("memory") ? engine::parse_bytes(f.str("memory"))
                     : type == engine::DeviceType::meta ? size_t(1) << 40
                     : type == engine::DeviceType::cuda ? 0 : engine::kDefaultCpuCapacity;
+  const std::string dir = output_dir(f);
+  std::string fixed;  // seq, batch or tokens the user gave, in the file names too
+  for (const char* k : {"seq", "batch", "tokens"})
+    if (f.integer(k) > 0) fixed += (fixed.empty() ? "" : "_") + std::string(k) + std::to_string(f.integer(k));
+  const std::string suffix = config_suffix(c, fixed);
   auto device = engine::Device::create(type, capacity);
   engine::DeviceGuard guard(device);
   auto model = models::create_model(c);
@@ -202,11 +240,10 @@ int trace(int argc, char** argv) {
   // Exported with the model alive: the snapshot's segment then shows its parameters and optimizer state.
   const engine::Ledger& l = device->ledger();
   std::printf("%s\n\n%s\n", model->summary().c_str(), l.peak_table_markdown().c_str());
-  const std::string dir = f.str("out");
   std::string process = str(c.name, " on ", device->name(), ", ", f.integer("steps"), " training steps");
   std::printf("wrote %s (ui.perfetto.dev), %s (pytorch.org/memory_viz)\n",
-              write(dir, "trace_" + c.name + ".json", tools::chrome_trace_json(l, process)).c_str(),
-              write(dir, "memory_viz_" + c.name + ".pickle", tools::memory_viz_pickle(l)).c_str());
+              write(dir, "trace_" + c.name + suffix + ".json", tools::chrome_trace_json(l, process)).c_str(),
+              write(dir, "memory_viz_" + c.name + suffix + ".pickle", tools::memory_viz_pickle(l)).c_str());
   return 0;
 }
 

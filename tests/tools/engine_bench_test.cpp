@@ -336,10 +336,31 @@ TEST(EngineBench, ProgramWritesItsFilesAndReportsBadInput) {
                            dir.path.string());
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("## Memory scaling of transformer_lm with sequence length"), std::string::npos) << out;
-  for (const char* f : {"scale_transformer_lm_seq.md", "scale_transformer_lm_seq.csv", "scale_transformer_lm_seq.json",
-                        "scale_transformer_lm_seq_stacked.svg", "scale_transformer_lm_seq_fit.svg"})
+  // Files are named by the config (tiny, batch 2), so another config's sweep does not overwrite them.
+  for (const char* f : {"scale_transformer_lm_seq_tiny_batch2.md", "scale_transformer_lm_seq_tiny_batch2.csv",
+                        "scale_transformer_lm_seq_tiny_batch2.json", "scale_transformer_lm_seq_tiny_batch2_stacked.svg",
+                        "scale_transformer_lm_seq_tiny_batch2_fit.svg"})
     EXPECT_TRUE(std::filesystem::exists(dir.file(f))) << f;
-  EXPECT_EQ(testutil::xml_problem(testutil::read_text(dir.file("scale_transformer_lm_seq_stacked.svg"))), "");
+  EXPECT_EQ(testutil::xml_problem(testutil::read_text(dir.file("scale_transformer_lm_seq_tiny_batch2_stacked.svg"))), "");
+  auto [flash_code, flash_out] = shell("build/engine_bench scale --model transformer_lm --size tiny --seq 16:64 --batch 2 "
+                                       "--attention flash --out " + dir.path.string());
+  ASSERT_EQ(flash_code, 0) << flash_out;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("scale_transformer_lm_seq_tiny_flash_batch2.md")));
+  EXPECT_NE(testutil::read_text(dir.file("scale_transformer_lm_seq_tiny_batch2.md")),
+            testutil::read_text(dir.file("scale_transformer_lm_seq_tiny_flash_batch2.md")));
+  // A batch sweep gives the probed max batch beside the law's estimate, and speaks of batches only.
+  auto [batch_code, batch_out] = shell("build/engine_bench scale --model transformer_lm --size tiny --batch 2:8 --out " +
+                                       dir.path.string());
+  ASSERT_EQ(batch_code, 0) << batch_out;
+  EXPECT_NE(batch_out.find("| gpu | arena | max batch (probed) | the law's estimate |"), std::string::npos) << batch_out;
+  EXPECT_EQ(batch_out.find("learned positions"), std::string::npos) << "a sequence-length footnote:\n" << batch_out;
+  // --out that cannot be a folder stops before the sweep runs.
+  testutil::write_text(dir.file("a_file"), "x");
+  auto [out_code, out_text] = shell("build/engine_bench scale --model transformer_lm --size tiny --seq 16:64 --out " +
+                                    dir.file("a_file"));
+  EXPECT_EQ(out_code, 2) << out_text;
+  EXPECT_NE(out_text.find("cannot create or write this folder"), std::string::npos) << out_text;
+  EXPECT_EQ(out_text.find("Memory scaling"), std::string::npos) << "the sweep ran first:\n" << out_text;
 
   struct Bad {
     std::string args, message;
