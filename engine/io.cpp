@@ -2,6 +2,7 @@
 #include "engine/io.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +12,18 @@
 #include "engine/error.h"
 
 namespace engine {
+
+void check_writable(const std::string& path, const std::string& what) {
+  ENGINE_CHECK(!path.empty(), what, ": the path is empty");
+  struct stat st;
+  ENGINE_CHECK(stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode), what, " ", path,
+               ": this is a folder; give a file path inside it");
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  ENGINE_CHECK(stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), what, " ", path, ": the folder '", dir,
+               "' does not exist; create it first (mkdir -p ", dir, ") or give another path");
+  ENGINE_CHECK(access(dir.c_str(), W_OK) == 0, what, " ", path, ": the folder '", dir, "' is not writable");
+}
 
 void write_file_atomic(const std::string& path, const std::string& content) {
   write_file_atomic(path, [&](const ByteSink& write) { write(content.data(), content.size()); });

@@ -11,6 +11,10 @@ namespace engine {
 
 void write_file_atomic(const std::string& path, const std::string& content);
 
+// Checks, before a long run, that `path` can be written when the run ends: its folder exists and is writable
+// and the path is not a folder. Else an Error naming `what` (e.g. "--save") and the fix.
+void check_writable(const std::string& path, const std::string& what);
+
 // The same for content produced piece by piece (a checkpoint need not be held in memory whole): `produce`
 // receives a sink that appends bytes to the temporary file. If produce throws, the temporary is removed
 // and `path` is untouched.

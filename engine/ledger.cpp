@@ -80,6 +80,12 @@ void Ledger::set_owner(int64_t id, std::string owner) {
   it->second.owner = std::move(owner);
 }
 
+const std::string& Ledger::owner(int64_t id) const {
+  auto it = live_map_.find(id);
+  ENGINE_CHECK(it != live_map_.end(), "ledger: owner of unknown block ", id);
+  return it->second.owner;
+}
+
 void Ledger::update_peak() {
   for (int c = 0; c < kNumCategories; c++) peak_[c] = std::max(peak_[c], live_[c]);
   if (live_total_ > peak_total_ || (live_total_ == peak_total_ && peak_seq_ == 0)) {

@@ -49,6 +49,7 @@ class Ledger {
   void retag(int64_t id, Category category);
   Category category(int64_t id) const;
   void set_owner(int64_t id, std::string owner);
+  const std::string& owner(int64_t id) const;
   // Called by the device after every allocation so the peak records the arena's state too.
   void note_high_water(size_t high_water) { high_water_ = high_water; }
 

@@ -33,6 +33,7 @@ struct Storage {
   void set_category(Category c) { device->ledger().retag(block.id, c); }
   Category category() const { return device->ledger().category(block.id); }
   void set_owner(std::string owner) { device->ledger().set_owner(block.id, std::move(owner)); }
+  const std::string& owner() const { return device->ledger().owner(block.id); }
   std::shared_ptr<Device> device;
   Device::Block block;
 };

@@ -70,6 +70,17 @@ void Node::release() {
   rule = nullptr;
 }
 
+namespace {
+// A leaf's gradient is owned by "<the leaf's owner scope>/grad": for a parameter, its dotted name (tag_memory),
+// so the ledger's module tables show each gradient beside its parameter. A leaf without an owner (an input
+// of a gradient check) leaves the context's owner.
+std::string grad_owner(const Tensor& leaf) {
+  const std::string& o = leaf.storage()->owner();
+  const std::string scope = o.substr(0, o.find('/'));
+  return scope.empty() ? engine::current_owner() : scope + "/grad";
+}
+}  // namespace
+
 std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grad_outputs) {
   auto impl = leaf.lock();
   const Tensor& g = grad_outputs[0];
@@ -90,11 +101,12 @@ std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grad_output
     if (sole && g.is_contiguous() && g.offset() == 0 && g.nbytes() == impl->storage->block.bytes &&
         g.dtype() == t.dtype() && g.shape() == t.shape()) {
       impl->storage->set_category(Category::grad);
-      impl->storage->set_owner(engine::current_owner());
+      impl->storage->set_owner(grad_owner(t));
       t.set_grad(g);
     } else {
       CategoryScope cs(Category::grad);
       t.set_grad(ops::clone(g));
+      t.grad().storage()->set_owner(grad_owner(t));
     }
   } else {
     ops::add_(old, g);

@@ -49,6 +49,7 @@ StepResult Model::train_step(int64_t step) {
     Batch batch;
     {
       engine::CategoryScope input(Category::input);
+      engine::MemoryScope owner("batch");
       batch = next_batch(step);
     }
     l = batch_loss(batch);
@@ -98,6 +99,7 @@ StepResult Model::eval_step(int64_t step) {
   Batch batch;
   {
     engine::CategoryScope input(Category::input);
+    engine::MemoryScope owner("batch");
     batch = next_batch(step);
   }
   StepResult r;

@@ -40,6 +40,7 @@ struct ModelConfig {
 
 struct StepResult {
   double loss = 0;                         // the main loss (0 on meta: no values)
+  bool has_loss = true;                    // false for a step that computes none (greedy generation)
   std::map<std::string, double> losses;    // every loss by name, for models with several
   int64_t items = 0;                       // sequences, images or target tokens processed
   std::vector<std::string> details;        // extra lines engine_train prints under the step line

@@ -164,6 +164,17 @@ ScaleResult run_scale(const ScaleOptions& o) {
                                      : fixed_seq ? str("seq ", fixed_seq) : std::string("the model's default length");
   r.analytic = bert_activation_law(o.config, o.axis, fixed_batch, fixed_seq);
   fit_scale(r);
+  // The law is an estimate; for a batch sweep the max batch itself is cheap to probe (meta predicts the GPU
+  // exactly), so the table gives both and says which is which. Cards of equal memory share a search.
+  if (o.axis == ScaleAxis::batch) {
+    std::map<size_t, int64_t> probed;
+    for (GpuLimit& lim : r.gpus) {
+      auto it = probed.find(lim.capacity);
+      if (it == probed.end())
+        it = probed.emplace(lim.capacity, find_max_batch(o.config, engine::DeviceType::meta, lim.capacity).largest_fit).first;
+      lim.probed = it->second;
+    }
+  }
   return r;
 }
 
@@ -193,22 +204,12 @@ void fit_scale(ScaleResult& r) {
   fit_of("activation (own peak)", [](const ScalePoint& p) { return double(p.own_peak[size_t(Category::activation)]); });
   r.crossover = quadratic_crossover(r.fits.front().fit);
   r.activation_crossover = quadratic_crossover(r.fits.back().fit);
-  std::map<size_t, int64_t> probed;  // by capacity: cards of equal memory share a search
   for (const auto& g : gpu_profiles()) {
     GpuLimit lim;
     lim.gpu = g.name;
     lim.capacity = gpu_arena_capacity(g);
     lim.max_x = solve_for_capacity(r.fits.front().fit, double(lim.capacity));
     lim.extrapolated = lim.max_x > xs.back();
-    // The law is an estimate; for a batch sweep the max batch itself is cheap to probe (meta predicts the
-    // GPU exactly), so the table gives both and says which is which.
-    if (r.options.axis == ScaleAxis::batch) {
-      auto it = probed.find(lim.capacity);
-      if (it == probed.end())
-        it = probed.emplace(lim.capacity, find_max_batch(r.options.config, engine::DeviceType::meta, lim.capacity)
-                                              .largest_fit).first;
-      lim.probed = it->second;
-    }
     r.gpus.push_back(lim);
   }
 }

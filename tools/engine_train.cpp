@@ -80,6 +80,21 @@ std::string profile_table(const std::vector<ops::KernelTime>& times, double step
   return s;
 }
 
+// --profile on meta: no kernel runs, so there is no time; the last step's counted work by op instead.
+std::string work_table() {
+  std::vector<std::pair<std::string, engine::OpCount>> ops(engine::counters().by_op.begin(), engine::counters().by_op.end());
+  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.flops > b.second.flops; });
+  double flops = 0;
+  for (const auto& [op, c] : ops) flops += c.flops;
+  std::string s = engine::str("## Work by op (last step; meta runs no kernels, so there is no time to show: run on cuda or "
+                              "cpu for times)\n\n| op | GFLOP | share | GB moved |\n|---|---:|---:|---:|\n");
+  for (const auto& [op, c] : ops)
+    s += engine::str("| ", op, " | ", format_fixed(c.flops / 1e9, 2), " | ",
+                     flops > 0 ? format_fixed(100 * c.flops / flops, 1) + "%" : std::string("-"), " | ",
+                     format_fixed(c.bytes / 1e9, 3), " |\n");
+  return s;
+}
+
 int find_max_batch(const models::ModelConfig& config, const tools::Flags& flags, engine::DeviceType type,
                    size_t capacity, const std::string& capacity_note) {
   ENGINE_CHECK(type != engine::DeviceType::meta || flags.given("gpu") || flags.given("memory"),
@@ -166,6 +181,10 @@ int run(int argc, char** argv) {
                "engine_train: --find-max-batch varies the batch size; it cannot read a fixed --batch-file");
   if (flags.on("find-max-batch")) return find_max_batch(config, flags, type, capacity, capacity_note);
 
+  // Output paths are checked now, not after the run (a checkpoint that cannot be written is a lost run).
+  for (const char* flag : {"save", "trace", "report"})
+    if (!flags.str(flag).empty()) engine::check_writable(flags.str(flag), std::string("--") + flag);
+
   auto device = engine::Device::create(type, capacity);
   engine::DeviceGuard guard(device);
   std::unique_ptr<models::Model> model = models::create_model(config);
@@ -222,7 +241,8 @@ int run(int argc, char** argv) {
     last_ms = ms;
     if (profile) times = ops::take_kernel_times();
     ledger.check();
-    std::string loss = type == engine::DeviceType::meta ? "-" : format_fixed(r.loss, 4);
+    // "-": meta computes no values; a generation step (--inference of a translation model) computes no loss.
+    std::string loss = type == engine::DeviceType::meta || !r.has_loss ? "-" : format_fixed(r.loss, 4);
     say(engine::str("step ", step, "/", last, " | loss ", loss, " | ", format_fixed(ms, 1), " ms | ",
                     type == engine::DeviceType::meta ? std::string("-") : format_fixed(double(r.items) / (ms / 1000.0), 1),
                     " ", model->item_unit(), "/s | ",
@@ -240,7 +260,7 @@ int run(int argc, char** argv) {
   }
   if (profile) {
     say("");
-    say(profile_table(times, last_ms));
+    say(type == engine::DeviceType::meta ? work_table() : profile_table(times, last_ms));
   }
   say("");
   say("## Memory at the peak");

@@ -218,6 +218,7 @@ StepResult Convs2s::eval_step(int64_t step) {
   const int64_t max_len = translation::generation_max_len(hb.src_len, recipe_.net.max_positions - recipe_.net.padding_idx - 1);
   GreedyResult g = greedy_decode(*net_, batch.at("src"), batch.at("src_positions"), batch.at("src_padding_mask"), max_len);
   StepResult r;
+  r.has_loss = false;
   r.items = g.generated_tokens;
   int64_t state_elements = 0;  // per sentence: (K - 1) x Cin for every decoder convolution
   int64_t in = recipe_.net.layers.front().first;

@@ -124,6 +124,7 @@ StepResult decode_batch_step(Seq2Seq& net, const data::TranslationBatch& hb, int
   o.tgt_lang = tgt_lang;
   GreedyOutput g = greedy_decode(net, batch.at("src"), batch.at("src_padding_mask"), o);
   StepResult r;
+  r.has_loss = false;
   r.items = g.generated_tokens;
   const Seq2SeqConfig& n = net.config;
   const size_t e = engine::dtype_size(net.encoder->embed.tokens->weight.dtype());  // bytes per element

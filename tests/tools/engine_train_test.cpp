@@ -60,6 +60,49 @@ TEST(EngineTrain, InferenceRunsEvalSteps) {
   EXPECT_EQ(out.find("| optimizer |"), std::string::npos) << "no optimizer state: " << out;
 }
 
+// A translation model's --inference generates greedily and computes no loss: the step line says "-", not 0.
+TEST(EngineTrain, GenerationPrintsNoLossAndEvalPrintsTheRealOne) {
+  auto [code, out] = shell("build/engine_train --model transformer_big --size tiny --inference --steps 1");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("step 1/1 | loss - |"), std::string::npos) << out;
+  EXPECT_NE(out.find("generated "), std::string::npos) << out;
+  std::tie(code, out) = shell(kTrain + "--inference --steps 1");
+  ASSERT_EQ(code, 0) << out;
+  const std::vector<std::string> losses = step_losses(out);
+  ASSERT_EQ(losses.size(), 1u);
+  EXPECT_GT(std::stod(losses[0]), 1.0) << "a tiny LM's eval cross-entropy over 64 words: about ln 64\n" << out;
+}
+
+// Output paths are checked before the first step: a missing folder is a clear error, and nothing trains.
+TEST(EngineTrain, UnwritableOutputPathsStopBeforeTheRun) {
+  for (const char* flag : {"--save", "--trace", "--report"}) {
+    auto [code, out] = shell(kTrain + "--steps 1 " + flag + " /nonexistent_dir/x.out");
+    EXPECT_EQ(code, 2) << flag << "\n" << out;
+    EXPECT_NE(out.find(std::string(flag) + " /nonexistent_dir/x.out: the folder '/nonexistent_dir' does not exist"),
+              std::string::npos) << out;
+    EXPECT_EQ(out.find("step 1/1"), std::string::npos) << flag << ": the run started\n" << out;
+  }
+  auto [code, out] = shell(kTrain + "--steps 1 --save /tmp");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("this is a folder"), std::string::npos) << out;
+}
+
+// --profile on meta has no times to show; it says so and gives the step's counted work by op instead.
+TEST(EngineTrain, ProfileOnMetaShowsTheCountedWork) {
+  auto [code, out] = shell(kTrain + "--device meta --steps 1 --profile");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("meta runs no kernels, so there is no time to show"), std::string::npos) << out;
+  EXPECT_NE(out.find("| linear |"), std::string::npos) << out;
+}
+
+// Gradients are owned by their parameter ("<name>/grad"), so the module tables put them beside it.
+TEST(EngineTrain, GradientsAreNamedByTheirParameter) {
+  auto [code, out] = shell(kTrain + "--steps 1");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_EQ(out.find("(untagged)"), std::string::npos) << out;
+  EXPECT_NE(out.find("| weight/grad |"), std::string::npos) << out;
+}
+
 TEST(EngineTrain, FindMaxBatch) {
   auto [code, out] = shell("build/engine_train --model transformer_lm --size tiny --device meta --memory 48MB "
                            "--find-max-batch");
