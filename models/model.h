@@ -65,6 +65,11 @@ class Model {
     return module().load(tensors, true);
   }
 
+  // Hugging Face transformers export (engine_train --export-hf DIR): the config.json of the transformers
+  // architecture whose state-dict names this model's parameters carry, so that DIR (that file and the weights
+  // as model.safetensors) loads with <architecture>.from_pretrained(DIR); "" when there is none (the default).
+  virtual std::string hf_config_json() const { return ""; }
+
   // The steps a max-batch probe runs, in this order (tools/max_batch.h): together they must create every
   // buffer of the steady state that the model allocates lazily (the optimizer state of every trainable
   // parameter: every task head of a multi-task model) and then run each kind of step the model has beside

@@ -2,8 +2,12 @@
 // optimizer state.
 #include "tools/checkpoint.h"
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <set>
 
+#include "engine/io.h"
 #include "engine/rng.h"
 #include "engine/safetensors.h"
 #include "graph/autograd.h"
@@ -100,6 +104,33 @@ void save_checkpoint(const std::string& path, models::Model& model, const models
   metadata[key("generator.seed")] = std::to_string(engine::generator().seed);
   metadata[key("generator.offset")] = std::to_string(engine::generator().offset);
   engine::save_safetensors(path, tensors, metadata);
+}
+
+// ---------------------------------------------------------------------------------------------------
+void check_hf_exportable(models::Model& model, const std::string& dir) {
+  ENGINE_CHECK(!model.hf_config_json().empty(), "--export-hf ", dir, ": this model has no Hugging Face transformers "
+               "architecture to export to (the BERT family has: bert_base, bert_squad); use --save for an engine "
+               "checkpoint");
+  auto params = model.module().named_parameters();
+  ENGINE_CHECK(params.empty() || params.front().second.device().type() != engine::DeviceType::meta, "--export-hf ",
+               dir, ": the model is on the meta device, which holds no values (run on cpu or cuda)");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  ENGINE_CHECK(!ec && std::filesystem::is_directory(dir) && access(dir.c_str(), W_OK) == 0, "--export-hf ", dir,
+               ": cannot create or write this folder", ec ? " (" + ec.message() + ")" : std::string());
+}
+
+void export_hf(const std::string& dir, models::Model& model) {
+  check_hf_exportable(model, dir);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (auto& [name, p] : model.module().named_parameters()) {
+    Tensor master = model.optimizer().master_weight(name);
+    tensors.push_back({name, master.defined() ? master : p});
+  }
+  for (auto& b : model.module().named_buffers()) tensors.push_back(b);
+  const std::string base = (std::filesystem::path(dir) / "").string();
+  engine::save_safetensors(base + "model.safetensors", tensors, {{"format", "pt"}});
+  engine::write_file_atomic(base + "config.json", model.hf_config_json());
 }
 
 // ---------------------------------------------------------------------------------------------------

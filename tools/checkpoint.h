@@ -29,6 +29,14 @@ namespace tools {
 void save_checkpoint(const std::string& path, models::Model& model, const models::ModelConfig& config,
                      int64_t step);
 
+// Writes `dir`/model.safetensors (the weights only, under the model's parameter names, f32: the f32 master of
+// a bf16/fp16 parameter; metadata format = pt, as transformers' save_pretrained writes) and `dir`/config.json
+// (Model::hf_config_json), creating `dir`, so that <architecture>.from_pretrained(dir) loads it. An Error for
+// a model with no transformers architecture or on the meta device.
+void export_hf(const std::string& dir, models::Model& model);
+// The check export_hf makes of the model, for a caller that wants to fail before a long run.
+void check_hf_exportable(models::Model& model, const std::string& dir);
+
 struct CheckpointLoad {
   bool engine_checkpoint = false;  // written by save_checkpoint; false: weights only (e.g. Hugging Face)
   bool optimizer_restored = false;

@@ -100,9 +100,9 @@ int find_max_batch(const models::ModelConfig& config, const tools::Flags& flags,
   ENGINE_CHECK(type != engine::DeviceType::meta || flags.given("gpu") || flags.given("memory"),
                "engine_train --find-max-batch on meta: give --gpu NAME or --memory SIZE (the default meta arena "
                "of 1 TiB never fills)");
-  ENGINE_CHECK(!flags.given("save") && !flags.given("load") && !flags.given("batch"),
-               "engine_train --find-max-batch chooses the batch itself and trains nothing: drop --batch, --save "
-               "and --load");
+  ENGINE_CHECK(!flags.given("save") && !flags.given("load") && !flags.given("batch") && !flags.given("export-hf"),
+               "engine_train --find-max-batch chooses the batch itself and trains nothing: drop --batch, --save, "
+               "--export-hf and --load");
   tools::MaxBatchOptions options;
   options.steps = int(std::max<int64_t>(2, flags.given("steps") ? flags.integer("steps") : 2));
   options.inference = flags.on("inference");
@@ -151,6 +151,9 @@ int run(int argc, char** argv) {
   flags.add_string("save", "", "write a checkpoint (weights, optimizer state, step, RNG) after the last step");
   flags.add_string("load", "", "start from a checkpoint: an engine one resumes exactly; a Hugging Face one "
                                "gives the weights");
+  flags.add_string("export-hf", "", "after the last step, write DIR/model.safetensors (weights only) and DIR/config.json "
+                                    "for Hugging Face transformers (bert_base: BertForPreTraining, bert_squad: "
+                                    "BertForQuestionAnswering), loadable with from_pretrained(DIR)");
   flags.add_string("trace", "", "write the allocation timeline as Chrome trace JSON (opens in Perfetto)");
   flags.add_string("report", "", "write the run's header, step lines and memory tables as markdown");
   if (!flags.parse(argc, argv)) return 0;
@@ -189,6 +192,8 @@ int run(int argc, char** argv) {
   engine::DeviceGuard guard(device);
   std::unique_ptr<models::Model> model = models::create_model(config);
   const bool inference = flags.on("inference");
+  const std::string export_hf = flags.str("export-hf");
+  if (!export_hf.empty()) tools::check_hf_exportable(*model, export_hf);
   tools::CheckpointLoad loaded;
   if (!load.empty()) loaded = tools::load_checkpoint(load, *model, !inference);
   const std::string batch_file = flags.str("batch-file");
@@ -271,6 +276,11 @@ int run(int argc, char** argv) {
   if (!save.empty()) {
     tools::save_checkpoint(save, *model, config, last);
     std::printf("saved %s after step %lld\n", save.c_str(), (long long)last);
+  }
+  if (!export_hf.empty()) {
+    tools::export_hf(export_hf, *model);
+    std::printf("exported %s/model.safetensors and %s/config.json (Hugging Face transformers) after step %lld\n",
+                export_hf.c_str(), export_hf.c_str(), (long long)last);
   }
   return 0;
 }

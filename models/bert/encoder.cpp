@@ -1,6 +1,7 @@
 // encoder.cpp: the BERT encoder.
 #include "models/bert/encoder.h"
 
+#include "engine/json.h"
 #include "graph/autograd.h"
 #include "models/nn/attention.h"
 #include "ops/dropout.h"
@@ -173,6 +174,21 @@ Tensor BertModel::forward(const Tensor& ids, const Tensor& token_types, const Te
     }
   }
   return x;
+}
+
+std::string hf_config_json(const BertConfig& c, const std::string& architecture) {
+  using engine::json::quote;
+  auto num = [](double v) { return engine::str(v); };  // 0.1, 1e-12, 0.02: as the reference configs write them
+  // hidden_act "gelu" is the exact (erf) GELU, which nn::gelu computes; pad id 0 is BERT's [PAD].
+  return engine::str("{\n  \"architectures\": [", quote(architecture), "],\n  \"model_type\": \"bert\",\n",
+                     "  \"vocab_size\": ", c.vocab, ",\n  \"hidden_size\": ", c.hidden, ",\n  \"num_hidden_layers\": ",
+                     c.layers, ",\n  \"num_attention_heads\": ", c.heads, ",\n  \"intermediate_size\": ", c.intermediate,
+                     ",\n  \"hidden_act\": \"gelu\",\n  \"hidden_dropout_prob\": ", num(c.hidden_dropout),
+                     ",\n  \"attention_probs_dropout_prob\": ", num(c.attention_dropout),
+                     ",\n  \"max_position_embeddings\": ", c.max_positions, ",\n  \"type_vocab_size\": ", c.type_vocab,
+                     ",\n  \"initializer_range\": ", num(c.init_std), ",\n  \"layer_norm_eps\": ", num(c.layer_norm_eps),
+                     ",\n  \"pad_token_id\": 0,\n  \"position_embedding_type\": \"absolute\",\n",
+                     "  \"torch_dtype\": \"float32\"\n}\n");
 }
 
 }  // namespace models::bert

@@ -35,6 +35,10 @@ struct BertConfig {
   static BertConfig of_size(const std::string& size);
 };
 
+// A Hugging Face transformers config.json for `c` and the architecture whose state-dict names the model's
+// parameters carry (e.g. "BertForPreTraining"): what engine_train --export-hf writes beside the weights.
+std::string hf_config_json(const BertConfig& c, const std::string& architecture);
+
 class BertEmbeddings : public graph::Module {
  public:
   explicit BertEmbeddings(const BertConfig& c);

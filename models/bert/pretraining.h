@@ -112,6 +112,7 @@ class BertPretraining : public Model {
   std::vector<std::string> load_weights(const std::map<std::string, Tensor>& tensors) override {
     return net_->load_hf(tensors);
   }
+  std::string hf_config_json() const override { return bert::hf_config_json(recipe_.bert, "BertForPreTraining"); }
   // The default step, with the two losses reported as "mlm" and "nsp".
   StepResult train_step(int64_t step) override;
   BertForPreTraining& net() { return *net_; }

@@ -59,6 +59,7 @@ class BertSquad : public Model {
   std::vector<std::string> load_weights(const std::map<std::string, Tensor>& tensors) override {
     return net_->load_hf(tensors);
   }
+  std::string hf_config_json() const override { return bert::hf_config_json(recipe_.bert, "BertForQuestionAnswering"); }
   BertForQuestionAnswering& net() { return *net_; }
 
  protected:

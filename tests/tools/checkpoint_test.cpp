@@ -5,9 +5,13 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
+#include "engine/json.h"
 #include "engine/rng.h"
 #include "engine/safetensors.h"
+#include "models/registry.h"
 #include "models/transformer_lm.h"
 #include "tools/checkpoint.h"
 
@@ -41,6 +45,13 @@ std::vector<double> losses(models::Model& m, int64_t first, int64_t last) {
   std::vector<double> out;
   for (int64_t s = first; s <= last; s++) out.push_back(m.train_step(s).loss);
   return out;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
 }
 
 std::string error_of(const std::function<void()>& f) {
@@ -204,4 +215,58 @@ TEST_F(Checkpoint, MetaHasNothingToSave) {
   EXPECT_NE(e.find("meta device"), std::string::npos) << e;
   EXPECT_NE(e.find("nothing to save"), std::string::npos) << e;
   EXPECT_FALSE(std::filesystem::exists(path("meta.safetensors")));
+}
+
+// --export-hf: DIR/model.safetensors holds exactly the parameters under their (Hugging Face) names, f32 (a bf16
+// run's masters), with transformers' format = pt metadata, and DIR/config.json names the architecture and the
+// shape. Loaded back as a weights-only file, the same eval loss. (tools/bench/hf_export_check.py loads such a
+// folder with transformers itself, on a machine that has it.)
+TEST_F(Checkpoint, HuggingFaceExportHoldsTheWeightsAndAConfig) {
+  models::ModelConfig c;
+  c.name = "bert_squad";
+  c.size = "tiny";
+  double loss = 0;
+  {
+    engine::DeviceGuard g(fresh_cpu());
+    c.precision = "bf16";
+    auto m = models::create_model(c);
+    losses(*m, 1, 2);
+    tools::export_hf(path("bf16"), *m);
+    auto file = engine::load_safetensors(path("bf16/model.safetensors"), engine::default_device());
+    EXPECT_EQ(engine::read_safetensors_metadata(path("bf16/model.safetensors")).at("format"), "pt");
+    auto params = m->module().named_parameters();
+    EXPECT_EQ(file.size(), params.size());
+    for (const auto& [name, p] : params) {
+      ASSERT_TRUE(file.count(name)) << name;
+      EXPECT_EQ(file.at(name).dtype(), engine::DType::f32) << name;
+      EXPECT_EQ(file.at(name).to_double(), m->optimizer().master_weight(name).to_double()) << name;
+    }
+    engine::json::Value cfg = engine::json::parse_json(read_text(path("bf16/config.json")), "config.json");
+    EXPECT_EQ(cfg.at("architectures", "config").items.at(0).text, "BertForQuestionAnswering");
+    EXPECT_EQ(cfg.at("model_type", "config").text, "bert");
+    EXPECT_EQ(cfg.at("hidden_size", "config").text, "64");
+    EXPECT_EQ(cfg.at("num_hidden_layers", "config").text, "2");
+  }
+  {
+    engine::DeviceGuard g(fresh_cpu());
+    c.precision = "fp32";
+    auto m = models::create_model(c);
+    losses(*m, 1, 2);
+    tools::export_hf(path("fp32"), *m);
+    loss = m->eval_step(3).loss;
+  }
+  {
+    engine::DeviceGuard g(fresh_cpu());
+    auto m = models::create_model(c);
+    tools::CheckpointLoad l = tools::load_checkpoint(path("fp32/model.safetensors"), *m);
+    EXPECT_FALSE(l.engine_checkpoint);
+    EXPECT_EQ(m->eval_step(3).loss, loss);
+  }
+  engine::DeviceGuard g(fresh_cpu());
+  models::TransformerLM lm(tiny_with_dropout());
+  EXPECT_NE(error_of([&] { tools::export_hf(path("lm"), lm); }).find("no Hugging Face transformers architecture"),
+            std::string::npos);
+  engine::DeviceGuard meta(engine::Device::create(engine::DeviceType::meta, size_t(1) << 30));
+  auto on_meta = models::create_model(c);
+  EXPECT_NE(error_of([&] { tools::export_hf(path("meta"), *on_meta); }).find("meta device"), std::string::npos);
 }
