@@ -26,10 +26,12 @@ std::string format_fixed(double v, int decimals) {
 }
 
 size_t parse_bytes(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size() && (std::isdigit((unsigned char)s[i]) || s[i] == '.')) i++;
-  ENGINE_CHECK(i > 0, "cannot read a memory size from '", s, "': expected a number with a unit, e.g. 24GB");
-  double v = std::stod(s.substr(0, i));
+  // A number: digits with at most one decimal point ("1..5GB" and "1.2.3GB" are not sizes).
+  size_t i = 0, points = 0, digits = 0;
+  for (; i < s.size() && (std::isdigit((unsigned char)s[i]) || s[i] == '.'); i++) (s[i] == '.' ? points : digits)++;
+  ENGINE_CHECK(digits > 0 && points <= 1, "cannot read a memory size from '", s,
+               "': expected a number with a unit, e.g. 24GB or 1.5GiB");
+  const double v = std::strtod(s.substr(0, i).c_str(), nullptr);
   std::string unit = s.substr(i);
   for (auto& c : unit) c = char(std::toupper((unsigned char)c));
   double mult;
@@ -39,7 +41,9 @@ size_t parse_bytes(const std::string& s) {
   else if (unit == "G" || unit == "GB" || unit == "GIB") mult = 1024.0 * 1024 * 1024;
   else if (unit == "T" || unit == "TB" || unit == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
   else throw Error(str("unknown memory unit '", s.substr(i), "' in '", s, "': use B, KB, MB, GB or TB"));
-  return size_t(v * mult);
+  const double bytes = v * mult;
+  ENGINE_CHECK(bytes < 18446744073709551616.0, "the memory size '", s, "' is larger than a 64-bit size holds");
+  return size_t(bytes);
 }
 
 void append_utf8(std::string& out, uint32_t cp) {

@@ -13,6 +13,44 @@
 
 namespace engine {
 
+void check_input_file(const std::string& path, const char* what, size_t max_bytes) {
+  struct stat st;
+  ENGINE_CHECK(!path.empty(), what, ": the path is empty");
+  ENGINE_CHECK(stat(path.c_str(), &st) == 0, what, " '", path, "': cannot open it (", std::strerror(errno), ")");
+  ENGINE_CHECK(!S_ISDIR(st.st_mode), what, " '", path, "' is a folder; give the file inside it");
+  ENGINE_CHECK(S_ISREG(st.st_mode), what, " '", path, "' is not a regular file (",
+               S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "a socket or link",
+               "): only regular files are read");
+  ENGINE_CHECK(size_t(st.st_size) <= max_bytes, what, " '", path, "' is ", st.st_size, " bytes: more than the ",
+               max_bytes, " a ", what, " may have");
+}
+
+std::string read_file(const std::string& path, const char* what, size_t max_bytes) {
+  check_input_file(path, what, max_bytes);
+  int fd = -1;
+  do fd = open(path.c_str(), O_RDONLY | O_CLOEXEC); while (fd < 0 && errno == EINTR);
+  ENGINE_CHECK(fd >= 0, what, " '", path, "': cannot open it (", std::strerror(errno), ")");
+  std::string content;
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      throw Error(str(what, " '", path, "': read error (", std::strerror(err), ")"));
+    }
+    if (n == 0) break;
+    content.append(buf, size_t(n));
+    if (content.size() > max_bytes) {  // the file grew since stat
+      close(fd);
+      throw Error(str(what, " '", path, "' is more than the ", max_bytes, " bytes a ", what, " may have"));
+    }
+  }
+  close(fd);
+  return content;
+}
+
 void check_writable(const std::string& path, const std::string& what) {
   ENGINE_CHECK(!path.empty(), what, ": the path is empty");
   struct stat st;

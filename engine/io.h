@@ -11,6 +11,14 @@ namespace engine {
 
 void write_file_atomic(const std::string& path, const std::string& content);
 
+// Reading input files. A data path can name anything: a FIFO (a read that blocks forever), a device such as
+// /dev/zero (a read that never ends), a folder, or a file far larger than its format ever is. Readers call
+// check_input_file first: a regular file of at most `max_bytes`, else an Error naming `what`, the path and the
+// limit. read_file does that, then returns the whole file.
+void check_input_file(const std::string& path, const char* what, size_t max_bytes);
+std::string read_file(const std::string& path, const char* what, size_t max_bytes);
+constexpr size_t kMiB = size_t(1) << 20, kGiB = size_t(1) << 30;
+
 // Checks, before a long run, that `path` can be written when the run ends: its folder exists and is writable
 // and the path is not a folder. Else an Error naming `what` (e.g. "--save") and the fix.
 void check_writable(const std::string& path, const std::string& what);

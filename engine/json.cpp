@@ -1,6 +1,7 @@
 // json.cpp: a recursive-descent JSON parser with precise error positions.
 #include "engine/json.h"
 
+#include <cmath>
 #include <cstdlib>
 
 #include "engine/error.h"
@@ -201,6 +202,33 @@ std::string quote(const std::string& s) {
     }
   }
   return o + "\"";
+}
+
+const char* type_name(Value::Type t) {
+  switch (t) {
+    case Value::Type::null: return "null";
+    case Value::Type::boolean: return "a boolean";
+    case Value::Type::number: return "a number";
+    case Value::Type::string: return "a string";
+    case Value::Type::array: return "an array";
+    case Value::Type::object: return "an object";
+  }
+  return "?";
+}
+
+const Value& member(const Value& v, const std::string& key, Value::Type type, const std::string& where) {
+  const Value* m = v.find(key);
+  ENGINE_CHECK(m, where, ": missing key '", key, "'");
+  ENGINE_CHECK(m->type == type, where, ".", key, " is ", type_name(m->type), ", expected ", type_name(type));
+  return *m;
+}
+
+int64_t integer_member(const Value& v, const std::string& key, int64_t lo, int64_t hi, const std::string& where) {
+  const Value& m = member(v, key, Value::Type::number, where);
+  ENGINE_CHECK(std::isfinite(m.number) && m.number == std::floor(m.number) && m.number >= double(lo) &&
+                   m.number <= double(hi),
+               where, ".", key, " is ", m.text, ", expected a whole number from ", lo, " to ", hi);
+  return int64_t(m.number);
 }
 
 }  // namespace engine::json

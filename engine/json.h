@@ -5,6 +5,7 @@
 // what was expected. Objects keep their keys in file order (a vector of pairs), and duplicate keys are
 // kept as they appear (find() returns the first).
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -31,6 +32,13 @@ struct Value {
 
 // `source` names the input in error messages (e.g. a file name).
 Value parse_json(const std::string& text, const std::string& source = "json");
+
+// For readers of JSON data files: the name of a type in messages ("a number", "an array", ...), a member that
+// must exist and have `type`, and one that must be a whole number in [lo, hi] (NaN, 1e400 and 2.5 are
+// refused). Errors read "<where>: missing key 'k'", "<where>.k is a string, expected a number".
+const char* type_name(Value::Type t);
+const Value& member(const Value& v, const std::string& key, Value::Type type, const std::string& where);
+int64_t integer_member(const Value& v, const std::string& key, int64_t lo, int64_t hi, const std::string& where);
 // A JSON string literal for s (quotes included), escaping what must be escaped.
 std::string quote(const std::string& s);
 

@@ -93,17 +93,7 @@ namespace {
 
 using json::Value;
 
-const char* type_name(Value::Type t) {
-  switch (t) {
-    case Value::Type::null: return "null";
-    case Value::Type::boolean: return "a boolean";
-    case Value::Type::number: return "a number";
-    case Value::Type::string: return "a string";
-    case Value::Type::array: return "an array";
-    case Value::Type::object: return "an object";
-  }
-  return "?";
-}
+using json::type_name;
 
 // JSON allows repeated keys; safetensors does not (a repeated tensor name would be ambiguous).
 void check_unique_keys(const Value& object, const std::string& what, const std::string& path) {

@@ -7,9 +7,13 @@
 
 namespace engine {
 
+// Shapes come from users (flags, files) too: a product that wraps around int64 is an Error, never a small,
+// wrong size (the message is built only then: these run for every tensor).
 int64_t numel_of(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s)
+    if (__builtin_mul_overflow(n, d, &n))
+      throw Error(str("shape ", shape_str(s), " has more elements than a 64-bit count holds"));
   return n;
 }
 
@@ -18,7 +22,8 @@ Shape contiguous_strides(const Shape& s) {
   int64_t acc = 1;
   for (int64_t i = int64_t(s.size()) - 1; i >= 0; i--) {
     st[i] = acc;
-    acc *= s[i];
+    if (__builtin_mul_overflow(acc, s[i], &acc))
+      throw Error(str("shape ", shape_str(s), " has more elements than a 64-bit count holds"));
   }
   return st;
 }
@@ -51,8 +56,10 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, std::shared_ptr<Device> de
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
   if (!device) device = default_device();
-  impl->storage = std::make_shared<Storage>(std::move(device), size_t(numel_of(shape)) * dtype_size(dtype),
-                                            category);
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(size_t(numel_of(shape)), dtype_size(dtype), &bytes))
+    throw Error(str("a tensor of shape ", shape_str(shape), " needs more bytes than a 64-bit size holds"));
+  impl->storage = std::make_shared<Storage>(std::move(device), bytes, category);
   return Tensor(std::move(impl));
 }
 

@@ -2,6 +2,8 @@
 // static library's linker may drop) so that what exists is visible in one place.
 #include "models/registry.h"
 
+#include <algorithm>
+
 #include "engine/error.h"
 #include "models/bert/pretraining.h"
 #include "models/bert/squad.h"
@@ -43,9 +45,34 @@ std::vector<std::string> model_names() {
   return names;
 }
 
+namespace {
+
+// The sizes a config may ask for, checked before a model builds anything (its host-side data is made from
+// them, so a batch of 2^58 would wrap a size computation or fill the host's memory first). Far above what any
+// arena holds: a million sequences or images, a million-token sequence, 2^30 tokens per step (one [tokens, 64]
+// f32 activation of that is 256 GiB).
+constexpr int64_t kMaxBatch = int64_t(1) << 20, kMaxSeq = int64_t(1) << 20, kMaxTokens = int64_t(1) << 30;
+constexpr int64_t kDefaultSeqBound = 1024;  // at least the longest default sequence of a registered model
+
+void check_sizes(const ModelConfig& c) {
+  auto check = [](const char* flag, int64_t v, int64_t max) {
+    ENGINE_CHECK(v >= 0 && v <= max, "--", flag, " ", v, ": expected 0 (the model's default) to ", max,
+                 "; a larger step could not fit any arena");
+  };
+  check("batch", c.batch, kMaxBatch);
+  check("seq", c.seq, kMaxSeq);
+  check("tokens", c.tokens, kMaxTokens);
+  const int64_t tokens = std::max<int64_t>(c.batch, 1) * (c.seq > 0 ? c.seq : kDefaultSeqBound);
+  ENGINE_CHECK(tokens <= kMaxTokens, "--batch ", c.batch, " x --seq ", c.seq > 0 ? std::to_string(c.seq) : "(default, up to 1024)",
+               " = ", tokens, " tokens per step: at most ", kMaxTokens, "; a larger step could not fit any arena");
+}
+
+}  // namespace
+
 std::unique_ptr<Model> create_model(const ModelConfig& config) {
   for (const auto& e : registry())
     if (e.name == config.name) {
+      check_sizes(config);
       const Precision precision = precision_from_name(config.precision);  // a bad name fails before building
       std::unique_ptr<Model> model = e.create(config);
       model->set_precision(precision);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "engine/format.h"
+#include "engine/io.h"
 #include "engine/json.h"
 #include "models/registry.h"
 #include "tools/bench_scale.h"
@@ -85,12 +86,15 @@ const Study2020Row* Study2020::find(const std::string& model) const {
 }
 
 Study2020 read_study2020(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  ENGINE_CHECK(f.good(), "cannot read the 2020 study's table '", path,
-               "' (give a lambda2020.csv-style file with --study, or leave --study out for the built-in table)");
-  std::stringstream text;
-  text << f.rdbuf();
-  return parse_study2020(text.str(), path);
+  std::string text;
+  try {
+    text = engine::read_file(path, "study table", 64 * engine::kMiB);
+  } catch (const engine::Error& e) {
+    throw engine::Error(engine::str("cannot read the 2020 study's table '", path, "': ", e.what(),
+                                    " (give a lambda2020.csv-style file with --study, or leave --study out for the "
+                                    "built-in table)"));
+  }
+  return parse_study2020(text, path);
 }
 
 extern const char kStudy2020Csv[];  // generated from tools/data/lambda2020.csv by the Makefile

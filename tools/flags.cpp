@@ -1,6 +1,9 @@
 // flags.cpp: parsing and validation of command-line flags.
 #include "tools/flags.h"
 
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
@@ -78,12 +81,19 @@ bool Flags::parse(int argc, char** argv) {
     }
     if (f.kind == Kind::integer) {
       char* end = nullptr;
+      errno = 0;
       std::strtoll(value.c_str(), &end, 10);
       if (value.empty() || *end) throw Error(engine::str(program_, ": --", name, " needs an integer, got '", value, "'"));
+      if (errno == ERANGE)
+        throw Error(engine::str(program_, ": --", name, " ", value, " is out of range (a 64-bit integer: at most ",
+                                INT64_MAX, ")"));
     } else if (f.kind == Kind::real) {
       char* end = nullptr;
-      std::strtod(value.c_str(), &end);
+      errno = 0;
+      const double v = std::strtod(value.c_str(), &end);
       if (value.empty() || *end) throw Error(engine::str(program_, ": --", name, " needs a number, got '", value, "'"));
+      if (errno == ERANGE || !std::isfinite(v))
+        throw Error(engine::str(program_, ": --", name, " ", value, " is not a finite number in range"));
     } else if (f.kind == Kind::choice) {
       bool ok = false;
       for (const auto& c : f.choices) ok |= c == value;

@@ -10,8 +10,8 @@
 #include <unordered_map>
 
 #include "engine/error.h"
+#include "engine/io.h"
 #include "engine/json.h"
-#include "models/data/wordpiece.h"  // read_file_bytes
 
 namespace models::data {
 
@@ -60,16 +60,11 @@ std::array<float, 4> letterbox_box(const DetectionBox& b, int64_t h, int64_t w, 
 
 namespace {
 
-// v[key] as a number (or a string, a number, an array when asked); errors name the file and the entry.
-const Value& member(const Value& v, const char* key, Value::Type type, const std::string& where) {
-  const Value& m = v.at(key, where);
-  static const char* names[] = {"null", "a boolean", "a number", "a string", "an array", "an object"};
-  ENGINE_CHECK(m.type == type, where, ".", key, " is ", names[int(m.type)], ", expected ", names[int(type)]);
-  return m;
-}
+using engine::json::member;
 
+// A COCO id, size or count: a whole number in int64's positive range (a JSON number is a double).
 int64_t integer(const Value& v, const char* key, const std::string& where) {
-  return int64_t(member(v, key, Value::Type::number, where).number);
+  return engine::json::integer_member(v, key, 0, int64_t(1) << 53, where);
 }
 
 std::string join(const std::vector<std::string>& names) {
@@ -100,7 +95,7 @@ DetectionSet::DetectionSet(const std::string& dir, int64_t classes, int64_t max_
                found[0], " names (", layout, ")");
 
   const std::string source = "COCO file '" + json_path_ + "'";
-  const Value root = engine::json::parse_json(read_file_bytes(json_path_, "COCO file"), source);
+  const Value root = engine::json::parse_json(engine::read_file(json_path_, "COCO file", 4 * engine::kGiB), source);
   ENGINE_CHECK(root.is_object(), source, ": the top level must be an object with images, annotations, categories");
 
   // Categories: ascending ids -> 0..K-1.
@@ -121,8 +116,8 @@ DetectionSet::DetectionSet(const std::string& dir, int64_t classes, int64_t max_
     DetectionItem item;
     item.file = (image_dir / member(im, "file_name", Value::Type::string, where).text).string();
     item.width = integer(im, "width", where), item.height = integer(im, "height", where);
-    ENGINE_CHECK(item.width > 0 && item.height > 0, where, ": width and height must be positive, got ", item.width,
-                 "x", item.height);
+    ENGINE_CHECK(item.width > 0 && item.height > 0 && item.width <= 65535 && item.height <= 65535, where,
+                 ": width and height must be from 1 to 65535 pixels (JPEG's limit), got ", item.width, "x", item.height);
     ENGINE_CHECK(fs::is_regular_file(item.file), where, " names '", item.file, "', which does not exist: add it or ",
                  "remove the image from the JSON");
     item_of[integer(im, "id", where)] = items_.size();
@@ -152,7 +147,11 @@ DetectionSet::DetectionSet(const std::string& dir, int64_t classes, int64_t max_
     for (int k = 0; k < 4; k++) {
       ENGINE_CHECK(bbox.items[size_t(k)].is_number(), where, ".bbox[", k, "] is not a number");
       v[k] = bbox.items[size_t(k)].number;
+      ENGINE_CHECK(std::isfinite(v[k]) && std::fabs(v[k]) <= 1e9, where, ".bbox[", k, "] is ", bbox.items[size_t(k)].text,
+                   ": a box coordinate must be a finite number of pixels");
     }
+    ENGINE_CHECK(v[2] >= 0 && v[3] >= 0, where, ".bbox is [", v[0], ", ", v[1], ", ", v[2], ", ", v[3],
+                 "]: COCO boxes are [x, y, width, height] with width and height >= 0");
     DetectionItem& item = items_[item_it->second];
     // Clipped to the image: [x0, x1) x [y0, y1).
     const double x0 = std::clamp(v[0], 0.0, double(item.width)), x1 = std::clamp(v[0] + v[2], 0.0, double(item.width));

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "engine/error.h"
+#include "engine/io.h"
 
 namespace models::data {
 
@@ -90,6 +91,7 @@ int64_t find_column(const std::vector<std::string>& header, const std::string& n
 }  // namespace
 
 std::vector<GlueExample> read_glue_tsv(const GlueTask& task, const std::string& path) {
+  engine::check_input_file(path, "GLUE data file", 16 * engine::kGiB);
   std::ifstream in(path, std::ios::binary);
   ENGINE_CHECK(in, "glue: cannot open ", task.name, " data file ", path, ": ", std::strerror(errno));
   ColumnSpec spec = columns_of(task);

@@ -21,7 +21,7 @@
 #include <png.h>
 
 #include "engine/error.h"
-#include "models/data/wordpiece.h"  // read_file_bytes
+#include "engine/io.h"
 
 namespace models::data {
 
@@ -175,7 +175,7 @@ Image decode_png(const std::string& bytes, const std::string& source) {
 // Files and channels
 
 Image read_image(const std::string& path) {
-  const std::string bytes = read_file_bytes(path, "image");
+  const std::string bytes = engine::read_file(path, "image", 256 * engine::kMiB);
   const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
   if (bytes.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return decode_jpeg(bytes, path);
   if (bytes.size() >= 4 && b[0] == 0x89 && b[1] == 'P' && b[2] == 'N' && b[3] == 'G') return decode_png(bytes, path);

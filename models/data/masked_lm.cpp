@@ -5,7 +5,9 @@
 #include <cmath>
 #include <utility>
 
+#include "engine/checked.h"
 #include "engine/error.h"
+#include "engine/io.h"
 #include "models/data/wordpiece.h"
 
 namespace models::data {
@@ -19,7 +21,7 @@ int64_t masked_count(int64_t seq) { return std::max<int64_t>(1, std::llround(0.1
 // Sources
 
 ByteFileSource::ByteFileSource(const std::string& path, int64_t min_bytes)
-    : path_(path), bytes_(read_file_bytes(path, "byte data file")) {
+    : path_(path), bytes_(engine::read_file(path, "byte data file", 8 * engine::kGiB)) {
   ENGINE_CHECK(int64_t(bytes_.size()) >= min_bytes, "byte data file '", path, "': ", bytes_.size(),
                " bytes; a sequence pair needs at least ", min_bytes, " (use a larger file or a smaller --seq)");
 }
@@ -103,8 +105,10 @@ MaskedLmBatch make_masked_lm_batch(const PassageSource& source, const MaskingIds
   out.batch = batch;
   out.seq = seq;
   out.masked_per_seq = masked_count(seq);
-  out.ids.assign(size_t(batch * seq), ids.pad);
-  out.token_types.assign(size_t(batch * seq), 0);
+  ENGINE_CHECK(batch >= 1, "masked LM: the batch must hold at least one sequence, got ", batch);
+  const int64_t tokens = engine::checked_mul(batch, seq, "masked LM: batch x seq");
+  out.ids.assign(size_t(tokens), ids.pad);
+  out.token_types.assign(size_t(tokens), 0);
   int64_t content = seq - 3;  // tokens of A and B together
   std::vector<int64_t> a, b;
   for (int64_t r = 0; r < batch; r++) {

@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "engine/error.h"
-#include "models/data/wordpiece.h"  // read_file_bytes
+#include "engine/io.h"
 
 namespace models::data {
 
@@ -74,6 +74,7 @@ SegmentationSet::SegmentationSet(const std::string& dir, int64_t classes, int64_
   const fs::path list = fs::path(dir) / "ImageSets" / "Segmentation" / "train.txt";
   if (fs::exists(list)) {
     ids_source_ = list.string();
+    engine::check_input_file(ids_source_, "image list", 256 * engine::kMiB);
     std::ifstream in(list);
     ENGINE_CHECK(in.good(), "--data: cannot read '", ids_source_, "'");
     std::string line;
@@ -109,7 +110,7 @@ std::string SegmentationSet::describe() const {
 void SegmentationSet::load(int64_t i, Image& image, Image& label) const {
   const std::string label_file = label_path(i);
   image = to_rgb(read_image(image_path(i)));
-  label = decode_png(read_file_bytes(label_file, "label map"), label_file);
+  label = decode_png(engine::read_file(label_file, "label map", 256 * engine::kMiB), label_file);
   ENGINE_CHECK(label.channels == 1, "label map '", label_file, "': ", label.channels,
                " channels; expected a palette PNG (class indices) or a grey PNG");
   ENGINE_CHECK(label.height == image.height && label.width == image.width, "label map '", label_file, "' is ",

@@ -3,9 +3,11 @@
 #include "models/data/squad.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include "engine/error.h"
+#include "engine/io.h"
 #include "engine/json.h"
 #include "models/data/masked_lm.h"
 
@@ -26,26 +28,10 @@ SquadOptions SquadOptions::for_seq(int64_t seq) {
 
 namespace {
 
-const char* type_name(Value::Type t) {
-  switch (t) {
-    case Value::Type::null: return "null";
-    case Value::Type::boolean: return "a boolean";
-    case Value::Type::number: return "a number";
-    case Value::Type::string: return "a string";
-    case Value::Type::array: return "an array";
-    case Value::Type::object: return "an object";
-  }
-  return "?";
-}
-
 // v[key], which must exist and have `type`; errors name the file and the JSON path.
 const Value& member(const Value& v, const char* key, Value::Type type, const std::string& source,
                     const std::string& path) {
-  const Value* m = v.find(key);
-  ENGINE_CHECK(m, "SQuAD file '", source, "': ", path, ": missing key '", key, "'");
-  ENGINE_CHECK(m->type == type, "SQuAD file '", source, "': ", path, ".", key, " is ", type_name(m->type),
-               ", expected ", type_name(type));
-  return *m;
+  return engine::json::member(v, key, type, engine::str("SQuAD file '", source, "': ", path));
 }
 
 // run_squad's is_whitespace (the context's word separator).
@@ -77,7 +63,7 @@ std::string normalize_spaces(const std::string& text) {
 
 std::vector<SquadExample> parse_squad(const std::string& text, const std::string& source, int64_t* skipped) {
   Value root = engine::json::parse_json(text, "SQuAD file '" + source + "'");
-  ENGINE_CHECK(root.is_object(), "SQuAD file '", source, "': the top level is ", type_name(root.type),
+  ENGINE_CHECK(root.is_object(), "SQuAD file '", source, "': the top level is ", engine::json::type_name(root.type),
                ", expected an object with a 'data' array");
   const Value& data = member(root, "data", Value::Type::array, source, "(top level)");
   std::vector<SquadExample> examples;
@@ -120,11 +106,17 @@ std::vector<SquadExample> parse_squad(const std::string& text, const std::string
         std::string ans_path = qa_path + ".answers[0]";
         ex.answer = member(answers.items[0], "text", Value::Type::string, source, ans_path).text;
         const Value& start = member(answers.items[0], "answer_start", Value::Type::number, source, ans_path);
-        int64_t offset = int64_t(start.number), length = int64_t(utf8_decode(ex.answer).size());
-        ENGINE_CHECK(double(offset) == start.number && offset >= 0, "SQuAD file '", source, "': ", ans_path,
-                     ".answer_start is ", start.text, ", expected a character offset (an integer >= 0)");
+        const int64_t length = int64_t(utf8_decode(ex.answer).size());
+        // A character offset inside the context (checked before any sum: a huge answer_start must not wrap).
+        ENGINE_CHECK(std::isfinite(start.number) && start.number == std::floor(start.number) && start.number >= 0,
+                     "SQuAD file '", source, "': ", ans_path, ".answer_start is ", start.text,
+                     ", expected a character offset (an integer >= 0)");
+        ENGINE_CHECK(start.number < double(context.size()), "SQuAD file '", source, "': ", ans_path, ": answer_start ",
+                     start.text, " is past the end of its ", context.size(), "-character context (question id '", ex.id,
+                     "')");
+        const int64_t offset = int64_t(start.number);
         ENGINE_CHECK(length > 0, "SQuAD file '", source, "': ", ans_path, ".text is empty (question id '", ex.id, "')");
-        ENGINE_CHECK(offset + length <= int64_t(context.size()), "SQuAD file '", source, "': ", ans_path,
+        ENGINE_CHECK(length <= int64_t(context.size()) - offset, "SQuAD file '", source, "': ", ans_path,
                      ": the answer (characters ", offset, " to ", offset + length, ") runs past the end of its ",
                      context.size(), "-character context (question id '", ex.id, "')");
         ex.start_word = word_of_char[size_t(offset)];
@@ -147,7 +139,7 @@ std::vector<SquadExample> parse_squad(const std::string& text, const std::string
 }
 
 std::vector<SquadExample> read_squad(const std::string& path, int64_t* skipped) {
-  return parse_squad(read_file_bytes(path, "SQuAD file"), path, skipped);
+  return parse_squad(engine::read_file(path, "SQuAD file", 2 * engine::kGiB), path, skipped);
 }
 
 std::unique_ptr<Tokenizer> squad_tokenizer(const std::string& data_path) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "engine/error.h"
+#include "engine/io.h"
 
 namespace models::data {
 
@@ -30,6 +31,7 @@ std::vector<int64_t> longest_first(const std::vector<int64_t>& lengths) {
 }
 
 std::vector<std::string> read_lines(const std::string& path) {
+  engine::check_input_file(path, "translation data file", 16 * engine::kGiB);
   std::ifstream in(path);
   ENGINE_CHECK(in.good(), "translation data: cannot read '", path, "'");
   std::vector<std::string> lines;

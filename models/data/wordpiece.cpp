@@ -10,18 +10,10 @@
 #include <sstream>
 
 #include "engine/error.h"
+#include "engine/io.h"
 #include "models/data/unicode_classes.h"
 
 namespace models::data {
-
-std::string read_file_bytes(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  ENGINE_CHECK(in.good(), what, " '", path, "': cannot open it (", std::strerror(errno), ")");
-  std::ostringstream content;
-  content << in.rdbuf();
-  ENGINE_CHECK(!in.bad(), what, " '", path, "': read error");
-  return content.str();
-}
 
 // ---------------------------------------------------------------------------------------------------
 // UTF-8
@@ -211,7 +203,7 @@ std::vector<std::string> wordpiece_split(const std::string& word, const Vocab& v
 // ---------------------------------------------------------------------------------------------------
 // Vocabulary
 
-Vocab Vocab::load(const std::string& path) { return parse(read_file_bytes(path, "vocabulary"), path); }
+Vocab Vocab::load(const std::string& path) { return parse(engine::read_file(path, "vocabulary", 256 * engine::kMiB), path); }
 
 Vocab Vocab::parse(const std::string& text, const std::string& source) {
   Vocab v;

@@ -28,9 +28,6 @@
 
 namespace models::data {
 
-// The whole content of a file, or an Error naming it (`what` says what the file was for).
-std::string read_file_bytes(const std::string& path, const char* what);
-
 // What the BERT data pipelines need of a tokenizer: ids for a text, and the special tokens' ids.
 class Tokenizer {
  public:

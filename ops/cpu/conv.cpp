@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ops/cpu/cpu_util.h"
+#include "ops/cpu/gemm.h"
 
 namespace ops::cpu {
 
@@ -120,7 +121,8 @@ void forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor&
       ConstStridedMap<A> col_g(col.data() + gi * K, P, K, Eigen::OuterStride<>(groups * K));
       ConstStridedMap<A> w_g(wa + gi * cout_g * K, cout_g, K, Eigen::OuterStride<>(K));
       StridedMap<A> y_g(y_img.data() + gi * cout_g, P, cout_g, Eigen::OuterStride<>(g.cout));
-      y_g.noalias() = col_g * w_g.transpose();
+      y_g.setZero();
+      gemm_add(y_g, col_g, w_g.transpose());
     }
     T* y_out = py + n * P * g.cout;
     for (int64_t p = 0; p < P; p++)
@@ -146,7 +148,8 @@ void backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Co
       ConstStridedMap<A> dy_g(dya + gi * cout_g, P, cout_g, Eigen::OuterStride<>(g.cout));
       ConstStridedMap<A> w_g(wa + gi * cout_g * K, cout_g, K, Eigen::OuterStride<>(K));
       StridedMap<A> dcol_g(dcol.data() + gi * K, P, K, Eigen::OuterStride<>(groups * K));
-      dcol_g.noalias() = dy_g * w_g;
+      dcol_g.setZero();
+      gemm_add(dcol_g, dy_g, w_g);
     }
     col2im(dcol, g, dx_img);
     T* dx_out = pdx + n * g.h * g.w * g.cin;
@@ -166,7 +169,7 @@ void backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const 
     for (int64_t gi = 0; gi < groups; gi++) {
       ConstStridedMap<A> col_g(col.data() + gi * K, P, K, Eigen::OuterStride<>(groups * K));
       ConstStridedMap<A> dy_g(dya + gi * cout_g, P, cout_g, Eigen::OuterStride<>(g.cout));
-      dw_acc.middleRows(gi * cout_g, cout_g).noalias() += dy_g.transpose() * col_g;
+      gemm_add(dw_acc.middleRows(gi * cout_g, cout_g), dy_g.transpose(), col_g);
     }
   }
   T* pdw = dw.data<T>();

@@ -11,6 +11,7 @@
 
 #include "ops/conv1d.h"
 #include "ops/cpu/cpu_util.h"
+#include "ops/cpu/gemm.h"
 #include "ops/elementwise_math.h"
 
 namespace ops::cpu {
@@ -85,7 +86,7 @@ void conv1d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_
       for (int64_t b = 0; b < s.B; b++) {
         MatrixMap<A> y_rows(py + (b * s.To + rows.begin) * s.Cout, rows.count(), s.Cout);
         ConstMatrixMap<A> x_rows(px + (b * s.T + rows.begin + k - pad_left) * s.Cin, rows.count(), s.Cin);
-        y_rows.noalias() += x_rows * w_k;
+        gemm_add(y_rows, x_rows, w_k);
       }
     }
     out.store();
@@ -109,7 +110,7 @@ void conv1d_backward_input(const Tensor& g, const Tensor& w, int64_t pad_left, c
       for (int64_t b = 0; b < s.B; b++) {
         MatrixMap<A> dx_rows(pdx + (b * s.T + rows.begin + k - pad_left) * s.Cin, rows.count(), s.Cin);
         ConstMatrixMap<A> g_rows(pg + (b * s.To + rows.begin) * s.Cout, rows.count(), s.Cout);
-        dx_rows.noalias() += g_rows * w_k.transpose();
+        gemm_add(dx_rows, g_rows, w_k.transpose());
       }
     }
     out.store();
@@ -133,7 +134,7 @@ void conv1d_backward_weight(const Tensor& g, const Tensor& x, int64_t pad_left, 
       for (int64_t b = 0; b < s.B; b++) {
         ConstMatrixMap<A> x_rows(px + (b * s.T + rows.begin + k - pad_left) * s.Cin, rows.count(), s.Cin);
         ConstMatrixMap<A> g_rows(pg + (b * s.To + rows.begin) * s.Cout, rows.count(), s.Cout);
-        dw_k.noalias() += x_rows.transpose() * g_rows;
+        gemm_add(dw_k, x_rows.transpose(), g_rows);
       }
     }
     out.store();

@@ -4,13 +4,14 @@
 // BLAS "beta = 1" form: the bias is folded into the GEMM's output pass. Operands are Eigen::Maps over the
 // tensor data when one of their two matrix strides is 1 (row-major, or column-major = a transposed view),
 // so W^T and the transposes of backward cost no copy. Other layouts, and bf16/f16 (Eigen multiplies them
-// in float), are packed into a small host buffer first. Eigen threads each product with OpenMP.
+// in float), are packed into a small host buffer first. The products run through gemm_add (gemm.h): the same bits on any thread count.
 #include "ops/cpu/matmul.h"
 
 #include <Eigen/Dense>
 #include <type_traits>
 
 #include "ops/cpu/cpu_util.h"
+#include "ops/cpu/gemm.h"
 
 namespace ops::cpu {
 
@@ -90,12 +91,12 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& 
           if constexpr (std::is_same_v<T, A>) {
             Eigen::Map<RowMajorMatrix<A>> C(pc, M, N);
             C.rowwise() = bias_vec;
-            if (K > 0) C.noalias() += A_mat * B_mat;
+            if (K > 0) gemm_add(C, A_mat, B_mat);
           } else {  // bf16/f16: compute the block in float, round once on the way out
             c_scratch.resize(size_t(M * N));
             Eigen::Map<RowMajorMatrix<A>> C(c_scratch.data(), M, N);
             C.rowwise() = bias_vec;
-            if (K > 0) C.noalias() += A_mat * B_mat;
+            if (K > 0) gemm_add(C, A_mat, B_mat);
             for (int64_t i = 0; i < M * N; i++) pc[i] = st<T>(c_scratch[size_t(i)]);
           }
         });

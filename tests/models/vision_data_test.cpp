@@ -14,6 +14,7 @@
 
 #include "engine/device.h"
 #include "engine/error.h"
+#include "engine/io.h"
 #include "models/data/detection.h"
 #include "models/data/image_io.h"
 #include "models/data/segmentation.h"
@@ -94,7 +95,7 @@ float denormalize(float v, int64_t c) { return (v * kImageNetStd[c] + kImageNetM
 TEST(VisionData, PngLabelMapsDecodeExactly) {
   for (const VocItem& item : kVoc) {
     const std::string path = sample("voc_sample/SegmentationClass/") + item.id + ".png";
-    Image label = decode_png(read_file_bytes(path, "label"), path);  // palette (3 of them) and grey (the 4th)
+    Image label = decode_png(engine::read_file(path, "label", engine::kGiB), path);  // palette (3 of them) and grey (the 4th)
     ASSERT_EQ(label.channels, 1) << path;
     ASSERT_EQ(label.width, item.w);
     ASSERT_EQ(label.height, item.h);
@@ -367,14 +368,14 @@ TEST(VisionData, VocErrorsNameTheFile) {
   {
     TempDir t;
     const std::string d = t.copy("voc_sample");
-    const std::string jpeg = read_file_bytes(d + "/JPEGImages/2007_000001.jpg", "jpeg");
+    const std::string jpeg = engine::read_file(d + "/JPEGImages/2007_000001.jpg", "jpeg", engine::kGiB);
     write(d + "/JPEGImages/2007_000001.jpg", jpeg.substr(0, jpeg.size() / 2));  // truncated
-    std::string corrupt = read_file_bytes(d + "/JPEGImages/2007_000002.jpg", "jpeg");
+    std::string corrupt = engine::read_file(d + "/JPEGImages/2007_000002.jpg", "jpeg", engine::kGiB);
     for (size_t k = 200; k < corrupt.size() - 2; k += 7) corrupt[k] = char(0xFF);  // markers in the entropy data
     write(d + "/JPEGImages/2007_000002.jpg", corrupt);
-    const std::string png = read_file_bytes(d + "/SegmentationClass/2007_000003.png", "png");
+    const std::string png = engine::read_file(d + "/SegmentationClass/2007_000003.png", "png", engine::kGiB);
     write(d + "/SegmentationClass/2007_000003.png", png.substr(0, png.size() - 30));  // truncated
-    std::string bad_crc = read_file_bytes(d + "/SegmentationClass/2007_000004.png", "png");
+    std::string bad_crc = engine::read_file(d + "/SegmentationClass/2007_000004.png", "png", engine::kGiB);
     bad_crc[40] = char(bad_crc[40] ^ 0x55);
     write(d + "/SegmentationClass/2007_000004.png", bad_crc);
     SegmentationSet set(d, 5);  // opening reads no pixels
