@@ -3,6 +3,8 @@
 #   make              the library and the programs, into build/
 #   make test         every CPU + meta GoogleTest test (what CI runs); with nvcc, also compiles the CUDA tests
 #   make test-cuda    the CUDA tests (GPU machine)
+#   make test-sanitize the cpu suite under AddressSanitizer + UBSan (build-sanitize/)
+#   make fuzz         libFuzzer over every input reader (clang, build-fuzz/)
 #   make run          the main job (see README.md)
 #   make deps         installs missing build dependencies when run as root (Debian), else says how
 #
@@ -16,8 +18,10 @@ BUILD    ?= build
 OPT      ?= -O2
 EIGEN_INC ?= /usr/include/eigen3
 
-CXXFLAGS := -std=c++17 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -I$(EIGEN_INC) -MMD -MP
-LDFLAGS  := -fopenmp
+# EXTRA_FLAGS: instrumentation for every compile and link (make test-sanitize and make fuzz set it).
+EXTRA_FLAGS ?=
+CXXFLAGS := -std=c++17 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -I$(EIGEN_INC) -MMD -MP $(EXTRA_FLAGS)
+LDFLAGS  := -fopenmp $(EXTRA_FLAGS)
 # libjpeg-turbo, libpng and zlib (the vision data sets' decoders: models/data/image_io.*) are linked statically,
 # so the programs also run on machines without those shared libraries (the GPU machine).
 LDLIBS   := -lpthread -Wl,-Bstatic -ljpeg -lpng16 -lz -Wl,-Bdynamic
@@ -52,13 +56,13 @@ TOOL_LIB_CPP := $(filter-out tools/engine_%.cpp,$(wildcard tools/*.cpp))
 # tools/data/lambda2020.csv becomes the C string tools::kStudy2020Csv in $(BUILD)/gen/lambda2020_csv.cpp.
 TOOL_LIB_OBJ := $(TOOL_LIB_CPP:%.cpp=$(BUILD)/%.o) $(BUILD)/gen/lambda2020_csv.o
 
-TEST_CPP      := $(filter-out %_cuda_test.cpp tests/util/cuda%,$(wildcard tests/*.cpp tests/*/*.cpp))
+TEST_CPP      := $(filter-out %_cuda_test.cpp tests/util/cuda% tests/fuzz/%,$(wildcard tests/*.cpp tests/*/*.cpp))
 TEST_OBJ      := $(TEST_CPP:%.cpp=$(BUILD)/%.o)
 CUDA_TEST_CPP := $(wildcard tests/*/*_cuda_test.cpp) tests/test_main.cpp $(wildcard tests/*/*_util.cpp)
 CUDA_TEST_OBJ := $(CUDA_TEST_CPP:%.cpp=$(BUILD)/%.o)
 GTEST_LIBS    := -lgtest -lpthread
 
-.PHONY: all test test-cuda run deps clean
+.PHONY: all test test-cuda test-sanitize fuzz run deps clean
 .SECONDARY:
 # Build in parallel on every core unless the caller gave -j (use -j1 for readable errors).
 ifeq ($(filter -j%,$(MAKEFLAGS)),)
@@ -124,10 +128,36 @@ test: deps $(BUILD)/engine_tests $(TOOLS) $(if $(filter 1,$(CUDA)),$(BUILD)/engi
 test-cuda: deps $(BUILD)/engine_cuda_tests
 	$(BUILD)/engine_cuda_tests $(TEST_ARGS)
 
+# The cpu suite built with AddressSanitizer + UBSan (CUDA off) in build-sanitize/, the programs too (the
+# program-level tests run the ones beside the test binary). Any report fails the run.
+SANITIZE_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+test-sanitize: deps
+	$(MAKE) BUILD=build-sanitize CUDA=0 OPT=-O1 EXTRA_FLAGS="$(SANITIZE_FLAGS)" \
+	  build-sanitize/engine_tests build-sanitize/engine_train build-sanitize/engine_bench
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=1 \
+	  build-sanitize/engine_tests $(TEST_ARGS)
+
+# libFuzzer over every reader (tests/fuzz/fuzz_readers.cpp), FUZZ_SECONDS each, built with clang in
+# build-fuzz/; FUZZ_FORMATS picks some (the names of tests/util/hostile_util.h).
+FUZZ_CXX     ?= clang++
+FUZZ_SECONDS ?= 60
+FUZZ_FORMATS ?= checkpoint batch_file squad_json glue_tsv token_file vocab jpeg png coco_json byte_data
+fuzz:
+	@command -v $(FUZZ_CXX) >/dev/null || { echo "make fuzz needs $(FUZZ_CXX) (Debian: apt-get install clang libomp-dev)"; exit 1; }
+	$(MAKE) BUILD=build-fuzz CUDA=0 CXX=$(FUZZ_CXX) OPT=-O1 EXTRA_FLAGS="-fsanitize=fuzzer-no-link,address,undefined" \
+	  build-fuzz/fuzz_readers
+	for f in $(FUZZ_FORMATS); do \
+	  echo "== fuzzing $$f for $(FUZZ_SECONDS) s"; \
+	  FUZZ_FORMAT=$$f build-fuzz/fuzz_readers -max_total_time=$(FUZZ_SECONDS) -max_len=1048576 build-fuzz/corpus_$$f || exit 1; \
+	done
+
+$(BUILD)/fuzz_readers: $(BUILD)/tests/fuzz/fuzz_readers.o $(BUILD)/tests/util/hostile_util.o $(TOOL_LIB_OBJ) $(LIB)
+	$(CXX) $(LDFLAGS) -fsanitize=fuzzer $^ -o $@ $(LDLIBS)
+
 run: all
 	tools/run_main_job.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-sanitize build-fuzz
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -2,8 +2,11 @@
 #include "engine/device.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -117,6 +120,7 @@ std::string Device::oom_report(size_t bytes) const {
   size_t live = ledger_.live_bytes();
   os << "out of memory on " << name() << ": " << current_owner() << " (phase " << phase_name(context().phase)
      << ") requested " << format_bytes(Allocator::round_up(bytes)) << "; capacity " << format_bytes(capacity())
+     << capacity_note_
      << ", live " << format_bytes(live) << ", free " << format_bytes(capacity() - allocator_.allocated())
      << ", largest free block " << format_bytes(allocator_.largest_free_block()) << ", fragmentation "
      << format_fixed(capacity() > live ? 100.0 * (capacity() - live - allocator_.largest_free_block()) /
@@ -147,6 +151,40 @@ std::shared_ptr<Device>& default_slot() {
   return d;
 }
 }  // namespace
+
+namespace {
+// A cgroup memory limit in bytes, 0 when there is none ("max", a v1 "unlimited" of 2^63 rounded to pages).
+size_t cgroup_memory_limit(std::string* file) {
+  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::FILE* f = std::fopen(path, "r");
+    if (!f) continue;
+    char buf[64] = {0};
+    const bool read = std::fgets(buf, sizeof buf, f) != nullptr;
+    std::fclose(f);
+    if (!read) continue;
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(buf, &end, 10);
+    if (end == buf) return 0;  // "max"
+    *file = path;
+    return v >= (1ULL << 60) ? 0 : size_t(v);
+  }
+  return 0;
+}
+}  // namespace
+
+size_t cpu_memory_limit(std::string* why) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  size_t limit = pages > 0 && page > 0 ? size_t(pages) * size_t(page) : kDefaultCpuCapacity;
+  std::string source = "physical memory " + format_bytes(limit), file;
+  const size_t cgroup = cgroup_memory_limit(&file);
+  if (cgroup > 0 && cgroup < limit) {
+    limit = cgroup;
+    source = "the cgroup memory limit " + format_bytes(cgroup) + " (" + file + ")";
+  }
+  const size_t reserve = std::max(limit / 10, size_t(256) << 20);
+  if (why) *why = source + " less " + format_bytes(std::min(reserve, limit)) + " for the process itself";
+  return limit > reserve ? limit - reserve : limit / 2;
+}
 
 std::shared_ptr<Device> default_device() {
   auto& d = default_slot();

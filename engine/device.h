@@ -40,6 +40,8 @@ class Device {
   virtual std::string product() const { return ""; }
   std::string name() const { return device_type_name(type_); }
   size_t capacity() const { return allocator_.capacity(); }
+  // Where the capacity came from ("gpu rtx2070: ...", "the cgroup memory limit ..."), for the OOM report.
+  void set_capacity_note(std::string note) { capacity_note_ = std::move(note); }
   Allocator& allocator() { return allocator_; }
   const Ledger& ledger() const { return ledger_; }
   Ledger& ledger() { return ledger_; }
@@ -75,8 +77,14 @@ class Device {
   Ledger ledger_;
   void* base_;
   size_t outside_arena_ = 0;
+  std::string capacity_note_;
   Block workspace_;
 };
+
+// The memory a cpu arena may use on this machine: physical memory, or the cgroup's memory limit (a container's,
+// cgroup v2 memory.max or v1 memory.limit_in_bytes) when that is lower, less a reserve for the process's own
+// host memory (a tenth, at least 256 MiB). `why` says which limit it used, for the run's header and OOM report.
+size_t cpu_memory_limit(std::string* why);
 
 // The device that factories use when none is named. Starts as a cpu device of kDefaultCpuCapacity;
 // DeviceGuard switches it for a scope.

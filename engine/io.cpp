@@ -2,12 +2,14 @@
 #include "engine/io.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "engine/error.h"
 
@@ -67,14 +69,73 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   write_file_atomic(path, [&](const ByteSink& write) { write(content.data(), content.size()); });
 }
 
+namespace {
+
+// Temporary files that a signal must not leave behind: SIGINT, SIGTERM and SIGHUP unlink the ones open now,
+// then end the process as the signal would have. Fixed slots of fixed size, so the handler only reads memory
+// and calls unlink (both async-signal-safe).
+constexpr int kTempSlots = 16;
+constexpr size_t kTempPathMax = 4096;
+char g_temp_paths[kTempSlots][kTempPathMax];
+volatile sig_atomic_t g_temp_used[kTempSlots];
+
+void remove_temps_and_reraise(int sig) {
+  for (int i = 0; i < kTempSlots; i++)
+    if (g_temp_used[i]) unlink(g_temp_paths[i]);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+int register_temp(const std::string& tmp) {
+  static bool installed = [] {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      struct sigaction sa {};
+      sa.sa_handler = remove_temps_and_reraise;
+      sigemptyset(&sa.sa_mask);
+      struct sigaction old {};
+      // Keep a handler someone else installed (or an ignored signal) as it is.
+      if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) sigaction(sig, &sa, nullptr);
+    }
+    return true;
+  }();
+  (void)installed;
+  if (tmp.size() >= kTempPathMax) return -1;
+  for (int i = 0; i < kTempSlots; i++)
+    if (!g_temp_used[i]) {
+      std::memcpy(g_temp_paths[i], tmp.c_str(), tmp.size() + 1);
+      g_temp_used[i] = 1;
+      return i;
+    }
+  return -1;  // more writes at once than slots: this one is still removed on failure, not on a signal
+}
+
+void unregister_temp(int slot) {
+  if (slot >= 0) g_temp_used[slot] = 0;
+}
+
+}  // namespace
+
 void write_file_atomic(const std::string& path, const std::function<void(const ByteSink& write)>& produce) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  write_file_atomic(path, [&](const ByteSink& write, const BytePatch&) { produce(write); });
+}
+
+void write_file_atomic(const std::string& path,
+                       const std::function<void(const ByteSink& write, const BytePatch& patch)>& produce) {
+  // An unpredictable name created exclusively (mkstemp: O_CREAT | O_EXCL, so a planted file or symlink of
+  // that name is never followed or overwritten), beside `path` so that the rename stays on one file system.
+  std::string tmp = path + ".tmp.XXXXXX";
+  std::vector<char> name(tmp.begin(), tmp.end());
+  name.push_back(0);
+  int fd = mkostemp(name.data(), O_CLOEXEC);
   ENGINE_CHECK(fd >= 0, "cannot write '", path, "': ", std::strerror(errno));
+  tmp = name.data();
+  fchmod(fd, 0644);
+  const int slot = register_temp(tmp);
   auto fail = [&](int err) {
     close(fd);
     fd = -1;  // cleaned up: the catch below must not do it again
     unlink(tmp.c_str());
+    unregister_temp(slot);
     throw Error(str("cannot write '", path, "': ", std::strerror(err)));
   };
   ByteSink write = [&](const void* data, size_t bytes) {
@@ -87,12 +148,24 @@ void write_file_atomic(const std::string& path, const std::function<void(const B
       bytes -= size_t(n);
     }
   };
+  BytePatch patch = [&](size_t offset, const void* data, size_t bytes) {
+    const char* p = static_cast<const char*>(data);
+    while (bytes > 0) {
+      ssize_t n = ::pwrite(fd, p, bytes, off_t(offset));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) fail(errno);
+      p += n;
+      offset += size_t(n);
+      bytes -= size_t(n);
+    }
+  };
   try {
-    produce(write);
+    produce(write, patch);
   } catch (...) {
     if (fd >= 0) {
       close(fd);
       unlink(tmp.c_str());
+      unregister_temp(slot);
     }
     throw;
   }
@@ -101,8 +174,10 @@ void write_file_atomic(const std::string& path, const std::function<void(const B
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     unlink(tmp.c_str());
+    unregister_temp(slot);
     throw Error(str("cannot write '", path, "': ", std::strerror(err)));
   }
+  unregister_temp(slot);
   // Make the rename itself durable (best effort: not every file system can fsync a directory).
   size_t slash = path.find_last_of('/');
   std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);

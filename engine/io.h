@@ -1,7 +1,9 @@
 // io.h: writing files so that a reader never sees half of one.
 //
-// write_file_atomic writes to "<path>.tmp.<pid>", flushes it to disk, then renames it over `path`: after a
-// crash either the old file or the complete new one is there, never a truncated one.
+// write_file_atomic writes to a temporary file beside `path` (an unpredictable name, created exclusively, so a
+// planted file or symlink is never followed), flushes it to disk, then renames it over `path`: after a crash
+// either the old file or the complete new one is there, never a truncated one. The temporary is removed on
+// an error and on SIGINT, SIGTERM or SIGHUP.
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -28,5 +30,10 @@ void check_writable(const std::string& path, const std::string& what);
 // and `path` is untouched.
 using ByteSink = std::function<void(const void* data, size_t bytes)>;
 void write_file_atomic(const std::string& path, const std::function<void(const ByteSink& write)>& produce);
+// The same, for a format whose header holds a value known only after the data (a checksum): `patch` rewrites
+// bytes already written, at their offset in the file.
+using BytePatch = std::function<void(size_t offset, const void* data, size_t bytes)>;
+void write_file_atomic(const std::string& path,
+                       const std::function<void(const ByteSink& write, const BytePatch& patch)>& produce);
 
 }  // namespace engine

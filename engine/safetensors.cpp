@@ -8,9 +8,11 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <set>
 
@@ -75,6 +77,22 @@ void read_at(int fd, void* data, size_t bytes, uint64_t offset, const std::strin
     bytes -= size_t(n);
     offset += uint64_t(n);
   }
+}
+
+// Per-tensor checksums of the files this engine writes: zlib's CRC-32 of the tensor's bytes, 8 hex digits.
+constexpr const char* kChecksumKey = "engine.crc32";
+std::string crc_hex(const void* data, size_t bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const auto* p = static_cast<const Bytef*>(data);
+  while (bytes > 0) {  // zlib takes 32-bit lengths
+    const uInt n = uInt(std::min<size_t>(bytes, size_t(1) << 30));
+    crc = crc32(crc, p, n);
+    p += n;
+    bytes -= n;
+  }
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08lx", static_cast<unsigned long>(crc & 0xffffffffUL));
+  return buf;
 }
 
 bool little_endian_host() {
@@ -179,6 +197,7 @@ SafetensorsEntry parse_entry(const std::string& name, const Value& v, const std:
 
 SafetensorsHeader read_safetensors_header(const std::string& path) {
   ENGINE_CHECK(little_endian_host(), "safetensors: this engine reads and writes little-endian hosts only");
+  check_input_file(path, "safetensors file", SIZE_MAX);  // not a FIFO (whose open would wait for a writer)
   File f(path);
   struct stat st;
   ENGINE_CHECK(::fstat(f.fd, &st) == 0, path, ": cannot stat: ", std::strerror(errno));
@@ -244,22 +263,33 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
 }
 
 std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
-  return read_safetensors_header(path).metadata;
+  std::map<std::string, std::string> m = read_safetensors_header(path).metadata;
+  m.erase(kChecksumKey);  // the engine's own bookkeeping, checked by load_safetensors
+  return m;
 }
 
 std::map<std::string, Tensor> load_safetensors(const std::string& path, std::shared_ptr<Device> device) {
   SafetensorsHeader h = read_safetensors_header(path);
   if (!device) device = default_device();
+  // A file this engine wrote carries a CRC-32 per tensor (in data order); other writers' files carry none.
+  auto crc_it = h.metadata.find(kChecksumKey);
+  const std::string* crcs = crc_it == h.metadata.end() ? nullptr : &crc_it->second;
+  ENGINE_CHECK(!crcs || crcs->size() == 8 * h.entries.size(), path, ": metadata '", kChecksumKey, "' holds ",
+               crcs ? crcs->size() : 0, " characters for ", h.entries.size(), " tensors (8 each): the file is corrupt");
   File f(path);
   std::map<std::string, Tensor> out;
   std::vector<char> host;
-  for (const SafetensorsEntry& e : h.entries) {
+  for (size_t i = 0; i < h.entries.size(); i++) {
+    const SafetensorsEntry& e = h.entries[i];
     Tensor t = Tensor::empty(e.shape, e.dtype, device);
     t.set_name(e.name);
-    if (device->type() != DeviceType::meta && e.end > e.begin) {
+    if (device->type() != DeviceType::meta) {
       host.resize(size_t(e.end - e.begin));
-      read_at(f.fd, host.data(), host.size(), h.data_start + e.begin, path);
-      t.copy_from_host(host.data(), host.size());
+      if (!host.empty()) read_at(f.fd, host.data(), host.size(), h.data_start + e.begin, path);
+      ENGINE_CHECK(!crcs || crcs->compare(8 * i, 8, crc_hex(host.data(), host.size())) == 0, path, ": tensor '",
+                   e.name, "' does not match its checksum (CRC-32 ", crcs->substr(8 * i, 8), " in the header, ",
+                   crc_hex(host.data(), host.size()), " in the data): the file is corrupt");
+      if (!host.empty()) t.copy_from_host(host.data(), host.size());
     }
     out.emplace(e.name, t);
   }
@@ -304,12 +334,16 @@ std::vector<char> host_bytes(const Tensor& t) {
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {
   ENGINE_CHECK(little_endian_host(), "safetensors: this engine reads and writes little-endian hosts only");
-  // The header: metadata first, then the tensors in the order given, their data back to back.
+  // The header: metadata first (with the per-tensor checksums), then the tensors in the order given, their
+  // data back to back.
+  std::map<std::string, std::string> meta = metadata;
+  ENGINE_CHECK(!meta.count(kChecksumKey), "save_safetensors ", path, ": the metadata key '", kChecksumKey, "' is the engine's");
+  meta[kChecksumKey] = std::string(8 * tensors.size(), '0');
   std::string header = "{";
-  if (!metadata.empty()) {
+  {
     header += "\"__metadata__\":{";
     bool first = true;
-    for (const auto& [k, v] : metadata) {
+    for (const auto& [k, v] : meta) {
       if (!first) header += ',';
       first = false;
       header += json::quote(k) + ':' + json::quote(v);
@@ -335,15 +369,20 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   header += '}';
   header.append((8 - header.size() % 8) % 8, ' ');  // the data buffer starts 8-byte aligned
 
-  write_file_atomic(path, [&](const ByteSink& write) {
+  // The checksums' placeholder: 8 hex digits per tensor, patched once the data is written.
+  const size_t crc_at = header.find(json::quote(kChecksumKey) + ":\"") + json::quote(kChecksumKey).size() + 2;
+  write_file_atomic(path, [&](const ByteSink& write, const BytePatch& patch) {
     unsigned char len_bytes[8];
     for (int k = 0; k < 8; k++) len_bytes[k] = static_cast<unsigned char>(uint64_t(header.size()) >> (8 * k));
     write(len_bytes, 8);
     write(header.data(), header.size());
+    std::string crcs;
     for (const auto& [name, t] : tensors) {
       std::vector<char> bytes = host_bytes(t);
       write(bytes.data(), bytes.size());
+      crcs += crc_hex(bytes.data(), bytes.size());
     }
+    patch(8 + crc_at, crcs.data(), crcs.size());
   });
 }
 

@@ -87,6 +87,10 @@ std::vector<std::string> Module::load(const std::map<std::string, Tensor>& tenso
     ENGINE_CHECK(it->second.shape() == t.shape(), "checkpoint tensor '", name, "' has shape ",
                  engine::shape_str(it->second.shape()), " but the model's parameter has shape ",
                  engine::shape_str(t.shape()));
+    // A precision conversion (f16 -> f32, f32 -> bf16) is a load; a float stored as an integer is a corrupt file.
+    ENGINE_CHECK(engine::is_floating(it->second.dtype()) == engine::is_floating(t.dtype()), "checkpoint tensor '", name,
+                 "' is ", engine::dtype_name(it->second.dtype()), " but the model's is ", engine::dtype_name(t.dtype()),
+                 ": a floating-point tensor loads only from a floating-point one (and an integer from an integer)");
     loaded.push_back(name);
   }
   auto list = [](const std::vector<std::string>& names) {

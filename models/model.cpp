@@ -8,6 +8,7 @@
 #include "engine/format.h"
 #include "graph/autograd.h"
 #include "ops/elementwise.h"
+#include "ops/optim.h"
 #ifdef ENGINE_CUDA
 #include "engine/cuda/runtime.h"
 #endif
@@ -24,6 +25,27 @@ void Model::set_precision(Precision p) {
   engine::cuda::set_allow_tf32(p == Precision::tf32);  // process-wide: the last model built decides
 #endif
   if (compute_dtype() != engine::DType::f32) lower_parameters(module(), *optimizer_, compute_dtype());
+}
+
+std::string first_non_finite_parameter(const graph::Module& module) {
+  graph::NoGrad no_grad;
+  auto params = module.named_parameters();
+  if (params.empty()) return "";
+  std::vector<Tensor> tensors;
+  for (const auto& [name, p] : params) tensors.push_back(p);
+  const std::vector<double> sums = ops::squared_norms(tensors).to_double();
+  for (size_t i = 0; i < params.size(); i++)
+    if (!std::isfinite(sums[i])) return params[i].first;
+  return "";
+}
+
+void Model::set_fixed_batch(Batch batch) {
+  ENGINE_CHECK(!batch.empty(), "the fixed batch holds no tensors: give a batch file with the tensors the model's "
+               "batches have (see its make_batch)");
+  for (const auto& [name, t] : batch)
+    ENGINE_CHECK(t.numel() > 0, "the fixed batch's tensor '", name, "' is empty (shape ", engine::shape_str(t.shape()),
+                 "): a step needs at least one item");
+  fixed_batch_ = std::move(batch);
 }
 
 Batch Model::next_batch(int64_t step) { return fixed_batch_.empty() ? make_batch(step) : fixed_batch_; }

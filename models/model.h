@@ -47,6 +47,10 @@ struct StepResult {
                                            // (e.g. a decoder's key/value cache by length)
 };
 
+// The first parameter of `module` holding a non-finite value (NaN or infinity), "" when none does: for the
+// report of a step whose loss was not finite. One pass over the parameters (their squared norms).
+std::string first_non_finite_parameter(const graph::Module& module);
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -104,7 +108,7 @@ class Model {
   // parity runs against a reference framework feed both the same tensors). Its tensors must carry the names
   // and dtypes the model's make_batch gives; a missing one is an Error naming what the batch holds. Models
   // that override train_step without calling Model::train_step refuse it (supports_fixed_batch).
-  void set_fixed_batch(Batch batch) { fixed_batch_ = std::move(batch); }
+  void set_fixed_batch(Batch batch);  // an empty batch, or one with an empty tensor, is an Error
   virtual bool supports_fixed_batch() const { return true; }
 
  protected:

@@ -134,10 +134,10 @@ void export_hf(const std::string& dir, models::Model& model) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-void fill_config_from_checkpoint(const std::string& path, models::ModelConfig& config,
-                                 const std::function<bool(const std::string& field)>& given) {
+std::string fill_config_from_checkpoint(const std::string& path, models::ModelConfig& config,
+                                        const std::function<bool(const std::string& field)>& given) {
   Metadata m = engine::read_safetensors_metadata(path);
-  if (!m.count(kMarker)) return;  // weights only: the command line says what model they are for
+  if (!m.count(kMarker)) return "";  // weights only: the command line says what model they are for
   auto saved = [&](const char* flag) -> const std::string* {
     auto it = m.find(key(flag));
     return it == m.end() ? nullptr : &it->second;
@@ -146,11 +146,26 @@ void fill_config_from_checkpoint(const std::string& path, models::ModelConfig& c
   ENGINE_CHECK(model, path, ": the checkpoint's metadata has no 'engine.model' entry");
   ENGINE_CHECK(!given("model") || config.name == *model, path, ": this checkpoint was written by model '", *model,
                "', not '", config.name, "'");
+  // A checkpoint never chooses a file to read: the data it was trained on must be given again.
+  const std::string* data = saved("data");
+  ENGINE_CHECK(!data || data->empty() || given("data"), path, ": this checkpoint was trained with --data '", *data,
+               "'; give --data (that path or another) to resume: a checkpoint does not name the files a run reads");
+  std::string filled;
   for (const auto& f : kTextFields)
-    if (!given(f.flag) && saved(f.flag)) config.*f.member = *saved(f.flag);
+    if (!given(f.flag) && saved(f.flag) && std::string(f.flag) != "data") {
+      config.*f.member = *saved(f.flag);
+      if (!saved(f.flag)->empty() && std::string(f.flag) != "model") filled += str(" --", f.flag, " ", *saved(f.flag));
+    }
+  // Sizes are checked against the model's limits when it is built (models::create_model); here, against int64.
   for (const auto& f : kCountFields)
-    if (!given(f.flag) && saved(f.flag)) config.*f.member = int64_t(parse_u64(path, m, key(f.flag)));
+    if (!given(f.flag) && saved(f.flag)) {
+      const uint64_t v = parse_u64(path, m, key(f.flag));
+      ENGINE_CHECK(v <= uint64_t(INT64_MAX), path, ": metadata '", key(f.flag), "' = ", v, " is out of range");
+      config.*f.member = int64_t(v);
+      if (v > 0) filled += str(" --", f.flag, " ", v);
+    }
   if (!given("seed") && saved("seed")) config.seed = parse_u64(path, m, key("seed"));
+  return filled;
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -51,9 +51,11 @@ CheckpointLoad load_checkpoint(const std::string& path, models::Model& model, bo
 
 // Fills the fields of `config` that the command line did not give (given(field) false; fields are named
 // as engine_train's flags: model, size, seq, batch, tokens, attention, recompute, data, task, seed) from
-// an engine checkpoint's metadata, so `--load FILE` alone rebuilds the saved model. A model name that
-// differs from the checkpoint's is an Error. A file without engine metadata leaves `config` as it is.
-void fill_config_from_checkpoint(const std::string& path, models::ModelConfig& config,
-                                 const std::function<bool(const std::string& field)>& given);
+// an engine checkpoint's metadata, so `--load FILE` alone rebuilds the saved model, and returns what it filled
+// (" --size base --seq 128", for the run's header). A model name that differs from the checkpoint's is an
+// Error; so is a checkpoint trained on --data when the command line gives none (a checkpoint never names the
+// files a run reads). A file without engine metadata leaves `config` as it is.
+std::string fill_config_from_checkpoint(const std::string& path, models::ModelConfig& config,
+                                        const std::function<bool(const std::string& field)>& given);
 
 }  // namespace tools

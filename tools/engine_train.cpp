@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "engine/context.h"
@@ -41,10 +42,12 @@ std::string joined_model_names() {
   return s;
 }
 
-size_t default_capacity(engine::DeviceType type) {
-  if (type == engine::DeviceType::cpu) {  // physical memory: an arena larger than RAM would only swap or die
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : engine::kDefaultCpuCapacity;
+size_t default_capacity(engine::DeviceType type, std::string* note) {
+  if (type == engine::DeviceType::cpu) {  // an arena larger than the memory it may use would only swap or die
+    std::string why;
+    const size_t limit = engine::cpu_memory_limit(&why);
+    *note = " (" + why + ")";
+    return limit;
   }
   if (type == engine::DeviceType::cuda) return 0;  // the device's free memory less a library reserve
   return size_t(1) << 40;  // meta without --memory: 1 TiB, i.e. "measure the peak, nothing is refused"
@@ -59,7 +62,7 @@ size_t arena_capacity(const tools::Flags& flags, engine::DeviceType type, std::s
     *note = engine::str(" (gpu ", gpu.name, ": ", gpu.memory_mib, " MiB less a ", gpu.reserve_mib, " MiB reserve)");
     return tools::gpu_arena_capacity(gpu);
   }
-  return flags.given("memory") ? engine::parse_bytes(flags.str("memory")) : default_capacity(type);
+  return flags.given("memory") ? engine::parse_bytes(flags.str("memory")) : default_capacity(type, note);
 }
 
 // The last step's kernel time by op, beside the op's counted FLOPs and bytes (engine/counters.h).
@@ -78,6 +81,21 @@ std::string profile_table(const std::vector<ops::KernelTime>& times, double step
                      bytes > 0 && sec > 0 ? format_fixed(bytes / sec / 1e9, 0) : std::string("-"), " |\n");
   }
   return s;
+}
+
+// Why a run stopped on a non-finite loss: the step, every loss term, the first parameter the update left
+// non-finite, what was not written, and what to try.
+std::string non_finite_report(int64_t step, const models::StepResult& r, models::Model& model, const std::string& save,
+                              const std::string& export_hf) {
+  std::string terms;
+  for (const auto& [name, v] : r.losses) terms += engine::str(terms.empty() ? "" : ", ", name, " ", v);
+  const std::string param = models::first_non_finite_parameter(model.module());
+  return engine::str("step ", step, ": the loss is not finite (", terms, "); training stopped",
+                     save.empty() && export_hf.empty() ? "" : ", and nothing was saved (--save / --export-hf)", ". ",
+                     param.empty() ? std::string("Every parameter is still finite")
+                                   : "The first parameter the update made non-finite: " + param,
+                     ". Try a lower learning rate, --precision fp32 (or fp16, whose loss scaling skips such steps), "
+                     "or look for bad values in the data");
 }
 
 // --profile on meta: no kernel runs, so there is no time; the last step's counted work by op instead.
@@ -131,7 +149,7 @@ int run(int argc, char** argv) {
   flags.add_int("tokens", 0, "batch size in tokens, for translation models (0: the model's default)");
   flags.add_int("steps", 10, "steps to run (after --load: steps to run beyond the saved one)");
   flags.add_choice("device", "cpu", {"cpu", "meta", "cuda"}, "where to run; meta allocates but computes nothing");
-  flags.add_string("memory", "", "arena capacity, e.g. 24GB (default: physical memory on cpu, 1 TiB on meta)");
+  flags.add_string("memory", "", "arena capacity, e.g. 24GB (default: on cpu the physical memory or the cgroup limit, less a tenth; 1 TiB on meta)");
   flags.add_string("gpu", "", "arena capacity of a named card (its memory less a context reserve): " +
                                   tools::gpu_profile_names());
   flags.add_choice("attention", "naive", {"naive", "flash"}, "attention algorithm");
@@ -174,7 +192,9 @@ int run(int argc, char** argv) {
   config.task = flags.str("task");
   config.seed = uint64_t(flags.integer("seed"));
   const std::string load = flags.str("load"), save = flags.str("save");
-  if (!load.empty()) tools::fill_config_from_checkpoint(load, config, [&](const std::string& f) { return flags.given(f); });
+  std::string from_checkpoint;
+  if (!load.empty())
+    from_checkpoint = tools::fill_config_from_checkpoint(load, config, [&](const std::string& f) { return flags.given(f); });
   ENGINE_CHECK(!config.name.empty(), "engine_train: --model is required; valid models: ", joined_model_names());
 
   engine::DeviceType type = engine::device_type_from_name(flags.str("device"));
@@ -189,6 +209,7 @@ int run(int argc, char** argv) {
     if (!flags.str(flag).empty()) engine::check_writable(flags.str(flag), std::string("--") + flag);
 
   auto device = engine::Device::create(type, capacity);
+  device->set_capacity_note(capacity_note);
   engine::DeviceGuard guard(device);
   std::unique_ptr<models::Model> model = models::create_model(config);
   const bool inference = flags.on("inference");
@@ -219,6 +240,7 @@ int run(int argc, char** argv) {
                   ") | precision ", models::precision_name(model->precision()), " | device ", device->name(), " | arena ", format_bytes(device->capacity()), capacity_note,
                   type == engine::DeviceType::meta ? " | meta: shapes and allocations only, no arithmetic" : "",
                   inference ? " | inference: forward only, eval mode" : ""));
+  if (!from_checkpoint.empty()) say("config from the checkpoint (the command line did not give these):" + from_checkpoint);
   if (!load.empty())
     say(loaded.engine_checkpoint
             ? engine::str("loaded ", load, ": ", loaded.weights, " weights", loaded.optimizer_restored ? ", optimizer state" : "",
@@ -240,8 +262,14 @@ int run(int argc, char** argv) {
     engine::counters().reset();
     if (profile) ops::take_kernel_times();  // drops the previous step's
     auto t0 = std::chrono::steady_clock::now();
+    const int64_t skipped_before = model->loss_scaler().skipped;
     models::StepResult r = inference ? model->eval_step(step) : model->train_step(step);
     device->synchronize();
+    // A non-finite loss stops training (an fp16 step skipped for overflow is reported below instead), before
+    // anything is saved: the weights it left are not worth a checkpoint.
+    if (!inference && type != engine::DeviceType::meta && !std::isfinite(r.loss) &&
+        model->loss_scaler().skipped == skipped_before)
+      throw engine::Error(non_finite_report(step, r, *model, save, export_hf));
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     last_ms = ms;
     if (profile) times = ops::take_kernel_times();

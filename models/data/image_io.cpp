@@ -149,6 +149,7 @@ Image decode_png(const std::string& bytes, const std::string& source) {
   png_set_read_fn(png, &in, png_read_memory);
   png_read_info(png, info);
   const int colour = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
+  image->source_bits = depth;
   if (depth == 16) png_set_strip_16(png);
   if (depth < 8) {
     if (colour == PNG_COLOR_TYPE_PALETTE) png_set_packing(png);  // one index per byte, values unchanged

@@ -25,6 +25,7 @@ namespace models::data {
 struct Image {
   int64_t height = 0, width = 0, channels = 0;
   std::vector<uint8_t> pixels;  // [height, width, channels]
+  int source_bits = 8;          // bits per channel in the file (a 16-bit PNG's values are reduced to 8 bits)
   uint8_t at(int64_t y, int64_t x, int64_t c = 0) const { return pixels[size_t((y * width + x) * channels + c)]; }
 };
 

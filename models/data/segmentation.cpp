@@ -113,6 +113,9 @@ void SegmentationSet::load(int64_t i, Image& image, Image& label) const {
   label = decode_png(engine::read_file(label_file, "label map", 256 * engine::kMiB), label_file);
   ENGINE_CHECK(label.channels == 1, "label map '", label_file, "': ", label.channels,
                " channels; expected a palette PNG (class indices) or a grey PNG");
+  ENGINE_CHECK(label.source_bits <= 8, "label map '", label_file, "' is a ", label.source_bits,
+               "-bit PNG: class indices are read from 8-bit palette or grey PNGs (16 bits would lose classes above "
+               "255 silently); save it with 8 bits per pixel");
   ENGINE_CHECK(label.height == image.height && label.width == image.width, "label map '", label_file, "' is ",
                label.width, "x", label.height, " but its image '", image_path(i), "' is ", image.width, "x",
                image.height, ": they must be the same size");

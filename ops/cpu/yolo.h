@@ -63,10 +63,11 @@ ENGINE_HD YoloAssignment yolo_assign(const YoloGeometry& g, const float* box) {
   for (int64_t a = 0; a < g.A; a++)
     if (g.mask[a] == best_anchor) r.a = a;
   if (r.a < 0) return r;
-  r.i = int64_t(cx * double(g.W));
-  r.i = r.i < 0 ? 0 : (r.i >= g.W ? g.W - 1 : r.i);
-  r.j = int64_t(cy * double(g.H));
-  r.j = r.j < 0 ? 0 : (r.j >= g.H ? g.H - 1 : r.j);
+  // The cell, clamped to the grid before the conversion: a NaN or huge centre (from a batch file) must not
+  // reach an integer conversion (undefined behaviour); NaN lands in cell 0.
+  const double fx = cx * double(g.W), fy = cy * double(g.H);
+  r.i = !(fx >= 0) ? 0 : fx >= double(g.W) ? g.W - 1 : int64_t(fx);
+  r.j = !(fy >= 0) ? 0 : fy >= double(g.H) ? g.H - 1 : int64_t(fy);
   r.t[0] = cx * double(g.W) - double(r.i);
   r.t[1] = cy * double(g.H) - double(r.j);
   r.t[2] = log(w / g.anchor_w[best_anchor]);

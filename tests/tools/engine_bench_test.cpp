@@ -228,7 +228,7 @@ TEST(BenchLambda, AgreesWithEngineTrainForEveryModelOnTwoCards) {
     if (row.model.empty()) continue;  // a study model not implemented yet
     ASSERT_EQ(row.status, "ok") << row.model;
     for (const auto& cell : row.cells) {
-      std::string cmd = "build/engine_train --model " + row.model + " --device meta --gpu " + cell.gpu +
+      std::string cmd = testutil::program("engine_train") + " --model " + row.model + " --device meta --gpu " + cell.gpu +
                         " --find-max-batch";
       if (row.config.rfind("seq ", 0) == 0) cmd += " --" + row.config;  // "seq 128" -> --seq 128
       auto [code, out] = shell(cmd);
@@ -332,7 +332,7 @@ TEST(BenchLambda, TableOfRegisteredAndMissingModelsInTwoProcesses) {
 
 TEST(EngineBench, ProgramWritesItsFilesAndReportsBadInput) {
   testutil::TempDir dir;
-  auto [code, out] = shell("build/engine_bench scale --model transformer_lm --size tiny --seq 16:64 --batch 2 --out " +
+  auto [code, out] = shell(testutil::program("engine_bench") + " scale --model transformer_lm --size tiny --seq 16:64 --batch 2 --out " +
                            dir.path.string());
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("## Memory scaling of transformer_lm with sequence length"), std::string::npos) << out;
@@ -342,21 +342,21 @@ TEST(EngineBench, ProgramWritesItsFilesAndReportsBadInput) {
                         "scale_transformer_lm_seq_tiny_batch2_fit.svg"})
     EXPECT_TRUE(std::filesystem::exists(dir.file(f))) << f;
   EXPECT_EQ(testutil::xml_problem(testutil::read_text(dir.file("scale_transformer_lm_seq_tiny_batch2_stacked.svg"))), "");
-  auto [flash_code, flash_out] = shell("build/engine_bench scale --model transformer_lm --size tiny --seq 16:64 --batch 2 "
+  auto [flash_code, flash_out] = shell(testutil::program("engine_bench") + " scale --model transformer_lm --size tiny --seq 16:64 --batch 2 "
                                        "--attention flash --out " + dir.path.string());
   ASSERT_EQ(flash_code, 0) << flash_out;
   EXPECT_TRUE(std::filesystem::exists(dir.file("scale_transformer_lm_seq_tiny_flash_batch2.md")));
   EXPECT_NE(testutil::read_text(dir.file("scale_transformer_lm_seq_tiny_batch2.md")),
             testutil::read_text(dir.file("scale_transformer_lm_seq_tiny_flash_batch2.md")));
   // A batch sweep gives the probed max batch beside the law's estimate, and speaks of batches only.
-  auto [batch_code, batch_out] = shell("build/engine_bench scale --model transformer_lm --size tiny --batch 2:8 --out " +
+  auto [batch_code, batch_out] = shell(testutil::program("engine_bench") + " scale --model transformer_lm --size tiny --batch 2:8 --out " +
                                        dir.path.string());
   ASSERT_EQ(batch_code, 0) << batch_out;
   EXPECT_NE(batch_out.find("| gpu | arena | max batch (probed) | the law's estimate |"), std::string::npos) << batch_out;
   EXPECT_EQ(batch_out.find("learned positions"), std::string::npos) << "a sequence-length footnote:\n" << batch_out;
   // --out that cannot be a folder stops before the sweep runs.
   testutil::write_text(dir.file("a_file"), "x");
-  auto [out_code, out_text] = shell("build/engine_bench scale --model transformer_lm --size tiny --seq 16:64 --out " +
+  auto [out_code, out_text] = shell(testutil::program("engine_bench") + " scale --model transformer_lm --size tiny --seq 16:64 --out " +
                                     dir.file("a_file"));
   EXPECT_EQ(out_code, 2) << out_text;
   EXPECT_NE(out_text.find("cannot create or write this folder"), std::string::npos) << out_text;
@@ -375,7 +375,7 @@ TEST(EngineBench, ProgramWritesItsFilesAndReportsBadInput) {
            {"lambda --study /nonexistent.csv", "cannot read the 2020 study's table '/nonexistent.csv'"},
            {"frobnicate", "unknown command 'frobnicate'"},
        }) {
-    auto [c2, o2] = shell("build/engine_bench " + b.args + " --out " + dir.path.string());
+    auto [c2, o2] = shell(testutil::program("engine_bench") + " " + b.args + " --out " + dir.path.string());
     EXPECT_EQ(c2, 2) << b.args << "\n" << o2;
     EXPECT_NE(o2.find(b.message), std::string::npos) << b.args << "\n" << o2;
   }

@@ -18,7 +18,7 @@ namespace {
 
 using testutil::shell;
 
-const std::string kTrain = "build/engine_train --model transformer_lm --size tiny --seq 16 --batch 4 ";
+const std::string kTrain = testutil::program("engine_train") + " --model transformer_lm --size tiny --seq 16 --batch 4 ";
 
 // The "loss X" pieces of the step lines, in order.
 std::vector<std::string> step_losses(const std::string& out) {
@@ -62,7 +62,7 @@ TEST(EngineTrain, InferenceRunsEvalSteps) {
 
 // A translation model's --inference generates greedily and computes no loss: the step line says "-", not 0.
 TEST(EngineTrain, GenerationPrintsNoLossAndEvalPrintsTheRealOne) {
-  auto [code, out] = shell("build/engine_train --model transformer_big --size tiny --inference --steps 1");
+  auto [code, out] = shell(testutil::program("engine_train") + " --model transformer_big --size tiny --inference --steps 1");
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("step 1/1 | loss - |"), std::string::npos) << out;
   EXPECT_NE(out.find("generated "), std::string::npos) << out;
@@ -104,13 +104,13 @@ TEST(EngineTrain, GradientsAreNamedByTheirParameter) {
 }
 
 TEST(EngineTrain, FindMaxBatch) {
-  auto [code, out] = shell("build/engine_train --model transformer_lm --size tiny --device meta --memory 48MB "
+  auto [code, out] = shell(testutil::program("engine_train") + " --model transformer_lm --size tiny --device meta --memory 48MB "
                            "--find-max-batch");
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find(" seq fit, "), std::string::npos) << out;
   EXPECT_NE(out.find("binding term: activation grew most"), std::string::npos) << out;
   EXPECT_EQ(out.find('\r'), std::string::npos) << "no progress bar when stderr is not a terminal";
-  std::tie(code, out) = shell("build/engine_train --model transformer_lm --device meta --find-max-batch");
+  std::tie(code, out) = shell(testutil::program("engine_train") + " --model transformer_lm --device meta --find-max-batch");
   EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("give --gpu NAME or --memory SIZE"), std::string::npos) << out;
 }
@@ -124,7 +124,7 @@ TEST(EngineTrain, SaveThenLoadResumesTheSameLosses) {
   auto [c1, first] = shell(kTrain + "--steps 2 --save " + ck);
   ASSERT_EQ(c1, 0) << first;
   EXPECT_NE(first.find("saved " + ck + " after step 2"), std::string::npos) << first;
-  auto [c2, second] = shell("build/engine_train --load " + ck + " --steps 2");  // the config comes from the file
+  auto [c2, second] = shell(testutil::program("engine_train") + " --load " + ck + " --steps 2");  // the config comes from the file
   ASSERT_EQ(c2, 0) << second;
   EXPECT_NE(second.find("optimizer state, resuming after step 2"), std::string::npos) << second;
   EXPECT_NE(second.find("step 4/4 | loss"), std::string::npos) << second;
@@ -133,7 +133,7 @@ TEST(EngineTrain, SaveThenLoadResumesTheSameLosses) {
   EXPECT_EQ(resumed, all) << whole << "\n---\n" << first << "\n---\n" << second;
 
   std::filesystem::resize_file(ck, 64);
-  auto [c3, broken] = shell("build/engine_train --model transformer_lm --load " + ck + " --steps 1");
+  auto [c3, broken] = shell(testutil::program("engine_train") + " --model transformer_lm --load " + ck + " --steps 1");
   EXPECT_EQ(c3, 2);
   EXPECT_NE(broken.find(ck), std::string::npos) << "the error names the file: " << broken;
   auto [c4, meta] = shell(kTrain + "--device meta --steps 1 --save " + dir + "/meta.safetensors");
@@ -179,7 +179,7 @@ TEST(EngineTrain, BatchFileFeedsEveryStep) {
   std::tie(code, out) = shell(kTrain + "--steps 1 --batch-file " + dir + "/no_targets.safetensors");
   EXPECT_NE(code, 0) << out;
   EXPECT_NE(out.find("the fixed batch lacks a tensor the model reads; it holds: ids [4, 16]"), std::string::npos) << out;
-  std::tie(code, out) = shell("build/engine_train --model unsupmt --size tiny --device meta --steps 1 --batch-file " + dir +
+  std::tie(code, out) = shell(testutil::program("engine_train") + " --model unsupmt --size tiny --device meta --steps 1 --batch-file " + dir +
                               "/batch.safetensors");
   EXPECT_NE(code, 0) << out;
   EXPECT_NE(out.find("reads several different batches per step"), std::string::npos) << out;

@@ -66,27 +66,27 @@ TEST(Flags, BadCommandLinesSayWhatIsWrong) {
 }
 
 TEST(EngineTrain, HelpUnknownModelAndBadFlag) {
-  auto [code, out] = shell("build/engine_train --help");
+  auto [code, out] = shell(testutil::program("engine_train") + " --help");
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("--model"), std::string::npos);
-  std::tie(code, out) = shell("build/engine_train --model nosuchmodel --device meta");
+  std::tie(code, out) = shell(testutil::program("engine_train") + " --model nosuchmodel --device meta");
   EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("unknown model 'nosuchmodel'"), std::string::npos) << out;
   EXPECT_NE(out.find("transformer_lm"), std::string::npos) << "lists the valid models: " << out;
-  std::tie(code, out) = shell("build/engine_train --model transformer_lm --stepz 3");
+  std::tie(code, out) = shell(testutil::program("engine_train") + " --model transformer_lm --stepz 3");
   EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("unknown flag --stepz"), std::string::npos) << out;
 }
 
 TEST(EngineTrain, OutOfMemoryIsAReportNotACrash) {
-  auto [code, out] = shell("build/engine_train --model transformer_lm --size small --device meta --memory 2GB --steps 1");
+  auto [code, out] = shell(testutil::program("engine_train") + " --model transformer_lm --size small --device meta --memory 2GB --steps 1");
   EXPECT_EQ(code, 3) << out;
   EXPECT_NE(out.find("out of memory on meta"), std::string::npos) << out;
   EXPECT_NE(out.find("largest live tensors"), std::string::npos) << out;
 }
 
 TEST(EngineTrain, MetaRunOfAFullSizeModel) {
-  auto [code, out] = shell("build/engine_train --model transformer_lm --size small --device meta --steps 2");
+  auto [code, out] = shell(testutil::program("engine_train") + " --model transformer_lm --size small --device meta --steps 2");
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("step 2/2 | loss - |"), std::string::npos) << out;
   EXPECT_NE(out.find("| param |"), std::string::npos) << out;
