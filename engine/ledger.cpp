@@ -258,8 +258,13 @@ bool natural_less(const std::string& a, const std::string& b) {
       size_t i2 = i, j2 = j;
       while (i2 < a.size() && std::isdigit((unsigned char)a[i2])) i2++;
       while (j2 < b.size() && std::isdigit((unsigned char)b[j2])) j2++;
-      unsigned long long x = std::stoull(a.substr(i, i2 - i)), y = std::stoull(b.substr(j, j2 - j));
-      if (x != y) return x < y;
+      // As numbers, without converting (a run of any length compares): fewer digits, after leading zeros, is less.
+      size_t i0 = i, j0 = j;
+      while (i0 + 1 < i2 && a[i0] == '0') i0++;
+      while (j0 + 1 < j2 && b[j0] == '0') j0++;
+      if (i2 - i0 != j2 - j0) return i2 - i0 < j2 - j0;
+      const int c = a.compare(i0, i2 - i0, b, j0, j2 - j0);
+      if (c != 0) return c < 0;
       i = i2;
       j = j2;
     } else {

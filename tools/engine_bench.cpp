@@ -247,12 +247,6 @@ int trace(int argc, char** argv) {
   return 0;
 }
 
-int fail(const std::exception& e, int code) {
-  std::string what = e.what();
-  std::fprintf(stderr, "%s%s\n", what.rfind("engine_bench", 0) == 0 ? "" : "engine_bench: ", what.c_str());
-  return code;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -261,16 +255,12 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string command = argv[1];
-  try {
+  return tools::run_main("engine_bench", [&] {
     // The command's flags parse from argv[1] on (Flags skips its first element, here the command).
     if (command == "lambda") return lambda(argc - 1, argv + 1);
     if (command == "scale") return scale(argc - 1, argv + 1);
     if (command == "trace") return trace(argc - 1, argv + 1);
     std::fprintf(stderr, "engine_bench: unknown command '%s'\n%s", command.c_str(), kUsage);
     return 2;
-  } catch (const engine::OutOfMemory& e) {
-    return fail(e, 3);
-  } catch (const std::exception& e) {
-    return fail(e, 2);
-  }
+  });
 }

@@ -313,21 +313,8 @@ int run(int argc, char** argv) {
   return 0;
 }
 
-// Errors print as "engine_train: <what>" (messages that already name the program keep one prefix).
-int fail(const std::exception& e, int code) {
-  std::string what = e.what();
-  std::fprintf(stderr, "%s%s\n", what.rfind("engine_train", 0) == 0 ? "" : "engine_train: ", what.c_str());
-  return code;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const engine::OutOfMemory& e) {
-    return fail(e, 3);
-  } catch (const std::exception& e) {
-    return fail(e, 2);
-  }
+  return tools::run_main("engine_train", [&] { return run(argc, argv); });
 }

@@ -6,7 +6,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
+#include <stdexcept>
+#include <typeinfo>
 
+#include "engine/device.h"
 #include "engine/error.h"
 
 namespace tools {
@@ -137,6 +141,33 @@ std::string Flags::help() const {
     o += "\n";
   }
   return o;
+}
+
+int run_main(const char* program, const std::function<int()>& body) {
+  auto say = [&](const std::string& what) {
+    std::fprintf(stderr, "%s%s\n", what.rfind(program, 0) == 0 ? "" : (std::string(program) + ": ").c_str(), what.c_str());
+  };
+  try {
+    return body();
+  } catch (const engine::OutOfMemory& e) {
+    say(e.what());
+    return 3;
+  } catch (const engine::Error& e) {
+    say(e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    say("the host ran out of memory (a size given on the command line or read from a file may be too large for "
+        "this machine)");
+    return 2;
+  } catch (const std::length_error& e) {
+    say(std::string("a size is too large for the host (") + e.what() + "): check the sizes given on the command line "
+        "or read from a file");
+    return 2;
+  } catch (const std::exception& e) {
+    say(std::string("internal error (") + typeid(e).name() + "): " + e.what() + "; this is a bug, please report it "
+        "with the command line");
+    return 70;
+  }
 }
 
 }  // namespace tools

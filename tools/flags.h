@@ -4,6 +4,7 @@
 // error that lists the valid flags (a typo never passes silently). Values are checked on parse: an integer
 // flag given "abc" says so, a choice flag lists its choices.
 #pragma once
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -46,5 +47,11 @@ class Flags {
   const Flag& find(const std::string& name) const;
   void add(const std::string& name, Flag f);
 };
+
+// A program's main: runs `body` and turns what it throws into one line on stderr and an exit status: the
+// engine's out-of-memory report (3), an engine::Error (2: its message already names the flag or file), the
+// host running out of memory (2, said in those words, never a bare "std::bad_alloc"), and anything else as an
+// internal error (70) with its type, which is a bug to report.
+int run_main(const char* program, const std::function<int()>& body);
 
 }  // namespace tools
