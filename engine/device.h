@@ -45,7 +45,8 @@ class Device {
   Allocator& allocator() { return allocator_; }
   const Ledger& ledger() const { return ledger_; }
   Ledger& ledger() { return ledger_; }
-  // Memory the device uses outside the arena (cuda: context + libraries), for the report.
+  // Memory the device uses outside the arena (cuda: context + libraries, measured before the arena's
+  // cudaMalloc), printed in engine_train's header.
   size_t outside_arena() const { return outside_arena_; }
 
   struct Block {

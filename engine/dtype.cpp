@@ -29,13 +29,6 @@ const char* dtype_name(DType t) {
   return "?";
 }
 
-DType dtype_from_name(const std::string& name) {
-  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::f64, DType::i32, DType::i64, DType::u8,
-                  DType::boolean})
-    if (name == dtype_name(t)) return t;
-  throw Error(str("unknown dtype '", name, "': expected one of f32, bf16, f16, f64, i32, i64, u8, bool"));
-}
-
 bool is_floating(DType t) {
   return t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::f64;
 }

@@ -14,7 +14,6 @@ enum class DType : uint8_t { f32, bf16, f16, f64, i32, i64, u8, boolean };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);  // "f32", "bf16", ... (also the CLI spelling)
-DType dtype_from_name(const std::string& name);  // throws Error listing the valid names
 bool is_floating(DType t);
 
 // ---------------------------------------------------------------------------------------------------

@@ -155,62 +155,22 @@ std::vector<BlockInfo> Ledger::history() const {
 // ---------------------------------------------------------------------------------------------------
 // Exports
 
-namespace {
-struct Event {
-  int64_t seq;
-  bool alloc;
-  const BlockInfo* block;
-};
-
-std::vector<Event> events_of(const std::vector<BlockInfo>& blocks) {
-  std::vector<Event> ev;
+std::vector<LedgerEvent> events_in_order(const std::vector<BlockInfo>& blocks) {
+  std::vector<LedgerEvent> ev;
   for (const auto& b : blocks) {
     ev.push_back({b.alloc_seq, true, &b});
     if (b.free_seq >= 0) ev.push_back({b.free_seq, false, &b});
   }
-  std::sort(ev.begin(), ev.end(), [](const Event& a, const Event& b) { return a.seq < b.seq; });
+  std::sort(ev.begin(), ev.end(), [](const LedgerEvent& a, const LedgerEvent& b) { return a.seq < b.seq; });
   return ev;
-}
-
-}  // namespace
-
-std::string Ledger::chrome_trace_json() const {
-  // Counter tracks ("C" events) per category in MiB, and phase slices ("X" events), on one process.
-  std::vector<BlockInfo> blocks = history();
-  std::vector<Event> ev = events_of(blocks);
-  std::ostringstream os;
-  os << "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"time_axis\":\"allocation event number\"},"
-        "\"traceEvents\":[\n";
-  os << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"engine arena\"}}";
-  std::array<int64_t, kNumCategories> cur{};
-  Phase phase = ev.empty() ? Phase::setup : ev.front().block->phase;
-  int64_t phase_start = ev.empty() ? 0 : ev.front().seq;
-  auto emit_phase = [&](int64_t end) {
-    os << ",\n{\"name\":" << json::quote(phase_name(phase)) << ",\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":"
-       << phase_start << ",\"dur\":" << std::max<int64_t>(end - phase_start, 1) << "}";
-  };
-  for (const Event& e : ev) {
-    int c = int(e.block->category);
-    cur[c] += e.alloc ? int64_t(e.block->rounded) : -int64_t(e.block->rounded);
-    if (e.alloc && e.block->phase != phase) {
-      emit_phase(e.seq);
-      phase = e.block->phase;
-      phase_start = e.seq;
-    }
-    os << ",\n{\"name\":\"" << category_name(Category(c)) << "\",\"ph\":\"C\",\"pid\":1,\"ts\":" << e.seq
-       << ",\"args\":{\"MiB\":" << double(cur[c]) / (1 << 20) << "}}";
-  }
-  if (!ev.empty()) emit_phase(ev.back().seq);
-  os << "\n]}\n";
-  return os.str();
 }
 
 std::string Ledger::events_csv() const {
   std::vector<BlockInfo> blocks = history();
-  std::vector<Event> ev = events_of(blocks);
+  std::vector<LedgerEvent> ev = events_in_order(blocks);
   std::ostringstream os;
   os << "seq,event,block,category,phase,owner,requested,rounded,offset\n";
-  for (const Event& e : ev) {
+  for (const LedgerEvent& e : ev) {
     const BlockInfo& b = *e.block;
     os << e.seq << ',' << (e.alloc ? "alloc" : "free") << ',' << b.id << ',' << category_name(b.category)
        << ',' << phase_name(b.phase) << ",\"" << b.owner << "\"," << b.requested << ',' << b.rounded << ','

@@ -40,6 +40,15 @@ struct BlockInfo {
   int64_t free_seq = -1;  // -1 while live
 };
 
+// One allocation or free of a ledger's history: `blocks` (Ledger::history()) as the events they were, in the
+// order they happened. The exports (events_csv here, the Chrome trace and memory_viz in tools/) walk these.
+struct LedgerEvent {
+  int64_t seq;
+  bool alloc;
+  const BlockInfo* block;
+};
+std::vector<LedgerEvent> events_in_order(const std::vector<BlockInfo>& blocks);
+
 class Ledger {
  public:
   // Records a new block; returns its id.
@@ -60,7 +69,6 @@ class Ledger {
   // Per-category bytes at the moment of the total peak (these sum to peak_bytes()).
   size_t peak_breakdown(Category c) const { return at_peak_[int(c)]; }
   size_t high_water() const { return high_water_; }
-  size_t high_water_at_peak() const { return high_water_at_peak_; }
   size_t fragmentation_at_peak() const { return high_water_at_peak_ - peak_total_; }
   int64_t alloc_count() const { return alloc_count_; }
   int64_t sequence() const { return seq_; }
@@ -77,7 +85,6 @@ class Ledger {
   void check() const;
 
   // Exports. Time axis of the trace is the event sequence number (deterministic on every device).
-  std::string chrome_trace_json() const;
   std::string events_csv() const;
   // Markdown tables of the peak snapshot: by category, by module (owner scope, depth levels deep),
   // by layer type (the last scope piece with digits removed, + op).

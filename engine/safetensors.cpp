@@ -301,34 +301,6 @@ std::map<std::string, Tensor> load_safetensors(const std::string& path, std::sha
 
 namespace {
 
-// A tensor's elements in row-major order as raw bytes on the host (any strides).
-std::vector<char> host_bytes(const Tensor& t) {
-  size_t es = dtype_size(t.dtype());
-  std::vector<char> out(t.nbytes());
-  if (out.empty()) return out;
-  size_t base = t.storage()->block.offset;
-  if (t.is_contiguous()) {
-    t.device().copy_to_host(out.data(), base + size_t(t.offset()) * es, out.size());
-    return out;
-  }
-  // Copy the storage range the view spans, then gather element by element.
-  int64_t lo = 0, hi = 0;
-  for (int64_t d = 0; d < t.dim(); d++) {
-    int64_t span = (t.shape()[d] - 1) * t.strides()[d];
-    (span < 0 ? lo : hi) += span;
-  }
-  std::vector<char> span(size_t(hi - lo + 1) * es);
-  t.device().copy_to_host(span.data(), base + size_t((t.offset() + lo) * int64_t(es)), span.size());
-  std::vector<int64_t> idx(size_t(t.dim()), 0);
-  for (int64_t n = 0; n < t.numel(); n++) {
-    int64_t off = -lo;
-    for (int64_t d = 0; d < t.dim(); d++) off += idx[d] * t.strides()[d];
-    std::memcpy(out.data() + size_t(n) * es, span.data() + size_t(off) * es, es);
-    for (int64_t d = t.dim() - 1; d >= 0 && ++idx[d] == t.shape()[d]; d--) idx[d] = 0;
-  }
-  return out;
-}
-
 }  // namespace
 
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
@@ -378,7 +350,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     write(header.data(), header.size());
     std::string crcs;
     for (const auto& [name, t] : tensors) {
-      std::vector<char> bytes = host_bytes(t);
+      std::vector<char> bytes = t.to_host_bytes();
       write(bytes.data(), bytes.size());
       crcs += crc_hex(bytes.data(), bytes.size());
     }

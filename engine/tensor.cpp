@@ -117,29 +117,39 @@ double load_as_double(const char* p, DType t) {
 }
 }  // namespace
 
+std::vector<char> Tensor::to_host_bytes() const {
+  const size_t es = dtype_size(dtype());
+  std::vector<char> out(nbytes());
+  if (out.empty()) return out;
+  const size_t base = impl_->storage->block.offset;
+  if (is_contiguous()) {
+    device().copy_to_host(out.data(), base + size_t(impl_->offset) * es, out.size());
+    return out;
+  }
+  // Copy the whole storage range this view spans to the host, then gather its elements along the strides.
+  int64_t lo = 0, hi = 0;
+  for (int64_t i = 0; i < dim(); i++) {
+    const int64_t span = (impl_->shape[i] - 1) * impl_->strides[i];
+    (span < 0 ? lo : hi) += span;
+  }
+  std::vector<char> host(size_t(hi - lo + 1) * es);
+  device().copy_to_host(host.data(), base + size_t((impl_->offset + lo) * int64_t(es)), host.size());
+  std::vector<int64_t> idx(size_t(dim()), 0);
+  for (int64_t n = 0; n < numel(); n++) {
+    int64_t off = -lo;
+    for (int64_t i = 0; i < dim(); i++) off += idx[size_t(i)] * impl_->strides[i];
+    std::memcpy(out.data() + size_t(n) * es, host.data() + size_t(off) * es, es);
+    for (int64_t i = dim() - 1; i >= 0 && ++idx[size_t(i)] == impl_->shape[i]; i--) idx[size_t(i)] = 0;
+  }
+  return out;
+}
+
 std::vector<double> Tensor::to_double() const {
   std::vector<double> out(static_cast<size_t>(numel()));
   if (out.empty() || is_meta()) return out;
-  // Copy the whole storage range this tensor spans to the host, then walk the strides.
-  size_t es = dtype_size(dtype());
-  int64_t lo = 0, hi = 0;
-  for (int64_t i = 0; i < dim(); i++) {
-    int64_t span = (impl_->shape[i] - 1) * impl_->strides[i];
-    if (span < 0) lo += span; else hi += span;
-  }
-  std::vector<char> host(size_t(hi - lo + 1) * es);
-  device().copy_to_host(host.data(), impl_->storage->block.offset + size_t((impl_->offset + lo) * int64_t(es)),
-                        host.size());
-  std::vector<int64_t> idx(size_t(dim()), 0);
-  for (size_t n = 0; n < out.size(); n++) {
-    int64_t off = -lo;
-    for (int64_t i = 0; i < dim(); i++) off += idx[i] * impl_->strides[i];
-    out[n] = load_as_double(host.data() + off * int64_t(es), dtype());
-    for (int64_t i = dim() - 1; i >= 0; i--) {
-      if (++idx[i] < impl_->shape[i]) break;
-      idx[i] = 0;
-    }
-  }
+  const std::vector<char> bytes = to_host_bytes();
+  const size_t es = dtype_size(dtype());
+  for (size_t n = 0; n < out.size(); n++) out[n] = load_as_double(bytes.data() + n * es, dtype());
   return out;
 }
 

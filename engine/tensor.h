@@ -88,6 +88,8 @@ class Tensor {
   }
   // Copies to / from host memory in element order (works for any strides; meta gives zeros).
   std::vector<double> to_double() const;
+  // The elements' raw bytes in row-major order, gathered along the strides (a checkpoint's data).
+  std::vector<char> to_host_bytes() const;
   double item() const;  // a one-element tensor's value
   void copy_from_host(const void* src, size_t bytes);  // contiguous tensors only
 
@@ -97,7 +99,6 @@ class Tensor {
   Tensor grad() const { return impl_->grad ? Tensor(impl_->grad) : Tensor(); }
   void set_grad(const Tensor& g) { impl_->grad = g.impl_; }
   const std::shared_ptr<graph::Node>& grad_fn() const { return impl_->grad_fn; }
-  bool is_leaf() const { return impl_->grad_fn == nullptr; }
   // A tensor that shares this data but has no autograd history.
   Tensor detach() const;
 

@@ -182,139 +182,157 @@ struct ByLatest {
   bool operator()(const Node* a, const Node* b) const { return a->sequence < b->sequence; }
 };
 
-// Gradients are captured (instead of accumulated) for `capture` inputs: leaves by impl, non-leaves by
-// (node, output number).
-std::vector<Tensor> run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots_in,
-                                 bool create_graph, bool retain_graph, const std::vector<Tensor>* capture,
-                                 bool accumulate) {
-  engine::PhaseScope phase(engine::Phase::backward);
-  ENGINE_CHECK(grad_roots_in.empty() || grad_roots_in.size() == roots.size(),
-               "backward: ", roots.size(), " roots but ", grad_roots_in.size(), " gradients");
+// What a pass computes: backward() accumulates into the leaves' .grad; grad() captures the gradients of
+// `capture` (leaves by impl, non-leaves by (node, output number)) and leaves .grad alone.
+struct BackwardOptions {
+  bool create_graph = false, retain_graph = false, accumulate = true;
+  const std::vector<Tensor>* capture = nullptr;
+};
 
-  std::map<const engine::TensorImpl*, size_t> capture_leaf;
-  std::map<std::pair<const Node*, int>, size_t> capture_edge;
-  std::vector<Tensor> captured(capture ? capture->size() : 0);
-  if (capture)
-    for (size_t i = 0; i < capture->size(); i++) {
-      const Tensor& t = (*capture)[i];
-      ENGINE_CHECK(t.requires_grad(), "grad: input ", i, " does not require grad");
-      if (t.grad_fn()) capture_edge[{t.grad_fn().get(), t.impl()->output_nr}] = i;
-      else capture_leaf[t.impl()] = i;
+// While a node's rule runs, the blocks it allocates are owned by the op's module, op "<name>_backward"; the
+// context's scopes and op are restored however the rule ends.
+class NodeContext {
+ public:
+  explicit NodeContext(const Node& node)
+      : scopes_(std::move(engine::context().scopes)), op_(engine::context().op) {
+    engine::context().scopes = {node.scope};
+    engine::context().op = node.backward_name.c_str();
+  }
+  ~NodeContext() {
+    engine::context().scopes = std::move(scopes_);
+    engine::context().op = op_;
+  }
+  NodeContext(const NodeContext&) = delete;
+  NodeContext& operator=(const NodeContext&) = delete;
+
+ private:
+  std::vector<std::string> scopes_;
+  const char* op_;
+};
+
+// One backward pass over the graph reachable from the roots: nodes run in reverse order of creation once all
+// their consumers have run (a dependency count), each node's output gradients summed in a buffer first.
+class BackwardPass {
+ public:
+  BackwardPass(const std::vector<Tensor>& roots, const BackwardOptions& o) : roots_(roots), o_(o) {
+    if (o.capture) index_captures(*o.capture);
+    count_dependencies();
+  }
+
+  std::vector<Tensor> run(const std::vector<Tensor>& grad_roots) {
+    seed(grad_roots);
+    EnableGrad mode(o_.create_graph);
+    while (!ready_.empty()) {
+      Node* node = ready_.top();
+      ready_.pop();
+      std::vector<Tensor> grads = std::move(buffers_[node]);
+      buffers_.erase(node);
+      grads.resize(std::max<size_t>(node->outputs.size(), 1));
+      if (auto* acc = dynamic_cast<AccumulateGrad*>(node)) reach_leaf(*acc, grads[0]);
+      else run_node(node, grads);
     }
+    return std::move(captured_);
+  }
 
-  // Gradient buffers, one slot per node output.
-  std::unordered_map<Node*, std::vector<Tensor>> buffers;
-  std::unordered_map<Node*, int> dependencies;
-  std::unordered_map<Node*, std::shared_ptr<Node>> keep;  // nodes alive while we run
+ private:
+  void index_captures(const std::vector<Tensor>& capture) {
+    captured_.resize(capture.size());
+    for (size_t i = 0; i < capture.size(); i++) {
+      const Tensor& t = capture[i];
+      ENGINE_CHECK(t.requires_grad(), "grad: input ", i, " does not require grad");
+      if (t.grad_fn()) capture_edge_[{t.grad_fn().get(), t.impl()->output_nr}] = i;
+      else capture_leaf_[t.impl()] = i;
+    }
+  }
 
-  auto accumulate_into = [&](const std::shared_ptr<Node>& node, int slot, const Tensor& g) {
-    auto& buf = buffers[node.get()];
+  // Dependencies over the reachable graph; `keep_` holds every node alive while the pass runs.
+  void count_dependencies() {
+    std::vector<Node*> stack;
+    for (const Tensor& r : roots_) {
+      ENGINE_CHECK(r.requires_grad(), "backward: the root does not require grad (no input requires grad, "
+                   "or it was computed under NoGrad)");
+      if (r.grad_fn() && keep_.emplace(r.grad_fn().get(), r.grad_fn()).second) stack.push_back(r.grad_fn().get());
+    }
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      for (const Edge& e : n->next) {
+        if (!e.node) continue;
+        dependencies_[e.node.get()]++;
+        if (keep_.emplace(e.node.get(), e.node).second) stack.push_back(e.node.get());
+      }
+    }
+  }
+
+  // The roots' gradients (ones for one-element roots when none is given) go into their nodes' buffers.
+  void seed(const std::vector<Tensor>& grad_roots) {
+    ENGINE_CHECK(grad_roots.empty() || grad_roots.size() == roots_.size(), "backward: ", roots_.size(),
+                 " roots but ", grad_roots.size(), " gradients");
+    for (size_t i = 0; i < roots_.size(); i++) {
+      const Tensor& r = roots_[i];
+      Tensor g;
+      if (grad_roots.empty() || !grad_roots[i].defined()) {
+        ENGINE_CHECK(r.numel() == 1, "backward: the root has shape ", engine::shape_str(r.shape()),
+                     "; give its gradient explicitly or reduce it to one element");
+        g = ops::ones_like(r);
+      } else {
+        g = grad_roots[i];
+        ENGINE_CHECK(g.shape() == r.shape(), "backward: gradient of shape ", engine::shape_str(g.shape()),
+                     " for a root of shape ", engine::shape_str(r.shape()));
+      }
+      if (!r.grad_fn()) {  // the root is a leaf
+        if (o_.capture && capture_leaf_.count(r.impl())) captured_[capture_leaf_[r.impl()]] = g;
+        continue;
+      }
+      accumulate_into(r.grad_fn(), r.impl()->output_nr, g);
+    }
+    for (const Tensor& r : roots_)
+      if (r.grad_fn() && dependencies_[r.grad_fn().get()] == 0) {
+        dependencies_[r.grad_fn().get()] = -1;  // queued
+        ready_.push(r.grad_fn().get());
+      }
+  }
+
+  void accumulate_into(const std::shared_ptr<Node>& node, int slot, const Tensor& g) {
+    auto& buf = buffers_[node.get()];
     if (buf.size() < node->outputs.size()) buf.resize(std::max<size_t>(node->outputs.size(), 1));
     if (!g.defined()) return;
-    buf[slot] = buf[slot].defined() ? ops::add(buf[slot], g) : g;
-  };
-
-  // Count dependencies over the reachable graph.
-  std::vector<Node*> stack;
-  for (const Tensor& r : roots) {
-    ENGINE_CHECK(r.requires_grad(), "backward: the root does not require grad (no input requires grad, "
-                 "or it was computed under NoGrad)");
-    if (r.grad_fn() && !keep.count(r.grad_fn().get())) {
-      keep[r.grad_fn().get()] = r.grad_fn();
-      stack.push_back(r.grad_fn().get());
-    }
+    buf[size_t(slot)] = buf[size_t(slot)].defined() ? ops::add(buf[size_t(slot)], g) : g;
   }
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    for (const Edge& e : n->next) {
-      if (!e.node) continue;
-      dependencies[e.node.get()]++;
-      if (!keep.count(e.node.get())) {
-        keep[e.node.get()] = e.node;
-        stack.push_back(e.node.get());
-      }
+
+  // A leaf's gradient: captured for grad(), accumulated into .grad for backward().
+  void reach_leaf(AccumulateGrad& acc, const Tensor& g) {
+    auto leaf = acc.leaf.lock();
+    if (o_.capture && leaf && capture_leaf_.count(leaf.get())) {
+      Tensor& c = captured_[capture_leaf_[leaf.get()]];
+      c = c.defined() ? ops::add(c, g) : g;
+    } else if (o_.accumulate) {
+      engine::context().op = nullptr;
+      engine::CategoryScope cs(Category::grad);
+      acc.apply({g});
     }
   }
 
-  std::priority_queue<Node*, std::vector<Node*>, ByLatest> ready;
-  for (size_t i = 0; i < roots.size(); i++) {
-    const Tensor& r = roots[i];
-    Tensor g;
-    if (grad_roots_in.empty() || !grad_roots_in[i].defined()) {
-      ENGINE_CHECK(r.numel() == 1, "backward: the root has shape ", engine::shape_str(r.shape()),
-                   "; give its gradient explicitly or reduce it to one element");
-      g = ops::ones_like(r);
-    } else {
-      g = grad_roots_in[i];
-      ENGINE_CHECK(g.shape() == r.shape(), "backward: gradient of shape ", engine::shape_str(g.shape()),
-                   " for a root of shape ", engine::shape_str(r.shape()));
-    }
-    if (!r.grad_fn()) {  // the root is a leaf
-      if (capture && capture_leaf.count(r.impl())) captured[capture_leaf[r.impl()]] = g;
-      continue;
-    }
-    accumulate_into(r.grad_fn(), r.impl()->output_nr, g);
-  }
-  for (const Tensor& r : roots)
-    if (r.grad_fn() && dependencies[r.grad_fn().get()] == 0) {
-      dependencies[r.grad_fn().get()] = -1;  // queued
-      ready.push(r.grad_fn().get());
-    }
-
-  EnableGrad mode(create_graph);
-  while (!ready.empty()) {
-    Node* node = ready.top();
-    ready.pop();
-    std::vector<Tensor> grads = std::move(buffers[node]);
-    buffers.erase(node);
-    grads.resize(std::max<size_t>(node->outputs.size(), 1));
-
-    auto* acc = dynamic_cast<AccumulateGrad*>(node);
-    if (acc) {
-      auto leaf = acc->leaf.lock();
-      if (capture && leaf && capture_leaf.count(leaf.get())) {
-        Tensor& c = captured[capture_leaf[leaf.get()]];
-        c = c.defined() ? ops::add(c, grads[0]) : grads[0];
-      } else if (accumulate) {
-        engine::context().op = nullptr;
-        engine::CategoryScope cs(Category::grad);
-        acc->apply(grads);
-      }
-      continue;
-    }
-    // Capture gradients flowing into non-leaf inputs of grad().
-    if (capture)
+  // Runs one node's rule and passes its input gradients on; the node drops its saved tensors at once (the
+  // activation memory that falls during backward) unless the graph is retained.
+  void run_node(Node* node, std::vector<Tensor>& grads) {
+    if (o_.capture)  // gradients flowing into non-leaf inputs of grad()
       for (size_t k = 0; k < grads.size(); k++) {
-        auto it = capture_edge.find({node, int(k)});
-        if (it != capture_edge.end()) captured[it->second] = grads[k];
+        auto it = capture_edge_.find({node, int(k)});
+        if (it != capture_edge_.end()) captured_[it->second] = grads[k];
       }
-    // Undefined output gradients become zeros so every rule sees full inputs.
-    for (size_t k = 0; k < node->outputs.size(); k++)
+    for (size_t k = 0; k < node->outputs.size(); k++)  // undefined output gradients: zeros, so rules see all
       if (!grads[k].defined()) {
         const OutputMeta& m = node->outputs[k];
         grads[k] = ops::zeros(m.shape, m.dtype, m.device);
       }
-
     std::vector<Tensor> input_grads;
     {
-      // Blocks the rule allocates are owned by the op's module, op "<name>_backward".
-      auto saved_scopes = std::move(engine::context().scopes);
-      engine::context().scopes = {node->scope};
-      const char* saved_op = engine::context().op;
-      engine::context().op = node->backward_name.c_str();
-      try {
-        input_grads = node->apply(grads);
-      } catch (...) {
-        engine::context().scopes = std::move(saved_scopes);
-        engine::context().op = saved_op;
-        throw;
-      }
-      engine::context().scopes = std::move(saved_scopes);
-      engine::context().op = saved_op;
+      NodeContext context(*node);
+      input_grads = node->apply(grads);
     }
     grads.clear();
-    if (!retain_graph) node->release();
+    if (!o_.retain_graph) node->release();
     ENGINE_CHECK(input_grads.size() == node->next.size(), node->name, ": backward rule returned ",
                  input_grads.size(), " gradients for ", node->next.size(), " inputs");
     for (size_t i = 0; i < node->next.size(); i++) {
@@ -325,10 +343,25 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& roots, const std::ve
                      i, " a gradient of shape ", engine::shape_str(input_grads[i].shape()), " for shape ",
                      engine::shape_str(node->input_shapes[i]));
       accumulate_into(e.node, e.input_nr, input_grads[i]);
-      if (--dependencies[e.node.get()] == 0) ready.push(e.node.get());
+      if (--dependencies_[e.node.get()] == 0) ready_.push(e.node.get());
     }
   }
-  return captured;
+
+  const std::vector<Tensor>& roots_;
+  BackwardOptions o_;
+  std::map<const engine::TensorImpl*, size_t> capture_leaf_;
+  std::map<std::pair<const Node*, int>, size_t> capture_edge_;
+  std::vector<Tensor> captured_;
+  std::unordered_map<Node*, std::vector<Tensor>> buffers_;  // gradient buffers, one slot per node output
+  std::unordered_map<Node*, int> dependencies_;
+  std::unordered_map<Node*, std::shared_ptr<Node>> keep_;
+  std::priority_queue<Node*, std::vector<Node*>, ByLatest> ready_;
+};
+
+std::vector<Tensor> run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots,
+                                 const BackwardOptions& o) {
+  engine::PhaseScope phase(engine::Phase::backward);
+  return BackwardPass(roots, o).run(grad_roots);
 }
 
 }  // namespace
@@ -339,12 +372,12 @@ void backward(const Tensor& root, const Tensor& grad_root, bool create_graph, bo
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool create_graph,
               bool retain_graph) {
-  run_backward(roots, grad_roots, create_graph, retain_graph || create_graph, nullptr, true);
+  run_backward(roots, grad_roots, {create_graph, retain_graph || create_graph, true, nullptr});
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs, bool create_graph, bool retain_graph) {
-  return run_backward(outputs, grad_outputs, create_graph, retain_graph || create_graph, &inputs, false);
+  return run_backward(outputs, grad_outputs, {create_graph, retain_graph || create_graph, false, &inputs});
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -390,7 +423,7 @@ Tensor recompute(const RecomputeFn& fn, const std::vector<Tensor>& inputs) {
            engine::generator() = now;
            std::vector<Tensor> g_need;
            if (again.requires_grad())
-             g_need = run_backward({again}, {grad_outputs[0]}, false, false, &need, true);
+             g_need = run_backward({again}, {grad_outputs[0]}, {false, false, true, &need});
            std::vector<Tensor> result(detached.size());
            for (size_t i = 0, k = 0; i < detached.size(); i++)
              if (self.needs_input_grad(i)) result[i] = g_need.empty() ? Tensor() : g_need[k++];

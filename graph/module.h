@@ -56,7 +56,6 @@ class Module {
   std::vector<std::string> load(const std::map<std::string, Tensor>& tensors, bool strict = true,
                                 const std::vector<std::string>& ignored = {});
 
-  const std::string& local_name() const { return local_name_; }
   // The memory scope of this module's forward (its local name; nesting joins them with dots).
   MemoryScope scope() const { return MemoryScope(local_name_); }
 

@@ -27,9 +27,7 @@ Tensor full(const Shape& shape, double value, DType dtype, DevicePtr device) {
 
 Tensor zeros(const Shape& shape, DType dtype, DevicePtr device) { return full(shape, 0.0, dtype, device); }
 Tensor ones(const Shape& shape, DType dtype, DevicePtr device) { return full(shape, 1.0, dtype, device); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device_ptr()); }
 Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype(), t.device_ptr()); }
-Tensor full_like(const Tensor& t, double value) { return full(t.shape(), value, t.dtype(), t.device_ptr()); }
 Tensor scalar(double value, DType dtype, DevicePtr device) { return full({}, value, dtype, device); }
 
 Tensor arange(int64_t n, DType dtype, DevicePtr device) {

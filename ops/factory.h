@@ -19,9 +19,7 @@ using DevicePtr = std::shared_ptr<Device>;
 Tensor zeros(const Shape& shape, DType dtype = DType::f32, DevicePtr device = nullptr);
 Tensor ones(const Shape& shape, DType dtype = DType::f32, DevicePtr device = nullptr);
 Tensor full(const Shape& shape, double value, DType dtype = DType::f32, DevicePtr device = nullptr);
-Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
-Tensor full_like(const Tensor& t, double value);
 Tensor arange(int64_t n, DType dtype = DType::i64, DevicePtr device = nullptr);  // 0, 1, ..., n-1
 Tensor scalar(double value, DType dtype = DType::f32, DevicePtr device = nullptr);  // shape []
 

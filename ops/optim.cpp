@@ -352,7 +352,6 @@ void RmsProp::update(const ParamUpdate& t, double weight_decay, int64_t) {
 // Gradient clipping
 
 namespace {
-constexpr int64_t kNormChunk = int64_t(1) << 16;  // elements per partial sum of squared_norms' cuda kernel
 }  // namespace
 
 Tensor squared_norms(const std::vector<Tensor>& xs) {

@@ -237,5 +237,9 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 double grad_norm(const std::vector<Tensor>& params);
 // Squared L2 norm of each tensor, summed in f64: a new [n] f64 tensor on xs' device (xs non-empty).
 Tensor squared_norms(const std::vector<Tensor>& xs);
+// Elements per partial sum of squared_norms, on every device: the cpu sums chunks of this size in order, the
+// cuda kernel one chunk per block, and the f64 workspace holds one partial per chunk, so the three must agree
+// (meta allocates that workspace too).
+constexpr int64_t kNormChunk = int64_t(1) << 16;
 
 }  // namespace ops

@@ -138,10 +138,7 @@ int find_max_batch(const models::ModelConfig& config, const tools::Flags& flags,
   return 0;
 }
 
-int run(int argc, char** argv) {
-  tools::Flags flags("engine_train", "Train a model of the engine and report its memory, byte for byte.\n"
-                                     "models: " + joined_model_names() + "\ngpu profiles: " +
-                                     tools::gpu_profile_names());
+void add_flags(tools::Flags& flags) {
   flags.add_string("model", "", "model to run (required unless --load names it): " + joined_model_names());
   flags.add_string("size", "", "model size (the model's default when empty)");
   flags.add_int("seq", 0, "sequence length (0: the model's default)");
@@ -174,11 +171,12 @@ int run(int argc, char** argv) {
                                     "BertForQuestionAnswering), loadable with from_pretrained(DIR)");
   flags.add_string("trace", "", "write the allocation timeline as Chrome trace JSON (opens in Perfetto)");
   flags.add_string("report", "", "write the run's header, step lines and memory tables as markdown");
-  if (!flags.parse(argc, argv)) return 0;
+}
+
+models::ModelConfig config_of(const tools::Flags& flags) {
   ENGINE_CHECK(flags.integer("steps") >= 1, "engine_train: --steps must be at least 1");
   ENGINE_CHECK(flags.integer("batch") >= 0 && flags.integer("seq") >= 0 && flags.integer("tokens") >= 0,
                "engine_train: --batch, --seq and --tokens must be positive");
-
   models::ModelConfig config;
   config.name = flags.str("model");
   config.size = flags.str("size");
@@ -191,7 +189,106 @@ int run(int argc, char** argv) {
   config.data = flags.str("data");
   config.task = flags.str("task");
   config.seed = uint64_t(flags.integer("seed"));
-  const std::string load = flags.str("load"), save = flags.str("save");
+  return config;
+}
+
+// What the run prints, also kept for --report; a line clears the progress bar first.
+class Transcript {
+ public:
+  Transcript(const char* what, int64_t steps) : bar_(what, steps) {}
+  void say(const std::string& line) {
+    bar_.clear();
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    text_ += line + "\n";
+  }
+  void progress(int64_t done, const std::string& note) { bar_.update(done, note); }
+  const std::string& text() const { return text_; }
+
+ private:
+  tools::ProgressBar bar_;
+  std::string text_;
+};
+
+// The line under the model's summary: parameters, precision, device, arena and where its size came from.
+std::string header_line(models::Model& model, const engine::Device& device, const std::string& capacity_note,
+                        bool inference) {
+  const bool meta = device.type() == engine::DeviceType::meta;
+  return engine::str(
+      "parameters ", model.module().num_parameters(), " (",
+      format_bytes(device.ledger().live_bytes(engine::Category::param)), ") | precision ",
+      models::precision_name(model.precision()), " | device ", device.name(), " | arena ", format_bytes(device.capacity()),
+      capacity_note,
+      device.outside_arena() > 0
+          ? " | outside the arena: " + format_bytes(device.outside_arena()) + " (CUDA context and libraries, before the arena)"
+          : std::string(),
+      meta ? " | meta: shapes and allocations only, no arithmetic" : "", inference ? " | inference: forward only, eval mode" : "");
+}
+
+// The GPU's dense peak in the model's precision, for MFU (0: not a known GPU): the step's model FLOPs (counted
+// by every op, backward included) over its time, over this peak (fp32 CUDA cores, or TF32/BF16/FP16 tensor cores).
+double peak_tflops_of(const engine::Device& device, const models::Model& model) {
+  for (const auto& gpu : tools::gpu_profiles())
+    if (!device.product().empty() && device.product() == gpu.product)
+      return tools::gpu_peak_tflops(gpu, models::precision_name(model.precision()));
+  return 0;
+}
+
+struct RunOptions {
+  int64_t first = 1, last = 1;
+  bool inference = false, profile = false, fixed_batch = false;
+  std::string save, export_hf;  // named in a non-finite loss's report
+};
+
+// Steps first..last, one line each; the last step's kernel times (--profile) go into `times`. A non-finite
+// loss stops training before anything is saved (an fp16 step skipped for overflow is reported instead).
+double run_steps(models::Model& model, engine::Device& device, const RunOptions& o, Transcript& out,
+                 std::vector<ops::KernelTime>& times) {
+  const bool meta = device.type() == engine::DeviceType::meta;
+  const double peak_tflops = peak_tflops_of(device, model);
+  ops::set_kernel_timing(o.profile);
+  double last_ms = 0;
+  for (int64_t step = o.first; step <= o.last; step++) {
+    engine::counters().reset();
+    if (o.profile) ops::take_kernel_times();  // drops the previous step's
+    auto t0 = std::chrono::steady_clock::now();
+    const int64_t skipped_before = model.loss_scaler().skipped;
+    models::StepResult r = o.inference ? model.eval_step(step) : model.train_step(step);
+    device.synchronize();
+    if (!o.inference && !meta && !std::isfinite(r.loss) && model.loss_scaler().skipped == skipped_before)
+      throw engine::Error(non_finite_report(step, r, model, o.save, o.export_hf));
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    last_ms = ms;
+    if (o.profile) times = ops::take_kernel_times();
+    device.ledger().check();
+    // "-": meta computes no values; a generation step (--inference of a translation model) computes no loss.
+    const std::string loss = meta || !r.has_loss ? "-" : format_fixed(r.loss, 4);
+    out.say(engine::str("step ", step, "/", o.last, " | loss ", loss, " | ", format_fixed(ms, 1), " ms | ",
+                        meta ? std::string("-") : format_fixed(double(r.items) / (ms / 1000.0), 1), " ",
+                        model.item_unit(), "/s | ",
+                        peak_tflops > 0 ? format_fixed(100.0 * engine::counters().flops / (ms * 1e9) / peak_tflops, 1) +
+                                              "% MFU | "
+                                        : std::string(),
+                        "peak ", format_bytes(device.ledger().peak_bytes())));
+    if (o.fixed_batch && !meta) {
+      char digits[64];
+      std::snprintf(digits, sizeof digits, "%.10g", r.loss);
+      out.say(engine::str("  loss ", digits));
+    }
+    for (const std::string& line : r.details) out.say("  " + line);
+    if (o.last - o.first >= 1) out.progress(step - o.first + 1, engine::str("step ", step));
+  }
+  return last_ms;
+}
+
+int run(int argc, char** argv) {
+  tools::Flags flags("engine_train", "Train a model of the engine and report its memory, byte for byte.\n"
+                                     "models: " + joined_model_names() + "\ngpu profiles: " +
+                                     tools::gpu_profile_names());
+  add_flags(flags);
+  if (!flags.parse(argc, argv)) return 0;
+  models::ModelConfig config = config_of(flags);
+  const std::string load = flags.str("load"), save = flags.str("save"), export_hf = flags.str("export-hf");
   std::string from_checkpoint;
   if (!load.empty())
     from_checkpoint = tools::fill_config_from_checkpoint(load, config, [&](const std::string& f) { return flags.given(f); });
@@ -212,11 +309,14 @@ int run(int argc, char** argv) {
   device->set_capacity_note(capacity_note);
   engine::DeviceGuard guard(device);
   std::unique_ptr<models::Model> model = models::create_model(config);
-  const bool inference = flags.on("inference");
-  const std::string export_hf = flags.str("export-hf");
+  RunOptions o;
+  o.inference = flags.on("inference");
+  o.profile = flags.on("profile");
+  o.save = save;
+  o.export_hf = export_hf;
   if (!export_hf.empty()) tools::check_hf_exportable(*model, export_hf);
   tools::CheckpointLoad loaded;
-  if (!load.empty()) loaded = tools::load_checkpoint(load, *model, !inference);
+  if (!load.empty()) loaded = tools::load_checkpoint(load, *model, !o.inference);
   const std::string batch_file = flags.str("batch-file");
   if (!batch_file.empty()) {
     ENGINE_CHECK(model->supports_fixed_batch(), "engine_train: --batch-file: ", config.name,
@@ -224,91 +324,41 @@ int run(int argc, char** argv) {
     engine::CategoryScope input(engine::Category::input);
     std::map<std::string, engine::Tensor> tensors = engine::load_safetensors(batch_file, device);
     model->set_fixed_batch(models::Batch(tensors.begin(), tensors.end()));
+    o.fixed_batch = true;
   }
 
-  std::string out;
-  tools::ProgressBar bar(inference ? "eval" : "training", flags.integer("steps"));
-  auto say = [&out, &bar](const std::string& line) {
-    bar.clear();
-    std::printf("%s\n", line.c_str());
-    std::fflush(stdout);
-    out += line + "\n";
-  };
-  const engine::Ledger& ledger = device->ledger();
-  say(model->summary());
-  say(engine::str("parameters ", model->module().num_parameters(), " (", format_bytes(ledger.live_bytes(engine::Category::param)),
-                  ") | precision ", models::precision_name(model->precision()), " | device ", device->name(), " | arena ", format_bytes(device->capacity()), capacity_note,
-                  type == engine::DeviceType::meta ? " | meta: shapes and allocations only, no arithmetic" : "",
-                  inference ? " | inference: forward only, eval mode" : ""));
-  if (!from_checkpoint.empty()) say("config from the checkpoint (the command line did not give these):" + from_checkpoint);
+  Transcript out(o.inference ? "eval" : "training", flags.integer("steps"));
+  out.say(model->summary());
+  out.say(header_line(*model, *device, capacity_note, o.inference));
+  if (!from_checkpoint.empty()) out.say("config from the checkpoint (the command line did not give these):" + from_checkpoint);
   if (!load.empty())
-    say(loaded.engine_checkpoint
-            ? engine::str("loaded ", load, ": ", loaded.weights, " weights", loaded.optimizer_restored ? ", optimizer state" : "",
-                          ", resuming after step ", loaded.step)
-            : engine::str("loaded ", load, ": ", loaded.weights, " weights (no engine metadata: weights only)"));
+    out.say(loaded.engine_checkpoint
+                ? engine::str("loaded ", load, ": ", loaded.weights, " weights", loaded.optimizer_restored ? ", optimizer state" : "",
+                              ", resuming after step ", loaded.step)
+                : engine::str("loaded ", load, ": ", loaded.weights, " weights (no engine metadata: weights only)"));
 
-  // MFU: the step's model FLOPs (counted by every op, backward included) over its time, over the GPU's
-  // dense peak in the step's precision (fp32 CUDA cores, or the TF32 / BF16 / FP16 tensor cores).
-  double peak_tflops = 0;
-  for (const auto& gpu : tools::gpu_profiles())
-    if (!device->product().empty() && device->product() == gpu.product)
-      peak_tflops = tools::gpu_peak_tflops(gpu, models::precision_name(model->precision()));
-  const int64_t first = loaded.step + 1, last = loaded.step + flags.integer("steps");
-  const bool profile = flags.on("profile");
-  ops::set_kernel_timing(profile);
+  o.first = loaded.step + 1;
+  o.last = loaded.step + flags.integer("steps");
   std::vector<ops::KernelTime> times;
-  double last_ms = 0;
-  for (int64_t step = first; step <= last; step++) {
-    engine::counters().reset();
-    if (profile) ops::take_kernel_times();  // drops the previous step's
-    auto t0 = std::chrono::steady_clock::now();
-    const int64_t skipped_before = model->loss_scaler().skipped;
-    models::StepResult r = inference ? model->eval_step(step) : model->train_step(step);
-    device->synchronize();
-    // A non-finite loss stops training (an fp16 step skipped for overflow is reported below instead), before
-    // anything is saved: the weights it left are not worth a checkpoint.
-    if (!inference && type != engine::DeviceType::meta && !std::isfinite(r.loss) &&
-        model->loss_scaler().skipped == skipped_before)
-      throw engine::Error(non_finite_report(step, r, *model, save, export_hf));
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    last_ms = ms;
-    if (profile) times = ops::take_kernel_times();
-    ledger.check();
-    // "-": meta computes no values; a generation step (--inference of a translation model) computes no loss.
-    std::string loss = type == engine::DeviceType::meta || !r.has_loss ? "-" : format_fixed(r.loss, 4);
-    say(engine::str("step ", step, "/", last, " | loss ", loss, " | ", format_fixed(ms, 1), " ms | ",
-                    type == engine::DeviceType::meta ? std::string("-") : format_fixed(double(r.items) / (ms / 1000.0), 1),
-                    " ", model->item_unit(), "/s | ",
-                    peak_tflops > 0 ? format_fixed(100.0 * engine::counters().flops / (ms * 1e9) / peak_tflops, 1) + "% MFU | "
-                                    : std::string(),
-                    "peak ",
-                    format_bytes(ledger.peak_bytes())));
-    if (!batch_file.empty() && type != engine::DeviceType::meta) {
-      char digits[64];
-      std::snprintf(digits, sizeof digits, "%.10g", r.loss);
-      say(engine::str("  loss ", digits));
-    }
-    for (const std::string& line : r.details) say("  " + line);
-    if (last - first >= 1) bar.update(step - first + 1, engine::str("step ", step));
+  const double last_ms = run_steps(*model, *device, o, out, times);
+  if (o.profile) {
+    out.say("");
+    out.say(type == engine::DeviceType::meta ? work_table() : profile_table(times, last_ms));
   }
-  if (profile) {
-    say("");
-    say(type == engine::DeviceType::meta ? work_table() : profile_table(times, last_ms));
-  }
-  say("");
-  say("## Memory at the peak");
-  say(ledger.peak_table_markdown());
-  if (!flags.str("report").empty()) engine::write_file_atomic(flags.str("report"), out);
+  out.say("");
+  out.say("## Memory at the peak");
+  out.say(device->ledger().peak_table_markdown());
+  if (!flags.str("report").empty()) engine::write_file_atomic(flags.str("report"), out.text());
   if (!flags.str("trace").empty())  // counter tracks per category, phase and module slices (tools/trace_export.h)
-    engine::write_file_atomic(flags.str("trace"), tools::chrome_trace_json(ledger, config.name));
+    engine::write_file_atomic(flags.str("trace"), tools::chrome_trace_json(device->ledger(), config.name));
   if (!save.empty()) {
-    tools::save_checkpoint(save, *model, config, last);
-    std::printf("saved %s after step %lld\n", save.c_str(), (long long)last);
+    tools::save_checkpoint(save, *model, config, o.last);
+    std::printf("saved %s after step %lld\n", save.c_str(), (long long)o.last);
   }
   if (!export_hf.empty()) {
     tools::export_hf(export_hf, *model);
     std::printf("exported %s/model.safetensors and %s/config.json (Hugging Face transformers) after step %lld\n",
-                export_hf.c_str(), export_hf.c_str(), (long long)last);
+                export_hf.c_str(), export_hf.c_str(), (long long)o.last);
   }
   return 0;
 }

@@ -14,22 +14,7 @@ using engine::BlockInfo;
 
 namespace {
 
-struct Event {
-  int64_t seq;
-  bool alloc;
-  const BlockInfo* block;
-};
-
-// Every alloc and free of the history, in the order they happened.
-std::vector<Event> events_of(const std::vector<BlockInfo>& blocks) {
-  std::vector<Event> ev;
-  for (const auto& b : blocks) {
-    ev.push_back({b.alloc_seq, true, &b});
-    if (b.free_seq >= 0) ev.push_back({b.free_seq, false, &b});
-  }
-  std::sort(ev.begin(), ev.end(), [](const Event& a, const Event& b) { return a.seq < b.seq; });
-  return ev;
-}
+using Event = engine::LedgerEvent;
 
 std::string scope_of(const std::string& owner) { return owner.substr(0, owner.find('/')); }
 std::string op_of(const std::string& owner) {
@@ -71,7 +56,7 @@ std::string mib(size_t bytes) {
 
 std::string chrome_trace_json(const engine::Ledger& ledger, const std::string& process, int module_depth) {
   std::vector<BlockInfo> blocks = ledger.history();
-  std::vector<Event> ev = events_of(blocks);
+  std::vector<Event> ev = engine::events_in_order(blocks);
   std::ostringstream os;
   os << "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"time_axis\":\"allocation event number (1 event = 1 us)\"},"
         "\"traceEvents\":[\n";
@@ -172,7 +157,7 @@ PyValue trace_entry(const char* action, int64_t addr, size_t size, int64_t time,
 
 PyValue memory_viz_snapshot(const engine::Ledger& ledger) {
   std::vector<BlockInfo> blocks = ledger.history();
-  std::vector<Event> ev = events_of(blocks);
+  std::vector<Event> ev = engine::events_in_order(blocks);
   size_t arena_end = ledger.high_water();
   for (const auto& b : blocks) arena_end = std::max(arena_end, b.offset + b.rounded);
 

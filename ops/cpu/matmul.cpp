@@ -62,6 +62,18 @@ Shape batch_strides(const Tensor& t, const Shape& batch) {
   return st;
 }
 
+// Where a product's [M, N] block is computed: in place when the output is already the compute type (f32, f64),
+// else in host scratch of the compute type (bf16/f16 are computed in float and rounded once).
+template <typename T, typename A>
+A* output_block(T* out, std::vector<A>& scratch, int64_t elements) {
+  if constexpr (std::is_same_v<T, A>) {
+    return out;
+  } else {
+    scratch.resize(size_t(elements));
+    return scratch.data();
+  }
+}
+
 }  // namespace
 
 void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
@@ -88,17 +100,11 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& 
       MatrixView<T> bm{pb + o[1], K, N, b.strides()[b.dim() - 2], b.strides()[b.dim() - 1]};
       with_eigen_matrix(am, a_scratch, [&](const auto& A_mat) {
         with_eigen_matrix(bm, b_scratch, [&](const auto& B_mat) {
-          if constexpr (std::is_same_v<T, A>) {
-            Eigen::Map<RowMajorMatrix<A>> C(pc, M, N);
-            C.rowwise() = bias_vec;
-            if (K > 0) gemm_add(C, A_mat, B_mat);
-          } else {  // bf16/f16: compute the block in float, round once on the way out
-            c_scratch.resize(size_t(M * N));
-            Eigen::Map<RowMajorMatrix<A>> C(c_scratch.data(), M, N);
-            C.rowwise() = bias_vec;
-            if (K > 0) gemm_add(C, A_mat, B_mat);
+          Eigen::Map<RowMajorMatrix<A>> C(output_block(pc, c_scratch, M * N), M, N);
+          C.rowwise() = bias_vec;
+          if (K > 0) gemm_add(C, A_mat, B_mat);
+          if (static_cast<void*>(C.data()) != static_cast<void*>(pc))  // bf16/f16: round once on the way out
             for (int64_t i = 0; i < M * N; i++) pc[i] = st<T>(c_scratch[size_t(i)]);
-          }
         });
       });
     });

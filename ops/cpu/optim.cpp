@@ -190,7 +190,7 @@ namespace {
 // OpenMP reduction clause combines partial sums in whatever order threads finish).
 template <typename T>
 double squared_norm(const T* px, int64_t n) {
-  const int64_t chunk = 1 << 16;
+  const int64_t chunk = kNormChunk;
   std::vector<double> partial(size_t((n + chunk - 1) / chunk), 0.0);  // host scratch
 #pragma omp parallel for if (partial.size() > 1)
   for (int64_t c = 0; c < int64_t(partial.size()); c++) {

@@ -18,7 +18,6 @@ using engine::Tensor;
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kNormChunk = int64_t(1) << 16;  // elements per partial sum (the CPU's chunk)
 
 // The slots of one update: S pointers, nullptr for a slot this configuration does not use.
 template <typename T, int S> struct Slots { T* p[S > 0 ? S : 1]; };

@@ -100,11 +100,6 @@ TEST(Ledger, ExportsNameEveryCategoryAndPhase) {
   int64_t a = l.on_alloc(0, 256, 256, Category::param, "enc.layer.0.attn/matmul", Phase::setup);
   int64_t b = l.on_alloc(256, 256, 256, Category::activation, "enc.layer.1.attn/softmax", Phase::forward);
   l.on_free(b);
-  std::string trace = l.chrome_trace_json();
-  EXPECT_NE(trace.find("\"traceEvents\""), std::string::npos);
-  EXPECT_NE(trace.find("\"name\":\"param\",\"ph\":\"C\""), std::string::npos);
-  EXPECT_NE(trace.find("\"name\":\"activation\",\"ph\":\"C\""), std::string::npos);
-  EXPECT_NE(trace.find("\"name\":\"forward\",\"ph\":\"X\""), std::string::npos);
   std::string csv = l.events_csv();
   EXPECT_NE(csv.find("free"), std::string::npos);
   std::string md = l.peak_table_markdown(2);
