@@ -5,6 +5,7 @@
 #   make test-cuda    the CUDA tests (GPU machine)
 #   make test-sanitize the cpu suite under AddressSanitizer + UBSan (build-sanitize/)
 #   make fuzz         libFuzzer over every input reader (clang, build-fuzz/)
+#   make format       clang-format over the files changed since main (.clang-format)
 #   make run          the main job (see README.md)
 #   make deps         installs missing build dependencies when run as root (Debian), else says how
 #
@@ -62,7 +63,7 @@ CUDA_TEST_CPP := $(wildcard tests/*/*_cuda_test.cpp) tests/test_main.cpp $(wildc
 CUDA_TEST_OBJ := $(CUDA_TEST_CPP:%.cpp=$(BUILD)/%.o)
 GTEST_LIBS    := -lgtest -lpthread
 
-.PHONY: all test test-cuda test-sanitize fuzz run deps clean
+.PHONY: all test test-cuda test-sanitize fuzz format run deps clean
 .SECONDARY:
 # Build in parallel on every core unless the caller gave -j (use -j1 for readable errors).
 ifeq ($(filter -j%,$(MAKEFLAGS)),)
@@ -156,6 +157,13 @@ fuzz:
 
 $(BUILD)/fuzz_readers: $(BUILD)/tests/fuzz/fuzz_readers.o $(BUILD)/tests/util/hostile_util.o $(TOOL_LIB_OBJ) $(LIB)
 	$(CXX) $(LDFLAGS) -fsanitize=fuzzer $^ -o $@ $(LDLIBS)
+
+# clang-format (.clang-format: the house style) over the C++ and CUDA files changed since main (and new ones).
+format:
+	@command -v clang-format >/dev/null || { echo "make format needs clang-format (Debian: apt-get install clang-format)"; exit 1; }
+	@files=$$( { git diff --name-only main -- '*.cpp' '*.h' '*.cu' '*.cuh'; \
+	             git ls-files --others --exclude-standard -- '*.cpp' '*.h' '*.cu' '*.cuh'; } | sort -u); \
+	  for f in $$files; do [ -f "$$f" ] && echo "clang-format $$f" && clang-format -i "$$f"; done; true
 
 run: all
 	tools/run_main_job.sh $(BUILD)

@@ -21,7 +21,9 @@ void check_input_file(const std::string& path, const char* what, size_t max_byte
   ENGINE_CHECK(stat(path.c_str(), &st) == 0, what, " '", path, "': cannot open it (", std::strerror(errno), ")");
   ENGINE_CHECK(!S_ISDIR(st.st_mode), what, " '", path, "' is a folder; give the file inside it");
   ENGINE_CHECK(S_ISREG(st.st_mode), what, " '", path, "' is not a regular file (",
-               S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "a socket or link",
+               S_ISFIFO(st.st_mode)                         ? "a FIFO"
+               : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                            : "a socket or link",
                "): only regular files are read");
   ENGINE_CHECK(size_t(st.st_size) <= max_bytes, what, " '", path, "' is ", st.st_size, " bytes: more than the ",
                max_bytes, " a ", what, " may have");

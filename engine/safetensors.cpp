@@ -309,7 +309,8 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   // The header: metadata first (with the per-tensor checksums), then the tensors in the order given, their
   // data back to back.
   std::map<std::string, std::string> meta = metadata;
-  ENGINE_CHECK(!meta.count(kChecksumKey), "save_safetensors ", path, ": the metadata key '", kChecksumKey, "' is the engine's");
+  ENGINE_CHECK(!meta.count(kChecksumKey), "save_safetensors ", path, ": the metadata key '", kChecksumKey,
+               "' is the engine's");
   meta[kChecksumKey] = std::string(8 * tensors.size(), '0');
   std::string header = "{";
   {

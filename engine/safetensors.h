@@ -13,7 +13,8 @@
 // crash leaves either the old file or the new one, never half of one. Each file this engine writes carries a
 // CRC-32 (zlib) of every tensor's bytes in its metadata ("engine.crc32": 8 hex digits per tensor, in data
 // order); loading checks it, so a flipped byte is an error, not a silently different weight (files of other
-// writers have none; read_safetensors_metadata leaves the key out). Loading validates the whole header against the file size
+// writers have none; read_safetensors_metadata leaves the key out). Loading validates the whole header against the
+// file size
 // before it allocates anything, and every error names the file and what is wrong (bad JSON with its byte
 // position, unknown dtype, offsets out of range, overlapping or leaving gaps, size mismatch, duplicate
 // names, truncated file). Loaded tensors are allocated in the order of their data, with the category of

@@ -173,6 +173,24 @@ std::shared_ptr<Node> record(const char* name, const std::vector<Tensor>& inputs
   return node;
 }
 
+std::shared_ptr<Node> record_optional(const char* name, const std::vector<Tensor>& inputs,
+                                      const std::vector<Tensor>& results, const std::vector<Tensor>& saved,
+                                      Node::Rule rule) {
+  std::vector<Tensor> outputs;
+  std::vector<int> slot(results.size(), -1);  // the node output that holds results[k], or -1
+  for (size_t k = 0; k < results.size(); k++)
+    if (results[k].defined()) {
+      slot[k] = int(outputs.size());
+      outputs.push_back(results[k]);
+    }
+  return record(name, inputs, outputs, saved, [slot, rule](Node& n, const std::vector<Tensor>& h) {
+    std::vector<Tensor> upstream(slot.size());
+    for (size_t k = 0; k < slot.size(); k++)
+      if (slot[k] >= 0) upstream[k] = h[size_t(slot[k])];
+    return rule(n, upstream);
+  });
+}
+
 // ---------------------------------------------------------------------------------------------------
 // The backward pass
 
@@ -228,7 +246,7 @@ class BackwardPass {
       std::vector<Tensor> grads = std::move(buffers_[node]);
       buffers_.erase(node);
       grads.resize(std::max<size_t>(node->outputs.size(), 1));
-      if (auto* acc = dynamic_cast<AccumulateGrad*>(node)) reach_leaf(*acc, grads[0]);
+      if (auto* acc = dynamic_cast<AccumulateGrad*>(node)) reach_leaf(*acc, grads);
       else run_node(node, grads);
     }
     return std::move(captured_);
@@ -300,16 +318,17 @@ class BackwardPass {
     buf[size_t(slot)] = buf[size_t(slot)].defined() ? ops::add(buf[size_t(slot)], g) : g;
   }
 
-  // A leaf's gradient: captured for grad(), accumulated into .grad for backward().
-  void reach_leaf(AccumulateGrad& acc, const Tensor& g) {
+  // A leaf's gradient: captured for grad(), accumulated into .grad for backward(). `grads` is handed over as
+  // it is: when it holds the only reference, AccumulateGrad takes the block over instead of copying it.
+  void reach_leaf(AccumulateGrad& acc, const std::vector<Tensor>& grads) {
     auto leaf = acc.leaf.lock();
     if (o_.capture && leaf && capture_leaf_.count(leaf.get())) {
       Tensor& c = captured_[capture_leaf_[leaf.get()]];
-      c = c.defined() ? ops::add(c, g) : g;
+      c = c.defined() ? ops::add(c, grads[0]) : grads[0];
     } else if (o_.accumulate) {
       engine::context().op = nullptr;
       engine::CategoryScope cs(Category::grad);
-      acc.apply({g});
+      acc.apply(grads);
     }
   }
 

@@ -47,6 +47,13 @@ std::shared_ptr<Node> record(const char* name, const std::vector<Tensor>& inputs
                              const std::vector<Tensor>& outputs, const std::vector<Tensor>& saved,
                              Node::Rule rule);
 
+// The same for an op whose results are optional (a backward op's dx, dweight, dbias, each computed only when
+// asked for): the defined ones become the node's outputs, and `rule` receives the upstream gradient of every
+// result by its position in `results` (undefined for a result that was not computed).
+std::shared_ptr<Node> record_optional(const char* name, const std::vector<Tensor>& inputs,
+                                      const std::vector<Tensor>& results, const std::vector<Tensor>& saved,
+                                      Node::Rule rule);
+
 // Accumulates d(roots)/d(leaves) into leaf.grad. grad_roots default to ones for one-element roots.
 void backward(const Tensor& root, const Tensor& grad_root = Tensor(), bool create_graph = false,
               bool retain_graph = false);

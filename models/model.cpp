@@ -8,7 +8,7 @@
 #include "engine/format.h"
 #include "graph/autograd.h"
 #include "ops/elementwise.h"
-#include "ops/optim.h"
+#include "ops/optimizer.h"
 #ifdef ENGINE_CUDA
 #include "engine/cuda/runtime.h"
 #endif
@@ -56,7 +56,8 @@ Tensor Model::batch_loss(const Batch& batch) {
     return loss(batch);
   } catch (const std::out_of_range&) {  // std::map::at: the model read a name the batch file lacks
     std::string names;
-    for (const auto& [name, t] : batch) names += (names.empty() ? "" : ", ") + name + " " + engine::shape_str(t.shape());
+    for (const auto& [name, t] : batch)
+      names += (names.empty() ? "" : ", ") + name + " " + engine::shape_str(t.shape());
     throw engine::Error(engine::str("the fixed batch lacks a tensor the model reads; it holds: ", names,
                                     ". Write the names and shapes the model's own batches have (see its make_batch)"));
   }

@@ -16,7 +16,7 @@
 #include "graph/module.h"
 #include "models/precision.h"
 #include "ops/lr_schedule.h"
-#include "ops/optim.h"
+#include "ops/optimizer.h"
 
 namespace models {
 

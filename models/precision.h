@@ -23,7 +23,7 @@
 
 #include "engine/dtype.h"
 #include "graph/module.h"
-#include "ops/optim.h"
+#include "ops/optimizer.h"
 
 namespace models {
 

@@ -21,19 +21,29 @@ const std::vector<ModelEntry>& registry() {
   static const std::vector<ModelEntry> table = {
       {"transformer_lm", "decoder-only Transformer language model (GPT-2 shapes; sizes tiny, small, medium)",
        [](const ModelConfig& c) { return std::unique_ptr<Model>(new TransformerLM(c)); }},
-      {"bert_base", "BERT-Base masked-LM + next-sentence pretraining (sizes base, large, tiny)", [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertPretraining(c)); }},
-      {"bert_squad", "BERT fine-tuning for SQuAD 1.1 span prediction (sizes base, large, tiny)", [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertSquad(c)); }},
+      {"bert_base", "BERT-Base masked-LM + next-sentence pretraining (sizes base, large, tiny)",
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertPretraining(c)); }},
+      {"bert_squad", "BERT fine-tuning for SQuAD 1.1 span prediction (sizes base, large, tiny)",
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertSquad(c)); }},
       {"mtdnn", "MT-DNN: BERT-Large with SAN/linear heads, multi-task GLUE fine-tuning (--task one or a list)",
        [](const ModelConfig& c) { return std::unique_ptr<Model>(new mtdnn::Mtdnn(c)); }},
-      {"transformer_big", "fairseq's Transformer Big for WMT16 en-de (6+6 layers, d 1024; batches in --tokens; sizes big, tiny)",
+      {"transformer_big",
+       "fairseq's Transformer Big for WMT16 en-de (6+6 layers, d 1024; batches in --tokens; sizes big, tiny)",
        [](const ModelConfig& c) { return std::unique_ptr<Model>(new translation::TransformerBig(c)); }},
-      {"unsupmt", "XLM unsupervised MT en-fr: AE per language + greedy back-translation per direction (sizes big, tiny)",
+      {"unsupmt",
+       "XLM unsupervised MT en-fr: AE per language + greedy back-translation per direction (sizes big, tiny)",
        [](const ModelConfig& c) { return std::unique_ptr<Model>(new translation::UnsupMT(c)); }},
-      {"convs2s", "fairseq's fconv_wmt_en_de for WMT14 en-de (15+15 gated conv layers, weight norm, NAG; batches in --tokens; sizes wmt, tiny)",
+      {"convs2s",
+       "fairseq's fconv_wmt_en_de for WMT14 en-de (15+15 gated conv layers, weight norm, NAG; batches in --tokens; "
+       "sizes wmt, tiny)",
        [](const ModelConfig& c) { return std::unique_ptr<Model>(new convs2s::Convs2s(c)); }},
-      {"deeplabv3", "DeepLabv3 on PASCAL VOC 513x513: ResNet-101 output stride 16 (multi-grid 1/2/4), ASPP 6/12/18 + image pooling, 21 classes (sizes voc, torchvision, tiny)",
+      {"deeplabv3",
+       "DeepLabv3 on PASCAL VOC 513x513: ResNet-101 output stride 16 (multi-grid 1/2/4), ASPP 6/12/18 + image pooling, "
+       "21 classes (sizes voc, torchvision, tiny)",
        [](const ModelConfig& c) { return std::unique_ptr<Model>(new vision::DeepLabV3(c)); }},
-      {"yolov3", "YOLOv3 on MSCOCO 608x608: Darknet-53 + 3 YOLO scales (19/38/76), 9 anchors, 80 classes, darknet's loss with on-device targets from 100 box slots (sizes coco, tiny)",
+      {"yolov3",
+       "YOLOv3 on MSCOCO 608x608: Darknet-53 + 3 YOLO scales (19/38/76), 9 anchors, 80 classes, darknet's loss with "
+       "on-device targets from 100 box slots (sizes coco, tiny)",
        [](const ModelConfig& c) { return std::unique_ptr<Model>(new vision::YoloV3(c)); }},
   };
   return table;
@@ -63,8 +73,9 @@ void check_sizes(const ModelConfig& c) {
   check("seq", c.seq, kMaxSeq);
   check("tokens", c.tokens, kMaxTokens);
   const int64_t tokens = std::max<int64_t>(c.batch, 1) * (c.seq > 0 ? c.seq : kDefaultSeqBound);
-  ENGINE_CHECK(tokens <= kMaxTokens, "--batch ", c.batch, " x --seq ", c.seq > 0 ? std::to_string(c.seq) : "(default, up to 1024)",
-               " = ", tokens, " tokens per step: at most ", kMaxTokens, "; a larger step could not fit any arena");
+  ENGINE_CHECK(tokens <= kMaxTokens, "--batch ", c.batch, " x --seq ",
+               c.seq > 0 ? std::to_string(c.seq) : "(default, up to 1024)", " = ", tokens, " tokens per step: at most ",
+               kMaxTokens, "; a larger step could not fit any arena");
 }
 
 }  // namespace

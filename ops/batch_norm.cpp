@@ -10,6 +10,7 @@
 #include "ops/cuda/batch_norm.h"
 #endif
 #include "ops/elementwise.h"
+#include "ops/norm.h"
 #include "ops/op.h"
 #include "ops/reduce.h"
 
@@ -68,47 +69,18 @@ Grads batch_norm_double_backward(Node& n, const Tensor& hx, const Tensor& hw, co
   Tensor g = n.saved(0), x = n.saved(1);
   Tensor w = has_weight ? n.saved(2) : Tensor();
   const std::vector<int64_t> rows = row_dims(x);
-  const double M = double(x.numel() / x.size(-1));
-  auto col_mean = [&](const Tensor& t) { return mean(t, rows, true); };  // [1, ..., 1, C]
   Tensor r, xhat;
   if (batch_stats) {
-    Tensor xc = sub(x, col_mean(x));
-    r = rsqrt(add(col_mean(mul(xc, xc)), eps));
+    Tensor xc = sub(x, mean(x, rows, true));  // [1, ..., 1, C] statistics
+    r = rsqrt(add(mean(mul(xc, xc), rows, true), eps));
     xhat = mul(xc, r);
   } else {
     const size_t k = has_weight ? 3 : 2;
     r = to(n.saved(k + 1), x.dtype());
     xhat = mul(sub(x, to(n.saved(k), x.dtype())), r);
   }
-  Tensor a = w.defined() ? mul(g, w) : g;
-  auto project = [&](const Tensor& v) { return sub(sub(v, col_mean(v)), mul(xhat, col_mean(mul(v, xhat)))); };
-
-  Tensor dg, dx, dw;
-  Tensor r_p_hx = hx.defined() ? mul(r, batch_stats ? project(hx) : hx) : Tensor();
-  if (n.needs_input_grad(0)) {
-    if (r_p_hx.defined()) dg = w.defined() ? mul(r_p_hx, w) : r_p_hx;
-    if (hw.defined()) dg = dg.defined() ? add(dg, mul(hw, xhat)) : mul(hw, xhat);
-    if (hb.defined()) dg = dg.defined() ? add(dg, hb) : contiguous(broadcast_to(hb, g.shape()));
-  }
-  if (n.needs_input_grad(2) && r_p_hx.defined()) dw = sum_to(mul(g, r_p_hx), w.shape());
-  if (n.needs_input_grad(1)) {
-    if (!batch_stats) {
-      if (hw.defined()) dx = mul(mul(hw, g), r);
-    } else {
-      Tensor u = hw.defined() ? mul(hw, g) : Tensor();
-      if (hx.defined()) {
-        Tensor via_xhat = neg(mul(r, add(mul(hx, col_mean(mul(a, xhat))), mul(a, col_mean(mul(hx, xhat))))));
-        u = u.defined() ? add(u, via_xhat) : via_xhat;
-      }
-      if (u.defined()) dx = mul(r, project(u));
-      if (hx.defined()) {
-        Tensor dl2_dr = sum(mul(hx, project(a)), rows, true);  // [1, ..., 1, C]
-        Tensor via_r = mul(mul(dl2_dr, mul(r, r)), mul(xhat, -1.0 / M));
-        dx = dx.defined() ? add(dx, via_r) : via_r;
-      }
-    }
-  }
-  return {dg, dx, dw};
+  return normalization_double_backward(g, w, r, xhat, rows, double(x.numel() / x.size(-1)), batch_stats, hx, hw, hb,
+                                       {n.needs_input_grad(0), n.needs_input_grad(1), n.needs_input_grad(2)});
 }
 
 }  // namespace
@@ -204,24 +176,18 @@ BatchNormGrads batch_norm_backward(const Tensor& g_in, const Tensor& x_in, const
   Tensor workspace;
   if (output_mask[1] || output_mask[2] || (output_mask[0] && batch_stats))
     workspace = new_empty(x, {chunks, 2, C}, stats_dtype(x));
-  run_kernel(name, x,
-             [&] { cpu::batch_norm_backward(g, x, weight, mean, invstd, batch_stats, chunks, out.dx, out.dweight, out.dbias); },
-             CUDA_KERNEL(cuda::batch_norm_backward(g, x, weight, mean, invstd, batch_stats, out.dx, out.dweight,
-                                                   out.dbias, workspace)));
+  run_kernel(
+      name, x,
+      [&] {
+        cpu::batch_norm_backward(g, x, weight, mean, invstd, batch_stats, chunks, out.dx, out.dweight, out.dbias);
+      },
+      CUDA_KERNEL(cuda::batch_norm_backward(g, x, weight, mean, invstd, batch_stats, out.dx, out.dweight, out.dbias,
+                                            workspace)));
   workspace = Tensor();
   engine::count_op(name, 11.0 * double(x.numel()),
                    double(g.nbytes() + x.nbytes() + (out.dx.defined() ? g.nbytes() + x.nbytes() + x.nbytes() : 0)));
 
-  if (graph::any_requires_grad({g, x, weight})) {
-    // One node for the three outputs; slot[k] = the node output that holds dx, dweight, dbias (or -1).
-    std::vector<Tensor> outputs;
-    std::array<int, 3> slot{-1, -1, -1};
-    const Tensor* results[3] = {&out.dx, &out.dweight, &out.dbias};
-    for (int k = 0; k < 3; k++)
-      if (results[k]->defined()) {
-        slot[k] = int(outputs.size());
-        outputs.push_back(*results[k]);
-      }
+  if (graph::any_requires_grad({g, x, weight})) {  // one node for dx, dweight, dbias
     std::vector<Tensor> saved = {g, x};
     if (weight.defined()) saved.push_back(weight);
     if (!batch_stats) {  // constants of the rule; with batch statistics it recomputes them from x
@@ -229,12 +195,10 @@ BatchNormGrads batch_norm_backward(const Tensor& g_in, const Tensor& x_in, const
       saved.push_back(invstd);
     }
     const bool has_weight = weight.defined();
-    graph::record(name, {g, x, weight}, outputs, saved,
-                  [slot, eps, has_weight, batch_stats](Node& n, const Grads& h) -> Grads {
-                    auto upstream = [&](int k) { return slot[k] >= 0 ? h[size_t(slot[k])] : Tensor(); };
-                    return batch_norm_double_backward(n, upstream(0), upstream(1), upstream(2), eps, has_weight,
-                                                      batch_stats);
-                  });
+    graph::record_optional(name, {g, x, weight}, {out.dx, out.dweight, out.dbias}, saved,
+                           [eps, has_weight, batch_stats](Node& n, const Grads& h) -> Grads {
+                             return batch_norm_double_backward(n, h[0], h[1], h[2], eps, has_weight, batch_stats);
+                           });
   }
   return out;
 }

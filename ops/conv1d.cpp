@@ -44,8 +44,9 @@ Tensor conv1d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias, i
   check_same_dtype("conv1d", x_in, weight_in);
   check_same_device("conv1d", x_in, weight_in);
   check_pads("conv1d", pad_left, pad_right);
-  ENGINE_CHECK(weight_in.dim() == 3 && weight_in.size(1) == x_in.size(2), "conv1d: weight must be [K, Cin, Cout] with Cin = ",
-               x_in.size(2), " (x ", engine::shape_str(x_in.shape()), "), got ", engine::shape_str(weight_in.shape()));
+  ENGINE_CHECK(weight_in.dim() == 3 && weight_in.size(1) == x_in.size(2),
+               "conv1d: weight must be [K, Cin, Cout] with Cin = ", x_in.size(2), " (x ",
+               engine::shape_str(x_in.shape()), "), got ", engine::shape_str(weight_in.shape()));
   const int64_t B = x_in.size(0), T = x_in.size(1), Cin = x_in.size(2);
   const int64_t K = weight_in.size(0), Cout = weight_in.size(2), To = T + pad_left + pad_right - K + 1;
   ENGINE_CHECK(K >= 1 && To >= 1, "conv1d: kernel size ", K, " with paddings (", pad_left, ", ", pad_right,
@@ -92,8 +93,9 @@ Tensor conv1d_backward_input(const Tensor& g_in, const Tensor& weight_in, int64_
   check_same_dtype("conv1d_backward_input", g_in, weight_in);
   check_same_device("conv1d_backward_input", g_in, weight_in);
   check_pads("conv1d_backward_input", pad_left, pad_right);
-  ENGINE_CHECK(weight_in.dim() == 3 && weight_in.size(2) == g_in.size(2), "conv1d_backward_input: weight must be [K, Cin, Cout] with Cout = ",
-               g_in.size(2), " (g ", engine::shape_str(g_in.shape()), "), got ", engine::shape_str(weight_in.shape()));
+  ENGINE_CHECK(weight_in.dim() == 3 && weight_in.size(2) == g_in.size(2),
+               "conv1d_backward_input: weight must be [K, Cin, Cout] with Cout = ", g_in.size(2), " (g ",
+               engine::shape_str(g_in.shape()), "), got ", engine::shape_str(weight_in.shape()));
   const int64_t B = g_in.size(0), To = g_in.size(1), Cout = g_in.size(2);
   const int64_t K = weight_in.size(0), Cin = weight_in.size(1), T = To - pad_left - pad_right + K - 1;
   ENGINE_CHECK(T >= 1, "conv1d_backward_input: g ", engine::shape_str(g_in.shape()), " with kernel ", K,

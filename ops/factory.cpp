@@ -83,8 +83,8 @@ Tensor to_device(const Tensor& t, DevicePtr device) {
   Tensor out = Tensor::empty(src.shape(), src.dtype(), or_default(device));
   if (src.is_meta() || out.is_meta()) return out;
   std::vector<char> host(src.nbytes());
-  src.device().copy_to_host(host.data(), src.storage()->block.offset + size_t(src.offset()) * engine::dtype_size(src.dtype()),
-                            host.size());
+  src.device().copy_to_host(
+      host.data(), src.storage()->block.offset + size_t(src.offset()) * engine::dtype_size(src.dtype()), host.size());
   out.copy_from_host(host.data(), host.size());
   return out;
 }

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 
+#include "engine/rng.h"  // ENGINE_HD
 #include "engine/tensor.h"
 
 namespace ops {
@@ -14,6 +15,16 @@ struct ImageDims {
 
 inline ImageDims image_dims(const engine::Tensor& input, const engine::Tensor& output) {
   return {input.size(0), input.size(1), input.size(2), input.size(3), output.size(1), output.size(2)};
+}
+
+// Element i of a contiguous [N, rows, cols, C] tensor as (n, row, col, c): the one-thread-per-element kernels'
+// decode of the output ([N, Ho, Wo, C]) or of the input ([N, H, W, C]).
+struct PixelIndex {
+  int64_t n, h, w, c;
+};
+ENGINE_HD PixelIndex pixel_of(int64_t i, int64_t rows, int64_t cols, int64_t C) {
+  const int64_t pix = i / C;
+  return {pix / (cols * rows), pix / cols % rows, pix % cols, i % C};
 }
 
 }  // namespace ops

@@ -92,7 +92,8 @@ DarknetSteps::DarknetSteps(double base, int64_t burn_in, double power, std::vect
   ENGINE_CHECK(steps_.size() == scales_.size(), "darknet steps lr: ", steps_.size(), " steps but ", scales_.size(),
                " scales: give one scale per step");
   for (size_t i = 1; i < steps_.size(); i++)
-    ENGINE_CHECK(steps_[i] > steps_[i - 1], "darknet steps lr: steps must increase, got ", steps_[i - 1], " then ", steps_[i]);
+    ENGINE_CHECK(steps_[i] > steps_[i - 1], "darknet steps lr: steps must increase, got ", steps_[i - 1], " then ",
+                 steps_[i]);
 }
 
 double DarknetSteps::lr(int64_t step) const {

@@ -16,7 +16,8 @@
 // non-contiguous x in linear is copied once (an op-level temporary, identical on every device) because its
 // leading dimensions must be flattened. A batched operand whose batch dimensions cannot be walked with one
 // stride (attention's [B, H, L, D] head views of [B, L, H*D]) is also copied (a kernel temporary, not
-// saved: backward keeps the view), so the GPU runs the whole batch as one strided-batched GEMM. bf16/f16 blocks are converted to float and multiplied with Eigen's
+// saved: backward keeps the view), so the GPU runs the whole batch as one strided-batched GEMM. bf16/f16 blocks are
+// converted to float and multiplied with Eigen's
 // float GEMM (the reference for the tensor-core kernels, not a fast path).
 //
 // Backward (engine ops, so double backward works):

@@ -42,40 +42,48 @@ Grads layer_norm_double_backward(Node& n, const Tensor& hx, const Tensor& hw, co
                                  bool has_weight) {
   Tensor g = n.saved(0), x = n.saved(1);
   Tensor w = has_weight ? n.saved(2) : Tensor();
-  const double C = double(x.size(-1));
-  auto row_mean = [](const Tensor& t) { return mean(t, {-1}, true); };  // [..., 1]
   // Statistics recomputed with ops, so that this rule is itself differentiable in x.
-  Tensor xc = sub(x, row_mean(x));
-  Tensor r = rsqrt(add(row_mean(mul(xc, xc)), eps));  // [..., 1]
-  Tensor xhat = mul(xc, r);
-  Tensor a = w.defined() ? mul(g, w) : g;
-  auto project = [&](const Tensor& v) { return sub(sub(v, row_mean(v)), mul(xhat, row_mean(mul(v, xhat)))); };
+  Tensor xc = sub(x, mean(x, {-1}, true));
+  Tensor r = rsqrt(add(mean(mul(xc, xc), {-1}, true), eps));  // [..., 1]
+  return normalization_double_backward(g, w, r, mul(xc, r), {-1}, double(x.size(-1)), true, hx, hw, hb,
+                                       {n.needs_input_grad(0), n.needs_input_grad(1), n.needs_input_grad(2)});
+}
 
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+Grads normalization_double_backward(const Tensor& g, const Tensor& w, const Tensor& r, const Tensor& xhat,
+                                    const std::vector<int64_t>& dims, double count, bool stats_of_x, const Tensor& hx,
+                                    const Tensor& hw, const Tensor& hb, std::array<bool, 3> needs) {
+  auto stat_mean = [&](const Tensor& t) { return mean(t, dims, true); };  // one value per statistic
+  Tensor a = w.defined() ? mul(g, w) : g;
+  // P(v) = v - mean(v) - xhat mean(v xhat): dx = r P(a) when the statistics depend on x (P is self-adjoint).
+  auto project = [&](const Tensor& v) { return sub(sub(v, stat_mean(v)), mul(xhat, stat_mean(mul(v, xhat)))); };
   Tensor dg, dx, dw;
-  Tensor r_p_hx = hx.defined() ? mul(r, project(hx)) : Tensor();
-  if (n.needs_input_grad(0)) {
+  Tensor r_p_hx = hx.defined() ? mul(r, stats_of_x ? project(hx) : hx) : Tensor();
+  if (needs[0]) {
     if (r_p_hx.defined()) dg = w.defined() ? mul(r_p_hx, w) : r_p_hx;
     if (hw.defined()) dg = dg.defined() ? add(dg, mul(hw, xhat)) : mul(hw, xhat);
     if (hb.defined()) dg = dg.defined() ? add(dg, hb) : contiguous(broadcast_to(hb, g.shape()));
   }
-  if (n.needs_input_grad(2) && r_p_hx.defined()) dw = sum_to(mul(g, r_p_hx), w.shape());
-  if (n.needs_input_grad(1)) {
+  if (needs[2] && r_p_hx.defined()) dw = sum_to(mul(g, r_p_hx), w.shape());
+  if (needs[1] && !stats_of_x) {  // dx = r a: only dweight's xhat depends on x
+    if (hw.defined()) dx = mul(mul(hw, g), r);
+  } else if (needs[1]) {
     Tensor u = hw.defined() ? mul(hw, g) : Tensor();
     if (hx.defined()) {
-      Tensor via_xhat = neg(mul(r, add(mul(hx, row_mean(mul(a, xhat))), mul(a, row_mean(mul(hx, xhat))))));
+      Tensor via_xhat = neg(mul(r, add(mul(hx, stat_mean(mul(a, xhat))), mul(a, stat_mean(mul(hx, xhat))))));
       u = u.defined() ? add(u, via_xhat) : via_xhat;
     }
     if (u.defined()) dx = mul(r, project(u));
     if (hx.defined()) {
-      Tensor dl2_dr = sum(mul(hx, project(a)), {-1}, true);  // [..., 1]
-      Tensor via_r = mul(mul(dl2_dr, mul(r, r)), mul(xhat, -1.0 / C));
+      Tensor dl2_dr = sum(mul(hx, project(a)), dims, true);
+      Tensor via_r = mul(mul(dl2_dr, mul(r, r)), mul(xhat, -1.0 / count));
       dx = dx.defined() ? add(dx, via_r) : via_r;
     }
   }
   return {dg, dx, dw};
 }
-
-}  // namespace
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   OpScope scope("layer_norm");
@@ -132,29 +140,21 @@ LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tenso
   // of the row count (never of the GPU), allocated on every device so that meta predicts cuda exactly.
   Tensor workspace;
   if (output_mask[1] || output_mask[2]) workspace = new_empty(x, {column_sum_chunks(rows), 2, C}, stats_dtype(x));
-  run_kernel(name, x, [&] { cpu::layer_norm_backward(g, x, weight, mean, rstd, out.dx, out.dweight, out.dbias); },
-             CUDA_KERNEL(cuda::layer_norm_backward(g, x, weight, mean, rstd, out.dx, out.dweight, out.dbias, workspace)));
+  run_kernel(
+      name, x, [&] { cpu::layer_norm_backward(g, x, weight, mean, rstd, out.dx, out.dweight, out.dbias); },
+      CUDA_KERNEL(cuda::layer_norm_backward(g, x, weight, mean, rstd, out.dx, out.dweight, out.dbias, workspace)));
   workspace = Tensor();
   engine::count_op(name, 10.0 * double(x.numel()),
                    double(g.nbytes() + x.nbytes() + (out.dx.defined() ? x.nbytes() : 0)));
 
-  if (graph::any_requires_grad({g, x, weight})) {
-    // One node for the three outputs; slot[k] = the node output that holds dx, dweight, dbias (or -1).
-    std::vector<Tensor> outputs;
-    std::array<int, 3> slot{-1, -1, -1};
-    const Tensor* results[3] = {&out.dx, &out.dweight, &out.dbias};
-    for (int k = 0; k < 3; k++)
-      if (results[k]->defined()) {
-        slot[k] = int(outputs.size());
-        outputs.push_back(*results[k]);
-      }
+  if (graph::any_requires_grad({g, x, weight})) {  // one node for dx, dweight, dbias
     std::vector<Tensor> saved = {g, x};
     if (weight.defined()) saved.push_back(weight);
-    bool has_weight = weight.defined();
-    graph::record(name, {g, x, weight}, outputs, saved, [slot, eps, has_weight](Node& n, const Grads& h) -> Grads {
-      auto upstream = [&](int k) { return slot[k] >= 0 ? h[size_t(slot[k])] : Tensor(); };
-      return layer_norm_double_backward(n, upstream(0), upstream(1), upstream(2), eps, has_weight);
-    });
+    const bool has_weight = weight.defined();
+    graph::record_optional(name, {g, x, weight}, {out.dx, out.dweight, out.dbias}, saved,
+                           [eps, has_weight](Node& n, const Grads& h) -> Grads {
+                             return layer_norm_double_backward(n, h[0], h[1], h[2], eps, has_weight);
+                           });
   }
   return out;
 }

@@ -16,6 +16,7 @@
 // (not from the saved f32 statistics), so it is differentiable in x again, to any order.
 #pragma once
 #include <array>
+#include <vector>
 
 #include "engine/tensor.h"
 
@@ -32,5 +33,16 @@ struct LayerNormGrads {
 // output_mask = {dx, dweight, dbias}: which gradients to compute (dweight needs a weight).
 LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                    const Tensor& rstd, double eps, std::array<bool, 3> output_mask);
+
+// The double backward of a normalization's backward op, shared by layer norm (statistics over the last
+// dimension of each row) and batch norm (over the rows of each channel, or running statistics that do not
+// depend on x), written with ops so that it is itself differentiable (ops/norm.cpp derives it). g, w: the
+// saved upstream gradient and weight (w may be undefined); r, xhat: 1/sigma and the normalized x; `dims`: the
+// dimensions one statistic reduces over, `count` values each; hx, hw, hb: the upstream gradients of dx,
+// dweight, dbias; `needs`: which of (g, x, weight) need a gradient. Returns {dg, dx, dweight}.
+std::vector<Tensor> normalization_double_backward(const Tensor& g, const Tensor& w, const Tensor& r,
+                                                  const Tensor& xhat, const std::vector<int64_t>& dims, double count,
+                                                  bool stats_of_x, const Tensor& hx, const Tensor& hw,
+                                                  const Tensor& hb, std::array<bool, 3> needs);
 
 }  // namespace ops

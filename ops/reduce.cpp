@@ -72,7 +72,8 @@ Tensor reduce_sum(const char* name, const Tensor& x, const std::vector<int64_t>&
     const int64_t splits = sum_splits(x, mask, out.numel());
     Tensor partials;  // [splits, outputs] workspace of the GPU kernel, freed with this scope
     if (splits > 1) partials = new_empty(x, {splits, out.numel()}, x.dtype() == DType::f64 ? DType::f64 : DType::f32);
-    run_kernel(name, out, [&] { cpu::sum(x, mask, scale, out); }, CUDA_KERNEL(cuda::sum(x, mask, scale, out, partials)));
+    run_kernel(
+        name, out, [&] { cpu::sum(x, mask, scale, out); }, CUDA_KERNEL(cuda::sum(x, mask, scale, out, partials)));
   }
   engine::count_op(name, double(x.numel()), double(x.nbytes() + out.nbytes()));
   if (!keepdim) out = reshape(out, dropped_shape(x.shape(), mask));

@@ -1,4 +1,4 @@
-// bench_lambda.cpp: reading lambda2020.csv, running every model on every card, and the four reports.
+// bench_lambda.cpp: running every model on every card of the 2020 study (the reports: bench_lambda_report.cpp).
 #include "tools/bench_lambda.h"
 
 #include <algorithm>
@@ -19,48 +19,7 @@ namespace tools {
 
 using engine::str;
 
-// ---------------------------------------------------------------------------------------------------
-// The study's models and their registry names: the one place where the two name spaces meet.
-
-const std::vector<StudyModel>& study_models() {
-  static const std::vector<StudyModel> table = {
-      //  lambda2020.csv     registry           seq (0: default)
-      {"nasnet_large", "nasnet_large", 0},
-      {"deeplabv3", "deeplabv3", 0},
-      {"yolov3", "yolov3", 0},
-      {"pix2pixhd", "pix2pixhd", 0},
-      {"stylegan", "stylegan", 0},
-      {"maskrcnn", "maskrcnn", 0},
-      {"transformer_big", "transformer_big", 0},
-      {"convs2s", "convs2s", 0},
-      {"unsupmt", "unsupmt", 0},
-      {"bert_base", "bert_base", 128},   // pretraining phase 1 length
-      {"bert_squad", "bert_squad", 384},  // run_squad's max_seq_length
-      {"mtdnn", "mtdnn", 512},
-  };
-  return table;
-}
-
-// ---------------------------------------------------------------------------------------------------
-// lambda2020.csv
-
 namespace {
-
-std::vector<std::string> split_csv(const std::string& line) {
-  std::vector<std::string> out;
-  std::string cell;
-  std::istringstream is(line);
-  while (std::getline(is, cell, ',')) out.push_back(cell);
-  if (!line.empty() && line.back() == ',') out.push_back("");
-  return out;
-}
-
-double number_at(const std::string& s, const std::string& path, int line, const std::string& column) {
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  ENGINE_CHECK(!s.empty() && *end == 0, path, ":", line, ": column '", column, "' should be a number, got '", s, "'");
-  return v;
-}
 
 bool registered(const std::string& name) {
   for (const auto& e : models::registry())
@@ -76,74 +35,7 @@ std::string short_unit(const std::string& study_unit) {
   return study_unit;
 }
 
-
 }  // namespace
-
-const Study2020Row* Study2020::find(const std::string& model) const {
-  for (const auto& r : rows)
-    if (r.model == model) return &r;
-  return nullptr;
-}
-
-Study2020 read_study2020(const std::string& path) {
-  std::string text;
-  try {
-    text = engine::read_file(path, "study table", 64 * engine::kMiB);
-  } catch (const engine::Error& e) {
-    throw engine::Error(engine::str("cannot read the 2020 study's table '", path, "': ", e.what(),
-                                    " (give a lambda2020.csv-style file with --study, or leave --study out for the "
-                                    "built-in table)"));
-  }
-  return parse_study2020(text, path);
-}
-
-extern const char kStudy2020Csv[];  // generated from tools/data/lambda2020.csv by the Makefile
-
-Study2020 builtin_study2020() { return parse_study2020(kStudy2020Csv, "tools/data/lambda2020.csv (built in)"); }
-
-Study2020 parse_study2020(const std::string& text, const std::string& path) {
-  std::istringstream f(text);
-  Study2020 s;
-  std::vector<std::string> header;
-  size_t first_gpu = 0, throughput_unit = 0;
-  std::string line;
-  for (int n = 1; std::getline(f, line); n++) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty() || line[0] == '#') continue;
-    std::vector<std::string> cells = split_csv(line);
-    if (header.empty()) {
-      header = cells;
-      auto at = [&](const char* name) {
-        auto it = std::find(header.begin(), header.end(), name);
-        ENGINE_CHECK(it != header.end(), path, ":", n, ": the header has no column '", name, "'");
-        return size_t(it - header.begin());
-      };
-      ENGINE_CHECK(at("model") == 0, path, ":", n, ": the first column must be 'model'");
-      first_gpu = at("batch_unit") + 1;
-      throughput_unit = at("throughput_unit");
-      s.gpus.assign(header.begin() + long(first_gpu), header.begin() + long(throughput_unit));
-      ENGINE_CHECK(!s.gpus.empty() && header.size() == throughput_unit + 1 + s.gpus.size(), path, ":", n,
-                   ": expected a batch column and a t_ column per card");
-      continue;
-    }
-    ENGINE_CHECK(cells.size() == header.size(), path, ":", n, ": ", cells.size(), " columns, the header has ",
-                 header.size());
-    Study2020Row r;
-    r.model = cells[0];
-    r.task = cells[1];
-    r.dataset = cells[2];
-    r.input = cells[3];
-    r.batch_unit = cells[first_gpu - 1];
-    r.throughput_unit = cells[throughput_unit];
-    for (size_t g = 0; g < s.gpus.size(); g++) {
-      r.batch.push_back(number_at(cells[first_gpu + g], path, n, header[first_gpu + g]));
-      r.throughput.push_back(number_at(cells[throughput_unit + 1 + g], path, n, header[throughput_unit + 1 + g]));
-    }
-    s.rows.push_back(std::move(r));
-  }
-  ENGINE_CHECK(!s.rows.empty(), path, ": no model rows");
-  return s;
-}
 
 // ---------------------------------------------------------------------------------------------------
 // Running
@@ -194,7 +86,8 @@ void measure_throughput(LambdaRow& row, const LambdaOptions& o, int64_t seq, int
       done++;
       continue;
     }
-    if (o.on_progress) o.on_progress(done++, total, str(row.model, ": throughput at batch ", c.max_batch, " in ", c.gpu, "'s memory"));
+    if (o.on_progress)
+      o.on_progress(done++, total, str(row.model, ": throughput at batch ", c.max_batch, " in ", c.gpu, "'s memory"));
     try {
       c.throughput = cuda_throughput(config, c.max_batch, c.capacity, o.throughput_steps);
     } catch (const std::exception& e) {
@@ -339,7 +232,8 @@ LambdaTable run_lambda(const LambdaOptions& o) {
           if (cell.capacity == jobs[k].second)
             cell.max_batch = c.max_batch, cell.first_fail = c.first_fail, cell.binding = c.binding;
         if (o.on_progress)
-          o.on_progress(++done, total, str(row.model, " searched in ", engine::format_bytes(jobs[k].second), ": ", c.status));
+          o.on_progress(++done, total,
+                        str(row.model, " searched in ", engine::format_bytes(jobs[k].second), ": ", c.status));
       });
   for (auto& [row, seq] : rows) {
     if (o.device == engine::DeviceType::cuda && row.status == "ok") measure_throughput(row, o, seq, done, total);
@@ -348,148 +242,6 @@ LambdaTable run_lambda(const LambdaOptions& o) {
   }
   t.seconds = seconds_since(t0);
   return t;
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Reports
-
-namespace {
-
-// A figure of the study as the study wrote it (16000, 7.3), or a dash where it has none.
-std::string figure(double v) {
-  if (v < 0) return "–";
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
-
-std::string gpu_heading(const std::string& g) {
-  const GpuProfile& p = find_gpu_profile(g);
-  return str(g, " ", engine::format_fixed(double(p.memory_mib) / 1024.0, 0), " GiB");
-}
-
-}  // namespace
-
-std::string lambda_markdown(const LambdaTable& t) {
-  std::ostringstream os;
-  os << "Max batch per card: **this engine** / the 2020 study (device " << t.device << ", " << t.precision << ", "
-     << t.attention << " attention; batch in sequences, images or tokens; 0: not even one fits; ≥: the search "
-        "limit fit).\n\n";
-  os << "| model | unit | config |";
-  for (const auto& g : t.gpus) os << " " << gpu_heading(g) << " |";
-  os << "\n|---|---|---|";
-  for (size_t g = 0; g < t.gpus.size(); g++) os << "---:|";
-  os << "\n";
-  for (const auto& r : t.rows) {
-    os << "| " << (r.model.empty() ? r.study : r.model) << " | " << r.unit << " | "
-       << (r.status == "ok" ? r.config : r.status) << " |";
-    for (const auto& c : r.cells) {
-      std::string ours = r.status != "ok" ? "–" : str("**", c.first_fail == 0 ? "≥" : "", c.max_batch, "**");
-      os << " " << ours << " / " << figure(c.batch_2020) << " |";
-    }
-    os << "\n";
-  }
-  bool cuda = t.device == "cuda";
-  if (cuda) {
-    os << "\nTraining throughput at that batch (items/s: sequences, images or target tokens): **this engine on this "
-          "GPU, in an arena of the card's size** / the 2020 study on the card itself.\n\n| model | unit |";
-    for (const auto& g : t.gpus) os << " " << g << " |";
-    os << "\n|---|---|";
-    for (size_t g = 0; g < t.gpus.size(); g++) os << "---:|";
-    os << "\n";
-    for (const auto& r : t.rows) {
-      os << "| " << (r.model.empty() ? r.study : r.model) << " | " << r.unit << "/s |";
-      for (const auto& c : r.cells) {
-        std::string ours = !c.error.empty() ? "error" : c.throughput < 0 ? "–" : "**" + engine::format_fixed(c.throughput, 1) + "**";
-        os << " " << ours << " / " << figure(c.throughput_2020) << " |";
-      }
-      os << "\n";
-    }
-    for (const auto& r : t.rows)
-      for (const auto& c : r.cells)
-        if (!c.error.empty()) os << "\n- " << r.model << " on " << c.gpu << ": " << c.error;
-  }
-  os << "\n" << t.rows.size() << " models, " << t.probes << " probes (each on a fresh arena, running the model's probe schedule: Model::probe_schedule), "
-     << engine::format_fixed(t.seconds, 2) << " s.\n";
-  return os.str();
-}
-
-std::string lambda_csv(const LambdaTable& t) {
-  std::ostringstream os;
-  os << "model,study_model,status,unit,config,gpu,arena_bytes,max_batch,first_fail,binding,batch_2020,"
-        "throughput,throughput_2020,device,precision,attention\n";
-  for (const auto& r : t.rows)
-    for (const auto& c : r.cells)
-      os << r.model << ',' << r.study << ",\"" << r.status << "\"," << r.unit << ',' << r.config << ',' << c.gpu << ','
-         << c.capacity << ',' << (r.status == "ok" ? std::to_string(c.max_batch) : "") << ','
-         << (r.status == "ok" ? std::to_string(c.first_fail) : "") << ',' << c.binding << ','
-         << (c.batch_2020 < 0 ? "" : figure(c.batch_2020)) << ','
-         << (c.throughput < 0 ? "" : engine::format_fixed(c.throughput, 2)) << ','
-         << (c.throughput_2020 < 0 ? "" : figure(c.throughput_2020)) << ',' << t.device << ',' << t.precision << ','
-         << t.attention << '\n';
-  return os.str();
-}
-
-std::string lambda_json(const LambdaTable& t) {
-  using engine::json::quote;
-  std::ostringstream os;
-  os << "{\"device\":" << quote(t.device) << ",\"precision\":" << quote(t.precision) << ",\"attention\":"
-     << quote(t.attention) << ",\"seconds\":" << engine::format_fixed(t.seconds, 3) << ",\"probes\":" << t.probes
-     << ",\"gpus\":[";
-  for (size_t g = 0; g < t.gpus.size(); g++)
-    os << (g ? "," : "") << "{\"name\":" << quote(t.gpus[g]) << ",\"arena_bytes\":"
-       << gpu_arena_capacity(find_gpu_profile(t.gpus[g])) << "}";
-  os << "],\"models\":[";
-  for (size_t i = 0; i < t.rows.size(); i++) {
-    const LambdaRow& r = t.rows[i];
-    os << (i ? ",\n" : "\n") << "{\"model\":" << quote(r.model) << ",\"study_model\":" << quote(r.study)
-       << ",\"status\":" << quote(r.status) << ",\"unit\":" << quote(r.unit) << ",\"config\":" << quote(r.config)
-       << ",\"probes\":" << r.probes << ",\"seconds\":" << engine::format_fixed(r.seconds, 3) << ",\"cells\":[";
-    for (size_t g = 0; g < r.cells.size(); g++) {
-      const LambdaCell& c = r.cells[g];
-      os << (g ? "," : "") << "{\"gpu\":" << quote(c.gpu);
-      if (r.status == "ok")
-        os << ",\"max_batch\":" << c.max_batch << ",\"first_fail\":" << c.first_fail << ",\"binding\":" << quote(c.binding);
-      if (c.batch_2020 >= 0) os << ",\"batch_2020\":" << c.batch_2020;
-      if (c.throughput >= 0) os << ",\"throughput\":" << engine::format_fixed(c.throughput, 3);
-      if (c.throughput_2020 >= 0) os << ",\"throughput_2020\":" << c.throughput_2020;
-      if (!c.error.empty()) os << ",\"error\":" << quote(c.error);
-      os << "}";
-    }
-    os << "]}";
-  }
-  os << "\n]}\n";
-  return os.str();
-}
-
-std::string lambda_svg(const LambdaTable& t) {
-  std::vector<SvgChart> panels;
-  for (const auto& r : t.rows) {
-    SvgChart c;
-    c.title = (r.model.empty() ? r.study : r.model) +
-              (r.status == "ok" ? "" : r.status.rfind("error", 0) == 0 ? " (error)" : " (" + r.status + ")");
-    c.x.label = "card memory (GiB)";
-    c.y.label = "max batch (" + unit_word(r.unit) + ")";
-    // The cards by memory; cards of equal memory share a point.
-    std::vector<std::pair<double, size_t>> order;
-    for (size_t g = 0; g < r.cells.size(); g++)
-      order.push_back({double(find_gpu_profile(r.cells[g].gpu).memory_mib) / 1024.0, g});
-    std::sort(order.begin(), order.end());
-    SvgSeries ours{"this engine (" + t.device + ")", {}, {}, "#4e79a7", false, true};
-    SvgSeries study{"2020 study", {}, {}, "#f28e2c", true, true};
-    for (const auto& [gib, g] : order) {
-      const LambdaCell& cell = r.cells[g];
-      if (r.status == "ok") ours.x.push_back(gib), ours.y.push_back(double(cell.max_batch));
-      if (cell.batch_2020 >= 0) study.x.push_back(gib), study.y.push_back(cell.batch_2020);
-    }
-    if (!ours.x.empty()) c.series.push_back(ours);
-    if (!study.x.empty()) c.series.push_back(study);
-    if (!c.series.empty()) panels.push_back(c);
-  }
-  ENGINE_CHECK(!panels.empty(), "engine_bench lambda: nothing to plot");
-  return svg_grid(str("Max batch against card memory: this engine (", t.device, ", ", t.precision,
-                      ") vs the 2020 study"),
-                  panels, 4, 340, 270);
 }
 
 }  // namespace tools

@@ -3,7 +3,7 @@
 // and on a GPU the training throughput at that batch.
 //
 // Models come from models::registry(), so a model registered later appears with no change here. The
-// study's names are mapped to registry names in ONE table (kStudyModels in bench_lambda.cpp); a study
+// study's names are mapped to registry names in ONE table (study_models(), tools/study2020.h); a study
 // model that is not registered yet is a row that says so ("not yet implemented"), never a silent gap.
 //
 // The max batch is found on the meta device (it predicts the GPU's allocator exactly: tests/models/
@@ -18,35 +18,9 @@
 
 #include "engine/device.h"
 #include "tools/max_batch.h"
+#include "tools/study2020.h"
 
 namespace tools {
-
-// lambda2020.csv: one row per model; batch and throughput per card, in the file's card order.
-struct Study2020Row {
-  std::string model, task, dataset, input, batch_unit, throughput_unit;
-  std::vector<double> batch, throughput;  // one per card; 0: does not fit
-};
-struct Study2020 {
-  std::vector<std::string> gpus;  // column names: rtx2060, ..., rtx8000 (= gpu profile names)
-  std::vector<Study2020Row> rows;
-  const Study2020Row* find(const std::string& model) const;
-};
-// Parses the table's text; a malformed line is an Error naming `source` (the file) and the line.
-Study2020 parse_study2020(const std::string& text, const std::string& source);
-// Reads a file in that format (engine_bench lambda --study FILE).
-Study2020 read_study2020(const std::string& path);
-// The table the programs carry: tools/data/lambda2020.csv, built into them by the Makefile (so a program
-// reads nothing outside itself; the file names the study it comes from).
-Study2020 builtin_study2020();
-
-// The registry name that stands for a study model ("" when none is mapped), and the config overrides
-// that reproduce the study's setting (e.g. BERT's sequence length).
-struct StudyModel {
-  const char* study;     // name in lambda2020.csv
-  const char* registry;  // name in models::registry()
-  int64_t seq;           // 0: the model's default
-};
-const std::vector<StudyModel>& study_models();
 
 struct LambdaCell {
   std::string gpu;

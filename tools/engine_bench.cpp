@@ -153,7 +153,8 @@ int lambda(int argc, char** argv) {
   std::string md = tools::lambda_markdown(t);
   std::printf("%s\n", md.c_str());
   std::printf("wrote %s, %s, %s, %s\n", write(dir, stem + ".md", md).c_str(),
-              write(dir, stem + ".csv", tools::lambda_csv(t)).c_str(), write(dir, stem + ".json", tools::lambda_json(t)).c_str(),
+              write(dir, stem + ".csv", tools::lambda_csv(t)).c_str(),
+              write(dir, stem + ".json", tools::lambda_json(t)).c_str(),
               write(dir, stem + ".svg", tools::lambda_svg(t)).c_str());
   return 0;
 }
@@ -200,7 +201,8 @@ int scale(int argc, char** argv) {
   std::string md = tools::scale_markdown(r);
   std::printf("%s\n", md.c_str());
   std::printf("wrote %s, %s, %s, %s, %s\n", write(dir, stem + ".md", md).c_str(),
-              write(dir, stem + ".csv", tools::scale_csv(r)).c_str(), write(dir, stem + ".json", tools::scale_json(r)).c_str(),
+              write(dir, stem + ".csv", tools::scale_csv(r)).c_str(),
+              write(dir, stem + ".json", tools::scale_json(r)).c_str(),
               write(dir, stem + "_stacked.svg", tools::scale_stacked_svg(r)).c_str(),
               write(dir, stem + "_fit.svg", tools::scale_fit_svg(r)).c_str());
   return 0;
@@ -216,7 +218,8 @@ int trace(int argc, char** argv) {
   f.add_int("tokens", 0, "batch in tokens, for translation models (0: the model's default)");
   f.add_choice("device", "meta", {"meta", "cpu", "cuda"}, "where to run");
   f.add_string("memory", "", "arena capacity (default: 1 TiB on meta)");
-  f.add_string("out", "bench_out", "directory for trace_<model>[_<config>].json and memory_viz_<model>[_<config>].pickle");
+  f.add_string("out", "bench_out",
+               "directory for trace_<model>[_<config>].json and memory_viz_<model>[_<config>].pickle");
   if (!f.parse(argc, argv)) return 0;
   models::ModelConfig c = model_config(f);
   c.seq = f.integer("seq");

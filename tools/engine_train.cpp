@@ -69,15 +69,17 @@ size_t arena_capacity(const tools::Flags& flags, engine::DeviceType type, std::s
 std::string profile_table(const std::vector<ops::KernelTime>& times, double step_ms) {
   double total = 0;
   for (const auto& t : times) total += t.ms;
-  std::string s = engine::str("## Time by op (last step: ", format_fixed(step_ms, 1), " ms wall, ", format_fixed(total, 1),
-                              " ms in kernels)\n\n| op | kernels | ms | share of step | TFLOP/s | GB/s |\n|---|---:|---:|---:|---:|---:|\n");
+  std::string s = engine::str(
+      "## Time by op (last step: ", format_fixed(step_ms, 1), " ms wall, ", format_fixed(total, 1),
+      " ms in kernels)\n\n| op | kernels | ms | share of step | TFLOP/s | GB/s |\n|---|---:|---:|---:|---:|---:|\n");
   for (const auto& t : times) {
     auto it = engine::counters().by_op.find(t.op);
     const double flops = it == engine::counters().by_op.end() ? 0 : it->second.flops;
     const double bytes = it == engine::counters().by_op.end() ? 0 : it->second.bytes;
     const double sec = t.ms / 1e3;
-    s += engine::str("| ", t.op, " | ", t.kernels, " | ", format_fixed(t.ms, 2), " | ", format_fixed(100 * t.ms / step_ms, 1),
-                     "% | ", flops > 0 && sec > 0 ? format_fixed(flops / sec / 1e12, 1) : std::string("-"), " | ",
+    s += engine::str("| ", t.op, " | ", t.kernels, " | ", format_fixed(t.ms, 2), " | ",
+                     format_fixed(100 * t.ms / step_ms, 1), "% | ",
+                     flops > 0 && sec > 0 ? format_fixed(flops / sec / 1e12, 1) : std::string("-"), " | ",
                      bytes > 0 && sec > 0 ? format_fixed(bytes / sec / 1e9, 0) : std::string("-"), " |\n");
   }
   return s;
@@ -100,12 +102,14 @@ std::string non_finite_report(int64_t step, const models::StepResult& r, models:
 
 // --profile on meta: no kernel runs, so there is no time; the last step's counted work by op instead.
 std::string work_table() {
-  std::vector<std::pair<std::string, engine::OpCount>> ops(engine::counters().by_op.begin(), engine::counters().by_op.end());
+  std::vector<std::pair<std::string, engine::OpCount>> ops(engine::counters().by_op.begin(),
+                                                           engine::counters().by_op.end());
   std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.flops > b.second.flops; });
   double flops = 0;
   for (const auto& [op, c] : ops) flops += c.flops;
-  std::string s = engine::str("## Work by op (last step; meta runs no kernels, so there is no time to show: run on cuda or "
-                              "cpu for times)\n\n| op | GFLOP | share | GB moved |\n|---|---:|---:|---:|\n");
+  std::string s = engine::str(
+      "## Work by op (last step; meta runs no kernels, so there is no time to show: run on cuda or "
+      "cpu for times)\n\n| op | GFLOP | share | GB moved |\n|---|---:|---:|---:|\n");
   for (const auto& [op, c] : ops)
     s += engine::str("| ", op, " | ", format_fixed(c.flops / 1e9, 2), " | ",
                      flops > 0 ? format_fixed(100 * c.flops / flops, 1) + "%" : std::string("-"), " | ",
@@ -146,7 +150,9 @@ void add_flags(tools::Flags& flags) {
   flags.add_int("tokens", 0, "batch size in tokens, for translation models (0: the model's default)");
   flags.add_int("steps", 10, "steps to run (after --load: steps to run beyond the saved one)");
   flags.add_choice("device", "cpu", {"cpu", "meta", "cuda"}, "where to run; meta allocates but computes nothing");
-  flags.add_string("memory", "", "arena capacity, e.g. 24GB (default: on cpu the physical memory or the cgroup limit, less a tenth; 1 TiB on meta)");
+  flags.add_string("memory", "",
+                   "arena capacity, e.g. 24GB (default: on cpu the physical memory or the cgroup limit, less a tenth; "
+                   "1 TiB on meta)");
   flags.add_string("gpu", "", "arena capacity of a named card (its memory less a context reserve): " +
                                   tools::gpu_profile_names());
   flags.add_choice("attention", "naive", {"naive", "flash"}, "attention algorithm");
@@ -166,9 +172,10 @@ void add_flags(tools::Flags& flags) {
   flags.add_string("save", "", "write a checkpoint (weights, optimizer state, step, RNG) after the last step");
   flags.add_string("load", "", "start from a checkpoint: an engine one resumes exactly; a Hugging Face one "
                                "gives the weights");
-  flags.add_string("export-hf", "", "after the last step, write DIR/model.safetensors (weights only) and DIR/config.json "
-                                    "for Hugging Face transformers (bert_base: BertForPreTraining, bert_squad: "
-                                    "BertForQuestionAnswering), loadable with from_pretrained(DIR)");
+  flags.add_string("export-hf", "",
+                   "after the last step, write DIR/model.safetensors (weights only) and DIR/config.json "
+                   "for Hugging Face transformers (bert_base: BertForPreTraining, bert_squad: "
+                   "BertForQuestionAnswering), loadable with from_pretrained(DIR)");
   flags.add_string("trace", "", "write the allocation timeline as Chrome trace JSON (opens in Perfetto)");
   flags.add_string("report", "", "write the run's header, step lines and memory tables as markdown");
 }
@@ -214,15 +221,15 @@ class Transcript {
 std::string header_line(models::Model& model, const engine::Device& device, const std::string& capacity_note,
                         bool inference) {
   const bool meta = device.type() == engine::DeviceType::meta;
-  return engine::str(
-      "parameters ", model.module().num_parameters(), " (",
-      format_bytes(device.ledger().live_bytes(engine::Category::param)), ") | precision ",
-      models::precision_name(model.precision()), " | device ", device.name(), " | arena ", format_bytes(device.capacity()),
-      capacity_note,
-      device.outside_arena() > 0
-          ? " | outside the arena: " + format_bytes(device.outside_arena()) + " (CUDA context and libraries, before the arena)"
-          : std::string(),
-      meta ? " | meta: shapes and allocations only, no arithmetic" : "", inference ? " | inference: forward only, eval mode" : "");
+  return engine::str("parameters ", model.module().num_parameters(), " (",
+                     format_bytes(device.ledger().live_bytes(engine::Category::param)), ") | precision ",
+                     models::precision_name(model.precision()), " | device ", device.name(), " | arena ",
+                     format_bytes(device.capacity()), capacity_note,
+                     device.outside_arena() > 0 ? " | outside the arena: " + format_bytes(device.outside_arena()) +
+                                                      " (CUDA context and libraries, before the arena)"
+                                                : std::string(),
+                     meta ? " | meta: shapes and allocations only, no arithmetic" : "",
+                     inference ? " | inference: forward only, eval mode" : "");
 }
 
 // The GPU's dense peak in the model's precision, for MFU (0: not a known GPU): the step's model FLOPs (counted
@@ -291,7 +298,8 @@ int run(int argc, char** argv) {
   const std::string load = flags.str("load"), save = flags.str("save"), export_hf = flags.str("export-hf");
   std::string from_checkpoint;
   if (!load.empty())
-    from_checkpoint = tools::fill_config_from_checkpoint(load, config, [&](const std::string& f) { return flags.given(f); });
+    from_checkpoint =
+        tools::fill_config_from_checkpoint(load, config, [&](const std::string& f) { return flags.given(f); });
   ENGINE_CHECK(!config.name.empty(), "engine_train: --model is required; valid models: ", joined_model_names());
 
   engine::DeviceType type = engine::device_type_from_name(flags.str("device"));
@@ -330,11 +338,13 @@ int run(int argc, char** argv) {
   Transcript out(o.inference ? "eval" : "training", flags.integer("steps"));
   out.say(model->summary());
   out.say(header_line(*model, *device, capacity_note, o.inference));
-  if (!from_checkpoint.empty()) out.say("config from the checkpoint (the command line did not give these):" + from_checkpoint);
+  if (!from_checkpoint.empty())
+    out.say("config from the checkpoint (the command line did not give these):" + from_checkpoint);
   if (!load.empty())
     out.say(loaded.engine_checkpoint
-                ? engine::str("loaded ", load, ": ", loaded.weights, " weights", loaded.optimizer_restored ? ", optimizer state" : "",
-                              ", resuming after step ", loaded.step)
+                ? engine::str("loaded ", load, ": ", loaded.weights, " weights",
+                              loaded.optimizer_restored ? ", optimizer state" : "", ", resuming after step ",
+                              loaded.step)
                 : engine::str("loaded ", load, ": ", loaded.weights, " weights (no engine metadata: weights only)"));
 
   o.first = loaded.step + 1;

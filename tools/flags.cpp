@@ -87,7 +87,8 @@ bool Flags::parse(int argc, char** argv) {
       char* end = nullptr;
       errno = 0;
       std::strtoll(value.c_str(), &end, 10);
-      if (value.empty() || *end) throw Error(engine::str(program_, ": --", name, " needs an integer, got '", value, "'"));
+      if (value.empty() || *end)
+        throw Error(engine::str(program_, ": --", name, " needs an integer, got '", value, "'"));
       if (errno == ERANGE)
         throw Error(engine::str(program_, ": --", name, " ", value, " is out of range (a 64-bit integer: at most ",
                                 INT64_MAX, ")"));
@@ -101,7 +102,9 @@ bool Flags::parse(int argc, char** argv) {
     } else if (f.kind == Kind::choice) {
       bool ok = false;
       for (const auto& c : f.choices) ok |= c == value;
-      if (!ok) throw Error(engine::str(program_, ": --", name, " ", value, " is not valid; choose one of ", join(f.choices, ", ")));
+      if (!ok)
+        throw Error(
+            engine::str(program_, ": --", name, " ", value, " is not valid; choose one of ", join(f.choices, ", ")));
     }
     f.value = value;
     f.given = true;
@@ -145,7 +148,8 @@ std::string Flags::help() const {
 
 int run_main(const char* program, const std::function<int()>& body) {
   auto say = [&](const std::string& what) {
-    std::fprintf(stderr, "%s%s\n", what.rfind(program, 0) == 0 ? "" : (std::string(program) + ": ").c_str(), what.c_str());
+    std::fprintf(stderr, "%s%s\n", what.rfind(program, 0) == 0 ? "" : (std::string(program) + ": ").c_str(),
+                 what.c_str());
   };
   try {
     return body();

@@ -202,8 +202,8 @@ std::string describe_max_batch(const MaxBatchResult& r, size_t capacity, const M
     o += engine::str("max batch: every batch up to the search limit ", options.limit, " ", r.unit, " fits (arena ",
                      format_bytes(capacity), ", ", what, ")\n");
   } else if (r.largest_fit == 0) {
-    o += engine::str("max batch: not even a batch of ", r.first_fail, " ", r.unit, " fits (arena ", format_bytes(capacity), ", ", what,
-                     ")\n");
+    o += engine::str("max batch: not even a batch of ", r.first_fail, " ", r.unit, " fits (arena ",
+                     format_bytes(capacity), ", ", what, ")\n");
   } else {
     o += engine::str("max batch: ", r.largest_fit, " ", r.unit, " fit, ", r.first_fail, " do not (arena ",
                      format_bytes(capacity), ", ", what, ", ", r.probes.size(), " probes)\n");
@@ -220,7 +220,8 @@ std::string describe_max_batch(const MaxBatchResult& r, size_t capacity, const M
   }
   // The probes, by batch: what each peak was made of.
   std::vector<MaxBatchProbe> sorted = r.probes;
-  std::sort(sorted.begin(), sorted.end(), [](const MaxBatchProbe& a, const MaxBatchProbe& b) { return a.batch < b.batch; });
+  std::sort(sorted.begin(), sorted.end(),
+            [](const MaxBatchProbe& a, const MaxBatchProbe& b) { return a.batch < b.batch; });
   o += "\n| batch | fits | peak |";
   for (int k = 0; k < engine::kNumCategories; k++) o += std::string(" ") + engine::category_name(Category(k)) + " |";
   o += "\n|---:|:---|---:|";

@@ -76,7 +76,8 @@ Scale make_scale(double dmin, double dmax, bool log, double p0, double p1) {
   if (log) {
     ENGINE_CHECK(dmin > 0, "svg: a logarithmic axis needs positive values, got ", dmin);
     double base = dmax / dmin <= 4096 ? 2 : 10;
-    double e0 = std::floor(std::log(dmin) / std::log(base) + 1e-9), e1 = std::ceil(std::log(dmax) / std::log(base) - 1e-9);
+    double e0 = std::floor(std::log(dmin) / std::log(base) + 1e-9),
+           e1 = std::ceil(std::log(dmax) / std::log(base) - 1e-9);
     if (e1 <= e0) e1 = e0 + 1;
     s.lo = std::pow(base, e0);
     s.hi = std::pow(base, e1);
@@ -122,7 +123,8 @@ void panel(std::ostringstream& os, const SvgChart& c, double X, double Y, double
   for (const auto& m : c.y_marks) ymax = std::max(ymax, m.first);
   if (xmin > xmax) xmin = 0, xmax = 1, ymin = 0, ymax = 1;
   // Layout: title row, plot area, x labels, note row; legend inside the plot at the top left.
-  const double left = X + 66, right = X + W - 16, ptop = Y + (c.subtitle.empty() ? 40 : 56), pbottom = Y + H - (c.note.empty() ? 48 : 66);
+  const double left = X + 66, right = X + W - 16, ptop = Y + (c.subtitle.empty() ? 40 : 56),
+               pbottom = Y + H - (c.note.empty() ? 48 : 66);
   Scale xs = make_scale(xmin, xmax, c.x.log, left, right);
   Scale ys = make_scale(c.y.log ? ymin : std::min(0.0, ymin), ymax, c.y.log, pbottom, ptop);
   os << "<text x=\"" << num(X + W / 2) << "\" y=\"" << num(Y + 22) << "\" text-anchor=\"middle\" font-size=\"15\" "
@@ -143,14 +145,15 @@ void panel(std::ostringstream& os, const SvgChart& c, double X, double Y, double
     double px = xs(t);
     os << "<line x1=\"" << num(px) << "\" y1=\"" << num(ptop) << "\" x2=\"" << num(px) << "\" y2=\"" << num(pbottom)
        << "\" stroke=\"#f0f0f0\"/><line x1=\"" << num(px) << "\" y1=\"" << num(pbottom) << "\" x2=\"" << num(px)
-       << "\" y2=\"" << num(pbottom + 5) << "\" stroke=\"#444\"/><text x=\"" << num(px) << "\" y=\"" << num(pbottom + 18)
-       << "\" text-anchor=\"middle\" font-size=\"11\">" << tick_label(t) << "</text>\n";
+       << "\" y2=\"" << num(pbottom + 5) << "\" stroke=\"#444\"/><text x=\"" << num(px) << "\" y=\""
+       << num(pbottom + 18) << "\" text-anchor=\"middle\" font-size=\"11\">" << tick_label(t) << "</text>\n";
   }
   os << "<text x=\"" << num((left + right) / 2) << "\" y=\"" << num(pbottom + 36) << "\" text-anchor=\"middle\" "
         "font-size=\"12\">" << esc(c.x.label) << "</text>\n";
   double ly = (ptop + pbottom) / 2, lx = X + 16;
-  os << "<text x=\"" << num(lx) << "\" y=\"" << num(ly) << "\" text-anchor=\"middle\" font-size=\"12\" transform=\"rotate(-90 "
-     << num(lx) << " " << num(ly) << ")\">" << esc(c.y.label) << "</text>\n";
+  os << "<text x=\"" << num(lx) << "\" y=\"" << num(ly)
+     << "\" text-anchor=\"middle\" font-size=\"12\" transform=\"rotate(-90 " << num(lx) << " " << num(ly) << ")\">"
+     << esc(c.y.label) << "</text>\n";
   if (!c.note.empty())
     os << "<text x=\"" << num(left) << "\" y=\"" << num(pbottom + 54) << "\" font-size=\"11\" fill=\"#333\">"
        << esc(c.note) << "</text>\n";
@@ -199,8 +202,8 @@ void panel(std::ostringstream& os, const SvgChart& c, double X, double Y, double
          << "\"/>";
     else
       os << "<line x1=\"" << num(bx + 6) << "\" y1=\"" << num(ry - 4) << "\" x2=\"" << num(bx + 26) << "\" y2=\""
-         << num(ry - 4) << "\" stroke=\"" << color << "\" stroke-width=\"2\"" << (s.dashed ? " stroke-dasharray=\"6,4\"" : "")
-         << "/>";
+         << num(ry - 4) << "\" stroke=\"" << color << "\" stroke-width=\"2\""
+         << (s.dashed ? " stroke-dasharray=\"6,4\"" : "") << "/>";
     os << "<text x=\"" << num(bx + 32) << "\" y=\"" << num(ry) << "\" font-size=\"11\">" << esc(s.name) << "</text>\n";
   }
 }

@@ -60,7 +60,8 @@ std::string chrome_trace_json(const engine::Ledger& ledger, const std::string& p
   std::ostringstream os;
   os << "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"time_axis\":\"allocation event number (1 event = 1 us)\"},"
         "\"traceEvents\":[\n";
-  os << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":" << engine::json::quote(process) << "}},\n";
+  os << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":" << engine::json::quote(process)
+     << "}},\n";
   os << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"phase\"}},\n";
   os << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":2,\"args\":{\"name\":\"module\"}}";
   const int64_t end = ev.empty() ? 1 : ev.back().seq + 1;
@@ -80,12 +81,12 @@ std::string chrome_trace_json(const engine::Ledger& ledger, const std::string& p
     if (total > peak) peak = total, peak_seq = e.seq;
     os << ",\n{\"name\":\"memory: " << engine::category_name(engine::Category(c)) << "\",\"ph\":\"C\",\"pid\":1,\"ts\":"
        << e.seq << ",\"args\":{\"MiB\":" << mib(cur[size_t(c)]) << "}}";
-    os << ",\n{\"name\":\"memory: total\",\"ph\":\"C\",\"pid\":1,\"ts\":" << e.seq << ",\"args\":{\"MiB\":" << mib(total)
-       << "}}";
+    os << ",\n{\"name\":\"memory: total\",\"ph\":\"C\",\"pid\":1,\"ts\":" << e.seq
+       << ",\"args\":{\"MiB\":" << mib(total) << "}}";
   }
   if (!ev.empty())
-    os << ",\n{\"name\":\"peak " << mib(peak) << " MiB\",\"ph\":\"i\",\"s\":\"g\",\"pid\":1,\"tid\":1,\"ts\":" << peak_seq
-       << "}";
+    os << ",\n{\"name\":\"peak " << mib(peak)
+       << " MiB\",\"ph\":\"i\",\"s\":\"g\",\"pid\":1,\"tid\":1,\"ts\":" << peak_seq << "}";
 
   // Slices from the allocations: the phase each was made in, and its owner's scopes and op, nested.
   std::vector<const Event*> allocs;
@@ -136,8 +137,9 @@ constexpr int64_t kArenaAddress = 0x7f0000000000;  // offsets shown as addresses
 PyValue frames_of(const BlockInfo& b) {
   std::string scope = scope_of(b.owner), op = op_of(b.owner);
   PyValue owner = PyValue::dict(), tags = PyValue::dict();
-  owner.set("filename", scope.empty() ? std::string("(no module)") : scope).set("line", 0).set("name",
-                                                                                             op.empty() ? std::string("(no op)") : op);
+  owner.set("filename", scope.empty() ? std::string("(no module)") : scope)
+      .set("line", 0)
+      .set("name", op.empty() ? std::string("(no op)") : op);
   tags.set("filename", std::string("category ") + engine::category_name(b.category))
       .set("line", 0)
       .set("name", std::string("phase ") + engine::phase_name(b.phase));
@@ -148,8 +150,12 @@ PyValue frames_of(const BlockInfo& b) {
 
 PyValue trace_entry(const char* action, int64_t addr, size_t size, int64_t time, PyValue frames) {
   PyValue e = PyValue::dict();
-  e.set("action", action).set("addr", addr).set("size", size).set("stream", 0).set("time_us", time).set("frames",
-                                                                                                          std::move(frames));
+  e.set("action", action)
+      .set("addr", addr)
+      .set("size", size)
+      .set("stream", 0)
+      .set("time_us", time)
+      .set("frames", std::move(frames));
   return e;
 }
 

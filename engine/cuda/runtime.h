@@ -28,4 +28,5 @@ bool allow_tf32();
 
 #define ENGINE_CUDA_CHECK(call) ::engine::cuda::check((call), #call, __FILE__, __LINE__)
 #define ENGINE_CUBLAS_CHECK(call) ::engine::cuda::check((call), #call, __FILE__, __LINE__)
-#define ENGINE_CUDA_LAUNCH_CHECK(op) ::engine::cuda::check(cudaGetLastError(), op " (kernel launch)", __FILE__, __LINE__)
+#define ENGINE_CUDA_LAUNCH_CHECK(op) \
+  ::engine::cuda::check(cudaGetLastError(), op " (kernel launch)", __FILE__, __LINE__)

@@ -44,11 +44,12 @@ nn::Init weight_init(const BertConfig& c) { return nn::Init::normal(c.init_std);
 
 // ---------------------------------------------------------------------------------------------------
 BertEmbeddings::BertEmbeddings(const BertConfig& c) : config(c) {
-  word_embeddings = register_module("word_embeddings", std::make_shared<nn::Embedding>(c.vocab, c.hidden, 0, weight_init(c)));
+  word_embeddings =
+      register_module("word_embeddings", std::make_shared<nn::Embedding>(c.vocab, c.hidden, 0, weight_init(c)));
   position_embeddings = register_module("position_embeddings",
                                         std::make_shared<nn::Embedding>(c.max_positions, c.hidden, -1, weight_init(c)));
-  token_type_embeddings =
-      register_module("token_type_embeddings", std::make_shared<nn::Embedding>(c.type_vocab, c.hidden, -1, weight_init(c)));
+  token_type_embeddings = register_module("token_type_embeddings",
+                                          std::make_shared<nn::Embedding>(c.type_vocab, c.hidden, -1, weight_init(c)));
   LayerNorm = register_module("LayerNorm", std::make_shared<nn::LayerNorm>(c.hidden, c.layer_norm_eps));
 }
 
@@ -180,15 +181,16 @@ std::string hf_config_json(const BertConfig& c, const std::string& architecture)
   using engine::json::quote;
   auto num = [](double v) { return engine::str(v); };  // 0.1, 1e-12, 0.02: as the reference configs write them
   // hidden_act "gelu" is the exact (erf) GELU, which nn::gelu computes; pad id 0 is BERT's [PAD].
-  return engine::str("{\n  \"architectures\": [", quote(architecture), "],\n  \"model_type\": \"bert\",\n",
-                     "  \"vocab_size\": ", c.vocab, ",\n  \"hidden_size\": ", c.hidden, ",\n  \"num_hidden_layers\": ",
-                     c.layers, ",\n  \"num_attention_heads\": ", c.heads, ",\n  \"intermediate_size\": ", c.intermediate,
-                     ",\n  \"hidden_act\": \"gelu\",\n  \"hidden_dropout_prob\": ", num(c.hidden_dropout),
-                     ",\n  \"attention_probs_dropout_prob\": ", num(c.attention_dropout),
-                     ",\n  \"max_position_embeddings\": ", c.max_positions, ",\n  \"type_vocab_size\": ", c.type_vocab,
-                     ",\n  \"initializer_range\": ", num(c.init_std), ",\n  \"layer_norm_eps\": ", num(c.layer_norm_eps),
-                     ",\n  \"pad_token_id\": 0,\n  \"position_embedding_type\": \"absolute\",\n",
-                     "  \"torch_dtype\": \"float32\"\n}\n");
+  return engine::str(
+      "{\n  \"architectures\": [", quote(architecture), "],\n  \"model_type\": \"bert\",\n",
+      "  \"vocab_size\": ", c.vocab, ",\n  \"hidden_size\": ", c.hidden, ",\n  \"num_hidden_layers\": ", c.layers,
+      ",\n  \"num_attention_heads\": ", c.heads, ",\n  \"intermediate_size\": ", c.intermediate,
+      ",\n  \"hidden_act\": \"gelu\",\n  \"hidden_dropout_prob\": ", num(c.hidden_dropout),
+      ",\n  \"attention_probs_dropout_prob\": ", num(c.attention_dropout),
+      ",\n  \"max_position_embeddings\": ", c.max_positions, ",\n  \"type_vocab_size\": ", c.type_vocab,
+      ",\n  \"initializer_range\": ", num(c.init_std), ",\n  \"layer_norm_eps\": ", num(c.layer_norm_eps),
+      ",\n  \"pad_token_id\": 0,\n  \"position_embedding_type\": \"absolute\",\n",
+      "  \"torch_dtype\": \"float32\"\n}\n");
 }
 
 }  // namespace models::bert

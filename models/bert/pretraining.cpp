@@ -46,7 +46,8 @@ std::unique_ptr<ops::LrSchedule> bert_schedule(const BertRecipe& r) {
 // Heads
 
 BertPredictionHeadTransform::BertPredictionHeadTransform(const BertConfig& c) {
-  dense = register_module("dense", std::make_shared<nn::Linear>(c.hidden, c.hidden, true, nn::Init::normal(c.init_std)));
+  dense =
+      register_module("dense", std::make_shared<nn::Linear>(c.hidden, c.hidden, true, nn::Init::normal(c.init_std)));
   LayerNorm = register_module("LayerNorm", std::make_shared<nn::LayerNorm>(c.hidden, c.layer_norm_eps));
 }
 
@@ -69,8 +70,8 @@ Tensor BertLMPredictionHead::forward(const Tensor& x, const Tensor& decoder_weig
 
 BertPreTrainingHeads::BertPreTrainingHeads(const BertConfig& c) {
   predictions = register_module("predictions", std::make_shared<BertLMPredictionHead>(c));
-  seq_relationship =
-      register_module("seq_relationship", std::make_shared<nn::Linear>(c.hidden, 2, true, nn::Init::normal(c.init_std)));
+  seq_relationship = register_module("seq_relationship",
+                                     std::make_shared<nn::Linear>(c.hidden, 2, true, nn::Init::normal(c.init_std)));
 }
 
 BertForPreTraining::BertForPreTraining(const BertConfig& c) : config(c) {
@@ -139,10 +140,11 @@ BertPretraining::BertPretraining(const BertRecipe& r) : recipe_(r) {
   mask_ids_ = {bytes.pad_id, bytes.cls_id, bytes.sep_id, bytes.mask_id, data::ByteTokenizer::kFirstByte, 0};
   if (recipe_.data.empty()) {
     int64_t words = recipe_.synthetic_words > 0 ? recipe_.synthetic_words : b.vocab - mask_ids_.first_word;
-    ENGINE_CHECK(mask_ids_.first_word + words <= b.vocab, "bert_base: ", words, " synthetic words need a vocabulary of ",
-                 mask_ids_.first_word + words, " ids; it has ", b.vocab);
+    ENGINE_CHECK(mask_ids_.first_word + words <= b.vocab, "bert_base: ", words,
+                 " synthetic words need a vocabulary of ", mask_ids_.first_word + words, " ids; it has ", b.vocab);
     int64_t offsets = recipe_.synthetic_offsets > 0 ? recipe_.synthetic_offsets : words;
-    source_ = std::make_unique<data::ProgressionSource>(mask_ids_.first_word, words, offsets, recipe_.synthetic_max_step);
+    source_ =
+        std::make_unique<data::ProgressionSource>(mask_ids_.first_word, words, offsets, recipe_.synthetic_max_step);
     mask_ids_.end_word = mask_ids_.first_word + words;
   } else {
     ENGINE_CHECK(b.vocab >= data::ByteTokenizer::kVocabSize, "bert_base: byte data needs ",

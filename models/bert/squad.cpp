@@ -12,7 +12,8 @@ namespace models::bert {
 
 BertForQuestionAnswering::BertForQuestionAnswering(const BertConfig& c) : config(c) {
   bert = register_module("bert", std::make_shared<BertModel>(c, /*with_pooler=*/false));
-  qa_outputs = register_module("qa_outputs", std::make_shared<nn::Linear>(c.hidden, 2, true, nn::Init::normal(c.init_std)));
+  qa_outputs =
+      register_module("qa_outputs", std::make_shared<nn::Linear>(c.hidden, 2, true, nn::Init::normal(c.init_std)));
 }
 
 std::pair<Tensor, Tensor> BertForQuestionAnswering::logits(const Tensor& ids, const Tensor& token_types,

@@ -42,7 +42,8 @@ Convs2sRecipe Convs2sRecipe::from(const ModelConfig& c) {
   } else {
     throw engine::Error(engine::str("convs2s: unknown --size '", size, "': expected wmt or tiny"));
   }
-  ENGINE_CHECK(c.batch == 0, "convs2s batches by tokens: give --tokens N (sentences x longest length <= N), not --batch");
+  ENGINE_CHECK(c.batch == 0,
+               "convs2s batches by tokens: give --tokens N (sentences x longest length <= N), not --batch");
   ENGINE_CHECK(c.seq == 0, "convs2s: sentence lengths come from the data (synthetic distribution or --data); --seq "
                "is not used");
   ENGINE_CHECK(c.attention == "naive", "convs2s: its attention is fairseq's AttentionLayer (one head, scores "
@@ -66,8 +67,8 @@ Convs2s::Convs2s(const Convs2sRecipe& r) : recipe_(r) {
   const int64_t vocab = std::min(n.src_vocab, n.tgt_vocab);
   if (recipe_.data.empty()) {
     const int64_t words = recipe_.synthetic_words > 0 ? recipe_.synthetic_words : vocab - TranslationIds::first_word;
-    ENGINE_CHECK(TranslationIds::first_word + words <= vocab, "convs2s: ", words, " synthetic words need vocabularies of ",
-                 TranslationIds::first_word + words);
+    ENGINE_CHECK(TranslationIds::first_word + words <= vocab, "convs2s: ", words,
+                 " synthetic words need vocabularies of ", TranslationIds::first_word + words);
     pairs_ = data::synthetic_reversal_pairs(recipe_.synthetic_pairs, words, recipe_.lengths, recipe_.seed);
     data_description_ = engine::str("synthetic reversal pairs: ", pairs_.size(), " sentences of ", words,
                                     " words, lengths ~ ", recipe_.lengths.median, " x exp(", recipe_.lengths.spread,
@@ -106,14 +107,15 @@ std::string Convs2s::summary() const {
   for (size_t i = 0; i < n.layers.size();) {
     size_t j = i;
     while (j < n.layers.size() && n.layers[j] == n.layers[i]) j++;
-    layers += engine::str(layers.empty() ? "" : " + ", "[(", n.layers[i].first, ", ", n.layers[i].second, ")] x ", j - i);
+    layers +=
+        engine::str(layers.empty() ? "" : " + ", "[(", n.layers[i].first, ", ", n.layers[i].second, ")] x ", j - i);
     i = j;
   }
   return engine::str("convs2s (fairseq fconv_wmt_en_de): ", n.layers.size(), "+", n.layers.size(), " layers ", layers,
-                     ", embed ", n.embed_dim, ", out-embed ", n.out_embed_dim, ", vocab ", n.src_vocab, "/", n.tgt_vocab,
-                     ", dropout ", n.dropout, ", NAG lr ", recipe_.lr, " momentum ", recipe_.momentum, ", clip ",
-                     recipe_.clip_norm, ", --tokens ", recipe_.tokens, " (", batches_.size(), " batches) | data: ",
-                     data_description_);
+                     ", embed ", n.embed_dim, ", out-embed ", n.out_embed_dim, ", vocab ", n.src_vocab, "/",
+                     n.tgt_vocab, ", dropout ", n.dropout, ", NAG lr ", recipe_.lr, " momentum ", recipe_.momentum,
+                     ", clip ", recipe_.clip_norm, ", --tokens ", recipe_.tokens, " (", batches_.size(),
+                     " batches) | data: ", data_description_);
 }
 
 data::TranslationBatch Convs2s::host_batch(int64_t step) const {
@@ -148,8 +150,8 @@ Tensor Convs2s::loss(const Batch& batch) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-GreedyResult greedy_decode(FConvModel& net, const Tensor& src, const Tensor& src_positions, const Tensor& src_padding_mask,
-                           int64_t max_len, bool incremental) {
+GreedyResult greedy_decode(FConvModel& net, const Tensor& src, const Tensor& src_positions,
+                           const Tensor& src_padding_mask, int64_t max_len, bool incremental) {
   const bool was_training = net.training();
   net.eval();
   graph::NoGrad ng;
@@ -165,7 +167,8 @@ GreedyResult greedy_decode(FConvModel& net, const Tensor& src, const Tensor& src
   for (int64_t T = 1; T <= max_len; T++) {
     Tensor logits;  // [B, V]: the newest position's
     if (incremental) {
-      std::vector<int64_t> newest(static_cast<size_t>(B)), position(static_cast<size_t>(B), pad + T);  // fairseq_positions of column T - 1
+      std::vector<int64_t> newest(static_cast<size_t>(B)),
+          position(static_cast<size_t>(B), pad + T);  // fairseq_positions of column T - 1
       for (int64_t b = 0; b < B; b++) newest[size_t(b)] = prefix[size_t(b * T + T - 1)];
       Tensor tokens, positions;
       {
@@ -215,8 +218,10 @@ StepResult Convs2s::eval_step(int64_t step) {
     engine::CategoryScope input(engine::Category::input);
     batch = batch_tensors(hb, recipe_.net.padding_idx);
   }
-  const int64_t max_len = translation::generation_max_len(hb.src_len, recipe_.net.max_positions - recipe_.net.padding_idx - 1);
-  GreedyResult g = greedy_decode(*net_, batch.at("src"), batch.at("src_positions"), batch.at("src_padding_mask"), max_len);
+  const int64_t max_len =
+      translation::generation_max_len(hb.src_len, recipe_.net.max_positions - recipe_.net.padding_idx - 1);
+  GreedyResult g =
+      greedy_decode(*net_, batch.at("src"), batch.at("src_positions"), batch.at("src_padding_mask"), max_len);
   StepResult r;
   r.has_loss = false;
   r.items = g.generated_tokens;
@@ -228,9 +233,10 @@ StepResult Convs2s::eval_step(int64_t step) {
   }
   r.details.push_back(engine::str("generated ", g.generated_tokens, " tokens for ", hb.batch, " sentences of up to ",
                                   hb.src_len, " source tokens in ", g.steps, " steps (max_len ", max_len, ")"));
-  r.details.push_back(engine::str("incremental state: the last K-1 inputs of every decoder convolution, ",
-                                  engine::format_bytes(size_t(hb.batch * state_elements) * engine::dtype_size(compute_dtype())),
-                                  " whatever the length (no per-position cache)"));
+  r.details.push_back(
+      engine::str("incremental state: the last K-1 inputs of every decoder convolution, ",
+                  engine::format_bytes(size_t(hb.batch * state_elements) * engine::dtype_size(compute_dtype())),
+                  " whatever the length (no per-position cache)"));
   return r;
 }
 

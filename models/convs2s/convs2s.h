@@ -46,8 +46,8 @@ struct GreedyResult {
   int64_t steps = 0;                      // decoder steps run
   int64_t generated_tokens = 0;           // tokens produced before each sentence stopped (EOS counted)
 };
-GreedyResult greedy_decode(FConvModel& net, const Tensor& src, const Tensor& src_positions, const Tensor& src_padding_mask,
-                           int64_t max_len, bool incremental = true);
+GreedyResult greedy_decode(FConvModel& net, const Tensor& src, const Tensor& src_positions,
+                           const Tensor& src_padding_mask, int64_t max_len, bool incremental = true);
 
 class Convs2s : public Model {
  public:

@@ -40,8 +40,10 @@ void build_side(Side& side, const FConvConfig& c, int64_t vocab, bool causal) {
   side.embed_tokens = side.register_module(
       "embed_tokens", std::make_shared<nn::Embedding>(vocab, c.embed_dim, c.padding_idx, nn::Init::normal(0.1)));
   side.embed_positions = side.register_module(
-      "embed_positions", std::make_shared<nn::Embedding>(c.max_positions, c.embed_dim, c.padding_idx, nn::Init::normal(0.1)));
-  side.fc1 = side.register_module("fc1", std::make_shared<nn::WeightNormLinear>(c.embed_dim, c.layers.front().first, c.dropout));
+      "embed_positions",
+      std::make_shared<nn::Embedding>(c.max_positions, c.embed_dim, c.padding_idx, nn::Init::normal(0.1)));
+  side.fc1 = side.register_module(
+      "fc1", std::make_shared<nn::WeightNormLinear>(c.embed_dim, c.layers.front().first, c.dropout));
   int64_t in = c.layers.front().first;
   for (size_t i = 0; i < c.layers.size(); i++) {
     const auto [out, k] = c.layers[i];
@@ -66,7 +68,8 @@ std::vector<std::pair<int64_t, int64_t>> FConvConfig::wmt_en_de_layers() {
   return l;
 }
 
-std::vector<int64_t> fairseq_positions(const std::vector<int64_t>& ids, int64_t rows, int64_t cols, int64_t padding_idx) {
+std::vector<int64_t> fairseq_positions(const std::vector<int64_t>& ids, int64_t rows, int64_t cols,
+                                       int64_t padding_idx) {
   std::vector<int64_t> pos(ids.size());
   for (int64_t r = 0; r < rows; r++)
     for (int64_t t = 0; t < cols; t++) {
@@ -82,7 +85,8 @@ FConvEncoder::FConvEncoder(const FConvConfig& c) : config(c) {
   fc2 = register_module("fc2", std::make_shared<nn::WeightNormLinear>(c.layers.back().first, c.embed_dim));
 }
 
-FConvEncoder::Output FConvEncoder::forward(const Tensor& src, const Tensor& positions, const Tensor& padding_mask) const {
+FConvEncoder::Output FConvEncoder::forward(const Tensor& src, const Tensor& positions,
+                                           const Tensor& padding_mask) const {
   auto s = scope();
   Tensor x = ops::add(embed_tokens->forward(src), embed_positions->forward(positions));  // [B, S, E]
   x = ops::dropout(x, config.dropout, training());
@@ -167,21 +171,24 @@ Tensor FConvDecoder::forward(const Tensor& prev_output, const Tensor& positions,
   return fc3->forward(x);  // [B, T, V]
 }
 
-IncrementalState FConvDecoder::start_incremental(const FConvEncoder::Output& enc, const Tensor& src_padding_mask) const {
+IncrementalState FConvDecoder::start_incremental(const FConvEncoder::Output& enc,
+                                                 const Tensor& src_padding_mask) const {
   auto s = scope();
   IncrementalState state;
   attention_inputs(enc, src_padding_mask, &state.keys_t, &state.value_scale);
   for (const auto& conv : convolutions)
-    state.conv_inputs.push_back(conv->kernel_size > 1 ? ops::zeros({enc.x.size(0), conv->kernel_size - 1, conv->in_channels},
-                                                                    enc.x.dtype(), enc.x.device_ptr())
-                                                      : Tensor());
+    state.conv_inputs.push_back(
+        conv->kernel_size > 1
+            ? ops::zeros({enc.x.size(0), conv->kernel_size - 1, conv->in_channels}, enc.x.dtype(), enc.x.device_ptr())
+            : Tensor());
   return state;
 }
 
 Tensor FConvDecoder::step(const Tensor& tokens, const Tensor& positions, const FConvEncoder::Output& enc,
                           const Tensor& src_padding_mask, IncrementalState& state) const {
   auto s = scope();
-  const Tensor target_embedding = ops::add(embed_tokens->forward(tokens), embed_positions->forward(positions));  // [B, 1, E]
+  const Tensor target_embedding =
+      ops::add(embed_tokens->forward(tokens), embed_positions->forward(positions));  // [B, 1, E]
   Tensor x = fc1->forward(target_embedding);  // [B, 1, C0]
   for (size_t i = 0; i < convolutions.size(); i++) {
     engine::MemoryScope layer("layers." + std::to_string(i));

@@ -113,6 +113,7 @@ class FConvModel : public graph::Module {
 };
 
 // fairseq's make_positions for right-padded ids: padding_idx + 1 + t for real tokens, padding_idx for padding.
-std::vector<int64_t> fairseq_positions(const std::vector<int64_t>& ids, int64_t rows, int64_t cols, int64_t padding_idx);
+std::vector<int64_t> fairseq_positions(const std::vector<int64_t>& ids, int64_t rows, int64_t cols,
+                                       int64_t padding_idx);
 
 }  // namespace models::convs2s

@@ -75,11 +75,13 @@ std::string join(const std::vector<std::string>& names) {
 
 }  // namespace
 
-DetectionSet::DetectionSet(const std::string& dir, int64_t classes, int64_t max_boxes) : dir_(dir), max_boxes_(max_boxes) {
+DetectionSet::DetectionSet(const std::string& dir, int64_t classes, int64_t max_boxes)
+    : dir_(dir), max_boxes_(max_boxes) {
   const char* layout = "a COCO-style set has annotations/instances_<split>.json and its images in <split>/";
   ENGINE_CHECK(fs::is_directory(dir), "--data '", dir, "': no such directory (", layout, ")");
   const fs::path annotations = fs::path(dir) / "annotations";
-  ENGINE_CHECK(fs::is_directory(annotations), "--data '", dir, "': missing the sub-directory annotations/ (", layout, ")");
+  ENGINE_CHECK(fs::is_directory(annotations), "--data '", dir, "': missing the sub-directory annotations/ (", layout,
+               ")");
   std::vector<std::string> found;
   for (const auto& entry : fs::directory_iterator(annotations)) {
     const std::string name = entry.path().filename().string();
@@ -87,7 +89,8 @@ DetectionSet::DetectionSet(const std::string& dir, int64_t classes, int64_t max_
   }
   std::sort(found.begin(), found.end());
   ENGINE_CHECK(found.size() == 1, "--data '", dir, "': expected exactly one annotations/instances_<split>.json, found ",
-               found.size(), found.empty() ? "" : ": " + join(found), found.empty() ? "" : " (keep one: the split to train on)");
+               found.size(), found.empty() ? "" : ": " + join(found),
+               found.empty() ? "" : " (keep one: the split to train on)");
   json_path_ = (annotations / found[0]).string();
   const std::string split = found[0].substr(10, found[0].size() - 10 - 5);  // instances_<split>.json
   const fs::path image_dir = fs::path(dir) / split;
@@ -117,7 +120,8 @@ DetectionSet::DetectionSet(const std::string& dir, int64_t classes, int64_t max_
     item.file = (image_dir / member(im, "file_name", Value::Type::string, where).text).string();
     item.width = integer(im, "width", where), item.height = integer(im, "height", where);
     ENGINE_CHECK(item.width > 0 && item.height > 0 && item.width <= 65535 && item.height <= 65535, where,
-                 ": width and height must be from 1 to 65535 pixels (JPEG's limit), got ", item.width, "x", item.height);
+                 ": width and height must be from 1 to 65535 pixels (JPEG's limit), got ", item.width, "x",
+                 item.height);
     ENGINE_CHECK(fs::is_regular_file(item.file), where, " names '", item.file, "', which does not exist: add it or ",
                  "remove the image from the JSON");
     item_of[integer(im, "id", where)] = items_.size();
@@ -147,15 +151,16 @@ DetectionSet::DetectionSet(const std::string& dir, int64_t classes, int64_t max_
     for (int k = 0; k < 4; k++) {
       ENGINE_CHECK(bbox.items[size_t(k)].is_number(), where, ".bbox[", k, "] is not a number");
       v[k] = bbox.items[size_t(k)].number;
-      ENGINE_CHECK(std::isfinite(v[k]) && std::fabs(v[k]) <= 1e9, where, ".bbox[", k, "] is ", bbox.items[size_t(k)].text,
-                   ": a box coordinate must be a finite number of pixels");
+      ENGINE_CHECK(std::isfinite(v[k]) && std::fabs(v[k]) <= 1e9, where, ".bbox[", k, "] is ",
+                   bbox.items[size_t(k)].text, ": a box coordinate must be a finite number of pixels");
     }
     ENGINE_CHECK(v[2] >= 0 && v[3] >= 0, where, ".bbox is [", v[0], ", ", v[1], ", ", v[2], ", ", v[3],
                  "]: COCO boxes are [x, y, width, height] with width and height >= 0");
     DetectionItem& item = items_[item_it->second];
     // Clipped to the image: [x0, x1) x [y0, y1).
     const double x0 = std::clamp(v[0], 0.0, double(item.width)), x1 = std::clamp(v[0] + v[2], 0.0, double(item.width));
-    const double y0 = std::clamp(v[1], 0.0, double(item.height)), y1 = std::clamp(v[1] + v[3], 0.0, double(item.height));
+    const double y0 = std::clamp(v[1], 0.0, double(item.height)),
+                 y1 = std::clamp(v[1] + v[3], 0.0, double(item.height));
     if (x0 != v[0] || y0 != v[1] || x1 != v[0] + v[2] || y1 != v[1] + v[3]) clipped++;
     if (x1 <= x0 || y1 <= y0) {
       emptied++;
@@ -180,8 +185,8 @@ DetectionSet::DetectionSet(const std::string& dir, int64_t classes, int64_t max_
 std::string DetectionSet::describe() const {
   int64_t boxes = 0, empty = 0;
   for (const auto& item : items_) boxes += int64_t(item.boxes.size()), empty += item.boxes.empty();
-  std::string out = engine::str("COCO-style '", json_path_, "': ", items_.size(), " images (", empty, " without boxes), ",
-                                boxes, " boxes");
+  std::string out = engine::str("COCO-style '", json_path_, "': ", items_.size(), " images (", empty,
+                                " without boxes), ", boxes, " boxes");
   for (const auto& note : notes_) out += "; " + note;
   return out;
 }

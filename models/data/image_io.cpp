@@ -191,7 +191,8 @@ Image to_rgb(Image image) {
   rgb.pixels.resize(size_t(image.height * image.width * 3));
   const bool grey = image.channels <= 2;  // grey, grey + alpha; else RGBA
   for (int64_t p = 0; p < image.height * image.width; p++)
-    for (int64_t c = 0; c < 3; c++) rgb.pixels[size_t(p * 3 + c)] = image.pixels[size_t(p * image.channels + (grey ? 0 : c))];
+    for (int64_t c = 0; c < 3; c++)
+      rgb.pixels[size_t(p * 3 + c)] = image.pixels[size_t(p * image.channels + (grey ? 0 : c))];
   return rgb;
 }
 

@@ -41,7 +41,9 @@ Image to_rgb(Image image);
 // Resampling
 
 // Source coordinate of destination pixel i when an axis of `src` pixels is resized to `dst`.
-inline double resize_source(int64_t i, int64_t src, int64_t dst) { return (double(i) + 0.5) * double(src) / double(dst) - 0.5; }
+inline double resize_source(int64_t i, int64_t src, int64_t dst) {
+  return (double(i) + 0.5) * double(src) / double(dst) - 0.5;
+}
 // Nearest source pixel of destination pixel i (PIL's NEAREST: floor of the centre's position).
 int64_t resize_nearest(int64_t i, int64_t src, int64_t dst);
 // Bilinear value of channel c at source position (y, x), edges clamped (replicated).
@@ -52,7 +54,9 @@ float sample_bilinear(const Image& image, double y, double x, int64_t c);
 
 // ImageNet's statistics, for every vision data set here (jfzhang95's Normalize; deeplabv3 and yolov3 alike).
 constexpr float kImageNetMean[3] = {0.485f, 0.456f, 0.406f}, kImageNetStd[3] = {0.229f, 0.224f, 0.225f};
-inline float imagenet_normalize(float value_0_255, int64_t c) { return (value_0_255 / 255.f - kImageNetMean[c]) / kImageNetStd[c]; }
+inline float imagenet_normalize(float value_0_255, int64_t c) {
+  return (value_0_255 / 255.f - kImageNetMean[c]) / kImageNetStd[c];
+}
 
 // Position `index` (0, 1, ...) of the endless sequence of seeded epochs over `count` items: the item id.
 int64_t epoch_item(int64_t index, int64_t count, uint64_t seed);

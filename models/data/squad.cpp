@@ -167,7 +167,8 @@ std::vector<SquadFeature> squad_features(const std::vector<SquadExample>& exampl
     }
     int64_t n_words = int64_t(ex.doc_words.size());
     int64_t tok_start = first_piece_of_word[size_t(ex.start_word)];
-    int64_t tok_end = ex.end_word < n_words - 1 ? first_piece_of_word[size_t(ex.end_word + 1)] - 1 : int64_t(doc.size()) - 1;
+    int64_t tok_end =
+        ex.end_word < n_words - 1 ? first_piece_of_word[size_t(ex.end_word + 1)] - 1 : int64_t(doc.size()) - 1;
     // _improve_answer_span: the smallest piece span inside [tok_start, tok_end] that spells the answer
     std::vector<int64_t> answer = tokenizer.encode(ex.answer);
     bool improved = false;

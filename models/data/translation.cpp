@@ -26,7 +26,8 @@ double standard_normal(std::mt19937_64& rng) {  // Box-Muller, one of the pair
 std::vector<int64_t> longest_first(const std::vector<int64_t>& lengths) {
   std::vector<int64_t> order(lengths.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return lengths[size_t(a)] > lengths[size_t(b)]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return lengths[size_t(a)] > lengths[size_t(b)]; });
   return order;
 }
 
@@ -193,7 +194,8 @@ TokenBatches batch_pairs_by_tokens(const std::vector<SentencePair>& pairs, int64
   t.batches = batch_by_tokens(lengths, tokens);
   size_t kept = 0;
   for (const auto& b : t.batches) kept += b.size();
-  if (kept < pairs.size()) t.note = engine::str(" (", pairs.size() - kept, " longer than --tokens ", tokens, " left out)");
+  if (kept < pairs.size())
+    t.note = engine::str(" (", pairs.size() - kept, " longer than --tokens ", tokens, " left out)");
   ENGINE_CHECK(!t.batches.empty(), model, ": no sentence fits --tokens ", tokens);
   t.order = std::make_unique<BatchOrder>(int64_t(t.batches.size()), seed, most_padded_batch(t.batches, lengths));
   return t;

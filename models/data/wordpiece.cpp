@@ -203,7 +203,9 @@ std::vector<std::string> wordpiece_split(const std::string& word, const Vocab& v
 // ---------------------------------------------------------------------------------------------------
 // Vocabulary
 
-Vocab Vocab::load(const std::string& path) { return parse(engine::read_file(path, "vocabulary", 256 * engine::kMiB), path); }
+Vocab Vocab::load(const std::string& path) {
+  return parse(engine::read_file(path, "vocabulary", 256 * engine::kMiB), path);
+}
 
 Vocab Vocab::parse(const std::string& text, const std::string& source) {
   Vocab v;

@@ -78,7 +78,8 @@ MtdnnNet::MtdnnNet(const MtdnnConfig& c) : config(c) {
 }
 
 Tensor MtdnnNet::forward(int64_t task, const Batch& batch) const {
-  ENGINE_CHECK(task >= 0 && task < int64_t(heads.size()), "mtdnn: task index ", task, " outside [0, ", heads.size(), ")");
+  ENGINE_CHECK(task >= 0 && task < int64_t(heads.size()), "mtdnn: task index ", task, " outside [0, ", heads.size(),
+               ")");
   const TaskHead& h = heads[size_t(task)];
   Tensor hidden = bert->forward(batch.at("ids"), batch.at("token_types"), batch.at("padding"));  // [B, T, C]
   engine::MemoryScope s("scoring_list");
@@ -239,8 +240,8 @@ Batch Mtdnn::make_batch(int64_t step) {
     b["not_premise"] = ops::from_vector(e.not_premise, bt, DType::boolean, dev);
     b["not_hypothesis"] = ops::from_vector(e.not_hypothesis, bt, DType::boolean, dev);
     if (net_->training())
-      b["turn_weights"] = ops::from_vector(san_turn_weights(c.batch, c.san.turns, c.san.turn_drop, rng), {c.batch, c.san.turns},
-                                           compute_dtype(), dev);  // they weigh activations
+      b["turn_weights"] = ops::from_vector(san_turn_weights(c.batch, c.san.turns, c.san.turn_drop, rng),
+                                           {c.batch, c.san.turns}, compute_dtype(), dev);  // they weigh activations
   }
   if (task.kind == GlueKind::regression)
     b["scores"] = ops::from_vector(e.scores, {c.batch, 1}, DType::f32, dev);

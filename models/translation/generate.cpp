@@ -132,13 +132,14 @@ StepResult decode_batch_step(Seq2Seq& net, const data::TranslationBatch& hb, int
   r.details.push_back(engine::str("generated ", g.generated_tokens, " tokens for ", hb.batch, " sentences of up to ",
                                   hb.src_len, " source tokens in ", g.steps, " steps (max_len ", o.max_len, ")"));
   r.details.push_back(engine::str("kv cache: ", format_bytes(g.cache_bytes), " allocated once = self-attention ",
-                                  format_bytes(g.self_cache_bytes), " at ", o.max_len, " positions + encoder-decoder K/V ",
-                                  format_bytes(g.cache_bytes - g.self_cache_bytes), "; per position ",
-                                  format_bytes(self_cache_bytes(n, hb.batch, 1, e)), " (2 x ", n.decoder_layers,
-                                  " layers x ", hb.batch, " sentences x ", n.dim, " x ", e, " B)"));
+                                  format_bytes(g.self_cache_bytes), " at ", o.max_len,
+                                  " positions + encoder-decoder K/V ", format_bytes(g.cache_bytes - g.self_cache_bytes),
+                                  "; per position ", format_bytes(self_cache_bytes(n, hb.batch, 1, e)), " (2 x ",
+                                  n.decoder_layers, " layers x ", hb.batch, " sentences x ", n.dim, " x ", e, " B)"));
   std::string by_length = "kv cache (self-attention) by length:";
   for (int64_t len : {32, 64, 128, 256, 512, 1024})
-    if (len <= n.max_positions) by_length += engine::str(" ", len, ": ", format_bytes(self_cache_bytes(n, hb.batch, len, e)));
+    if (len <= n.max_positions)
+      by_length += engine::str(" ", len, ": ", format_bytes(self_cache_bytes(n, hb.batch, len, e)));
   r.details.push_back(by_length);
   return r;
 }

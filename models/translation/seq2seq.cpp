@@ -31,7 +31,8 @@ nn::TransformerLayerConfig layer_config(const Seq2SeqConfig& c) {
 
 std::shared_ptr<nn::Embedding> token_table(const Seq2SeqConfig& c) {
   // fairseq's Embedding(): normal(0, C^-1/2), the padding row zero.
-  return std::make_shared<nn::Embedding>(c.vocab, c.dim, c.padding_idx, nn::Init::normal(std::pow(double(c.dim), -0.5)));
+  return std::make_shared<nn::Embedding>(c.vocab, c.dim, c.padding_idx,
+                                         nn::Init::normal(std::pow(double(c.dim), -0.5)));
 }
 
 // Registers the embedding stack's modules on `side` (tokens only when the side owns them).
@@ -40,11 +41,13 @@ TokenEmbedding make_embedding(Side& side, const Seq2SeqConfig& c, std::shared_pt
   TokenEmbedding e;
   e.tokens = shared_tokens ? shared_tokens : side.register_module("embed_tokens", token_table(c));
   if (c.learned_positions)
-    e.positions = side.register_module("embed_positions",
-                                       std::make_shared<nn::Embedding>(c.max_positions, c.dim, -1, nn::Init::normal(std::pow(double(c.dim), -0.5))));
+    e.positions = side.register_module(
+        "embed_positions",
+        std::make_shared<nn::Embedding>(c.max_positions, c.dim, -1, nn::Init::normal(std::pow(double(c.dim), -0.5))));
   if (c.languages > 0)
-    e.languages = side.register_module("embed_languages",
-                                       std::make_shared<nn::Embedding>(c.languages, c.dim, -1, nn::Init::normal(std::pow(double(c.dim), -0.5))));
+    e.languages = side.register_module(
+        "embed_languages",
+        std::make_shared<nn::Embedding>(c.languages, c.dim, -1, nn::Init::normal(std::pow(double(c.dim), -0.5))));
   if (c.layernorm_embedding)
     e.norm = side.register_module("layernorm_embedding", std::make_shared<nn::LayerNorm>(c.dim, c.layer_norm_eps));
   return e;
@@ -97,7 +100,8 @@ Tensor TokenEmbedding::forward(const Seq2SeqConfig& c, const Tensor& ids, int64_
 Seq2SeqEncoder::Seq2SeqEncoder(const Seq2SeqConfig& c, std::shared_ptr<nn::Embedding> shared_tokens) : config(c) {
   embed = make_embedding(*this, c, std::move(shared_tokens));
   for (int64_t i = 0; i < c.encoder_layers; i++)
-    layers.push_back(register_module("layers." + std::to_string(i), std::make_shared<nn::TransformerLayer>(layer_config(c))));
+    layers.push_back(
+        register_module("layers." + std::to_string(i), std::make_shared<nn::TransformerLayer>(layer_config(c))));
 }
 
 Tensor Seq2SeqEncoder::forward(const Tensor& src, const Tensor& src_padding_mask, int64_t lang) const {
@@ -158,7 +162,8 @@ std::vector<nn::DecoderLayerCache> Seq2SeqDecoder::start_generation(const Tensor
 Tensor Seq2SeqDecoder::step(const Tensor& tokens, int64_t t, std::vector<nn::DecoderLayerCache>& caches,
                             const Tensor& src_padding_mask, int64_t lang) const {
   auto s = scope();
-  ENGINE_CHECK(caches.size() == layers.size(), "seq2seq step: ", caches.size(), " caches for ", layers.size(), " layers");
+  ENGINE_CHECK(caches.size() == layers.size(), "seq2seq step: ", caches.size(), " caches for ", layers.size(),
+               " layers");
   Tensor x = embed.forward(config, tokens, t, lang, training());  // [B, 1, C]
   for (size_t i = 0; i < layers.size(); i++) x = layers[i]->step(x, t, caches[i], src_padding_mask);
   return ops::select(output_projection(x), 1, 0);  // [B, V]
@@ -177,7 +182,8 @@ void xavier_init(graph::Module& m) {
     if (ends_with(name, ".bias")) {
       ops::fill_(p, 0.0);
     } else if (p.dim() == 2) {
-      bool qkv = ends_with(name, "q_proj.weight") || ends_with(name, "k_proj.weight") || ends_with(name, "v_proj.weight");
+      bool qkv =
+          ends_with(name, "q_proj.weight") || ends_with(name, "k_proj.weight") || ends_with(name, "v_proj.weight");
       double bound = (qkv ? std::sqrt(0.5) : 1.0) * std::sqrt(6.0 / double(p.size(0) + p.size(1)));
       ops::copy_(p, ops::rand(p.shape(), -bound, bound, p.dtype(), p.device_ptr()));
     }
@@ -186,8 +192,8 @@ void xavier_init(graph::Module& m) {
 
 Seq2Seq::Seq2Seq(const Seq2SeqConfig& c) : config(c) {
   encoder = register_module("encoder", std::make_shared<Seq2SeqEncoder>(c, nullptr));
-  decoder = register_module("decoder",
-                            std::make_shared<Seq2SeqDecoder>(c, c.share_all_embeddings ? encoder->embed.tokens : nullptr));
+  decoder = register_module(
+      "decoder", std::make_shared<Seq2SeqDecoder>(c, c.share_all_embeddings ? encoder->embed.tokens : nullptr));
   if (c.xavier_init) xavier_init(*this);
 }
 

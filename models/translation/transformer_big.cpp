@@ -62,7 +62,8 @@ TransformerBig::TransformerBig(const ModelConfig& c) : TransformerBig(Transforme
 
 TransformerBig::TransformerBig(const TransformerBigRecipe& r) : recipe_(r) {
   if (recipe_.data.empty()) {
-    int64_t words = recipe_.synthetic_words > 0 ? recipe_.synthetic_words : recipe_.net.vocab - TranslationIds::first_word;
+    int64_t words =
+        recipe_.synthetic_words > 0 ? recipe_.synthetic_words : recipe_.net.vocab - TranslationIds::first_word;
     ENGINE_CHECK(TranslationIds::first_word + words <= recipe_.net.vocab, "transformer_big: ", words,
                  " synthetic words need a vocabulary of ", TranslationIds::first_word + words);
     pairs_ = data::synthetic_reversal_pairs(recipe_.synthetic_pairs, words, recipe_.lengths, recipe_.seed);
@@ -103,10 +104,10 @@ std::string TransformerBig::summary() const {
 }
 
 std::vector<std::string> TransformerBig::load_weights(const std::map<std::string, Tensor>& tensors) {
-  return net_->load(tensors, true,
-                    {"decoder.embed_tokens.weight", "decoder.output_projection.weight",
-                     "encoder.embed_positions._float_tensor", "decoder.embed_positions._float_tensor", "encoder.version",
-                     "decoder.version"});
+  return net_->load(
+      tensors, true,
+      {"decoder.embed_tokens.weight", "decoder.output_projection.weight", "encoder.embed_positions._float_tensor",
+       "decoder.embed_positions._float_tensor", "encoder.version", "decoder.version"});
 }
 
 data::TranslationBatch TransformerBig::host_batch(int64_t step) const {

@@ -4,7 +4,8 @@
 //   0.3 (attention and ReLU dropout 0), --share-all-embeddings with a joined 32768 vocabulary (one [V, C]
 //   table: encoder input, decoder input and output projection), label-smoothed cross-entropy 0.1, Adam
 //   β (0.9, 0.98), eps 1e-8, lr 5e-4 with inverse-sqrt warmup over 4000 updates (fairseq's default
-//   warmup_init_lr: 0), no clipping, no weight decay, batches of --tokens 3584 (sentences x longest length <= tokens, bucketed by length).
+//   warmup_init_lr: 0), no clipping, no weight decay, batches of --tokens 3584 (sentences x longest length <=
+//   tokens, bucketed by length).
 // Parameter names are fairseq's (encoder.embed_tokens.weight, encoder.layers.N.self_attn.q_proj.weight,
 // decoder.layers.N.encoder_attn.k_proj.bias, ...), so a fairseq state dict loads by name (its tied copies
 // decoder.embed_tokens.weight / decoder.output_projection.weight and the sinusoidal buffers are skipped).

@@ -85,7 +85,8 @@ UnsupMT::UnsupMT(const ModelConfig& c) : UnsupMT(UnsupMTRecipe::from(c)) {}
 
 UnsupMT::UnsupMT(const UnsupMTRecipe& r) : recipe_(r) {
   if (recipe_.data.empty()) {
-    int64_t words = recipe_.synthetic_words > 0 ? recipe_.synthetic_words : recipe_.net.vocab - TranslationIds::first_word;
+    int64_t words =
+        recipe_.synthetic_words > 0 ? recipe_.synthetic_words : recipe_.net.vocab - TranslationIds::first_word;
     for (int64_t l = 0; l < 2; l++)
       mono_[size_t(l)] = data::synthetic_sentences(recipe_.synthetic_sentences, words, recipe_.lengths,
                                                    recipe_.seed * 2 + uint64_t(l));
@@ -127,9 +128,9 @@ std::string UnsupMT::summary() const {
   return engine::str("unsupmt (XLM unsupervised MT en-fr): ", n.encoder_layers, "+", n.decoder_layers, " layers, emb ",
                      n.dim, ", ", n.heads, " heads, ffn ", n.ffn, ", GELU, vocab ", n.vocab, ", ", n.max_positions,
                      " learned positions, 2 languages | a step: AE en, AE fr (--tokens ", recipe_.ae_tokens,
-                     "), BT en-fr-en, BT fr-en-fr (", recipe_.bt_sentences, " sentences, greedy with a KV cache) | attention ",
-                     ops::attention_algo_name(n.algo), n.recompute_layers ? ", recompute layer" : "",
-                     " | data: ", data_description_);
+                     "), BT en-fr-en, BT fr-en-fr (", recipe_.bt_sentences,
+                     " sentences, greedy with a KV cache) | attention ", ops::attention_algo_name(n.algo),
+                     n.recompute_layers ? ", recompute layer" : "", " | data: ", data_description_);
 }
 
 data::TranslationBatch UnsupMT::bt_host_batch(int64_t lang, int64_t step) const {

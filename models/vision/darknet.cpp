@@ -38,7 +38,8 @@ Darknet53::Darknet53(const DarknetConfig& c) : config(c) {
     down[s] = register_module(stage + ".down", std::make_shared<ConvBnLeaky>(channels, channels * 2, 3, 2));
     channels *= 2;
     for (int64_t b = 0; b < c.blocks[s]; b++)
-      blocks[s].push_back(register_module(stage + ".blocks." + std::to_string(b), std::make_shared<DarknetResidual>(channels)));
+      blocks[s].push_back(
+          register_module(stage + ".blocks." + std::to_string(b), std::make_shared<DarknetResidual>(channels)));
   }
 }
 

@@ -67,7 +67,8 @@ Aspp::Aspp(int64_t in, int64_t channels, const std::vector<int64_t>& rates, doub
   // convs.0: 1x1; convs.1..R: 3x3 atrous at each rate (Sequential(conv, bn, relu)).
   for (int64_t b = 0; b <= int64_t(rates.size()); b++) {
     const std::string name = "convs." + std::to_string(b);
-    convs.push_back(register_module(name + ".0", b == 0 ? head_conv(in, channels, 1, 1) : head_conv(in, channels, 3, rates[size_t(b - 1)])));
+    convs.push_back(register_module(
+        name + ".0", b == 0 ? head_conv(in, channels, 1, 1) : head_conv(in, channels, 3, rates[size_t(b - 1)])));
     bns.push_back(register_module(name + ".1", std::make_shared<BatchNorm2d>(channels)));
   }
   // convs.R+1: image pooling, Sequential(AdaptiveAvgPool2d, conv, bn, relu): its conv is ".1".
@@ -98,7 +99,8 @@ Tensor Aspp::forward(const Tensor& x) const {
 DeepLabV3Net::DeepLabV3Net(const DeepLabV3Config& c) : config(c) {
   backbone = register_module("backbone", std::make_shared<ResNet>(c.backbone));
   const int64_t ch = c.aspp_channels;
-  aspp = register_module("classifier.0", std::make_shared<Aspp>(c.backbone.out_channels(), ch, c.aspp_rates, c.dropout));
+  aspp =
+      register_module("classifier.0", std::make_shared<Aspp>(c.backbone.out_channels(), ch, c.aspp_rates, c.dropout));
   head_conv = register_module("classifier.1", vision::head_conv(ch, ch, 3, 1));
   head_bn = register_module("classifier.2", std::make_shared<BatchNorm2d>(ch));
   classifier = register_module("classifier.4", vision::head_conv(ch, c.classes, 1, 1, /*bias=*/true));
@@ -129,7 +131,8 @@ std::vector<int64_t> synthetic_segmentation_scenes(int64_t batch, int64_t size, 
     const int64_t rects = 1 + int64_t(rng() % 3);
     for (int64_t r = 0; r < rects && classes > 1; r++) {
       const int64_t cls = 1 + int64_t(rng() % uint64_t(classes - 1));
-      const int64_t h = size / 4 + int64_t(rng() % uint64_t(size / 4 + 1)), w = size / 4 + int64_t(rng() % uint64_t(size / 4 + 1));
+      const int64_t h = size / 4 + int64_t(rng() % uint64_t(size / 4 + 1)),
+                    w = size / 4 + int64_t(rng() % uint64_t(size / 4 + 1));
       const int64_t top = int64_t(rng() % uint64_t(size - h + 1)), left = int64_t(rng() % uint64_t(size - w + 1));
       int64_t* row = scenes.data() + (n * kMaxRectangles + r) * 5;
       row[0] = cls, row[1] = top, row[2] = left, row[3] = h, row[4] = w;

@@ -172,9 +172,9 @@ std::string YoloV3::summary() const {
   const auto& c = config_;
   const auto& b = c.backbone.blocks;
   return engine::str("yolov3: Darknet-53 (blocks ", b[0], "/", b[1], "/", b[2], "/", b[3], "/", b[4], ", width ",
-                     c.backbone.width, ") + 3 YOLO scales (strides 32/16/8, ", c.anchors_per_scale(), " anchors each), ",
-                     c.classes, " classes, ", c.image_size, "x", c.image_size, ", batch ", c.batch, ", ",
-                     c.max_boxes, " box slots per image",
+                     c.backbone.width, ") + 3 YOLO scales (strides 32/16/8, ", c.anchors_per_scale(),
+                     " anchors each), ", c.classes, " classes, ", c.image_size, "x", c.image_size, ", batch ", c.batch,
+                     ", ", c.max_boxes, " box slots per image",
                      c.backbone.recompute_blocks ? ", residual blocks recomputed in backward" : "",
                      reader_ ? " | data: " + reader_->describe() : std::string());
 }
@@ -193,11 +193,12 @@ Batch YoloV3::make_batch(int64_t step) {
   auto dev = engine::default_device();
   if (reader_) {
     // Decoded and letterboxed on the host; on meta nothing is decoded: zeros of the same shapes.
-    data::DetectionData b = dev->type() == engine::DeviceType::meta
-                                ? data::DetectionData{std::vector<float>(size_t(c.batch * c.image_size * c.image_size * 3)),
-                                                      std::vector<float>(size_t(c.batch * c.max_boxes * 4)),
-                                                      std::vector<int64_t>(size_t(c.batch * c.max_boxes))}
-                                : reader_->batch(c.batch, c.image_size, c.seed, step);
+    data::DetectionData b =
+        dev->type() == engine::DeviceType::meta
+            ? data::DetectionData{std::vector<float>(size_t(c.batch * c.image_size * c.image_size * 3)),
+                                  std::vector<float>(size_t(c.batch * c.max_boxes * 4)),
+                                  std::vector<int64_t>(size_t(c.batch * c.max_boxes))}
+            : reader_->batch(c.batch, c.image_size, c.seed, step);
     return {{"images", ops::from_vector(b.images, {c.batch, c.image_size, c.image_size, 3}, compute_dtype(), dev)},
             {"boxes", ops::from_vector(b.boxes, {c.batch, c.max_boxes, 4}, engine::DType::f32, dev)},
             {"labels", ops::from_vector(b.labels, {c.batch, c.max_boxes}, engine::DType::i64, dev)}};
@@ -233,8 +234,10 @@ Tensor YoloV3::detection_loss(const std::array<Tensor, 3>& preds, const Tensor& 
     Tensor xy = part(ops::bce_with_logits(cols(p, 0, 2), cols(t.target, 0, 2), Tensor(), none), cols(t.weight, 0, 2));
     Tensor wh = part(ops::mse_loss(cols(p, 2, 4), cols(t.target, 2, 4), none), cols(t.weight, 2, 4));
     accumulate(box, ops::add(xy, ops::mul(wh, 0.5)));
-    accumulate(object, part(ops::bce_with_logits(cols(p, 4, 5), cols(t.target, 4, 5), Tensor(), none), cols(t.weight, 4, 5)));
-    accumulate(cls, part(ops::bce_with_logits(cols(p, 5, D), cols(t.target, 5, D), Tensor(), none), cols(t.weight, 5, D)));
+    accumulate(object,
+               part(ops::bce_with_logits(cols(p, 4, 5), cols(t.target, 4, 5), Tensor(), none), cols(t.weight, 4, 5)));
+    accumulate(cls,
+               part(ops::bce_with_logits(cols(p, 5, D), cols(t.target, 5, D), Tensor(), none), cols(t.weight, 5, D)));
   }
   const double per_image = 1.0 / double(N);
   {

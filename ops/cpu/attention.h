@@ -20,7 +20,8 @@ void flash_attention_forward(const FlashAttentionInputs& in, const FlashAttentio
                              const Tensor& out, const Tensor& lse);
 
 // dq [B, H, Lq, D], dk, dv like k and v (contiguous). dout [B, H, Lq, Dv] (any strides); dlse undefined or
-// [B, H, Lq] contiguous in the accumulation type, like lse. Scratch the op allocated: delta [B, H, Lq] (accumulation type) and dq_accum [B, H, Lq, D]
+// [B, H, Lq] contiguous in the accumulation type, like lse. Scratch the op allocated: delta [B, H, Lq] (accumulation
+// type) and dq_accum [B, H, Lq, D]
 // in the accumulation type (it may be dq itself when dq has that type).
 void flash_attention_backward(const FlashAttentionInputs& in, const FlashAttentionParams& params,
                               const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,

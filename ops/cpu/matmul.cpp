@@ -4,7 +4,8 @@
 // BLAS "beta = 1" form: the bias is folded into the GEMM's output pass. Operands are Eigen::Maps over the
 // tensor data when one of their two matrix strides is 1 (row-major, or column-major = a transposed view),
 // so W^T and the transposes of backward cost no copy. Other layouts, and bf16/f16 (Eigen multiplies them
-// in float), are packed into a small host buffer first. The products run through gemm_add (gemm.h): the same bits on any thread count.
+// in float), are packed into a small host buffer first. The products run through gemm_add (gemm.h): the same bits on
+// any thread count.
 #include "ops/cpu/matmul.h"
 
 #include <Eigen/Dense>

@@ -35,11 +35,13 @@ ENGINE_HD double yolo_iou(double ax, double ay, double aw, double ah, double bx,
 ENGINE_HD bool yolo_ignored(const YoloGeometry& g, double tx, double ty, double tw, double th, int64_t j, int64_t i,
                             int64_t a, const float* boxes, const int64_t* labels) {
   const int64_t k = g.mask[a];
-  const double x = (double(i) + 1.0 / (1.0 + exp(-tx))) / double(g.W), y = (double(j) + 1.0 / (1.0 + exp(-ty))) / double(g.H);
+  const double x = (double(i) + 1.0 / (1.0 + exp(-tx))) / double(g.W),
+               y = (double(j) + 1.0 / (1.0 + exp(-ty))) / double(g.H);
   const double w = exp(tw) * g.anchor_w[k], h = exp(th) * g.anchor_h[k];
   double best = 0;
   for (int64_t m = 0; m < g.M; m++)
-    if (labels[m] >= 0) best = fmax(best, yolo_iou(x, y, w, h, boxes[4 * m], boxes[4 * m + 1], boxes[4 * m + 2], boxes[4 * m + 3]));
+    if (labels[m] >= 0)
+      best = fmax(best, yolo_iou(x, y, w, h, boxes[4 * m], boxes[4 * m + 1], boxes[4 * m + 2], boxes[4 * m + 3]));
   return best > g.ignore_thresh;
 }
 

@@ -64,7 +64,8 @@ __global__ void delta_kernel_vec(const FlashArgs a) {
     }
 #pragma unroll
     for (int off = kLanes / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    if (row < rows && lane == 0) static_cast<A*>(a.delta)[row] = sum - (a.dlse ? static_cast<const A*>(a.dlse)[row] : A(0));
+    if (row < rows && lane == 0)
+      static_cast<A*>(a.delta)[row] = sum - (a.dlse ? static_cast<const A*>(a.dlse)[row] : A(0));
   }
 }
 
@@ -506,7 +507,8 @@ void launch(const FlashArgs& a) {
 template <typename DkdvCfg, typename DqCfg, bool kFull>
 void run(const FlashArgs& a, bool bf16) {
   if constexpr (kFull) {
-    if (bf16) a.dropout ? launch<DkdvCfg, DqCfg, __nv_bfloat16, true>(a) : launch<DkdvCfg, DqCfg, __nv_bfloat16, false>(a);
+    if (bf16)
+      a.dropout ? launch<DkdvCfg, DqCfg, __nv_bfloat16, true>(a) : launch<DkdvCfg, DqCfg, __nv_bfloat16, false>(a);
     else a.dropout ? launch<DkdvCfg, DqCfg, __half, true>(a) : launch<DkdvCfg, DqCfg, __half, false>(a);
   } else {
     launch<DkdvCfg, DqCfg, __nv_bfloat16, false>(a);

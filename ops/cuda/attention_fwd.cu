@@ -95,7 +95,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel
       load_tile_async<Bc, D, kThreads>(sV + (buf ^ 1) * Bc * D, vh, a.vs.l, k0 + Bc, a.Lk);
     }
     cp_async_commit();
-    const FragAddr<D> k_frag = frag_b_rows<D>(sK + buf * Bc * D, lane), v_frag = frag_b_trans<D>(sV + buf * Bc * D, lane);
+    const FragAddr<D> k_frag = frag_b_rows<D>(sK + buf * Bc * D, lane),
+                      v_frag = frag_b_trans<D>(sV + buf * Bc * D, lane);
     if constexpr (Cfg::kQInRegs) {
       if (t == 0) {
 #pragma unroll

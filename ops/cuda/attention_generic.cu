@@ -136,7 +136,8 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const FlashArgs a) {
       const int r = ty + 16 * ra, i = q0 + r;
       A s[2];
 #pragma unroll
-      for (int cb = 0; cb < 2; cb++) s[cb] = key_visible(a, pad_row, i, k0 + tx + 16 * cb) ? scale * dots[ra][cb] : neg_inf;
+      for (int cb = 0; cb < 2; cb++)
+        s[cb] = key_visible(a, pad_row, i, k0 + tx + 16 * cb) ? scale * dots[ra][cb] : neg_inf;
       const A m_old = sM[r];
       const A m_new = max(m_old, row16_max(max(s[0], s[1])));
       // As the cpu: a row with every key so far masked adds nothing (alpha 1, P 0).
@@ -148,7 +149,8 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const FlashArgs a) {
       }
       const A row_sum = row16_sum(p[0] + p[1]);
 #pragma unroll
-      for (int cb = 0; cb < 2; cb++) sP[r * kLd + tx + 16 * cb] = p[cb] * dropout_factor<A>(a, bh, i, k0 + tx + 16 * cb);
+      for (int cb = 0; cb < 2; cb++)
+        sP[r * kLd + tx + 16 * cb] = p[cb] * dropout_factor<A>(a, bh, i, k0 + tx + 16 * cb);
       __syncwarp();  // every lane of the row has read sM[r]
       if (tx == 0) {
         sL[r] = alpha * sL[r] + row_sum;

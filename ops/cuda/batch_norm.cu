@@ -72,15 +72,6 @@ template <typename T, int VEC> __device__ __forceinline__ Vec<T, VEC> load_raw(c
   return *reinterpret_cast<const Vec<T, VEC>*>(p);
 }
 
-template <typename T> const T* ptr_or_null(const Tensor& t) {
-  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
-}
-int64_t stride_or_zero(const Tensor& t) { return t.defined() ? t.strides()[0] : 0; }
-
-// Per-channel value p[c * stride] as A, or `fill` when the tensor is absent.
-template <typename T, typename A> __device__ __forceinline__ A channel_or(const T* p, int64_t stride, int64_t c, A fill) {
-  return p ? to_acc<A>(p[c * stride]) : fill;
-}
 
 // The lanes of a column block combined by a fixed tree: at step s, lane ty (a multiple of 2s) absorbs lane
 // ty + s. `values` holds each thread's NV accumulators as [NV][threads] (consecutive threads, consecutive
@@ -260,8 +251,8 @@ __global__ void __launch_bounds__(kElementwiseThreads)
   for (int j = 0; j < VEC; j++) {
     const int64_t c = col * VEC + j;
     mu[j] = mean[c];
-    scale[j] = invstd[c] * channel_or(w, sw, c, A(1));
-    shift[j] = channel_or(bias, sb, c, A(0));
+    scale[j] = invstd[c] * load_or(w, c * sw, A(1));
+    shift[j] = load_or(bias, c * sb, A(0));
   }
   const T* px = x + col * VEC;
   T* py = y + col * VEC;
@@ -419,7 +410,7 @@ __global__ void __launch_bounds__(kElementwiseThreads)
 #pragma unroll
   for (int j = 0; j < VEC; j++) {
     const int64_t c = col * VEC + j;
-    a[j] = invstd[c] * channel_or(w, sw, c, A(1));
+    a[j] = invstd[c] * load_or(w, c * sw, A(1));
     mu[j] = mean[c];
     mg[j] = sums ? sums[c] / A(M) : A(0);
     k[j] = sums ? invstd[c] * (sums[C + c] / A(M)) : A(0);
@@ -481,7 +472,8 @@ ColumnBlocks column_blocks(int64_t cols, int64_t chunks) {
   tile = std::min(tile, cols);
   const int64_t tiles = ceil_div(cols, tile);
   const int64_t threads = tiles * chunks >= kTargetBlocks / 2 ? 256 : kMaxColumnThreads;
-  return {dim3(unsigned(tiles), unsigned(chunks)), dim3(unsigned(tile), unsigned(std::max<int64_t>(1, threads / tile)))};
+  return {dim3(unsigned(tiles), unsigned(chunks)),
+          dim3(unsigned(tile), unsigned(std::max<int64_t>(1, threads / tile)))};
 }
 
 // Elementwise blocks: 32 vector columns (fewer when C is narrow) x the rest of 256 threads in rows; row blocks
@@ -523,8 +515,9 @@ void batch_norm_stats(const Tensor& x, double eps, double momentum, const Tensor
     ENGINE_CUDA_LAUNCH_CHECK("batch_norm (chunk statistics)");
     A* rm = running_mean.defined() ? static_cast<A*>(running_mean.data_ptr()) : nullptr;
     A* rv = running_var.defined() ? static_cast<A*>(running_var.data_ptr()) : nullptr;
-    batch_norm_finalize_stats<A><<<unsigned(ceil_div(C, kFinalizeTile)), kFinalizeThreads, 0, stream>>>(ws, M, C, chunks, A(eps), A(momentum), static_cast<A*>(mean.data_ptr()),
-                                             static_cast<A*>(invstd.data_ptr()), rm, rv);
+    batch_norm_finalize_stats<A><<<unsigned(ceil_div(C, kFinalizeTile)), kFinalizeThreads, 0, stream>>>(
+        ws, M, C, chunks, A(eps), A(momentum), static_cast<A*>(mean.data_ptr()), static_cast<A*>(invstd.data_ptr()), rm,
+        rv);
     ENGINE_CUDA_LAUNCH_CHECK("batch_norm (statistics)");
   });
 }

@@ -28,7 +28,8 @@ void conv2d_backward_weight(const engine::Tensor& x, const engine::Tensor& dy, c
 
 // The kernel each pass takes for this geometry and dtype ("gemm", "depthwise", "igemm", "igemm_gather",
 // "igemm_tf32", "igemm_gather_tf32", "simt", "generic"), for tests and benchmarks; f32 also depends on
-// engine::cuda::allow_tf32() (the 1x1 "gemm" then runs cuBLASLt's FAST_TF32). The 1x1 GEMM path uses the device's GEMM workspace (Device::workspace), which the
+// engine::cuda::allow_tf32() (the 1x1 "gemm" then runs cuBLASLt's FAST_TF32). The 1x1 GEMM path uses the device's
+// GEMM workspace (Device::workspace), which the
 // op must request on every device like ops/matmul.cpp does, so that meta predicts it.
 enum class ConvPass { forward, data, weight };
 const char* conv2d_path(ConvPass pass, const ConvGeometry& g, engine::DType dtype);

@@ -160,8 +160,8 @@ void weight_grad_finalize(engine::DType t, const float* ws, int splits, int64_t 
   if (count == 0) return;
   switch (t) {
     case engine::DType::f32:
-      finalize_kernel<float><<<grid_for(count, kThreads), kThreads, 0, engine::cuda::stream()>>>(ws, splits, count,
-                                                                                                 static_cast<float*>(dw));
+      finalize_kernel<float><<<grid_for(count, kThreads), kThreads, 0, engine::cuda::stream()>>>(
+          ws, splits, count, static_cast<float*>(dw));
       break;
     case engine::DType::bf16:
       finalize_kernel<__nv_bfloat16><<<grid_for(count, kThreads), kThreads, 0, engine::cuda::stream()>>>(

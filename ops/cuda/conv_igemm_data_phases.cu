@@ -7,7 +7,8 @@
 // h = rh + s_h*i, w = rw + s_w*j, and for its valid taps ho = i + off_h(kh), off_h = (rh + p_h - kh*d_h) / s_h
 // (exact). So each phase is a dense GEMM:
 //   M = N * ceil((H - rh) / s_h) * ceil((W - rw) / s_w), N = Cin/g, K = (valid taps of the phase) * Cout/g,
-//   A[m, (t, co)] = dy[n, i + off_h(t), j + off_w(t), g*Coutg + co] (0 outside), B[(t, co), ci] = w[g*Coutg + co, tap t, ci].
+//   A[m, (t, co)] = dy[n, i + off_h(t), j + off_w(t), g*Coutg + co] (0 outside), B[(t, co), ci] = w[g*Coutg + co,
+//   tap t, ci].
 // A stride-1 convolution is the one-phase case (every tap valid). The phase's tap table (offsets and the
 // weight's tap index, at most kMaxTaps) is built in shared memory by the block before its main loop.
 // A is staged [m][k], B [k][n] (read with ldmatrix.trans). Grid: (tiles of the largest phase, groups,

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "ops/cpu/cpu_util.h"  // broadcast_strides
 #include "ops/cuda/convert.cuh"
 #include "ops/cuda/elementwise.h"
 
@@ -112,13 +113,6 @@ template <typename T> bool aligned_to(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) % sizeof(T)) == 0;
 }
 
-Shape broadcast_strides(const Tensor& t, const Shape& shape) {
-  Shape st(shape.size(), 0);
-  int64_t lead = int64_t(shape.size()) - t.dim();
-  for (int64_t i = 0; i < t.dim(); i++) st[size_t(lead + i)] = t.shape()[size_t(i)] == 1 ? 0 : t.strides()[size_t(i)];
-  return st;
-}
-
 // True when out and every input are dense with out's shape: the map_contiguous case.
 template <int NIn> bool all_dense(const Tensor& out, const std::array<const Tensor*, NIn>& ins) {
   bool dense = out.is_contiguous();
@@ -192,7 +186,7 @@ void launch_map(const char* op, const Tensor& out, const std::array<const Tensor
   std::array<const In*, 2> pin = input_pointers<NIn, In>(ins);
   std::array<Shape, NIn + 1> strides;
   strides[0] = out.strides();
-  for (int k = 0; k < NIn; k++) strides[size_t(k + 1)] = broadcast_strides(*ins[size_t(k)], out.shape());
+  for (int k = 0; k < NIn; k++) strides[size_t(k + 1)] = cpu::broadcast_strides(*ins[size_t(k)], out.shape());
   bool small = fits_int32(n, {&out});
   for (int k = 0; k < NIn; k++) small = small && fits_int32(n, {ins[size_t(k)]});
   cudaStream_t s = engine::cuda::stream();

@@ -67,6 +67,16 @@ template <typename T> constexpr int vec16() { return int(16 / sizeof(T)); }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// An optional operand (a norm's weight or bias, a loss's class weights): its data, or null when absent; the
+// stride of a 1-D one (0 when absent); and on the device, element i as A, or `fill` when the pointer is null.
+template <typename T> const T* ptr_or_null(const engine::Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+inline int64_t stride_or_zero(const engine::Tensor& t) { return t.defined() ? t.strides().back() : 0; }
+template <typename T, typename A> __device__ __forceinline__ A load_or(const T* p, int64_t i, A fill) {
+  return p ? to_acc<A>(p[i]) : fill;
+}
+
 // Loads VEC consecutive elements p[0..VEC) as A (one vector load; p must be aligned when VEC > 1), or,
 // when VEC == 1, the single element p[0].
 template <int VEC, typename T, typename A>

@@ -159,9 +159,6 @@ __global__ void __launch_bounds__(kReduceThreads)
   if (threadIdx.x == 0) out[0] = mean ? (n > 0 ? total / A(n) : A(0)) : total;
 }
 
-template <typename T> const T* ptr_or_null(const Tensor& t) {
-  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
-}
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 // Compute: f32 -> 32F (or 32F_FAST_TF32 when allowed), bf16/f16 -> 32F accumulate, f64 -> 64F.
 #include "engine/cuda/runtime.h"
 #include "ops/cuda/matmul.h"
+#include "ops/matmul.h"  // kGemmWorkspaceBytes: the workspace every device reserves for these calls
 
 #include <cstdint>
 #include <vector>
@@ -23,8 +24,6 @@ using engine::Shape;
 using engine::Tensor;
 
 namespace {
-
-constexpr size_t kWorkspace = size_t(32) << 20;
 
 struct Operand {
   const char* ptr;
@@ -66,12 +65,91 @@ struct LtLayout {
   LtLayout(cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld, int32_t batch, int64_t stride) {
     ENGINE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&h, t, uint64_t(rows), uint64_t(cols), ld));
     if (batch > 1) {
-      ENGINE_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(h, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch));
+      ENGINE_CUBLAS_CHECK(
+          cublasLtMatrixLayoutSetAttribute(h, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch));
       ENGINE_CUBLAS_CHECK(
           cublasLtMatrixLayoutSetAttribute(h, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
     }
   }
   ~LtLayout() { if (h) cublasLtMatrixLayoutDestroy(h); }
+};
+
+// One cuBLASLt GEMM of the dtype `t`, C^T[N, M] = B^T[N, K] A^T[K, M] (cuBLASLt's "A" is our b, its "B" our
+// a): the descriptor (compute type: 64F for f64, 32F or FAST_TF32 for f32, 32F accumulate for bf16/f16; the
+// operands' transposes; an optional bias epilogue), the preference (the device's GEMM workspace; the operands'
+// alignment when they may be views at any element) and the algorithm cuBLASLt's heuristic picks. The handles
+// are destroyed however the caller leaves (an error included).
+class LtGemm {
+ public:
+  LtGemm(DType t, cublasOperation_t op_b, cublasOperation_t op_a) : dtype_(t) {
+    const cublasComputeType_t compute = t == DType::f64 ? CUBLAS_COMPUTE_64F
+                                        : (t == DType::f32 && engine::cuda::allow_tf32()) ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                                           : CUBLAS_COMPUTE_32F;
+    ENGINE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, compute, t == DType::f64 ? CUDA_R_64F : CUDA_R_32F));
+    ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof op_b));
+    ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof op_a));
+    ENGINE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_));
+    size_t ws_bytes = kGemmWorkspaceBytes;
+    ENGINE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                             sizeof ws_bytes));
+  }
+  ~LtGemm() {
+    if (pref_) cublasLtMatmulPreferenceDestroy(pref_);
+    if (desc_) cublasLtMatmulDescDestroy(desc_);
+  }
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+
+  // bias[N] added to every row of C in the GEMM's epilogue.
+  void add_bias(const Tensor& bias) {
+    ENGINE_CHECK(bias.is_contiguous(), "cuda matmul: bias must be contiguous");
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const void* bp = bias.data_ptr();
+    cudaDataType_t bt = data_type(bias.dtype());
+    ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
+    ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+  }
+  // Operands that may start at any element (views): tell the heuristic each pointer's actual alignment (it
+  // assumes 16 bytes otherwise), so that it picks a kernel that may read them.
+  void align_to(const void* lt_a, const void* lt_b, const void* c) {
+    auto alignment = [](const void* p) {
+      uint32_t a = 16;
+      while (a > 1 && reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
+      return a;
+    };
+    const uint32_t al[4] = {alignment(lt_a), alignment(lt_b), alignment(c), alignment(c)};
+    const cublasLtMatmulPreferenceAttributes_t attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+      ENGINE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref_, attr[i], &al[i], sizeof al[i]));
+  }
+  // The algorithm for these layouts (cuBLASLt's A, B, C); `what` names the product in the error.
+  void choose(const LtLayout& la, const LtLayout& lb, const LtLayout& lc, const std::string& what) {
+    int found = 0;
+    ENGINE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(engine::cuda::cublaslt(), desc_, la.h, lb.h, lc.h, lc.h, pref_,
+                                                       1, &heur_, &found));
+    ENGINE_CHECK(found > 0, what, ": cuBLASLt has no algorithm for it in ", engine::dtype_name(dtype_));
+  }
+  // C = alpha op(A) op(B) + beta C, on the engine's stream, in the GEMM workspace of `device`.
+  void run(engine::Device& device, double alpha, const void* lt_a, const LtLayout& la, const void* lt_b,
+           const LtLayout& lb, double beta, void* c, const LtLayout& lc) {
+    const engine::Device::Block& ws = device.workspace(kGemmWorkspaceBytes);
+    const double a64 = alpha, b64 = beta;
+    const float a32 = float(alpha), b32 = float(beta);
+    const bool f64 = dtype_ == DType::f64;
+    ENGINE_CUBLAS_CHECK(cublasLtMatmul(engine::cuda::cublaslt(), desc_, f64 ? static_cast<const void*>(&a64) : &a32,
+                                       lt_a, la.h, lt_b, lb.h, f64 ? static_cast<const void*>(&b64) : &b32, c, lc.h,
+                                       c, lc.h, &heur_.algo, device.pointer(ws.offset), kGemmWorkspaceBytes,
+                                       engine::cuda::stream()));
+  }
+
+ private:
+  DType dtype_;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatmulPreference_t pref_ = nullptr;
+  cublasLtMatmulHeuristicResult_t heur_{};
 };
 
 }  // namespace
@@ -84,7 +162,8 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& 
   auto batch_strides = [&](const Tensor& t) {
     Shape st(size_t(nb), 0);
     int64_t lead = nb - (t.dim() - 2);
-    for (int64_t i = 0; i < t.dim() - 2; i++) st[size_t(lead + i)] = t.shape()[size_t(i)] == 1 ? 0 : t.strides()[size_t(i)];
+    for (int64_t i = 0; i < t.dim() - 2; i++)
+      st[size_t(lead + i)] = t.shape()[size_t(i)] == 1 ? 0 : t.strides()[size_t(i)];
     return st;
   };
   Shape sa = batch_strides(a), sb = batch_strides(b);
@@ -114,53 +193,20 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& 
   if (M == 0 || N == 0 || outer == 0 || inner == 0) return;
 
   cudaDataType_t t = data_type(out.dtype());
-  cublasComputeType_t compute = out.dtype() == DType::f64 ? CUBLAS_COMPUTE_64F
-                                : (out.dtype() == DType::f32 && engine::cuda::allow_tf32()) ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                                                             : CUBLAS_COMPUTE_32F;
-  cudaDataType_t scale_type = out.dtype() == DType::f64 ? CUDA_R_64F : CUDA_R_32F;
-  cublasLtMatmulDesc_t desc;
-  ENGINE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, compute, scale_type));
-  // C^T[N, M] = B^T[N, K] A^T[K, M]: cuBLASLt's "A" is our b, its "B" is our a.
+  // describe() returns the stored shape; cuBLASLt wants op(stored) = [N, K] for its A (our b) and [K, M] for
+  // its B (our a). Stored row-major [K, N] = column-major [N, K] with op N: good. Transposed view: stored
+  // column-major [K, N] and op T gives [N, K]. The same reasoning holds for a.
   cublasOperation_t op_b, op_a;
   int64_t rb, cb, ldb, ra, ca, lda;
   describe(K, N, b.strides()[size_t(b.dim() - 2)], b.strides()[size_t(b.dim() - 1)], &op_b, &rb, &cb, &ldb);
   describe(M, K, a.strides()[size_t(a.dim() - 2)], a.strides()[size_t(a.dim() - 1)], &op_a, &ra, &ca, &lda);
-  // describe() returns the stored shape; cuBLASLt wants op(stored) = [N, K] for its A and [K, M] for its B.
-  // Stored row-major [K, N] = column-major [N, K] with op N: good. Transposed view: stored column-major
-  // [K, N] and op T gives [N, K]. The same reasoning holds for a.
-  ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof op_b));
-  ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof op_a));
-  if (bias.defined()) {
-    ENGINE_CHECK(bias.is_contiguous(), "cuda matmul: bias must be contiguous");
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    const void* bp = bias.data_ptr();
-    ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
-    cudaDataType_t bt = data_type(bias.dtype());
-    ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
-  }
+  LtGemm gemm(out.dtype(), op_b, op_a);
+  if (bias.defined()) gemm.add_bias(bias);
   LtLayout la(t, rb, cb, ldb, inner, inner_b);  // cuBLASLt's A = our b
   LtLayout lb(t, ra, ca, lda, inner, inner_a);  // cuBLASLt's B = our a
   LtLayout lc(t, N, M, N, inner, inner_o);
-
-  const engine::Device::Block& ws = out.device().workspace(kWorkspace);
-  void* ws_ptr = out.device().pointer(ws.offset);
-  cublasLtMatmulPreference_t pref;
-  ENGINE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  size_t ws_bytes = kWorkspace;
-  ENGINE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                                           sizeof ws_bytes));
-  cublasLtMatmulHeuristicResult_t heur;
-  int found = 0;
-  ENGINE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(engine::cuda::cublaslt(), desc, la.h, lb.h, lc.h, lc.h, pref, 1,
-                                                     &heur, &found));
-  ENGINE_CHECK(found > 0, "cuda matmul: cuBLASLt has no algorithm for [", M, ", ", K, "] x [", K, ", ", N, "] in ",
-               engine::dtype_name(out.dtype()));
-  double alpha64 = 1.0, beta64 = 0.0;
-  float alpha32 = 1.0f, beta32 = 0.0f;
-  const void* alpha = out.dtype() == DType::f64 ? static_cast<const void*>(&alpha64) : &alpha32;
-  const void* beta = out.dtype() == DType::f64 ? static_cast<const void*>(&beta64) : &beta32;
-  size_t es = engine::dtype_size(out.dtype());
+  gemm.choose(la, lb, lc, engine::str("cuda matmul [", M, ", ", K, "] x [", K, ", ", N, "]"));
+  const size_t es = engine::dtype_size(out.dtype());
   // Outer batch dimensions: walk them on the host.
   std::vector<int64_t> idx(size_t(std::max<int64_t>(mb - 1, 0)), 0);
   const char* pa = static_cast<const char*>(a.data_ptr());
@@ -173,17 +219,12 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& 
       ob += idx[d] * sb[d];
       oo += idx[d] * so[d];
     }
-    ENGINE_CUBLAS_CHECK(cublasLtMatmul(engine::cuda::cublaslt(), desc, alpha, pb + ob * int64_t(es), la.h,
-                                       pa + oa * int64_t(es), lb.h, beta, po + oo * int64_t(es), lc.h,
-                                       po + oo * int64_t(es), lc.h, &heur.algo, ws_ptr, kWorkspace,
-                                       engine::cuda::stream()));
+    gemm.run(out.device(), 1.0, pb + ob * int64_t(es), la, pa + oa * int64_t(es), lb, 0.0, po + oo * int64_t(es), lc);
     for (int64_t d = int64_t(idx.size()) - 1; d >= 0; d--) {
       if (++idx[size_t(d)] < bs[size_t(d)]) break;
       idx[size_t(d)] = 0;
     }
   }
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatmulDescDestroy(desc);
 }
 
 }  // namespace ops::cuda
@@ -200,60 +241,17 @@ void matmul_accumulate(const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t stride_o = out.strides()[0], ld_o = std::max<int64_t>(M == 1 ? N : out.strides()[1], N);
 
   cudaDataType_t t = data_type(out.dtype());
-  cublasComputeType_t compute = out.dtype() == DType::f64 ? CUBLAS_COMPUTE_64F
-                                : (out.dtype() == DType::f32 && engine::cuda::allow_tf32()) ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                                                             : CUBLAS_COMPUTE_32F;
-  cudaDataType_t scale_type = out.dtype() == DType::f64 ? CUDA_R_64F : CUDA_R_32F;
-  cublasLtMatmulDesc_t desc;
-  ENGINE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, compute, scale_type));
-  // As in matmul(): C^T[N, M] = B^T[N, K] A^T[K, M], cuBLASLt's "A" is our b and its "B" our a.
-  cublasOperation_t op_b, op_a;
+  cublasOperation_t op_b, op_a;  // as in matmul()
   int64_t rb, cb, ldb, ra, ca, lda;
   describe(K, N, b.strides()[size_t(b.dim() - 2)], b.strides()[size_t(b.dim() - 1)], &op_b, &rb, &cb, &ldb);
   describe(M, K, a.strides()[1], a.strides()[2], &op_a, &ra, &ca, &lda);
-  ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof op_b));
-  ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof op_a));
+  LtGemm gemm(out.dtype(), op_b, op_a);
+  gemm.align_to(b.data_ptr(), a.data_ptr(), out.data_ptr());  // a tap's rows start at any element
   LtLayout la(t, rb, cb, ldb, int32_t(batch), stride_b);
   LtLayout lb(t, ra, ca, lda, int32_t(batch), stride_a);
   LtLayout lc(t, N, M, ld_o, int32_t(batch), stride_o);
-
-  const engine::Device::Block& ws = out.device().workspace(kWorkspace);
-  void* ws_ptr = out.device().pointer(ws.offset);
-  cublasLtMatmulPreference_t pref;
-  ENGINE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  size_t ws_bytes = kWorkspace;
-  ENGINE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                                           sizeof ws_bytes));
-  // Views into a tensor (a tap's rows) may start at any element: tell the heuristic each pointer's actual
-  // alignment (it assumes 16 bytes otherwise) so that it picks a kernel that may read them.
-  auto alignment = [](const void* p) {
-    uint32_t a = 16;
-    while (a > 1 && reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
-    return a;
-  };
-  const uint32_t align_a = alignment(b.data_ptr()), align_b = alignment(a.data_ptr()), align_c = alignment(out.data_ptr());
-  ENGINE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
-                                                           sizeof align_a));
-  ENGINE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
-                                                           sizeof align_b));
-  ENGINE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
-                                                           sizeof align_c));
-  ENGINE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
-                                                           sizeof align_c));
-  cublasLtMatmulHeuristicResult_t heur;
-  int found = 0;
-  ENGINE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(engine::cuda::cublaslt(), desc, la.h, lb.h, lc.h, lc.h, pref, 1,
-                                                     &heur, &found));
-  ENGINE_CHECK(found > 0, "cuda matmul_accumulate: cuBLASLt has no algorithm for ", batch, " x [", M, ", ", K, "] x [",
-               K, ", ", N, "] in ", engine::dtype_name(out.dtype()));
-  double one64 = 1.0;
-  float one32 = 1.0f;
-  const void* one = out.dtype() == DType::f64 ? static_cast<const void*>(&one64) : &one32;  // alpha = beta = 1
-  ENGINE_CUBLAS_CHECK(cublasLtMatmul(engine::cuda::cublaslt(), desc, one, b.data_ptr(), la.h, a.data_ptr(), lb.h, one,
-                                     out.data_ptr(), lc.h, out.data_ptr(), lc.h, &heur.algo, ws_ptr, kWorkspace,
-                                     engine::cuda::stream()));
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatmulDescDestroy(desc);
+  gemm.choose(la, lb, lc, engine::str("cuda matmul_accumulate ", batch, " x [", M, ", ", K, "] x [", K, ", ", N, "]"));
+  gemm.run(out.device(), 1.0, b.data_ptr(), la, a.data_ptr(), lb, 1.0, out.data_ptr(), lc);  // out += a b
 }
 
 }  // namespace ops::cuda

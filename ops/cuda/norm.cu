@@ -35,9 +35,6 @@ __device__ __forceinline__ void load_or_fill(const T* p, int c, A fill, A (&out)
   }
 }
 
-template <typename T, typename A>
-__device__ __forceinline__ A load_or(const T* p, int64_t i, A fill) { return p ? to_acc<A>(p[i]) : fill; }
-
 // ---------------------------------------------------------------------------------------------------
 // Forward
 
@@ -98,8 +95,8 @@ template <typename T>
 __global__ void __launch_bounds__(kRowBlock)
     layer_norm_forward_block(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
                              T* __restrict__ y, acc_t<T>* __restrict__ mean, acc_t<T>* __restrict__ rstd,
-                             const __grid_constant__ Indexer<2, int64_t> ix, int64_t rows, int64_t C, int64_t sx, int64_t sy, int64_t sw,
-                             int64_t sb, acc_t<T> eps) {
+                             const __grid_constant__ Indexer<2, int64_t> ix, int64_t rows, int64_t C, int64_t sx,
+                             int64_t sy, int64_t sw, int64_t sb, acc_t<T> eps) {
   using A = acc_t<T>;
   __shared__ A scratch[32];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -116,7 +113,8 @@ __global__ void __launch_bounds__(kRowBlock)
     }
     const A r = A(1) / std::sqrt(block_sum(sq, scratch) / A(C) + eps);
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
-      y[off[1] + c * sy] = from_acc<T>((to_acc<A>(xr[c * sx]) - mu) * r * load_or(w, c * sw, A(1)) + load_or(b, c * sb, A(0)));
+      y[off[1] + c * sy] =
+          from_acc<T>((to_acc<A>(xr[c * sx]) - mu) * r * load_or(w, c * sw, A(1)) + load_or(b, c * sb, A(0)));
     if (threadIdx.x == 0) {
       mean[row] = mu;
       rstd[row] = r;
@@ -222,8 +220,8 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
 template <typename T>
 __global__ void __launch_bounds__(kRowBlock)
     layer_norm_backward_block(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ w,
-                              const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ rstd,
-                              T* __restrict__ dx, acc_t<T>* __restrict__ workspace, const __grid_constant__ Indexer<3, int64_t> ix,
+                              const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ rstd, T* __restrict__ dx,
+                              acc_t<T>* __restrict__ workspace, const __grid_constant__ Indexer<3, int64_t> ix,
                               int64_t rows, int64_t C, int64_t sg, int64_t sx, int64_t sdx, int64_t sw,
                               int64_t rows_per_block) {
   using A = acc_t<T>;
@@ -291,10 +289,6 @@ __global__ void __launch_bounds__(1024)
 // ---------------------------------------------------------------------------------------------------
 // Launch helpers
 
-template <typename T> const T* ptr_or_null(const Tensor& t) {
-  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
-}
-int64_t stride_or_zero(const Tensor& t) { return t.defined() ? t.strides().back() : 0; }
 bool unit_or_undefined(const Tensor& t) { return !t.defined() || t.strides().back() == 1 || t.size(-1) == 1; }
 
 }  // namespace
@@ -319,9 +313,10 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
     constexpr int V = vec16<T>();
     const bool vec = unit && rows_aligned<2>(ix, C, V, {px, py, pw, pb});
     bool done = vec && with_lane_items<V>(C, [&](auto items) {
-      layer_norm_forward_warp<T, V, decltype(items)::value><<<grid_for(rows, kWarpsPerBlock, 16), kWarpsPerBlock * 32,
-                                                              0, stream>>>(px, pw, pb, py, pm, pr, ix, rows, int(C), A(eps));
-    });
+                  layer_norm_forward_warp<T, V, decltype(items)::value>
+                      <<<grid_for(rows, kWarpsPerBlock, 16), kWarpsPerBlock * 32, 0, stream>>>(
+                          px, pw, pb, py, pm, pr, ix, rows, int(C), A(eps));
+                });
     if (!done)
       layer_norm_forward_block<T><<<grid_for(rows, 1, 8), kRowBlock, 0, stream>>>(
           px, pw, pb, py, pm, pr, ix, rows, C, x.strides().back(), y.strides().back(), stride_or_zero(weight),

@@ -25,8 +25,7 @@ __global__ void __launch_bounds__(kThreads)
                               PoolAxis ah, PoolAxis aw, int64_t count) {
   using A = acc_t<T>;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = i % d.C, pix = i / d.C;
-    const int64_t ow = pix % d.Wo, oh = pix / d.Wo % d.Ho, n = pix / (d.Wo * d.Ho);
+    const auto [n, oh, ow, c] = pixel_of(i, d.Ho, d.Wo, d.C);
     A best = -INFINITY;
     int32_t idx = -1;
     for (int64_t kh = 0; kh < ah.k; kh++) {
@@ -54,8 +53,7 @@ __global__ void __launch_bounds__(kThreads)
                                ImageDims d, PoolAxis ah, PoolAxis aw, int64_t count) {
   using A = acc_t<T>;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = i % d.C, pix = i / d.C;
-    const int64_t iw = pix % d.W, ih = pix / d.W % d.H, n = pix / (d.W * d.H);
+    const auto [n, ih, iw, c] = pixel_of(i, d.H, d.W, d.C);
     const int32_t self = int32_t(ih * d.W + iw);
     int64_t oh0, oh1, ow0, ow1;
     ah.windows_containing(ih, oh0, oh1);
@@ -77,8 +75,7 @@ __global__ void __launch_bounds__(kThreads)
                               bool count_include_pad, int64_t count) {
   using A = acc_t<T>;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = i % d.C, pix = i / d.C;
-    const int64_t ow = pix % d.Wo, oh = pix / d.Wo % d.Ho, n = pix / (d.Wo * d.Ho);
+    const auto [n, oh, ow, c] = pixel_of(i, d.Ho, d.Wo, d.C);
     int64_t h0, h1, hp, w0, w1, wp;
     ah.avg_window(oh, h0, h1, hp);
     aw.avg_window(ow, w0, w1, wp);
@@ -97,8 +94,7 @@ __global__ void __launch_bounds__(kThreads)
                                bool count_include_pad, int64_t count) {
   using A = acc_t<T>;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = i % d.C, pix = i / d.C;
-    const int64_t iw = pix % d.W, ih = pix / d.W % d.H, n = pix / (d.W * d.H);
+    const auto [n, ih, iw, c] = pixel_of(i, d.H, d.W, d.C);
     int64_t oh0, oh1, ow0, ow1;
     ah.windows_containing(ih, oh0, oh1);
     aw.windows_containing(iw, ow0, ow1);

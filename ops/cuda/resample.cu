@@ -26,8 +26,7 @@ __global__ void __launch_bounds__(kThreads)
                               ResampleAxis<acc_t<T>> aw, int64_t count) {
   using A = acc_t<T>;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = i % d.C, pix = i / d.C;
-    const int64_t ow = pix % d.Wo, oh = pix / d.Wo % d.Ho, n = pix / (d.Wo * d.Ho);
+    const auto [n, oh, ow, c] = pixel_of(i, d.Ho, d.Wo, d.C);
     int64_t h0, h1, w0, w1;
     A wh0, wh1, ww0, ww1;
     ah.taps(oh, h0, h1, wh0, wh1);
@@ -50,8 +49,7 @@ __global__ void __launch_bounds__(kThreads)
                                ResampleAxis<acc_t<T>> aw, int64_t count) {
   using A = acc_t<T>;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = i % d.C, pix = i / d.C;
-    const int64_t iw = pix % d.W, ih = pix / d.W % d.H, n = pix / (d.W * d.H);
+    const auto [n, ih, iw, c] = pixel_of(i, d.H, d.W, d.C);
     int64_t oh0, oh1, ow0, ow1;
     ah.outputs_reading(ih, oh0, oh1);
     aw.outputs_reading(iw, ow0, ow1);
@@ -72,19 +70,18 @@ __global__ void __launch_bounds__(kThreads)
     pad2d_forward_kernel(const T* __restrict__ x, T* __restrict__ y, ImageDims d, PadAxis ah, PadAxis aw, T fill,
                          int64_t count) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = i % d.C, pix = i / d.C;
-    const int64_t iw = aw.src(pix % d.Wo), ih = ah.src(pix / d.Wo % d.Ho), n = pix / (d.Wo * d.Ho);
+    const auto [n, oh, ow, c] = pixel_of(i, d.Ho, d.Wo, d.C);
+    const int64_t ih = ah.src(oh), iw = aw.src(ow);
     y[i] = ih >= 0 && iw >= 0 ? x[((n * d.H + ih) * d.W + iw) * d.C + c] : fill;
   }
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    pad2d_backward_kernel(const T* __restrict__ g, T* __restrict__ dx, ImageDims d, PadAxis ah, PadAxis aw, int64_t count) {
+__global__ void __launch_bounds__(kThreads) pad2d_backward_kernel(const T* __restrict__ g, T* __restrict__ dx,
+                                                                  ImageDims d, PadAxis ah, PadAxis aw, int64_t count) {
   using A = acc_t<T>;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = i % d.C, pix = i / d.C;
-    const int64_t iw = pix % d.W, ih = pix / d.W % d.H, n = pix / (d.W * d.H);
+    const auto [n, ih, iw, c] = pixel_of(i, d.H, d.W, d.C);
     int64_t rows[3], cols[3];
     const int nr = ah.outputs_reading(ih, rows), nc = aw.outputs_reading(iw, cols);
     A acc = 0;

@@ -147,7 +147,8 @@ __global__ void where_elements(const uint8_t* __restrict__ cond, const W* __rest
 
 void concat(const std::vector<Tensor>& xs, int64_t dim, const Tensor& out) {
   const size_t es = engine::dtype_size(out.dtype());
-  const int64_t outer = prod(out.shape(), 0, size_t(dim)), inner = prod(out.shape(), size_t(dim) + 1, out.shape().size());
+  const int64_t outer = prod(out.shape(), 0, size_t(dim)),
+                inner = prod(out.shape(), size_t(dim) + 1, out.shape().size());
   cudaStream_t stream = engine::cuda::stream();
   int64_t start = 0;
   for (const Tensor& x : xs) {
@@ -161,8 +162,8 @@ void concat(const std::vector<Tensor>& xs, int64_t dim, const Tensor& out) {
     }
     if (x.is_contiguous()) {
       // outer rows of n * inner contiguous elements, landing every out.shape[dim] * inner elements.
-      ENGINE_CUDA_CHECK(cudaMemcpy2DAsync(window.data_ptr(), size_t(out.shape()[size_t(dim)] * inner) * es, x.data_ptr(),
-                                          size_t(n * inner) * es, size_t(n * inner) * es, size_t(outer),
+      ENGINE_CUDA_CHECK(cudaMemcpy2DAsync(window.data_ptr(), size_t(out.shape()[size_t(dim)] * inner) * es,
+                                          x.data_ptr(), size_t(n * inner) * es, size_t(n * inner) * es, size_t(outer),
                                           cudaMemcpyDeviceToDevice, stream));
       continue;
     }

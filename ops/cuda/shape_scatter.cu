@@ -8,7 +8,8 @@
 // 32-column slices in many blocks that stage their g rows in shared memory. Rows form without a workspace
 // (a caller that passes none): a block owns a tile of R output rows x W columns, accumulated in shared
 // memory in acc_t; it scans the index in chunks of 256, compacts the entries that land in its tile in index
-// order (ballot + prefix count), and adds their g rows in that order: O(K x J) index reads. General form (gather_backward, any index): one
+// order (ballot + prefix count), and adds their g rows in that order: O(K x J) index reads. General form
+// (gather_backward, any index): one
 // thread per (line, k) of the output scans the line's index entries in order.
 #include <algorithm>
 
@@ -99,7 +100,8 @@ __global__ void scatter_add_lines(const T* __restrict__ g, const Idx* __restrict
                                   const __grid_constant__ Indexer<3, int64_t> ix, int64_t lines, int64_t J,
                                   int64_t K, int64_t gs, int64_t is, int64_t os, int64_t skip, IndexError* err) {
   using A = acc_t<T>;
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < lines * K; t += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < lines * K;
+       t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t k = t % K, line = t / K;
     int64_t off[3];
     ix.offsets(line, off);
@@ -193,7 +195,8 @@ __global__ void __launch_bounds__(kScanThreads) segment_scan(int32_t* __restrict
 // bound: memory (J is small).
 template <typename Idx>
 __global__ void segment_fill(const Idx* __restrict__ index, int64_t is, int64_t J, int64_t K, int64_t skip,
-                             const int32_t* __restrict__ start, int32_t* __restrict__ fill, int32_t* __restrict__ perm) {
+                             const int32_t* __restrict__ start, int32_t* __restrict__ fill,
+                             int32_t* __restrict__ perm) {
   for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < J; j += int64_t(gridDim.x) * blockDim.x) {
     const int64_t v = int64_t(index[j * is]);
     if (v == skip || v < 0 || v >= K) continue;

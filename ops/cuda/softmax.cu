@@ -31,8 +31,8 @@ constexpr int kRowBlock = 256;      // block kernels: one row per 256-thread blo
 // Bytes: n reads + n writes per row; bound: memory bandwidth.
 template <typename T, int VEC, int ITEMS>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    softmax_forward_warp(const T* __restrict__ x, T* __restrict__ y, const __grid_constant__ Indexer<2, int64_t> ix, int64_t rows, int n,
-                         bool log) {
+    softmax_forward_warp(const T* __restrict__ x, T* __restrict__ y, const __grid_constant__ Indexer<2, int64_t> ix,
+                         int64_t rows, int n, bool log) {
   using A = acc_t<T>;
   const int lane = threadIdx.x & 31;
   for (int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5); row < rows;
@@ -80,8 +80,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 // write. Bytes: 2 n reads (the second mostly from L2) + n writes per row; bound: memory bandwidth.
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kRowBlock)
-    softmax_forward_block(const T* __restrict__ x, T* __restrict__ y, const __grid_constant__ Indexer<2, int64_t> ix, int64_t rows,
-                          int64_t n, bool log) {
+    softmax_forward_block(const T* __restrict__ x, T* __restrict__ y, const __grid_constant__ Indexer<2, int64_t> ix,
+                          int64_t rows, int64_t n, bool log) {
   using A = acc_t<T>;
   __shared__ A scratch[32];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -111,8 +111,9 @@ __global__ void __launch_bounds__(kRowBlock)
 // Thread per row, any strides (sx, sy along dim). Bytes: 2 n reads + n writes per row; bound: memory
 // bandwidth when neighbouring rows are neighbouring addresses, else the number of memory transactions.
 template <typename T>
-__global__ void softmax_forward_strided(const T* __restrict__ x, T* __restrict__ y, const __grid_constant__ Indexer<2, int64_t> ix,
-                                        int64_t rows, int64_t n, int64_t sx, int64_t sy, bool log) {
+__global__ void softmax_forward_strided(const T* __restrict__ x, T* __restrict__ y,
+                                        const __grid_constant__ Indexer<2, int64_t> ix, int64_t rows, int64_t n,
+                                        int64_t sx, int64_t sy, bool log) {
   using A = acc_t<T>;
   for (int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; row < rows;
        row += int64_t(gridDim.x) * blockDim.x) {
@@ -203,8 +204,8 @@ __global__ void __launch_bounds__(kRowBlock)
 // Thread per row, any strides. Bytes: 4 n reads + n writes per row; bound as softmax_forward_strided.
 template <typename T>
 __global__ void softmax_backward_strided(const T* __restrict__ g, const T* __restrict__ y, T* __restrict__ out,
-                                         const __grid_constant__ Indexer<3, int64_t> ix, int64_t rows, int64_t n, int64_t sg, int64_t sy,
-                                         int64_t so, bool log) {
+                                         const __grid_constant__ Indexer<3, int64_t> ix, int64_t rows, int64_t n,
+                                         int64_t sg, int64_t sy, int64_t so, bool log) {
   using A = acc_t<T>;
   for (int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; row < rows;
        row += int64_t(gridDim.x) * blockDim.x) {

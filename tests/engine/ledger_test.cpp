@@ -45,7 +45,8 @@ TEST(Ledger, SnapshotSurvivesCompaction) {
   compacted.set_history_limit(4);
   for (Ledger* l : {&full, &compacted}) {
     std::vector<int64_t> ids;
-    for (int i = 0; i < 10; i++) ids.push_back(l->on_alloc(size_t(i) * 256, 256, 256, Category::temp, "x", Phase::forward));
+    for (int i = 0; i < 10; i++)
+      ids.push_back(l->on_alloc(size_t(i) * 256, 256, 256, Category::temp, "x", Phase::forward));
     for (int64_t id : ids) l->on_free(id);  // compaction happens during these frees
     for (int i = 0; i < 3; i++) l->on_alloc(size_t(i) * 256, 256, 256, Category::grad, "y", Phase::backward);
   }

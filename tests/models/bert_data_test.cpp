@@ -377,13 +377,19 @@ TEST(Squad, BrokenFilesAreRefusedWithFileAndPlace) {
       error_of([&] { read_squad(dir.write("noctx.json", replace_once(good, "\"context\"", "\"kontext\""))); }),
       "noctx.json", "data[0].paragraphs[0]", "'context'");
   EXPECT_ERROR_MENTIONS(
-      error_of([&] { read_squad(dir.write("past.json", replace_once(good, "\"answer_start\": 36", "\"answer_start\": 360"))); }),
+      error_of([&] {
+        read_squad(dir.write("past.json", replace_once(good, "\"answer_start\": 36", "\"answer_start\": 360")));
+      }),
       "past.json", "data[0].paragraphs[0].qas[1].answers[0]", "past the end", "q2");
   EXPECT_ERROR_MENTIONS(
-      error_of([&] { read_squad(dir.write("frac.json", replace_once(good, "\"answer_start\": 23", "\"answer_start\": 2.5"))); }),
+      error_of([&] {
+        read_squad(dir.write("frac.json", replace_once(good, "\"answer_start\": 23", "\"answer_start\": 2.5")));
+      }),
       "frac.json", "data[1].paragraphs[0].qas[0].answers[0].answer_start", "2.5");
   EXPECT_ERROR_MENTIONS(
-      error_of([&] { read_squad(dir.write("type.json", replace_once(good, "\"question\": \"Who was running?\"", "\"question\": 7"))); }),
+      error_of([&] {
+        read_squad(dir.write("type.json", replace_once(good, "\"question\": \"Who was running?\"", "\"question\": 7")));
+      }),
       "type.json", "data[0].paragraphs[0].qas[0].question is a number, expected a string");
   EXPECT_ERROR_MENTIONS(error_of([&] { read_squad(dir.write("nodata.json", "{\"version\": \"1.1\"}")); }),
                         "nodata.json", "'data'");

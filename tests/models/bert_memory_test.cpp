@@ -75,7 +75,8 @@ TEST(BertMemory, NaiveLayerMatchesTheRestatedKorthikantiFormula) {
   }
   BertConfig eval = BertConfig::base();
   eval.hidden_dropout = eval.attention_dropout = 0;
-  EXPECT_EQ(activation_bytes(eval, 2, 8, 512) - activation_bytes(eval, 1, 8, 512), naive_layer_bytes(8, 512, 768, 12, false));
+  EXPECT_EQ(activation_bytes(eval, 2, 8, 512) - activation_bytes(eval, 1, 8, 512),
+            naive_layer_bytes(8, 512, 768, 12, false));
 }
 
 TEST(BertMemory, FlashLayerIsLinearInSequenceLength) {

@@ -76,11 +76,11 @@ TEST(DeepLabV3, ParameterCountEqualsTorchvision) {
   // torchvision's names, e.g.:
   std::set<std::string> names;
   for (const auto& [n, t] : model.module().named_parameters()) names.insert(n);
-  for (const char* n : {"backbone.conv1.weight", "backbone.layer3.22.conv2.weight", "backbone.layer4.0.downsample.0.weight",
-                        "backbone.layer4.0.downsample.1.bias", "classifier.0.convs.0.0.weight",
-                        "classifier.0.convs.3.1.weight", "classifier.0.convs.4.1.weight", "classifier.0.convs.4.2.bias",
-                        "classifier.0.project.0.weight", "classifier.1.weight", "classifier.2.weight",
-                        "classifier.4.weight", "classifier.4.bias"})
+  for (const char* n :
+       {"backbone.conv1.weight", "backbone.layer3.22.conv2.weight", "backbone.layer4.0.downsample.0.weight",
+        "backbone.layer4.0.downsample.1.bias", "classifier.0.convs.0.0.weight", "classifier.0.convs.3.1.weight",
+        "classifier.0.convs.4.1.weight", "classifier.0.convs.4.2.bias", "classifier.0.project.0.weight",
+        "classifier.1.weight", "classifier.2.weight", "classifier.4.weight", "classifier.4.bias"})
     EXPECT_TRUE(names.count(n)) << n;
   EXPECT_EQ(model.net().backbone->layers[2][0]->conv2->weight.shape(), (engine::Shape{256, 3, 3, 256}));  // KRSC
 }
@@ -189,7 +189,8 @@ TEST(DeepLabV3, LoadsPyTorchLayoutWeights) {
   b.load_weights(torch);
   auto pa = a.module().named_parameters(), pb = b.module().named_parameters();
   ASSERT_EQ(pa.size(), pb.size());
-  for (size_t i = 0; i < pa.size(); i++) EXPECT_EQ(testutil::max_abs_diff(pa[i].second, pb[i].second), 0.0) << pa[i].first;
+  for (size_t i = 0; i < pa.size(); i++)
+    EXPECT_EQ(testutil::max_abs_diff(pa[i].second, pb[i].second), 0.0) << pa[i].first;
   // An engine-layout file loads as it is; a file mixing both layouts is refused.
   std::map<std::string, Tensor> engine_file;
   for (const auto& [n, t] : a.module().named_parameters()) engine_file[n] = t.detach();

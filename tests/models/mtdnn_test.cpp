@@ -449,7 +449,8 @@ TEST(Mtdnn, LoadsAPretrainedBertIntoTheEncoderOnly) {
   }
   std::vector<std::string> loaded = model.load_weights(pretrained);
   EXPECT_EQ(loaded.size(), other.net().bert->named_parameters().size());
-  EXPECT_EQ(testutil::max_abs_diff(model.net().bert->pooler->dense->weight, other.net().bert->pooler->dense->weight), 0);
+  EXPECT_EQ(testutil::max_abs_diff(model.net().bert->pooler->dense->weight, other.net().bert->pooler->dense->weight),
+            0);
   EXPECT_EQ(testutil::max_abs_diff(model.net().heads[1].linear->weight, head_before), 0);  // heads untouched
   pretrained.erase("bert.pooler.dense.bias");
   std::string msg = error_of([&] { model.load_weights(pretrained); });

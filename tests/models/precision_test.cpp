@@ -16,7 +16,7 @@
 #include "models/registry.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
-#include "ops/optim.h"
+#include "ops/optimizer.h"
 #include "tools/checkpoint.h"
 
 using engine::DType;
@@ -119,7 +119,8 @@ TEST(Precision, TheLedgerShowsBf16WeightsAndF32Masters) {
       // Bytes per element summed over the parameters, each block rounded to the allocator's 256 bytes.
       auto bytes = [&](size_t per_element) {
         size_t total = 0;
-        for (auto& [n, t] : m->module().named_parameters()) total += (size_t(t.numel()) * per_element + 255) / 256 * 256;
+        for (auto& [n, t] : m->module().named_parameters())
+          total += (size_t(t.numel()) * per_element + 255) / 256 * 256;
         return total;
       };
       EXPECT_EQ(dev->ledger().live_bytes(engine::Category::param), bytes(2)) << p;

@@ -97,8 +97,9 @@ TEST(TranslationData, BatchingByTokensRespectsTheBudgetAndUsesEverySentenceOnce)
   EXPECT_EQ(t.batches, (std::vector<std::vector<int64_t>>{{0, 2}}));
   EXPECT_EQ(t.note, " (1 longer than --tokens 6 left out)");
   EXPECT_EQ(t.order->batch_for_step(3), 0);
-  EXPECT_NE(error_of([&] { batch_pairs_by_tokens(pairs, 1, 1, "model_x"); }).find("model_x: no sentence fits --tokens 1"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { batch_pairs_by_tokens(pairs, 1, 1, "model_x"); }).find("model_x: no sentence fits --tokens 1"),
+      std::string::npos);
 }
 
 TEST(TranslationData, BatchLayoutIsFairseqsRightPadded) {

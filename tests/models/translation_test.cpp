@@ -192,7 +192,8 @@ TEST(TransformerBig, InferenceDecodesWithTheCacheOnMeta) {
   EXPECT_NE(r.details[1].find("kv cache"), std::string::npos);
   size_t generate_peak = 0;
   for (const auto& b : dev->ledger().history())
-    if (b.phase == engine::Phase::generate) generate_peak += b.owner.find("kv_cache") != std::string::npos ? b.rounded : 0;
+    if (b.phase == engine::Phase::generate)
+      generate_peak += b.owner.find("kv_cache") != std::string::npos ? b.rounded : 0;
   EXPECT_GT(generate_peak, 0u);
 }
 

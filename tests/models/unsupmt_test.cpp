@@ -69,7 +69,8 @@ TEST(UnsupMT, BackTranslationMemoryIsUnderPhaseGenerate) {
 // Back-translation runs all max_len steps and pads its generated sources to a fixed width, so no allocation
 // depends on the generated tokens: meta makes the cpu's allocation decisions, generation included.
 TEST(UnsupMT, MetaMakesTheSameAllocationsAsCpuGenerationIncluded) {
-  auto d_cpu = Device::create(DeviceType::cpu, size_t(1) << 32), d_meta = Device::create(DeviceType::meta, size_t(1) << 32);
+  auto d_cpu = Device::create(DeviceType::cpu, size_t(1) << 32),
+       d_meta = Device::create(DeviceType::meta, size_t(1) << 32);
   for (auto dev : {d_cpu, d_meta}) {
     engine::DeviceGuard g(dev);
     UnsupMT model(config("tiny"));

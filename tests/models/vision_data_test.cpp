@@ -95,12 +95,14 @@ float denormalize(float v, int64_t c) { return (v * kImageNetStd[c] + kImageNetM
 TEST(VisionData, PngLabelMapsDecodeExactly) {
   for (const VocItem& item : kVoc) {
     const std::string path = sample("voc_sample/SegmentationClass/") + item.id + ".png";
-    Image label = decode_png(engine::read_file(path, "label", engine::kGiB), path);  // palette (3 of them) and grey (the 4th)
+    Image label =
+        decode_png(engine::read_file(path, "label", engine::kGiB), path);  // palette (3 of them) and grey (the 4th)
     ASSERT_EQ(label.channels, 1) << path;
     ASSERT_EQ(label.width, item.w);
     ASSERT_EQ(label.height, item.h);
     const auto expected = expected_labels(item);
-    for (size_t p = 0; p < expected.size(); p++) ASSERT_EQ(int64_t(label.pixels[p]), expected[p]) << path << " pixel " << p;
+    for (size_t p = 0; p < expected.size(); p++)
+      ASSERT_EQ(int64_t(label.pixels[p]), expected[p]) << path << " pixel " << p;
   }
 }
 
@@ -138,7 +140,10 @@ TEST(VisionData, JpegFlatColoursDecodeClose) {
     ASSERT_EQ(im.width, item.w);
     ASSERT_EQ(im.height, item.h);
     const auto labels = expected_labels(item);
-    auto colour_of = [&](int64_t y, int64_t x) { const int64_t l = labels[size_t(y * item.w + x)]; return l == 255 ? 0 : l; };
+    auto colour_of = [&](int64_t y, int64_t x) {
+      const int64_t l = labels[size_t(y * item.w + x)];
+      return l == 255 ? 0 : l;
+    };
     int64_t checked = 0;
     // JPEG's 8 x 8 blocks of one colour (a block with an edge rings by up to ~20 levels even at quality 95).
     for (int64_t by = 0; by + 8 <= item.h; by += 8)
@@ -151,7 +156,8 @@ TEST(VisionData, JpegFlatColoursDecodeClose) {
         for (int64_t y = by; y < by + 8; y++)
           for (int64_t x = bx; x < bx + 8; x++)
             for (int64_t c = 0; c < 3; c++)
-              ASSERT_NEAR(int(im.at(y, x, c)), int(kVocColours[colour_of(y, x)][c]), 2) << item.id << " y " << y << " x " << x;
+              ASSERT_NEAR(int(im.at(y, x, c)), int(kVocColours[colour_of(y, x)][c]), 2)
+                  << item.id << " y " << y << " x " << x;
       }
     EXPECT_GT(checked, 30);
   }
@@ -258,7 +264,8 @@ TEST(VisionData, ScaleCropHandComputedAndAligned) {
           float best = 1e9f;
           for (int64_t k = 0; k < 5; k++) {
             float distance = 0;
-            for (int64_t c = 0; c < 3; c++) distance += std::fabs(denormalize(out[size_t((y * 64 + x) * 3 + c)], c) - kVocColours[k][c]);
+            for (int64_t c = 0; c < 3; c++)
+              distance += std::fabs(denormalize(out[size_t((y * 64 + x) * 3 + c)], c) - kVocColours[k][c]);
             if (distance < best) best = distance, nearest = k;
           }
           ASSERT_EQ(nearest, l) << set.ids()[size_t(i)] << " seed " << seed << " y " << y << " x " << x;
@@ -282,7 +289,8 @@ TEST(VisionData, SeededOrderAndBatches) {
   for (auto [first, n, count, seed] : {std::array<int64_t, 4>{0, 7, 5, 7}, {3, 9, 5, 7}, {3, 9, 5, 8}, {10, 4, 6, 8}}) {
     const std::vector<int64_t> ids = order.items(first, n, count, uint64_t(seed));
     ASSERT_EQ(int64_t(ids.size()), n);
-    for (int64_t k = 0; k < n; k++) EXPECT_EQ(ids[size_t(k)], epoch_item(first + k, count, uint64_t(seed))) << first + k;
+    for (int64_t k = 0; k < n; k++)
+      EXPECT_EQ(ids[size_t(k)], epoch_item(first + k, count, uint64_t(seed))) << first + k;
   }
   SegmentationSet voc(sample("voc_sample"), 5);
   auto a = voc.batch(3, 64, 1, 2), b = voc.batch(3, 64, 1, 2), c = voc.batch(3, 64, 1, 3), d = voc.batch(3, 64, 2, 2);
@@ -332,7 +340,8 @@ TEST(VisionData, CocoCategoriesAndBoxes) {
 // A COCO set is parsed once per process (a max-batch search builds the model once per probe): the same
 // (dir, classes, max_boxes) gives the same set; another max_boxes another one; a failed open is not kept.
 TEST(VisionData, CocoSetsAreOpenedOncePerProcess) {
-  auto a = DetectionSet::open_shared(sample("coco_sample"), 3, 100), b = DetectionSet::open_shared(sample("coco_sample"), 3, 100);
+  auto a = DetectionSet::open_shared(sample("coco_sample"), 3, 100),
+       b = DetectionSet::open_shared(sample("coco_sample"), 3, 100);
   EXPECT_EQ(a.get(), b.get());
   EXPECT_NE(a.get(), DetectionSet::open_shared(sample("coco_sample"), 3, 2).get());
   for (int attempt = 0; attempt < 2; attempt++)  // the second open tries again: no half-opened set was kept
@@ -456,7 +465,8 @@ TEST(VisionData, CocoErrorsNameTheFile) {
     DetectionSet set(d, 3, /*max_boxes=*/3);
     ASSERT_EQ(set.items()[0].boxes.size(), 3u);
     EXPECT_EQ(set.items()[0].boxes[2].x, 2.f);
-    EXPECT_NE(set.describe().find("1 images have more than 3 boxes: the first 3 kept, 2 boxes dropped"), std::string::npos);
+    EXPECT_NE(set.describe().find("1 images have more than 3 boxes: the first 3 kept, 2 boxes dropped"),
+              std::string::npos);
   }
   // The JSON's size differs from the decoded one: an error when the image is decoded.
   write(json, coco_json("", "81"));

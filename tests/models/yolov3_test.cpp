@@ -193,8 +193,9 @@ TEST(YoloV3, TargetErrorsNameTheProblem) {
     engine::DeviceGuard guard(cpu());
     Tensor pred = ops::zeros({1, 2, 2, 3, 7});
     Tensor boxes = ops::zeros({1, 2, 4});
-    EXPECT_THROW(ops::yolo_targets(pred, boxes, ops::from_vector(std::vector<int64_t>{2, -1}, {1, 2}), h.params({3, 4, 5})),
-                 engine::Error);  // class 2 of 2
+    EXPECT_THROW(
+        ops::yolo_targets(pred, boxes, ops::from_vector(std::vector<int64_t>{2, -1}, {1, 2}), h.params({3, 4, 5})),
+        engine::Error);  // class 2 of 2
     Tensor labels = ops::from_vector(std::vector<int64_t>{-1, -1}, {1, 2});
     EXPECT_THROW(ops::yolo_targets(pred, boxes, labels, h.params({3, 4})), engine::Error);        // A = 3
     EXPECT_THROW(ops::yolo_targets(pred, boxes, labels, h.params({3, 4, 9})), engine::Error);     // no anchor 9
@@ -207,7 +208,8 @@ TEST(YoloV3, TargetErrorsNameTheProblem) {
   for (auto dev : {cpu(), meta()}) {
     engine::DeviceGuard guard(dev);
     Tensor pred = ops::zeros({2, 4, 4, 3, 9});
-    auto t = ops::yolo_targets(pred, ops::zeros({2, 100, 4}), ops::full({2, 100}, -1, engine::DType::i64), h.params({0, 1, 2}));
+    auto t = ops::yolo_targets(pred, ops::zeros({2, 100, 4}), ops::full({2, 100}, -1, engine::DType::i64),
+                               h.params({0, 1, 2}));
     EXPECT_EQ(t.weight.shape(), (Shape{2, 4, 4, 3, 9}));
     csv[k++] = dev->ledger().events_csv();
   }
@@ -224,7 +226,8 @@ TEST(YoloV3, LossOfZeroPredictionsHandComputed) {
   Tensor boxes = ops::from_vector(std::vector<float>{0.75f, 0.25f, w, h, 0, 0, 0, 0}, {1, 2, 4});
   Tensor labels = ops::from_vector(std::vector<int64_t>{2, -1}, {1, 2});
   const auto f64 = engine::DType::f64;  // exact sums (the loss needs no parameters)
-  std::array<Tensor, 3> preds = {ops::zeros({1, 2, 2, 24}, f64), ops::zeros({1, 4, 4, 24}, f64), ops::zeros({1, 8, 8, 24}, f64)};
+  std::array<Tensor, 3> preds = {ops::zeros({1, 2, 2, 24}, f64), ops::zeros({1, 4, 4, 24}, f64),
+                                 ops::zeros({1, 8, 8, 24}, f64)};
   // Zero logits: every BCE term is ln 2 whatever its target; tw = th = 0 = the targets (no MSE). Counted:
   // all 3 x (4 + 16 + 64) objectness terms (the only prediction overlapping the box by more than 0.5 is the
   // assigned one), 2 centre terms with weight 2 - w h, 3 class terms.
@@ -234,7 +237,8 @@ TEST(YoloV3, LossOfZeroPredictionsHandComputed) {
   // Two images, the second without boxes: the sum is divided by the batch.
   Tensor boxes2 = ops::from_vector(std::vector<float>{0.75f, 0.25f, w, h, 0, 0, 0, 0}, {2, 1, 4});
   Tensor labels2 = ops::from_vector(std::vector<int64_t>{2, -1}, {2, 1});
-  std::array<Tensor, 3> preds2 = {ops::zeros({2, 2, 2, 24}, f64), ops::zeros({2, 4, 4, 24}, f64), ops::zeros({2, 8, 8, 24}, f64)};
+  std::array<Tensor, 3> preds2 = {ops::zeros({2, 2, 2, 24}, f64), ops::zeros({2, 4, 4, 24}, f64),
+                                  ops::zeros({2, 8, 8, 24}, f64)};
   EXPECT_NEAR(model.detection_loss(preds2, boxes2, labels2).item(), (expected + 252 * std::log(2.0)) / 2, 1e-9);
 }
 
@@ -268,7 +272,8 @@ TEST(YoloV3, TinyLearnsOnCpu) {
     if (s == 1) first = r;
     losses.push_back(r.loss);
   }
-  EXPECT_NEAR(first.loss, first.losses.at("box") + first.losses.at("object") + first.losses.at("class"), 1e-3 * first.loss);
+  EXPECT_NEAR(first.loss, first.losses.at("box") + first.losses.at("object") + first.losses.at("class"),
+              1e-3 * first.loss);
   const double start = (losses[0] + losses[1]) / 2;
   const double last = (losses[6] + losses[7] + losses[8] + losses[9]) / 4;
   // Most of the fall is the objectness of the many empty anchors (about 3 x 84 x ln 2 per image at first).

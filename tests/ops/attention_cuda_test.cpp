@@ -68,7 +68,8 @@ Tensor padding_mask(const Case& c, std::shared_ptr<engine::Device> dev) {
   if (!c.padding) return Tensor();
   std::vector<double> m(size_t(c.B * c.Lk), 0.0);
   for (int64_t b = 0; b < c.B; b++)
-    for (int64_t j = 0; j < c.Lk; j++) m[size_t(b * c.Lk + j)] = b == 0 ? (j >= c.Lk - c.Lk / 3) : b == 1 ? 1.0 : (j == 0);
+    for (int64_t j = 0; j < c.Lk; j++)
+      m[size_t(b * c.Lk + j)] = b == 0 ? (j >= c.Lk - c.Lk / 3) : b == 1 ? 1.0 : (j == 0);
   Tensor mask = ops::compare(ops::CompareOp::gt, ops::from_vector(m, {c.B, c.Lk}, DType::f32), 0.5);
   return dev ? ops::to_device(mask, dev) : mask;
 }
@@ -312,7 +313,8 @@ TEST(AttentionCuda, AllocatesLikeMeta) {
     Tensor qd = ops::to_device(q, dev), kd = ops::to_device(k, dev), vd = ops::to_device(v, dev);
     Tensor md = ops::to_device(mask, dev);
     std::vector<Tensor> f = ops::flash_attention_forward(qd, kd, vd, md, p);
-    std::vector<Tensor> g = ops::flash_attention_backward(ops::to_device(dout, dev), Tensor(), qd, kd, vd, f[0], f[1], md, p);
+    std::vector<Tensor> g =
+        ops::flash_attention_backward(ops::to_device(dout, dev), Tensor(), qd, kd, vd, f[0], f[1], md, p);
   }
   EXPECT_EQ(cuda->ledger().events_csv(), meta->ledger().events_csv());
 }

@@ -106,8 +106,8 @@ TEST(BatchNormCuda, BackwardOpAndItsRuleMatchCpu) {
   for (DType dt : {DType::f32, DType::f64}) {
     for (bool batch_stats : {true, false}) {
       for (const Case& c : {kCases[1], kCases[2]}) {
-        std::string what = engine::str("batch_norm_backward ", engine::dtype_name(dt), batch_stats ? " batch" : " running",
-                                       " statistics ", c.layout);
+        std::string what = engine::str("batch_norm_backward ", engine::dtype_name(dt),
+                                       batch_stats ? " batch" : " running", " statistics ", c.layout);
         const int64_t C = c.shape.back();
         auto f = [batch_stats](const std::vector<Tensor>& in) -> std::vector<Tensor> {
           Tensor mean, invstd;
@@ -117,7 +117,8 @@ TEST(BatchNormCuda, BackwardOpAndItsRuleMatchCpu) {
             Tensor xs = ops::to(in[1], st);
             Tensor mu = ops::mean(xs, {0, 1, 2}, true), xc = ops::sub(xs, mu);
             mean = ops::contiguous(ops::reshape(mu, {-1}));
-            invstd = ops::contiguous(ops::reshape(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {0, 1, 2}), 1e-5)), {-1}));
+            invstd =
+                ops::contiguous(ops::reshape(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {0, 1, 2}), 1e-5)), {-1}));
           }
           ops::BatchNormGrads r = ops::batch_norm_backward(in[0], in[1], in[2], mean, invstd, batch_stats, 1e-5,
                                                            {true, true, true});

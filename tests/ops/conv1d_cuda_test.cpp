@@ -59,10 +59,11 @@ TEST(Conv1dCuda, ForwardAndGradientsMatchCpu) {
       std::string what = engine::str("conv1d ", engine::dtype_name(dt), " ", c.name, " x [", c.B, ", ", c.T, ", ",
                                      c.Cin, "] w [", c.K, ", ", c.Cin, ", ", c.Cout, "]");
       auto f = [&c](const std::vector<Tensor>& in) { return ops::conv1d(in[0], in[1], in[2], c.pl, c.pr); };
-      expect_cuda_matches_cpu(what, f,
-                              {cpu_input({c.B, c.T, c.Cin}, dt, -0.5, 0.5, true),
-                               cpu_input({c.K, c.Cin, c.Cout}, dt, -0.5, 0.5, true), cpu_input({c.Cout}, dt, -1, 1, true)},
-                              conv_tolerance(dt));
+      expect_cuda_matches_cpu(
+          what, f,
+          {cpu_input({c.B, c.T, c.Cin}, dt, -0.5, 0.5, true), cpu_input({c.K, c.Cin, c.Cout}, dt, -0.5, 0.5, true),
+           cpu_input({c.Cout}, dt, -1, 1, true)},
+          conv_tolerance(dt));
     }
   }
 }
@@ -143,9 +144,10 @@ TEST(Conv1dCuda, DISABLED_Throughput) {
       double fwd = median_ms([&] { ops::conv1d(x, w, Tensor(), pl, 0); });
       double din = median_ms([&] { ops::conv1d_backward_input(g, w, pl, 0); });
       double dw = median_ms([&] { ops::conv1d_backward_weight(g, x, l.K, pl, 0); });
-      std::printf("conv1d %s [%ld x %ld, %ld] K %ld -> %ld: forward %.3f ms %.1f TFLOP/s, dx %.3f ms %.1f, dw %.3f ms %.1f\n",
-                  engine::dtype_name(dt), long(B), long(T), long(l.Cin), long(l.K), long(l.Cout), fwd,
-                  flops / fwd / 1e9, din, flops / din / 1e9, dw, flops / dw / 1e9);
+      std::printf(
+          "conv1d %s [%ld x %ld, %ld] K %ld -> %ld: forward %.3f ms %.1f TFLOP/s, dx %.3f ms %.1f, dw %.3f ms %.1f\n",
+          engine::dtype_name(dt), long(B), long(T), long(l.Cin), long(l.K), long(l.Cout), fwd, flops / fwd / 1e9, din,
+          flops / din / 1e9, dw, flops / dw / 1e9);
     }
   }
 }

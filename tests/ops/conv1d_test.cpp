@@ -26,7 +26,8 @@ namespace {
 std::vector<double> naive_conv1d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t pl, int64_t pr) {
   const int64_t B = x.size(0), T = x.size(1), Cin = x.size(2), K = w.size(0), Cout = w.size(2);
   const int64_t To = T + pl + pr - K + 1;
-  std::vector<double> xv = x.to_double(), wv = w.to_double(), bv = bias.defined() ? bias.to_double() : std::vector<double>();
+  std::vector<double> xv = x.to_double(), wv = w.to_double(),
+                      bv = bias.defined() ? bias.to_double() : std::vector<double>();
   std::vector<double> y(size_t(B * To * Cout), 0.0);
   for (int64_t b = 0; b < B; b++)
     for (int64_t t = 0; t < To; t++)
@@ -35,7 +36,8 @@ std::vector<double> naive_conv1d(const Tensor& x, const Tensor& w, const Tensor&
         for (int64_t k = 0; k < K; k++) {
           int64_t s = t + k - pl;
           if (s < 0 || s >= T) continue;
-          for (int64_t i = 0; i < Cin; i++) acc += xv[size_t((b * T + s) * Cin + i)] * wv[size_t((k * Cin + i) * Cout + o)];
+          for (int64_t i = 0; i < Cin; i++)
+            acc += xv[size_t((b * T + s) * Cin + i)] * wv[size_t((k * Cin + i) * Cout + o)];
         }
         y[size_t((b * To + t) * Cout + o)] = acc;
       }
@@ -51,7 +53,8 @@ const Padding kPaddings[] = {
     {"K=2 (0, 0) shrinks", 2, 0, 0}, {"pad wider than kernel (3, 2)", 2, 3, 2},
 };
 
-void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double tol, const std::string& what) {
+void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double tol,
+                     const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   double worst = 0;
   for (size_t i = 0; i < got.size(); i++) worst = std::max(worst, std::abs(got[i] - want[i]));
@@ -68,8 +71,8 @@ TEST(Conv1d, ValuesMatchNaiveLoop) {
     Tensor y = ops::conv1d(x, w, b, p.pl, p.pr);
     EXPECT_EQ(y.shape(), (Shape{2, 5 + p.pl + p.pr - p.K + 1, 4}));
     expect_near_all(y.to_double(), naive_conv1d(x, w, b, p.pl, p.pr), 1e-13, "with bias");
-    expect_near_all(ops::conv1d(x, w, Tensor(), p.pl, p.pr).to_double(), naive_conv1d(x, w, Tensor(), p.pl, p.pr), 1e-13,
-                    "without bias");
+    expect_near_all(ops::conv1d(x, w, Tensor(), p.pl, p.pr).to_double(), naive_conv1d(x, w, Tensor(), p.pl, p.pr),
+                    1e-13, "without bias");
   }
 }
 
@@ -95,7 +98,8 @@ TEST(Conv1d, StridedInputMatchesContiguous) {
 }
 
 TEST(Conv1d, ReducedPrecisionCloseToF64) {
-  Tensor x = rand_input({2, 7, 16}, -1, 1, false), w = rand_input({3, 16, 8}, -1, 1, false), b = rand_input({8}, -1, 1, false);
+  Tensor x = rand_input({2, 7, 16}, -1, 1, false), w = rand_input({3, 16, 8}, -1, 1, false),
+         b = rand_input({8}, -1, 1, false);
   std::vector<double> want = naive_conv1d(x, w, b, 2, 0);
   for (auto [dt, tol] : {std::pair{DType::f32, 1e-5}, std::pair{DType::bf16, 0.15}, std::pair{DType::f16, 2e-2}}) {
     SCOPED_TRACE(engine::dtype_name(dt));

@@ -331,7 +331,9 @@ TEST(ConvCuda, Float64MatchesCpu) {
 
 // Every path is taken where conv.h says: the sweep above then covers each.
 TEST(ConvCuda, PathChoice) {
-  auto path = [](const Case& c, DType t) { return std::string(ops::cuda::conv2d_path(ConvPass::forward, geometry(c), t)); };
+  auto path = [](const Case& c, DType t) {
+    return std::string(ops::cuda::conv2d_path(ConvPass::forward, geometry(c), t));
+  };
   EXPECT_EQ(path({2, 7, 9, 16, 24, 1, 1, params(1, 0)}, DType::bf16), "gemm");
   EXPECT_EQ(path({2, 12, 11, 24, 24, 3, 3, params(1, 1, 1, 24)}, DType::bf16), "depthwise");
   EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::bf16), "igemm");
@@ -376,7 +378,8 @@ TEST(ConvCuda, WeightGradientIsDeterministic) {
 
 // TFLOP/s of each pass on ResNet-101 / Darknet-53 layer shapes (cuDNN's in /work/shared/PERF.md): bf16 with
 // each 128 x 128 tile variant (v0: warps of 64 x 32, v1: 64 x 64), f32 on TF32 tensor cores (allow_tf32,
-// each kernel's default tile: v1 forward and weight gradient, v0 data gradient) on every shape, and true fp32 (CUDA cores, or cuBLASLt for 1x1) on the first three and
+// each kernel's default tile: v1 forward and weight gradient, v0 data gradient) on every shape, and true fp32 (CUDA
+// cores, or cuBLASLt for 1x1) on the first three and
 // Darknet's. One row per run, then a table of the three side by side (bf16 v0, tf32, fp32).
 TEST(ConvCudaPerf, DISABLED_TFlops) {
   const std::vector<std::pair<const char*, Case>> shapes = {

@@ -64,7 +64,8 @@ std::vector<double> naive_conv_transpose2d(const std::vector<double>& x, const S
   for (int64_t n = 0; n < N; n++)
     for (int64_t oh = 0; oh < Ho; oh++)
       for (int64_t ow = 0; ow < Wo; ow++)
-        for (int64_t co = 0; co < Cout; co++) y[size_t(((n * Ho + oh) * Wo + ow) * Cout + co)] = bias.empty() ? 0 : bias[size_t(co)];
+        for (int64_t co = 0; co < Cout; co++)
+          y[size_t(((n * Ho + oh) * Wo + ow) * Cout + co)] = bias.empty() ? 0 : bias[size_t(co)];
   for (int64_t n = 0; n < N; n++)
     for (int64_t ih = 0; ih < H; ih++)
       for (int64_t iw = 0; iw < W; iw++)
@@ -77,7 +78,8 @@ std::vector<double> naive_conv_transpose2d(const std::vector<double>& x, const S
                 if (oh < 0 || oh >= Ho || ow < 0 || ow >= Wo) continue;
                 const int64_t oc = (ci / cin_pg) * cout_pg + co;
                 y[size_t(((n * Ho + oh) * Wo + ow) * Cout + oc)] +=
-                    x[size_t(((n * H + ih) * W + iw) * Cin + ci)] * w[size_t(((ci * KH + kh) * KW + kw) * cout_pg + co)];
+                    x[size_t(((n * H + ih) * W + iw) * Cin + ci)] *
+                    w[size_t(((ci * KH + kh) * KW + kw) * cout_pg + co)];
               }
   return y;
 }

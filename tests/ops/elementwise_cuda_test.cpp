@@ -1,6 +1,7 @@
 // elementwise_cuda_test.cpp: every elementwise kernel on the GPU against the cpu reference: outputs and
 // gradients (and second derivatives through unary_d2) in f32, f64, bf16, f16, over dense, broadcast,
-// inner-dense, transposed and misaligned layouts (the dense, inner-vectorized and strided kernels); comparisons, casts between
+// inner-dense, transposed and misaligned layouts (the dense, inner-vectorized and strided kernels); comparisons,
+// casts between
 // every pair of dtypes, fills and in-place updates exactly; and the ledger of a GPU run equal to meta's.
 #include <gtest/gtest.h>
 
@@ -22,7 +23,8 @@ using testutil::to_cuda;
 namespace {
 
 const DType kFloats[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
-const DType kAll[] = {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::u8, DType::boolean};
+const DType kAll[] = {DType::f32, DType::f64, DType::bf16, DType::f16,
+                      DType::i32, DType::i64, DType::u8,   DType::boolean};
 
 std::string name(const char* op, DType dtype, const char* layout) {
   return engine::str(op, " ", engine::dtype_name(dtype), " ", layout);
@@ -101,10 +103,11 @@ TEST(ElementwiseCuda, UnaryOpsAndTheirDerivativesMatchCpu) {
     for (const UnaryCase& c : kUnary) {
       auto f = [&c](const std::vector<Tensor>& in) { return ops::unary(c.op, in[0], c.alpha, c.beta); };
       expect_cuda_matches_cpu(name(c.name, dt, "dense"), f, {cpu_input({3, 257}, dt, c.low, c.high, true)});
-      expect_cuda_matches_cpu(
-          name(c.name, dt, "transposed"),
-          [&c](const std::vector<Tensor>& in) { return ops::unary(c.op, ops::transpose(in[0], 0, 1), c.alpha, c.beta); },
-          {cpu_input({19, 5}, dt, c.low, c.high, true)});
+      expect_cuda_matches_cpu(name(c.name, dt, "transposed"),
+                              [&c](const std::vector<Tensor>& in) {
+                                return ops::unary(c.op, ops::transpose(in[0], 0, 1), c.alpha, c.beta);
+                              },
+                              {cpu_input({19, 5}, dt, c.low, c.high, true)});
       // Second derivatives (unary_backward's rule, unary_d2's kernel): the gradient g * f'(x) with
       // create_graph is itself differentiated by the helper. f32 and f64: in 16-bit types each of the
       // chained ops rounds, and the comparison would measure that rounding more than the kernels.
@@ -165,7 +168,8 @@ TEST(ElementwiseCuda, CastsBetweenEveryPairOfDtypesAreExact) {
   Tensor back = testutil::to_cpu(ops::clone(ops::transpose(to_cuda(t), 0, 1)));  // [3, 2]
   const int64_t* p = back.data<int64_t>();
   for (int i = 0; i < 3; i++)
-    for (int j = 0; j < 2; j++) EXPECT_EQ(p[i * 2 + j], big[size_t(j * 3 + i)]) << "i64 clone at [" << i << ", " << j << "]";
+    for (int j = 0; j < 2; j++)
+      EXPECT_EQ(p[i * 2 + j], big[size_t(j * 3 + i)]) << "i64 clone at [" << i << ", " << j << "]";
 }
 
 TEST(ElementwiseCuda, CopyIntoStridedAndBroadcastViews) {

@@ -84,9 +84,10 @@ TEST(CrossEntropyCuda, MatchesCpu) {
 TEST(CrossEntropyCuda, AllIgnoredBatchGivesZero) {
   Tensor target = ops::full({6}, -100, DType::i64);
   for (Reduction r : kReductions)
-    expect_cuda_matches_cpu(engine::str("cross_entropy all ignored ", reduction_name(r)),
-                            [r](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], in[1], -100, 0.1, r); },
-                            {cpu_input({6, 10}, DType::f32, -1, 1, true), target});
+    expect_cuda_matches_cpu(
+        engine::str("cross_entropy all ignored ", reduction_name(r)),
+        [r](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], in[1], -100, 0.1, r); },
+        {cpu_input({6, 10}, DType::f32, -1, 1, true), target});
 }
 
 TEST(CrossEntropyCuda, DoubleBackwardThroughTheFusedBackward) {
@@ -124,7 +125,8 @@ TEST(PointwiseLossCuda, MatchesCpu) {
   };
   // Large means and sums are checked against an f64 reference below (the cpu's one-at-a-time f32 sum
   // drifts by ~1e-4 over 1e5 terms; the GPU's tree does better).
-  const Case cases[] = {{"small", {3, 5}, false}, {"strided", {40, 33}, true}, {"large, no reduction", {300, 1111}, false}};
+  const Case cases[] = {
+      {"small", {3, 5}, false}, {"strided", {40, 33}, true}, {"large, no reduction", {300, 1111}, false}};
   for (DType dt : kFloats) {
     for (const Case& c : cases) {
       for (Reduction r : kReductions) {
@@ -134,7 +136,8 @@ TEST(PointwiseLossCuda, MatchesCpu) {
                                        reduction_name(r));
         Tolerance tol = sum_tolerance(dt);
         expect_cuda_matches_cpu(
-            "mse_loss " + tail, [&](const std::vector<Tensor>& in) { return ops::mse_loss(view(in[0]), view(in[1]), r); },
+            "mse_loss " + tail,
+            [&](const std::vector<Tensor>& in) { return ops::mse_loss(view(in[0]), view(in[1]), r); },
             {cpu_input(c.shape, dt, -2, 2, true), cpu_input(c.shape, dt, -2, 2, true)}, tol);
         expect_cuda_matches_cpu(
             "l1_loss " + tail, [&](const std::vector<Tensor>& in) { return ops::l1_loss(view(in[0]), view(in[1]), r); },
@@ -163,8 +166,8 @@ TEST(PointwiseLossCuda, LargeReductionsMatchAnF64Reference) {
       Tensor a = cpu_input({300, 1111}, dt, -2, 2), b = cpu_input({300, 1111}, dt, 0, 1);
       Tensor w = cpu_input({1111}, dt, 0.5, 3);
       auto losses = [r](const Tensor& a, const Tensor& b, const Tensor& w) {
-        return std::vector<Tensor>{ops::mse_loss(a, b, r), ops::l1_loss(a, b, r), ops::bce_with_logits(a, b, Tensor(), r),
-                                   ops::bce_with_logits(a, b, w, r)};
+        return std::vector<Tensor>{ops::mse_loss(a, b, r), ops::l1_loss(a, b, r),
+                                   ops::bce_with_logits(a, b, Tensor(), r), ops::bce_with_logits(a, b, w, r)};
       };
       std::vector<Tensor> want = losses(ops::to(a, DType::f64), ops::to(b, DType::f64), ops::to(w, DType::f64));
       std::vector<Tensor> got;
@@ -222,7 +225,8 @@ TEST(CrossEntropyCuda, DISABLED_Bandwidth) {
       div = ops::full({}, 8192, DType::f32);
       g = ops::full({}, 1, DType::f32);
     }
-    double bwd = median_ms([&] { ops::cross_entropy_backward(g, logits, target, lse, div, -100, 0.1, ops::Reduction::mean); });
+    double bwd =
+        median_ms([&] { ops::cross_entropy_backward(g, logits, target, lse, div, -100, 0.1, ops::Reduction::mean); });
     std::printf("cross_entropy %s [8192, 30522]: forward %.3f ms %.0f GB/s, backward %.3f ms %.0f GB/s\n",
                 engine::dtype_name(dt), fwd, bytes / fwd / 1e6, bwd, 2 * bytes / bwd / 1e6);
   }

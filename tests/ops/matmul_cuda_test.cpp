@@ -76,7 +76,8 @@ TEST(MatmulCuda, ShapesLayoutsAndDtypes) {
 TEST(MatmulCuda, LinearWithBiasAndGradients) {
   for (DType t : {DType::f32, DType::bf16}) {
     SCOPED_TRACE(engine::dtype_name(t));
-    Tensor x = ops::to(ops::randn({4, 10, 48}), t), w = ops::to(ops::randn({32, 48}), t), bias = ops::to(ops::randn({32}), t);
+    Tensor x = ops::to(ops::randn({4, 10, 48}), t), w = ops::to(ops::randn({32, 48}), t),
+           bias = ops::to(ops::randn({32}), t);
     Tensor g = ops::to(ops::randn({4, 10, 32}), t);
     auto run = [&](std::shared_ptr<engine::Device> dev) {
       Tensor xd = ops::to_device(x, dev).set_requires_grad(true), wd = ops::to_device(w, dev).set_requires_grad(true);

@@ -66,8 +66,11 @@ TEST(LayerNormCuda, ForwardAndGradientsMatchCpuOnEveryPath) {
   for (DType dt : kFloats) {
     for (const Case& c : kCases) {
       for (int affine = 0; affine < 3; affine++) {  // weight and bias, weight only, neither
-        std::string what = engine::str("layer_norm ", engine::dtype_name(dt), " ", c.layout, " ",
-                                       engine::shape_str(c.shape), affine == 0 ? " weight+bias" : affine == 1 ? " weight" : " plain");
+        std::string what =
+            engine::str("layer_norm ", engine::dtype_name(dt), " ", c.layout, " ", engine::shape_str(c.shape),
+                        affine == 0   ? " weight+bias"
+                        : affine == 1 ? " weight"
+                                      : " plain");
         const int64_t C = layout(c, cpu_input(c.shape, dt)).size(-1);
         auto f = [&c, affine](const std::vector<Tensor>& in) {
           return ops::layer_norm(layout(c, in[0]), affine < 2 ? in[1] : Tensor(), affine == 0 ? in[2] : Tensor(), 1e-5);

@@ -14,7 +14,7 @@
 #include "graph/autograd.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
-#include "ops/optim.h"
+#include "ops/optimizer.h"
 #include "ops/view.h"
 #include "tests/util/cuda_compare_util.h"
 
@@ -34,7 +34,8 @@ struct Layout {
   int64_t n;
   bool misalign;  // every tensor starts one element into its storage (contiguous, not 16-byte aligned)
 };
-const Layout kLayouts[] = {{"aligned", 4096, false}, {"odd length (scalar tail)", 1001, false}, {"misaligned", 777, true}};
+const Layout kLayouts[] = {
+    {"aligned", 4096, false}, {"odd length (scalar tail)", 1001, false}, {"misaligned", 777, true}};
 
 // A contiguous [n] tensor with values in [low, high), possibly one element into its storage.
 Tensor make(const Layout& l, DType dt, double low, double high) {

@@ -13,7 +13,7 @@
 #include "graph/autograd.h"
 #include "graph/module.h"
 #include "ops/factory.h"
-#include "ops/optim.h"
+#include "ops/optimizer.h"
 
 using engine::Category;
 using engine::DType;

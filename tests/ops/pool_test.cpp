@@ -146,8 +146,8 @@ TEST(Pool, MaxPoolSavesInt32IndicesAndPropagatesNaN) {
 
 TEST(Pool, GradAndDoubleBackward) {
   Tensor x = rand_input({2, 5, 6, 2});
-  for (Pool2dParams p : {ops::pool2d_params(3, 2, 1), ops::pool2d_params(2, 2, 0, 1, true), ops::pool2d_params(3, 1, 1, 2),
-                         asym(3, 2, 0, 1, 1, 1)}) {
+  for (Pool2dParams p : {ops::pool2d_params(3, 2, 1), ops::pool2d_params(2, 2, 0, 1, true),
+                         ops::pool2d_params(3, 1, 1, 2), asym(3, 2, 0, 1, 1, 1)}) {
     SCOPED_TRACE(engine::str("kernel ", p.kernel_h, " stride ", p.stride_h, " dilation ", p.dilation_h));
     testutil::Fn maxf = [p](const std::vector<Tensor>& in) { return ops::max_pool2d(in[0], p); };
     testutil::expect_gradcheck(maxf, {x});

@@ -116,7 +116,8 @@ TEST(Resample, UpsampleMatchesLoops) {
   for (DType t : {DType::f32, DType::bf16}) {
     Tensor xt = ops::to(x, t);
     expect_near_all(ops::upsample_bilinear2d(xt, 9, 7, false).to_double(),
-                    naive_upsample(xt.to_double(), xs, 9, 7, true, false), t == DType::f32 ? 1e-5 : 2e-2);  // float weights
+                    naive_upsample(xt.to_double(), xs, 9, 7, true, false),
+                    t == DType::f32 ? 1e-5 : 2e-2);  // float weights
   }
 }
 

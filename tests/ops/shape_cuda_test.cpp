@@ -36,7 +36,8 @@ using testutil::median_ms;
 namespace {
 
 const DType kFloats[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
-const DType kAll[] = {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::u8, DType::boolean};
+const DType kAll[] = {DType::f32, DType::f64, DType::bf16, DType::f16,
+                      DType::i32, DType::i64, DType::u8,   DType::boolean};
 
 // Values of any dtype: floats in [-2, 2), integers in [0, 50) (bool: 0/1).
 Tensor values(const Shape& shape, DType dtype, bool requires_grad = false) {
@@ -45,7 +46,9 @@ Tensor values(const Shape& shape, DType dtype, bool requires_grad = false) {
 }
 
 // Indices in [0, n) with repeats, as i64 or i32.
-Tensor indices(const Shape& shape, int64_t n, DType dtype) { return ops::to(ops::randint(shape, n, DType::i64), dtype); }
+Tensor indices(const Shape& shape, int64_t n, DType dtype) {
+  return ops::to(ops::randint(shape, n, DType::i64), dtype);
+}
 
 // Runs fn on cuda copies of the inputs and expects the cpu's exact values.
 void expect_exact(const std::string& what, const testutil::Fn& fn, const std::vector<Tensor>& inputs) {
@@ -203,7 +206,9 @@ TEST(ShapeCuda, MaskedFillAndWhere) {
     if (grad) expect_cuda_matches_cpu(what, mf, in);
     else expect_exact(what, mf, in);
     // Strided x.
-    auto mft = [fill](const std::vector<Tensor>& in) { return ops::masked_fill(ops::transpose(in[0], 2, 3), in[1], fill); };
+    auto mft = [fill](const std::vector<Tensor>& in) {
+      return ops::masked_fill(ops::transpose(in[0], 2, 3), in[1], fill);
+    };
     expect_exact(what + " strided", mft, {values({2, 3, 64, 64}, dt), mask});
 
     Tensor cond = ops::to(ops::randint({5, 1, 8}, 2, DType::i64), DType::boolean);
@@ -239,10 +244,11 @@ TEST(ShapeCuda, DISABLED_Bandwidth) {
     Tensor scores = testutil::to_cuda(cpu_input({32, 12, 512, 512}, dt));
     Tensor mask = testutil::to_cuda(ops::to(ops::randint({32, 1, 1, 512}, 2, DType::i64), DType::boolean));
     double mf = median_ms([&] { ops::masked_fill(scores, mask, -1e4); });
-    std::printf("embedding %s [16384 ids, 768]: forward %.3f ms %.0f GB/s, backward (30522 rows) %.3f ms %.0f GB/s; "
-                "masked_fill [32, 12, 512, 512] %.3f ms %.0f GB/s\n",
-                engine::dtype_name(dt), fwd, 2 * row_bytes / fwd / 1e6, bwd, (row_bytes + double(w.nbytes())) / bwd / 1e6,
-                mf, 2 * double(scores.nbytes()) / mf / 1e6);
+    std::printf(
+        "embedding %s [16384 ids, 768]: forward %.3f ms %.0f GB/s, backward (30522 rows) %.3f ms %.0f GB/s; "
+        "masked_fill [32, 12, 512, 512] %.3f ms %.0f GB/s\n",
+        engine::dtype_name(dt), fwd, 2 * row_bytes / fwd / 1e6, bwd, (row_bytes + double(w.nbytes())) / bwd / 1e6, mf,
+        2 * double(scores.nbytes()) / mf / 1e6);
   }
 }
 
@@ -294,7 +300,8 @@ TEST(EmbeddingCuda, SortedScatterAddBertVocabulary) {
 
 TEST(EmbeddingCuda, SortedScatterAddSegments) {
   auto emb = [](int64_t rows, int64_t padding) {
-    return [rows, padding](const std::vector<Tensor>& in) { return ops::embedding_backward(in[0], in[1], rows, padding); };
+    return
+        [rows, padding](const std::vector<Tensor>& in) { return ops::embedding_backward(in[0], in[1], rows, padding); };
   };
   for (DType dt : kFloats) {
     for (DType idt : {DType::i64, DType::i32}) {

@@ -118,7 +118,8 @@ TEST(PaintRectangles, EqualsTheNaivePainterInEveryDtype) {
           const double expected = dt == DType::bf16  ? double(float(engine::bf16(f)))
                                   : dt == DType::f16 ? double(float(engine::f16(f)))
                                                      : double(f);
-          if (v[e] != expected && wrong++ < 5) ADD_FAILURE() << what << ": element " << e << " is " << v[e] << ", expected " << expected;
+          if (v[e] != expected && wrong++ < 5)
+            ADD_FAILURE() << what << ": element " << e << " is " << v[e] << ", expected " << expected;
         }
         EXPECT_EQ(wrong, 0) << what << ": elements that differ from the naive painter";
       }

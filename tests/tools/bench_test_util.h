@@ -21,7 +21,9 @@ inline std::string xml_problem(const std::string& xml) {
   size_t i = 0, roots = 0;
   auto name_at = [&](size_t& k) {
     size_t s = k;
-    while (k < xml.size() && (std::isalnum((unsigned char)xml[k]) || xml[k] == '-' || xml[k] == '_' || xml[k] == ':' || xml[k] == '.')) k++;
+    while (k < xml.size() &&
+           (std::isalnum((unsigned char)xml[k]) || xml[k] == '-' || xml[k] == '_' || xml[k] == ':' || xml[k] == '.'))
+      k++;
     return xml.substr(s, k - s);
   };
   auto entity_ok = [&](size_t k) {
@@ -33,7 +35,8 @@ inline std::string xml_problem(const std::string& xml) {
   while (i < xml.size()) {
     if (xml[i] == '&' && !entity_ok(i)) return "bad entity at byte " + std::to_string(i);
     if (xml[i] != '<') {
-      if (open.empty() && !std::isspace((unsigned char)xml[i])) return "text outside the root at byte " + std::to_string(i);
+      if (open.empty() && !std::isspace((unsigned char)xml[i]))
+        return "text outside the root at byte " + std::to_string(i);
       i++;
       continue;
     }
@@ -48,7 +51,8 @@ inline std::string xml_problem(const std::string& xml) {
     std::string name = name_at(k);
     if (name.empty()) return "a tag without a name at byte " + std::to_string(i);
     if (closing) {
-      if (open.empty() || open.back() != name) return "</" + name + "> does not close <" + (open.empty() ? "" : open.back()) + ">";
+      if (open.empty() || open.back() != name)
+        return "</" + name + "> does not close <" + (open.empty() ? "" : open.back()) + ">";
       open.pop_back();
       k = xml.find('>', k);
       if (k == std::string::npos) return "unterminated closing tag";
@@ -96,7 +100,9 @@ struct TempDir {
   }
 };
 
-inline void write_text(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+inline void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
 inline std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});

@@ -68,7 +68,8 @@ TEST(Docs, TheReadmeFiguresAreWhatEngineBenchLambdaPrints) {
     ASSERT_EQ(lines.size(), 1u) << row.model << " in models/README.md";
     for (const auto& c : row.cells) {
       const std::string cell = c.gpu + " " + (c.first_fail == 0 ? ">=" : "") + std::to_string(c.max_batch);
-      EXPECT_TRUE(lines[0].find(" " + cell + ",") != std::string::npos || lines[0].find(" " + cell + " (") != std::string::npos)
+      EXPECT_TRUE(lines[0].find(" " + cell + ",") != std::string::npos ||
+                  lines[0].find(" " + cell + " (") != std::string::npos)
           << "models/README.md, " << row.model << ": engine_bench lambda says " << cell << "; the file says\n"
           << lines[0] << fix;
       checked++;

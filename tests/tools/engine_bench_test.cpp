@@ -24,7 +24,8 @@ using testutil::shell;
 tools::ScalePoint synthetic_point(int64_t x, double param, double act) {
   engine::Ledger l;
   l.on_alloc(0, size_t(param), size_t(param), Category::param, "w", engine::Phase::setup);
-  int64_t id = l.on_alloc(size_t(param), size_t(act), size_t(act), Category::activation, "layer/softmax", engine::Phase::forward);
+  int64_t id = l.on_alloc(size_t(param), size_t(act), size_t(act), Category::activation, "layer/softmax",
+                          engine::Phase::forward);
   l.on_free(id);
   tools::ScalePoint p;
   p.x = x;
@@ -172,7 +173,8 @@ TEST(SvgPlot, ChartsAreWellFormedXmlWithAxesUnitsAndLegend) {
   c.subtitle = "batch 8";
   c.x.label = "sequence length L (tokens)";
   c.y.label = "memory (GiB)";
-  c.series = {{"activation", {128, 256, 512}, {1, 2, 5}, "", false, true}, {"param \"w\"", {128, 256, 512}, {1, 1, 1}, "", true, true}};
+  c.series = {{"activation", {128, 256, 512}, {1, 2, 5}, "", false, true},
+              {"param \"w\"", {128, 256, 512}, {1, 1, 1}, "", true, true}};
   c.y_marks = {{4.5, "rtx2060 arena 5.41 GiB"}};
   c.note = "total = a + b L";
   std::string line = tools::svg_chart(c);
@@ -228,8 +230,8 @@ TEST(BenchLambda, AgreesWithEngineTrainForEveryModelOnTwoCards) {
     if (row.model.empty()) continue;  // a study model not implemented yet
     ASSERT_EQ(row.status, "ok") << row.model;
     for (const auto& cell : row.cells) {
-      std::string cmd = testutil::program("engine_train") + " --model " + row.model + " --device meta --gpu " + cell.gpu +
-                        " --find-max-batch";
+      std::string cmd = testutil::program("engine_train") + " --model " + row.model + " --device meta --gpu " +
+                        cell.gpu + " --find-max-batch";
       if (row.config.rfind("seq ", 0) == 0) cmd += " --" + row.config;  // "seq 128" -> --seq 128
       auto [code, out] = shell(cmd);
       ASSERT_EQ(code, 0) << cmd << "\n" << out;
@@ -245,8 +247,10 @@ TEST(BenchLambda, AgreesWithEngineTrainForEveryModelOnTwoCards) {
 
 TEST(BenchLambda, ReadsTheStudyAndNamesBadLines) {
   testutil::TempDir dir;
-  const std::string header = "model,task,dataset,input,batch_unit,rtx2060,rtx2070,throughput_unit,t_rtx2060,t_rtx2070\n";
-  testutil::write_text(dir.file("ok.csv"), "# comment\n" + header + "bert_base,lm,enwik8,seq,sequences,8,16,examples/s,34,47\n");
+  const std::string header =
+      "model,task,dataset,input,batch_unit,rtx2060,rtx2070,throughput_unit,t_rtx2060,t_rtx2070\n";
+  testutil::write_text(dir.file("ok.csv"),
+                       "# comment\n" + header + "bert_base,lm,enwik8,seq,sequences,8,16,examples/s,34,47\n");
   tools::Study2020 s = tools::read_study2020(dir.file("ok.csv"));
   EXPECT_EQ(s.gpus, (std::vector<std::string>{"rtx2060", "rtx2070"}));
   ASSERT_NE(s.find("bert_base"), nullptr);
@@ -332,8 +336,9 @@ TEST(BenchLambda, TableOfRegisteredAndMissingModelsInTwoProcesses) {
 
 TEST(EngineBench, ProgramWritesItsFilesAndReportsBadInput) {
   testutil::TempDir dir;
-  auto [code, out] = shell(testutil::program("engine_bench") + " scale --model transformer_lm --size tiny --seq 16:64 --batch 2 --out " +
-                           dir.path.string());
+  auto [code, out] =
+      shell(testutil::program("engine_bench") +
+            " scale --model transformer_lm --size tiny --seq 16:64 --batch 2 --out " + dir.path.string());
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("## Memory scaling of transformer_lm with sequence length"), std::string::npos) << out;
   // Files are named by the config (tiny, batch 2), so another config's sweep does not overwrite them.
@@ -341,23 +346,29 @@ TEST(EngineBench, ProgramWritesItsFilesAndReportsBadInput) {
                         "scale_transformer_lm_seq_tiny_batch2.json", "scale_transformer_lm_seq_tiny_batch2_stacked.svg",
                         "scale_transformer_lm_seq_tiny_batch2_fit.svg"})
     EXPECT_TRUE(std::filesystem::exists(dir.file(f))) << f;
-  EXPECT_EQ(testutil::xml_problem(testutil::read_text(dir.file("scale_transformer_lm_seq_tiny_batch2_stacked.svg"))), "");
-  auto [flash_code, flash_out] = shell(testutil::program("engine_bench") + " scale --model transformer_lm --size tiny --seq 16:64 --batch 2 "
-                                       "--attention flash --out " + dir.path.string());
+  EXPECT_EQ(testutil::xml_problem(testutil::read_text(dir.file("scale_transformer_lm_seq_tiny_batch2_stacked.svg"))),
+            "");
+  auto [flash_code, flash_out] = shell(testutil::program("engine_bench") +
+                                       " scale --model transformer_lm --size tiny --seq 16:64 --batch 2 "
+                                       "--attention flash --out " +
+                                       dir.path.string());
   ASSERT_EQ(flash_code, 0) << flash_out;
   EXPECT_TRUE(std::filesystem::exists(dir.file("scale_transformer_lm_seq_tiny_flash_batch2.md")));
   EXPECT_NE(testutil::read_text(dir.file("scale_transformer_lm_seq_tiny_batch2.md")),
             testutil::read_text(dir.file("scale_transformer_lm_seq_tiny_flash_batch2.md")));
   // A batch sweep gives the probed max batch beside the law's estimate, and speaks of batches only.
-  auto [batch_code, batch_out] = shell(testutil::program("engine_bench") + " scale --model transformer_lm --size tiny --batch 2:8 --out " +
-                                       dir.path.string());
+  auto [batch_code, batch_out] =
+      shell(testutil::program("engine_bench") + " scale --model transformer_lm --size tiny --batch 2:8 --out " +
+            dir.path.string());
   ASSERT_EQ(batch_code, 0) << batch_out;
-  EXPECT_NE(batch_out.find("| gpu | arena | max batch (probed) | the law's estimate |"), std::string::npos) << batch_out;
+  EXPECT_NE(batch_out.find("| gpu | arena | max batch (probed) | the law's estimate |"), std::string::npos)
+      << batch_out;
   EXPECT_EQ(batch_out.find("learned positions"), std::string::npos) << "a sequence-length footnote:\n" << batch_out;
   // --out that cannot be a folder stops before the sweep runs.
   testutil::write_text(dir.file("a_file"), "x");
-  auto [out_code, out_text] = shell(testutil::program("engine_bench") + " scale --model transformer_lm --size tiny --seq 16:64 --out " +
-                                    dir.file("a_file"));
+  auto [out_code, out_text] =
+      shell(testutil::program("engine_bench") + " scale --model transformer_lm --size tiny --seq 16:64 --out " +
+            dir.file("a_file"));
   EXPECT_EQ(out_code, 2) << out_text;
   EXPECT_NE(out_text.find("cannot create or write this folder"), std::string::npos) << out_text;
   EXPECT_EQ(out_text.find("Memory scaling"), std::string::npos) << "the sweep ran first:\n" << out_text;

@@ -80,7 +80,8 @@ TEST(BenchTrace, ChromeTraceHasACounterTrackPerCategoryAndNestedSlices) {
       double a0 = a->at("ts", "s").number, a1 = a0 + a->at("dur", "s").number;
       double b0 = b->at("ts", "s").number, b1 = b0 + b->at("dur", "s").number;
       if (a1 <= b0 || b1 <= a0) continue;  // no overlap
-      EXPECT_TRUE(b0 <= a0 && a1 <= b1) << pa << " [" << a0 << ", " << a1 << ") escapes " << pb << " [" << b0 << ", " << b1 << ")";
+      EXPECT_TRUE(b0 <= a0 && a1 <= b1) << pa << " [" << a0 << ", " << a1 << ") escapes " << pb << " [" << b0 << ", "
+                                        << b1 << ")";
       nested++;
     }
   EXPECT_GT(nested, 0u) << "a layer's ops nest inside the layer";
@@ -100,15 +101,16 @@ TEST(BenchTrace, PickleWriterBytesAndPythonRoundTrip) {
   v.set("values", l).set("nested", tools::PyValue::dict().set("empty", tools::PyValue::dict()));
   testutil::TempDir dir;
   testutil::write_text(dir.file("v.pickle"), tools::pickle_dumps(v));
-  auto [code, out] = testutil::python(dir,
-                                      "import pickle, sys\n"
-                                      "v = pickle.load(open(sys.argv[1], 'rb'))\n"
-                                      "want = [None, True, False, 0, 255, 256, -1, -2147483648, 2**40, -2**40, 1.5, -2.25e-300, 'héllo', '']\n"
-                                      "assert v['values'] == want, v['values']\n"
-                                      "assert [type(x) for x in v['values']] == [type(x) for x in want]\n"
-                                      "assert v['nested'] == {'empty': {}}, v['nested']\n"
-                                      "print('ok')\n",
-                                      dir.file("v.pickle"));
+  auto [code, out] = testutil::python(
+      dir,
+      "import pickle, sys\n"
+      "v = pickle.load(open(sys.argv[1], 'rb'))\n"
+      "want = [None, True, False, 0, 255, 256, -1, -2147483648, 2**40, -2**40, 1.5, -2.25e-300, 'héllo', '']\n"
+      "assert v['values'] == want, v['values']\n"
+      "assert [type(x) for x in v['values']] == [type(x) for x in want]\n"
+      "assert v['nested'] == {'empty': {}}, v['nested']\n"
+      "print('ok')\n",
+      dir.file("v.pickle"));
   EXPECT_EQ(code, 0) << out;
 }
 
@@ -179,7 +181,8 @@ TEST(ForkPool, RunsWorkInChildProcessesAndReportsFailures) {
   std::vector<std::string> results(5);
   int done = 0;
   tools::run_forked(
-      5, 2, [](size_t i) { return std::string(i * 30000, char('a' + i)) + std::to_string(getpid()); },  // > a pipe's buffer
+      5, 2,
+      [](size_t i) { return std::string(i * 30000, char('a' + i)) + std::to_string(getpid()); },  // > a pipe's buffer
       [&](size_t i, const std::string& r) {
         results[i] = r;
         done++;
@@ -199,7 +202,8 @@ TEST(ForkPool, RunsWorkInChildProcessesAndReportsFailures) {
     EXPECT_NE(std::string(e.what()).find("item one is bad"), std::string::npos) << e.what();
   }
   std::vector<size_t> order;
-  tools::run_forked(3, 1, [](size_t i) { return std::to_string(i); }, [&](size_t i, const std::string&) { order.push_back(i); });
+  tools::run_forked(
+      3, 1, [](size_t i) { return std::to_string(i); }, [&](size_t i, const std::string&) { order.push_back(i); });
   EXPECT_EQ(order, (std::vector<size_t>{0, 1, 2})) << "jobs 1: here, in order";
   EXPECT_GE(tools::available_cpus(), 1);
 }

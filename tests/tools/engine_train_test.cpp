@@ -18,7 +18,8 @@ namespace {
 
 using testutil::shell;
 
-const std::string kTrain = testutil::program("engine_train") + " --model transformer_lm --size tiny --seq 16 --batch 4 ";
+const std::string kTrain =
+    testutil::program("engine_train") + " --model transformer_lm --size tiny --seq 16 --batch 4 ";
 
 // The "loss X" pieces of the step lines, in order.
 std::vector<std::string> step_losses(const std::string& out) {
@@ -38,8 +39,8 @@ TEST(EngineTrain, GpuProfileSetsTheArena) {
   auto [code, out] = shell(kTrain + "--device meta --gpu h200 --steps 1");
   ASSERT_EQ(code, 0) << out;
   const auto& h200 = tools::find_gpu_profile("h200");
-  std::string expected = "arena " + engine::format_bytes(tools::gpu_arena_capacity(h200)) + " (gpu h200: 143771 MiB less a " +
-                         std::to_string(h200.reserve_mib) + " MiB reserve)";
+  std::string expected = "arena " + engine::format_bytes(tools::gpu_arena_capacity(h200)) +
+                         " (gpu h200: 143771 MiB less a " + std::to_string(h200.reserve_mib) + " MiB reserve)";
   EXPECT_NE(out.find(expected), std::string::npos) << out;
 
   std::tie(code, out) = shell(kTrain + "--device meta --gpu rtx9090");
@@ -62,7 +63,8 @@ TEST(EngineTrain, InferenceRunsEvalSteps) {
 
 // A translation model's --inference generates greedily and computes no loss: the step line says "-", not 0.
 TEST(EngineTrain, GenerationPrintsNoLossAndEvalPrintsTheRealOne) {
-  auto [code, out] = shell(testutil::program("engine_train") + " --model transformer_big --size tiny --inference --steps 1");
+  auto [code, out] =
+      shell(testutil::program("engine_train") + " --model transformer_big --size tiny --inference --steps 1");
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("step 1/1 | loss - |"), std::string::npos) << out;
   EXPECT_NE(out.find("generated "), std::string::npos) << out;
@@ -104,13 +106,15 @@ TEST(EngineTrain, GradientsAreNamedByTheirParameter) {
 }
 
 TEST(EngineTrain, FindMaxBatch) {
-  auto [code, out] = shell(testutil::program("engine_train") + " --model transformer_lm --size tiny --device meta --memory 48MB "
+  auto [code, out] = shell(testutil::program("engine_train") +
+                           " --model transformer_lm --size tiny --device meta --memory 48MB "
                            "--find-max-batch");
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find(" seq fit, "), std::string::npos) << out;
   EXPECT_NE(out.find("binding term: activation grew most"), std::string::npos) << out;
   EXPECT_EQ(out.find('\r'), std::string::npos) << "no progress bar when stderr is not a terminal";
-  std::tie(code, out) = shell(testutil::program("engine_train") + " --model transformer_lm --device meta --find-max-batch");
+  std::tie(code, out) =
+      shell(testutil::program("engine_train") + " --model transformer_lm --device meta --find-max-batch");
   EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("give --gpu NAME or --memory SIZE"), std::string::npos) << out;
 }
@@ -124,7 +128,8 @@ TEST(EngineTrain, SaveThenLoadResumesTheSameLosses) {
   auto [c1, first] = shell(kTrain + "--steps 2 --save " + ck);
   ASSERT_EQ(c1, 0) << first;
   EXPECT_NE(first.find("saved " + ck + " after step 2"), std::string::npos) << first;
-  auto [c2, second] = shell(testutil::program("engine_train") + " --load " + ck + " --steps 2");  // the config comes from the file
+  auto [c2, second] =
+      shell(testutil::program("engine_train") + " --load " + ck + " --steps 2");  // the config comes from the file
   ASSERT_EQ(c2, 0) << second;
   EXPECT_NE(second.find("optimizer state, resuming after step 2"), std::string::npos) << second;
   EXPECT_NE(second.find("step 4/4 | loss"), std::string::npos) << second;
@@ -153,9 +158,11 @@ TEST(EngineTrain, BatchFileFeedsEveryStep) {
   engine::DeviceGuard guard(cpu);
   std::vector<int64_t> ids(4 * 16), targets(4 * 16);
   for (size_t i = 0; i < ids.size(); i++) ids[i] = int64_t(i % 7), targets[i] = int64_t((i + 1) % 7);
-  engine::save_safetensors(dir + "/batch.safetensors", {{"ids", ops::from_vector(ids, {4, 16}, engine::DType::i64, cpu)},
-                                                        {"targets", ops::from_vector(targets, {64}, engine::DType::i64, cpu)}});
-  engine::save_safetensors(dir + "/no_targets.safetensors", {{"ids", ops::from_vector(ids, {4, 16}, engine::DType::i64, cpu)}});
+  engine::save_safetensors(dir + "/batch.safetensors",
+                           {{"ids", ops::from_vector(ids, {4, 16}, engine::DType::i64, cpu)},
+                            {"targets", ops::from_vector(targets, {64}, engine::DType::i64, cpu)}});
+  engine::save_safetensors(dir + "/no_targets.safetensors",
+                           {{"ids", ops::from_vector(ids, {4, 16}, engine::DType::i64, cpu)}});
 
   auto [code, out] = shell(kTrain + "--inference --steps 3 --batch-file " + dir + "/batch.safetensors");
   ASSERT_EQ(code, 0) << out;
@@ -178,9 +185,11 @@ TEST(EngineTrain, BatchFileFeedsEveryStep) {
 
   std::tie(code, out) = shell(kTrain + "--steps 1 --batch-file " + dir + "/no_targets.safetensors");
   EXPECT_NE(code, 0) << out;
-  EXPECT_NE(out.find("the fixed batch lacks a tensor the model reads; it holds: ids [4, 16]"), std::string::npos) << out;
-  std::tie(code, out) = shell(testutil::program("engine_train") + " --model unsupmt --size tiny --device meta --steps 1 --batch-file " + dir +
-                              "/batch.safetensors");
+  EXPECT_NE(out.find("the fixed batch lacks a tensor the model reads; it holds: ids [4, 16]"), std::string::npos)
+      << out;
+  std::tie(code, out) =
+      shell(testutil::program("engine_train") + " --model unsupmt --size tiny --device meta --steps 1 --batch-file " +
+            dir + "/batch.safetensors");
   EXPECT_NE(code, 0) << out;
   EXPECT_NE(out.find("reads several different batches per step"), std::string::npos) << out;
 }

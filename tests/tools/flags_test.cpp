@@ -79,14 +79,16 @@ TEST(EngineTrain, HelpUnknownModelAndBadFlag) {
 }
 
 TEST(EngineTrain, OutOfMemoryIsAReportNotACrash) {
-  auto [code, out] = shell(testutil::program("engine_train") + " --model transformer_lm --size small --device meta --memory 2GB --steps 1");
+  auto [code, out] = shell(testutil::program("engine_train") +
+                           " --model transformer_lm --size small --device meta --memory 2GB --steps 1");
   EXPECT_EQ(code, 3) << out;
   EXPECT_NE(out.find("out of memory on meta"), std::string::npos) << out;
   EXPECT_NE(out.find("largest live tensors"), std::string::npos) << out;
 }
 
 TEST(EngineTrain, MetaRunOfAFullSizeModel) {
-  auto [code, out] = shell(testutil::program("engine_train") + " --model transformer_lm --size small --device meta --steps 2");
+  auto [code, out] =
+      shell(testutil::program("engine_train") + " --model transformer_lm --size small --device meta --steps 2");
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("step 2/2 | loss - |"), std::string::npos) << out;
   EXPECT_NE(out.find("| param |"), std::string::npos) << out;

@@ -23,8 +23,9 @@ std::string error_of(const std::string& name) {
 
 TEST(GpuProfiles, EveryCardOfThe2020TableAndTheNewerOnes) {
   // The columns of shared/lambda2020.csv, then the later cards.
-  for (const char* name : {"rtx2060", "rtx2070", "rtx2080", "gtx1080ti", "rtx2080ti", "titanrtx", "rtx6000", "rtx8000",
-                           "t4", "v100-16", "v100-32", "a100-40", "a100-80", "rtx3090", "rtx4090", "l4", "h100", "h200"})
+  for (const char* name :
+       {"rtx2060", "rtx2070", "rtx2080", "gtx1080ti", "rtx2080ti", "titanrtx", "rtx6000", "rtx8000", "t4", "v100-16",
+        "v100-32", "a100-40", "a100-80", "rtx3090", "rtx4090", "l4", "h100", "h200"})
     EXPECT_NO_THROW(tools::find_gpu_profile(name)) << name;
   std::set<std::string> names;
   for (const auto& g : tools::gpu_profiles()) {
@@ -75,8 +76,10 @@ TEST(GpuProfiles, UnknownNameListsTheProfiles) {
 }
 
 TEST(Progress, RendersKnownAndUnknownTotals) {
-  EXPECT_EQ(tools::render_progress("train", 5, 10, 2.0, "step 5", 10), "train [#####.....] 5/10 | 2.0 s, 2.0 s left | step 5");
+  EXPECT_EQ(tools::render_progress("train", 5, 10, 2.0, "step 5", 10),
+            "train [#####.....] 5/10 | 2.0 s, 2.0 s left | step 5");
   EXPECT_EQ(tools::render_progress("train", 10, 10, 4.0, "", 4), "train [####] 10/10 | 4.0 s");
   EXPECT_EQ(tools::render_progress("train", 0, 4, 0.0, "", 4), "train [....] 0/4 | 0.0 s");
-  EXPECT_EQ(tools::render_progress("max batch", 3, 0, 1.5, "batch 4 fits"), "max batch [probe 3] | 1.5 s | batch 4 fits");
+  EXPECT_EQ(tools::render_progress("max batch", 3, 0, 1.5, "batch 4 fits"),
+            "max batch [probe 3] | 1.5 s | batch 4 fits");
 }

@@ -101,7 +101,8 @@ TEST(HostileInput, HugeSizesAreRefusedByName) {
     EXPECT_EQ(code, 2) << c.args << "\n" << out;
     EXPECT_NE(out.find(c.message), std::string::npos) << c.args << "\n" << out;
   }
-  auto [code, out] = shell(program("engine_bench") + " trace --model bert_base --size tiny --batch 288230376151711744 --out /tmp");
+  auto [code, out] =
+      shell(program("engine_bench") + " trace --model bert_base --size tiny --batch 288230376151711744 --out /tmp");
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("--batch 288230376151711744"), std::string::npos) << out;
 }
@@ -162,7 +163,8 @@ TEST(HostileInput, SixteenBitLabelMapsAreRefused) {
   models::data::SegmentationSet voc(dir.file("voc"), 5);
   models::data::Image image, label;
   voc.load(0, image, label);
-  write_bytes(dir.file("voc/SegmentationClass/2007_000001.png"), grey_png(int(image.width), int(image.height), 16, 258));
+  write_bytes(dir.file("voc/SegmentationClass/2007_000001.png"),
+              grey_png(int(image.width), int(image.height), 16, 258));
   const std::string e = error_of([&] { voc.load(0, image, label); });
   EXPECT_NE(e.find("16-bit PNG"), std::string::npos) << e;
   write_bytes(dir.file("voc/SegmentationClass/2007_000001.png"), grey_png(int(image.width), int(image.height), 8, 2));
@@ -232,7 +234,8 @@ TEST(HostileInput, AtomicWritesLeaveNoTemporaryBehind) {
   bool temp_seen = false;
   for (int i = 0; i < 500 && !temp_seen; i++) {
     usleep(10000);
-    for (const auto& e : fs::directory_iterator(dir.path)) temp_seen |= e.path().string().find(".tmp.") != std::string::npos;
+    for (const auto& e : fs::directory_iterator(dir.path))
+      temp_seen |= e.path().string().find(".tmp.") != std::string::npos;
   }
   kill(child, SIGTERM);
   int status = 0;
@@ -247,8 +250,8 @@ TEST(HostileInput, AnEmptyBatchFileIsRefused) {
   testutil::TempDir dir;
   auto cpu = engine::Device::create(engine::DeviceType::cpu, size_t(1) << 24);
   engine::save_safetensors(dir.file("empty.safetensors"), {});
-  engine::save_safetensors(dir.file("zero.safetensors"),
-                           {{"ids", ops::zeros({0, 16}, engine::DType::i64, cpu)}, {"targets", ops::zeros({0}, engine::DType::i64, cpu)}});
+  engine::save_safetensors(dir.file("zero.safetensors"), {{"ids", ops::zeros({0, 16}, engine::DType::i64, cpu)},
+                                                          {"targets", ops::zeros({0}, engine::DType::i64, cpu)}});
   const std::string lm = program("engine_train") + " --model transformer_lm --size tiny --seq 16 --batch 4 --steps 1 ";
   auto [code, out] = shell(lm + "--batch-file " + dir.file("empty.safetensors"));
   EXPECT_EQ(code, 2) << out;
@@ -265,7 +268,8 @@ TEST(HostileInput, ANonFiniteLossStopsTraining) {
   testutil::TempDir dir;
   auto cpu = engine::Device::create(engine::DeviceType::cpu, size_t(1) << 26);
   const int64_t N = 2, S = 64, M = 100;
-  std::vector<float> images(size_t(N * S * S * 3), std::numeric_limits<float>::quiet_NaN()), boxes(size_t(N * M * 4), 0);
+  std::vector<float> images(size_t(N * S * S * 3), std::numeric_limits<float>::quiet_NaN()),
+      boxes(size_t(N * M * 4), 0);
   std::vector<int64_t> labels(size_t(N * M), -1);
   for (int64_t n = 0; n < N; n++) {  // one real box per image
     float* b = boxes.data() + n * M * 4;

@@ -48,7 +48,9 @@ models::ModelConfig tiny_lm() {
   return c;
 }
 
-std::shared_ptr<engine::Device> small_cpu() { return engine::Device::create(engine::DeviceType::cpu, size_t(64) << 20); }
+std::shared_ptr<engine::Device> small_cpu() {
+  return engine::Device::create(engine::DeviceType::cpu, size_t(64) << 20);
+}
 
 std::string valid_checkpoint(const std::string& dir) {
   engine::DeviceGuard guard(small_cpu());

@@ -45,7 +45,8 @@ inline void expect_recompute_layer_is_exact(models::ModelConfig tiny, models::Mo
   const auto [losses, state, csv] = train("layer", DeviceType::cpu);
   EXPECT_EQ(losses, plain_losses) << tiny.name;
   ASSERT_EQ(state.size(), plain_state.size());
-  for (size_t i = 0; i < state.size(); i++) EXPECT_EQ(state[i], plain_state[i]) << tiny.name << " parameter or buffer " << i;
+  for (size_t i = 0; i < state.size(); i++)
+    EXPECT_EQ(state[i], plain_state[i]) << tiny.name << " parameter or buffer " << i;
   EXPECT_EQ(std::get<2>(train("layer", DeviceType::meta)), csv) << tiny.name << ": meta makes the cpu's allocations";
 
   auto peak = [&full](const std::string& recompute) {

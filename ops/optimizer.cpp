@@ -1,0 +1,279 @@
+// optimizer.cpp: the optimizer bookkeeping: lazy state, step counts, master weights, checkpoints.
+#include "ops/optimizer.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "graph/autograd.h"
+#include "ops/elementwise.h"
+#include "ops/factory.h"
+#include "ops/op.h"
+
+namespace ops {
+
+// ---------------------------------------------------------------------------------------------------
+// Optimizer
+
+Optimizer::Optimizer(const char* name, const NamedTensors& params, double lr, double weight_decay,
+                     std::vector<std::string> slot_names, std::vector<double> slot_initial_values)
+    : name_(name), slot_names_(std::move(slot_names)), slot_initial_values_(std::move(slot_initial_values)),
+      lr_(lr), weight_decay_(weight_decay) {
+  std::set<std::string> seen;
+  for (const auto& [n, p] : params) {
+    ENGINE_CHECK(p.defined(), name_, ": parameter '", n, "' is undefined");
+    ENGINE_CHECK(engine::is_floating(p.dtype()), name_, ": parameter '", n, "' has dtype ",
+                 engine::dtype_name(p.dtype()), "; only floating tensors can be optimized");
+    ENGINE_CHECK(seen.insert(n).second, name_, ": parameter name '", n, "' appears twice");
+    entries_.push_back(Entry{n, p, Tensor(), {}, 0, true});
+  }
+}
+
+void Optimizer::set_master_weight(const std::string& name, const Tensor& master) {
+  for (Entry& e : entries_) {
+    if (e.name != name) continue;
+    ENGINE_CHECK(e.slots.empty(), name_, ": set_master_weight('", name, "') after the parameter's first step");
+    ENGINE_CHECK(master.shape() == e.param.shape() && master.dtype() == DType::f32 &&
+                     master.device_ptr() == e.param.device_ptr(),
+                 name_, ": the master weight of '", name, "' must be f32 ", engine::shape_str(e.param.shape()),
+                 " on the parameter's device");
+    set_master_weight_unchecked(e, master);
+    return;
+  }
+  throw engine::Error(str(name_, ": set_master_weight: no parameter named '", name, "'"));
+}
+
+void Optimizer::set_master_weight_unchecked(Entry& e, const Tensor& master) {
+  master.set_category(engine::Category::optimizer);
+  master.storage()->set_owner(e.name + "/master");
+  e.master = master;
+}
+
+Tensor Optimizer::master_weight(const std::string& name) const {
+  for (const Entry& e : entries_)
+    if (e.name == name) return e.master;
+  return Tensor();
+}
+
+void Optimizer::exclude_from_weight_decay(const std::function<bool(const std::string&)>& excluded) {
+  for (Entry& e : entries_) e.decay = !excluded(e.name);
+}
+
+// The slots of one parameter: tagged `optimizer`, owned by "<param name>/<optimizer>", in phase optimizer.
+void Optimizer::allocate_slots(Entry& e) const {
+  engine::CategoryScope category(engine::Category::optimizer);
+  engine::PhaseScope phase(engine::Phase::optimizer);
+  engine::MemoryScope owner(e.name);
+  OpScope op(name_);
+  e.slots.clear();
+  for (double init : slot_initial_values_)
+    e.slots.push_back(full(e.param.shape(), init, e.master.defined() ? e.master.dtype() : e.param.dtype(),
+                           e.param.device_ptr()));
+}
+
+void Optimizer::step() {
+  graph::NoGrad no_grad;
+  engine::PhaseScope phase(engine::Phase::optimizer);
+  for (Entry& e : entries_) {
+    Tensor g = e.param.grad();
+    if (!g.defined()) continue;
+    if (e.slots.size() != slot_names_.size()) allocate_slots(e);
+    e.steps++;
+    engine::MemoryScope owner(e.name);
+    update(ParamUpdate{e.param, contiguous(g), e.slots, e.master, grad_scale_}, e.decay ? weight_decay_ : 0.0,
+           e.steps);
+  }
+  step_count_++;
+}
+
+void Optimizer::allocate_state() {
+  graph::NoGrad no_grad;
+  for (Entry& e : entries_)
+    if (e.param.grad().defined() && e.slots.size() != slot_names_.size()) allocate_slots(e);
+}
+
+std::vector<std::string> Optimizer::params_without_state() const {
+  std::vector<std::string> names;
+  for (const Entry& e : entries_)
+    if (e.param.requires_grad() && e.slots.size() != slot_names_.size()) names.push_back(e.name);
+  return names;
+}
+
+void Optimizer::zero_grad() {
+  for (Entry& e : entries_) e.param.set_grad(Tensor());
+}
+
+OptimizerState Optimizer::state() const {
+  OptimizerState s;
+  s.metadata["optimizer"] = name_;
+  s.metadata["optimizer.step"] = std::to_string(step_count_);
+  for (const Entry& e : entries_) {
+    if (e.master.defined()) s.tensors.emplace_back(e.name + ".master", e.master);  // from the start
+    if (e.steps == 0) continue;
+    s.metadata["optimizer.step." + e.name] = std::to_string(e.steps);
+    for (size_t k = 0; k < e.slots.size(); k++) s.tensors.emplace_back(e.name + "." + slot_names_[k], e.slots[k]);
+  }
+  return s;
+}
+
+namespace {
+int64_t parse_count(const std::string& key, const std::string& text) {
+  size_t used = 0;
+  long long v = -1;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  ENGINE_CHECK(used == text.size() && !text.empty() && v >= 0, "optimizer state: metadata '", key, "' = '", text,
+               "' is not a non-negative integer");
+  return v;
+}
+}  // namespace
+
+void Optimizer::load_state(const std::map<std::string, Tensor>& tensors,
+                           const std::map<std::string, std::string>& metadata) {
+  auto get = [&](const std::string& key) -> const std::string* {
+    auto it = metadata.find(key);
+    return it == metadata.end() ? nullptr : &it->second;
+  };
+  const std::string* saved_name = get("optimizer");
+  ENGINE_CHECK(saved_name, name_, ": load_state: the metadata has no 'optimizer' entry (not an optimizer state?)");
+  ENGINE_CHECK(*saved_name == name_, name_, ": load_state: the state was saved by optimizer '", *saved_name, "'");
+  const std::string* step = get("optimizer.step");
+  ENGINE_CHECK(step, name_, ": load_state: the metadata has no 'optimizer.step' entry");
+  // Check everything before changing anything, so a failed load leaves the optimizer as it was.
+  std::vector<int64_t> steps(entries_.size(), 0);
+  std::vector<std::vector<Tensor>> slots(entries_.size());
+  std::vector<Tensor> masters(entries_.size());
+  for (size_t i = 0; i < entries_.size(); i++) {
+    const Entry& e = entries_[i];
+    const DType state_dtype = e.master.defined() ? DType::f32 : e.param.dtype();
+    auto master = tensors.find(e.name + ".master");
+    if (e.master.defined()) {
+      ENGINE_CHECK(master != tensors.end(), name_, ": load_state: '", e.name, ".master' is missing: this run keeps "
+                   "f32 master weights (mixed precision) but the state was saved without them (resume with the "
+                   "--precision it was saved with)");
+      ENGINE_CHECK(master->second.shape() == e.param.shape() && master->second.dtype() == DType::f32 &&
+                       master->second.device_ptr() == e.param.device_ptr() && master->second.is_contiguous(),
+                   name_, ": load_state: '", e.name, ".master' must be a contiguous f32 ",
+                   engine::shape_str(e.param.shape()), " on the parameter's device");
+      masters[i] = master->second;
+    } else {
+      ENGINE_CHECK(master == tensors.end(), name_, ": load_state: the state has a master weight '", e.name,
+                   ".master' but this run has none (resume with the --precision it was saved with)");
+    }
+    if (const std::string* s = get("optimizer.step." + e.name)) steps[i] = parse_count("optimizer.step." + e.name, *s);
+    for (const std::string& slot : slot_names_) {
+      std::string key = e.name + "." + slot;
+      auto it = tensors.find(key);
+      if (steps[i] == 0) {
+        ENGINE_CHECK(it == tensors.end(), name_, ": load_state: '", key, "' is present but parameter '", e.name,
+                     "' has no step count in the metadata");
+        continue;
+      }
+      ENGINE_CHECK(it != tensors.end(), name_, ": load_state: missing state tensor '", key, "'");
+      const Tensor& t = it->second;
+      ENGINE_CHECK(t.shape() == e.param.shape() && t.dtype() == state_dtype, name_, ": load_state: '", key,
+                   "' is ", engine::dtype_name(t.dtype()), " ", engine::shape_str(t.shape()), ", expected ",
+                   engine::dtype_name(state_dtype), " ", engine::shape_str(e.param.shape()));
+      ENGINE_CHECK(t.device_ptr() == e.param.device_ptr(), name_, ": load_state: '", key, "' is on device ",
+                   t.device().name(), ", not on the parameter's device (load the file onto that device)");
+      ENGINE_CHECK(t.is_contiguous(), name_, ": load_state: '", key, "' is not contiguous");
+      slots[i].push_back(t);
+    }
+  }
+  for (size_t i = 0; i < entries_.size(); i++) {
+    entries_[i].steps = steps[i];
+    entries_[i].slots = slots[i];
+    if (masters[i].defined()) set_master_weight_unchecked(entries_[i], masters[i]);
+    for (const Tensor& t : slots[i]) {  // tagged as if allocated by the first step
+      t.set_category(engine::Category::optimizer);
+      t.storage()->set_owner(entries_[i].name + "/" + name_);
+    }
+  }
+  step_count_ = parse_count("optimizer.step", *step);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The optimizers
+
+namespace {
+std::vector<std::string> sgd_slots(const SgdOptions& o) {
+  return o.momentum != 0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{};
+}
+std::vector<std::string> rmsprop_slots(const RmsPropOptions& o) {
+  std::vector<std::string> s = {"square_avg"};
+  if (o.momentum != 0) s.push_back("momentum_buffer");
+  if (o.centered) s.push_back("grad_avg");
+  return s;
+}
+void check_options(const char* name, double lr, double weight_decay, double eps) {
+  ENGINE_CHECK(lr >= 0, name, ": learning rate must be >= 0, got ", lr);
+  ENGINE_CHECK(weight_decay >= 0, name, ": weight_decay must be >= 0, got ", weight_decay);
+  ENGINE_CHECK(eps >= 0, name, ": eps must be >= 0, got ", eps);
+}
+void check_beta(const char* name, const char* which, double beta) {
+  ENGINE_CHECK(beta >= 0 && beta < 1, name, ": ", which, " must be in [0, 1), got ", beta);
+}
+}  // namespace
+
+Sgd::Sgd(const NamedTensors& params, const SgdOptions& o)
+    : Optimizer("sgd", params, o.lr, o.weight_decay, sgd_slots(o), std::vector<double>(sgd_slots(o).size(), 0.0)),
+      o_(o) {
+  check_options("sgd", o.lr, o.weight_decay, 0);
+  ENGINE_CHECK(o.momentum >= 0, "sgd: momentum must be >= 0, got ", o.momentum);
+  ENGINE_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
+               "sgd: nesterov needs momentum > 0 and dampening 0 (as in PyTorch)");
+}
+
+void Sgd::update(const ParamUpdate& t, double weight_decay, int64_t step) {
+  sgd_update(t, SgdStep{lr(), o_.momentum, o_.dampening, weight_decay, o_.nesterov, step == 1});
+}
+
+Adam::Adam(const NamedTensors& params, const AdamOptions& o) : Adam("adam", params, o, false) {}
+
+Adam::Adam(const char* name, const NamedTensors& params, const AdamOptions& o, bool decoupled)
+    : Optimizer(name, params, o.lr, o.weight_decay, {"exp_avg", "exp_avg_sq"}, {0.0, 0.0}), o_(o),
+      decoupled_(decoupled) {
+  check_options(name, o.lr, o.weight_decay, o.eps);
+  check_beta(name, "beta1", o.beta1);
+  check_beta(name, "beta2", o.beta2);
+}
+
+void Adam::update(const ParamUpdate& t, double weight_decay, int64_t step) {
+  adam_update(t, AdamStep{lr(), o_.beta1, o_.beta2, o_.eps, weight_decay, decoupled_, step});
+}
+
+AdamW::AdamW(const NamedTensors& params, const AdamOptions& o) : Adam("adamw", params, o, true) {}
+
+Adamax::Adamax(const NamedTensors& params, const AdamaxOptions& o)
+    : Optimizer("adamax", params, o.lr, o.weight_decay, {"exp_avg", "exp_inf"}, {0.0, 0.0}), o_(o) {
+  check_options("adamax", o.lr, o.weight_decay, o.eps);
+  check_beta("adamax", "beta1", o.beta1);
+  check_beta("adamax", "beta2", o.beta2);
+}
+
+void Adamax::update(const ParamUpdate& t, double weight_decay, int64_t step) {
+  adamax_update(t, AdamaxStep{lr(), o_.beta1, o_.beta2, o_.eps, weight_decay, step});
+}
+
+RmsProp::RmsProp(const NamedTensors& params, const RmsPropOptions& o)
+    : Optimizer(o.tf_style ? "rmsprop_tf" : "rmsprop", params, o.lr, o.weight_decay, rmsprop_slots(o),
+                [&] {
+                  // TF starts its mean square at 1 (tf.train.RMSPropOptimizer's "rms" slot), PyTorch at 0.
+                  std::vector<double> init(rmsprop_slots(o).size(), 0.0);
+                  init[0] = o.tf_style ? 1.0 : 0.0;
+                  return init;
+                }()),
+      o_(o) {
+  check_options("rmsprop", o.lr, o.weight_decay, o.eps);
+  check_beta("rmsprop", "alpha", o.alpha);
+  ENGINE_CHECK(o.momentum >= 0, "rmsprop: momentum must be >= 0, got ", o.momentum);
+}
+
+void RmsProp::update(const ParamUpdate& t, double weight_decay, int64_t) {
+  rmsprop_update(t, RmsPropStep{lr(), o_.alpha, o_.eps, weight_decay, o_.momentum, o_.centered, o_.tf_style});
+}
+
+}  // namespace ops

@@ -1,0 +1,183 @@
+// optimizer.h: the optimizers (SGD, Adam, AdamW, Adamax, RMSProp) that hold a model's parameters and their state.
+//
+// An Optimizer holds the (name, parameter) pairs of a Module (named_parameters()) and, per parameter, its
+// state tensors ("slots": Adam's exp_avg and exp_avg_sq, ...). The math of every optimizer is PyTorch's
+// (torch.optim, single-tensor path), written out at each class below; RMSProp also has TensorFlow's variant.
+//
+// Memory: slots are allocated lazily, on a parameter's first step, inside CategoryScope(optimizer) and
+// PhaseScope(optimizer), owned by "<param name>/<optimizer>"; so the ledger shows optimizer state appear
+// after the first step (Adam: 2 x the parameter bytes), which is why a max-batch probe runs until every parameter has
+// been updated (tools/max_batch.h).
+// Updates run under graph::NoGrad as one fused op per parameter (ops/optim.h): one pass over param, grad
+// and slots, no temporaries. Parameters whose grad is undefined are skipped (their slots and
+// step count do not move), as in PyTorch.
+//
+// Checkpoints: state() gives the slots as named tensors ("encoder.x.weight.exp_avg") plus string
+// metadata (optimizer name, step counts): exactly what engine/safetensors.h stores, so
+//   auto s = opt.state(); save_safetensors(path, s.tensors, s.metadata);
+//   opt.load_state(load_safetensors(path, dev), read_safetensors_metadata(path));
+// resumes bit-exactly.
+#pragma once
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/tensor.h"
+#include "ops/optim.h"
+
+namespace ops {
+
+// ---------------------------------------------------------------------------------------------------
+// The optimizer interface.
+
+struct OptimizerState {
+  NamedTensors tensors;                          // "<param name>.<slot>"
+  std::map<std::string, std::string> metadata;  // "optimizer", "optimizer.step", "optimizer.step.<param>"
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter whose grad is defined.
+  void step();
+  // Allocates the state (slots) of every parameter whose grad is defined and that has none yet, updating
+  // nothing: the slots hold their initial values and the step counts do not move, so the next step() is the
+  // same as without it. Model::train_step calls it when an fp16 step's update is skipped for overflow, so the
+  // arena's layout never depends on whether a gradient overflowed (meta, which sees no values, never skips).
+  void allocate_state();
+  // The trainable parameters (requires_grad) that have no state yet; empty once every one has been updated
+  // (or allocate_state() saw its grad). The max-batch finder checks it at the end of every probe.
+  std::vector<std::string> params_without_state() const;
+  // Drops every parameter's gradient: its memory goes back to the arena (PyTorch's set_to_none=True).
+  void zero_grad();
+  void set_lr(double lr) { lr_ = lr; }
+  double lr() const { return lr_; }
+  // step() calls so far (a parameter skipped for lack of a grad has its own, smaller count).
+  int64_t step_count() const { return step_count_; }
+  const char* name() const { return name_; }
+  // Parameters for which `excluded(name)` is true get no weight decay (BERT: biases and LayerNorm).
+  void exclude_from_weight_decay(const std::function<bool(const std::string&)>& excluded);
+  // Mixed precision: from now on parameter `name` (bf16/f16) is updated through the f32 `master` copy,
+  // which the optimizer owns (state tensor "<name>.master", tagged `optimizer`, owner "<name>/master");
+  // its slots are f32. Called by models/precision.cpp when it lowers the parameters.
+  void set_master_weight(const std::string& name, const Tensor& master);
+  Tensor master_weight(const std::string& name) const;  // undefined without one
+  // Multiplies every gradient by `scale` inside the update (fp16 loss scaling divides by the loss scale
+  // there instead of in a separate pass); 1 by default.
+  void set_grad_scale(double scale) { grad_scale_ = scale; }
+
+  // The state for a checkpoint (tensors are shared, not copied) and its restoration. load_state checks
+  // the optimizer name, every tensor's shape, dtype and device, and that every parameter with a step
+  // count has all its slots; the loaded tensors are adopted, not copied (retagged `optimizer`, owner
+  // "<param>/<optimizer>"), so load them onto the parameters' device.
+  OptimizerState state() const;
+  void load_state(const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& metadata);
+
+ protected:
+  Optimizer(const char* name, const NamedTensors& params, double lr, double weight_decay,
+            std::vector<std::string> slot_names, std::vector<double> slot_initial_values);
+  // One parameter's update; `step` counts this parameter's updates including this one.
+  virtual void update(const ParamUpdate& t, double weight_decay, int64_t step) = 0;
+
+ private:
+  struct Entry {
+    std::string name;
+    Tensor param;
+    Tensor master;              // f32 master weight (mixed precision) or undefined
+    std::vector<Tensor> slots;  // empty until the first step
+    int64_t steps = 0;
+    bool decay = true;
+  };
+  void allocate_slots(Entry& e) const;
+  static void set_master_weight_unchecked(Entry& e, const Tensor& master);
+
+  const char* name_;
+  std::vector<Entry> entries_;
+  std::vector<std::string> slot_names_;
+  std::vector<double> slot_initial_values_;
+  double lr_, weight_decay_;
+  double grad_scale_ = 1;
+  int64_t step_count_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// SGD (torch.optim.SGD):  g += wd * p;  with momentum m:  b = g on the first step, else
+// b = m * b + (1 - dampening) * g;  g = nesterov ? g + m * b : b;  p -= lr * g.
+// (fairseq's NAG, which ConvS2S uses, is this with nesterov=true, dampening 0 and wd 0 while lr is
+// constant; it rescales its buffer when lr changes and decays weights decoupled.)
+struct SgdOptions {
+  double lr = 0.01, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+};
+class Sgd : public Optimizer {
+ public:
+  Sgd(const NamedTensors& params, const SgdOptions& o);
+ private:
+  void update(const ParamUpdate& t, double weight_decay, int64_t step) override;
+  SgdOptions o_;
+};
+
+// Adam (torch.optim.Adam) and AdamW (torch.optim.AdamW), t = the parameter's step:
+//   Adam: g += wd * p        AdamW: p *= 1 - lr * wd
+//   m = b1 * m + (1 - b1) * g;   v = b2 * v + (1 - b2) * g^2
+//   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)      (eps outside the sqrt)
+struct AdamOptions {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+};
+class Adam : public Optimizer {
+ public:
+  Adam(const NamedTensors& params, const AdamOptions& o);
+ protected:
+  Adam(const char* name, const NamedTensors& params, const AdamOptions& o, bool decoupled);
+ private:
+  void update(const ParamUpdate& t, double weight_decay, int64_t step) override;
+  AdamOptions o_;
+  bool decoupled_;
+};
+// AdamW: set weight_decay explicitly (PyTorch's AdamW defaults to 0.01; AdamOptions to 0).
+class AdamW : public Adam {
+ public:
+  AdamW(const NamedTensors& params, const AdamOptions& o);
+};
+
+// Adamax (torch.optim.Adamax), the infinity-norm Adam:
+//   g += wd * p;  m = b1 * m + (1 - b1) * g;  u = max(b2 * u, |g| + eps);  p -= lr / (1 - b1^t) * m / u
+struct AdamaxOptions {
+  double lr = 2e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+};
+class Adamax : public Optimizer {
+ public:
+  Adamax(const NamedTensors& params, const AdamaxOptions& o);
+ private:
+  void update(const ParamUpdate& t, double weight_decay, int64_t step) override;
+  AdamaxOptions o_;
+};
+
+// RMSProp, two conventions (g += wd * p first in both):
+//  PyTorch (torch.optim.RMSprop; square_avg starts at 0):
+//    v = a * v + (1 - a) * g^2;  centered: ga = a * ga + (1 - a) * g, d = sqrt(v - ga^2) + eps, else
+//    d = sqrt(v) + eps;  momentum: b = mom * b + g / d, p -= lr * b;  else p -= lr * g / d.
+//  TensorFlow (tf_style: tf.train.RMSPropOptimizer / ApplyRMSProp, which the NASNet recipe uses with
+//  decay 0.9, momentum 0.9, eps 1.0; square_avg starts at 1, as TF initializes its "rms" slot):
+//    v = a * v + (1 - a) * g^2;  d = sqrt(v [- ga^2] + eps)      (eps INSIDE the sqrt)
+//    b = mom * b + lr * g / d;  p -= b                           (lr inside the buffer)
+//  With eps = 1.0 the two differ a lot: sqrt(v + 1) ~ 1 while sqrt(v) + 1 >= 1 (and v starts at 1 in TF).
+struct RmsPropOptions {
+  double lr = 1e-2, alpha = 0.99, eps = 1e-8, weight_decay = 0, momentum = 0;
+  bool centered = false;
+  bool tf_style = false;
+};
+class RmsProp : public Optimizer {
+ public:
+  RmsProp(const NamedTensors& params, const RmsPropOptions& o);
+ private:
+  void update(const ParamUpdate& t, double weight_decay, int64_t step) override;
+  RmsPropOptions o_;
+};
+
+}  // namespace ops
