@@ -347,4 +347,22 @@ inline bool narrow_n(int64_t m, int64_t n, int64_t groups) {
 
 constexpr int kFarAway = -(1 << 29);  // a coordinate base that puts every tap outside the image
 
+// The entry points' dispatch, one home for the four passes: f(T{}) for the element type of `t` (f32, bf16,
+// f16), and f(T{}, kGather) with kGather a std::bool_constant: true when a group's input channels are not a
+// whole number of 16-byte vectors (4 f32 or 8 16-bit), so the loaders gather element by element.
+template <typename F>
+void with_elem(engine::DType t, F&& f) {
+  if (t == engine::DType::f32) f(float{});
+  else if (t == engine::DType::bf16) f(__nv_bfloat16{});
+  else f(__half{});
+}
+template <typename F>
+void with_elem_and_gather(engine::DType t, int cg, F&& f) {
+  const bool gather = cg % (t == engine::DType::f32 ? 4 : 8) != 0;
+  with_elem(t, [&](auto elem) {
+    if (gather) f(elem, std::true_type{});
+    else f(elem, std::false_type{});
+  });
+}
+
 }  // namespace ops::cuda::conv::igemm

@@ -154,9 +154,7 @@ void igemm_data(const Dims& d, engine::DType t, const void* dy, const void* w, v
     ENGINE_CUDA_CHECK(cudaMemsetAsync(dx, 0, size_t(d.n) * d.h * d.w * d.cin * elem, engine::cuda::stream()));
     return;
   }
-  if (t == engine::DType::f32) igemm::dispatch_data<float>(d, dy, w, dx);
-  else if (t == engine::DType::bf16) igemm::dispatch_data<__nv_bfloat16>(d, dy, w, dx);
-  else igemm::dispatch_data<__half>(d, dy, w, dx);
+  igemm::with_elem(t, [&](auto elem) { igemm::dispatch_data<decltype(elem)>(d, dy, w, dx); });
 }
 
 }  // namespace ops::cuda::conv

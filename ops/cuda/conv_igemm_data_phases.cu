@@ -170,9 +170,7 @@ namespace ops::cuda::conv {
 
 bool igemm_data_phases(const Dims& d, engine::DType t, const void* dy, const void* w, void* dx) {
   if (d.kh * d.kw > igemm::kMaxTaps || d.sh * d.sw > 65535) return false;
-  if (t == engine::DType::f32) igemm::dispatch_phases<float>(d, dy, w, dx);
-  else if (t == engine::DType::bf16) igemm::dispatch_phases<__nv_bfloat16>(d, dy, w, dx);
-  else igemm::dispatch_phases<__half>(d, dy, w, dx);
+  igemm::with_elem(t, [&](auto elem) { igemm::dispatch_phases<decltype(elem)>(d, dy, w, dx); });
   return true;
 }
 

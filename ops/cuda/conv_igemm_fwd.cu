@@ -167,17 +167,9 @@ namespace ops::cuda::conv {
 void igemm_forward(const Dims& d, engine::DType t, const void* x, const void* w, const void* bias, void* y) {
   if (int64_t(d.n) * d.ho * d.wo == 0 || d.cout == 0) return;
   ENGINE_CHECK(d.groups <= 65535, "conv2d: at most 65535 groups on the GPU, got ", d.groups);
-  const bool gather = d.cg % (t == engine::DType::f32 ? 4 : 8) != 0;
-  if (t == engine::DType::f32) {
-    gather ? igemm::dispatch_forward<float, true>(d, x, w, bias, y)
-           : igemm::dispatch_forward<float, false>(d, x, w, bias, y);
-  } else if (t == engine::DType::bf16) {
-    gather ? igemm::dispatch_forward<__nv_bfloat16, true>(d, x, w, bias, y)
-           : igemm::dispatch_forward<__nv_bfloat16, false>(d, x, w, bias, y);
-  } else {
-    gather ? igemm::dispatch_forward<__half, true>(d, x, w, bias, y)
-           : igemm::dispatch_forward<__half, false>(d, x, w, bias, y);
-  }
+  igemm::with_elem_and_gather(t, d.cg, [&](auto elem, auto gather) {
+    igemm::dispatch_forward<decltype(elem), decltype(gather)::value>(d, x, w, bias, y);
+  });
 }
 
 }  // namespace ops::cuda::conv

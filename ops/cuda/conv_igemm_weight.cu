@@ -145,17 +145,9 @@ void igemm_weight(const Dims& d, engine::DType t, const void* x, const void* dy,
   if (count == 0) return;
   ENGINE_CHECK(d.groups <= 65535, "conv2d_backward_weight: at most 65535 groups on the GPU, got ", d.groups);
   if (ws == nullptr) splits = 1;
-  const bool gather = d.cg % (t == engine::DType::f32 ? 4 : 8) != 0;
-  if (t == engine::DType::f32) {
-    gather ? igemm::dispatch_weight<float, true>(d, x, dy, dw, ws, splits)
-           : igemm::dispatch_weight<float, false>(d, x, dy, dw, ws, splits);
-  } else if (t == engine::DType::bf16) {
-    gather ? igemm::dispatch_weight<__nv_bfloat16, true>(d, x, dy, dw, ws, splits)
-           : igemm::dispatch_weight<__nv_bfloat16, false>(d, x, dy, dw, ws, splits);
-  } else {
-    gather ? igemm::dispatch_weight<__half, true>(d, x, dy, dw, ws, splits)
-           : igemm::dispatch_weight<__half, false>(d, x, dy, dw, ws, splits);
-  }
+  igemm::with_elem_and_gather(t, d.cg, [&](auto elem, auto gather) {
+    igemm::dispatch_weight<decltype(elem), decltype(gather)::value>(d, x, dy, dw, ws, splits);
+  });
   if (splits > 1) weight_grad_finalize(t, ws, splits, count, dw);
 }
 

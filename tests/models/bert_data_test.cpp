@@ -15,6 +15,7 @@
 #include "models/data/squad.h"
 #include "models/data/wordpiece.h"
 #include "tests/util/error_util.h"
+#include "tests/util/temp_dir.h"
 
 using namespace models::data;
 using Strings = std::vector<std::string>;
@@ -26,28 +27,7 @@ std::string data_file(const std::string& name) {
   return here.substr(0, here.find_last_of('/')) + "/../data/bert/" + name;
 }
 
-// A temporary directory for broken copies, removed with its files.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/bert_data_test.XXXXXX";
-    dir_ = mkdtemp(tmpl) ? tmpl : "";
-  }
-  ~TempDir() {
-    for (const auto& f : written_) std::remove(f.c_str());
-    rmdir(dir_.c_str());
-  }
-  std::string write(const std::string& name, const std::string& content) {
-    std::string p = dir_ + "/" + name;
-    std::ofstream(p, std::ios::binary) << content;
-    written_.push_back(p);
-    return p;
-  }
-
- private:
-  std::string dir_;
-  std::vector<std::string> written_;
-};
+using testutil::TempDir;
 
 using testutil::error_of;
 

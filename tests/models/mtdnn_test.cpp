@@ -22,6 +22,7 @@
 #include "ops/elementwise.h"
 #include "ops/factory.h"
 #include "tests/util/gradcheck_util.h"
+#include "tests/util/error_util.h"
 
 using engine::Device;
 using engine::DeviceType;
@@ -30,6 +31,8 @@ using models::data::GlueExample;
 using models::data::GlueTask;
 
 namespace {
+
+using testutil::error_of;
 
 std::string glue_dir() {
   std::string here = __FILE__;
@@ -48,15 +51,6 @@ std::string write_lines(const std::string& name, const std::vector<std::string>&
   std::ofstream out(path);
   for (const auto& l : lines) out << l << "\n";
   return path;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const engine::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 std::shared_ptr<Device> cpu(size_t cap = size_t(1) << 32) { return Device::create(DeviceType::cpu, cap); }

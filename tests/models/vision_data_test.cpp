@@ -21,6 +21,7 @@
 #include "models/data/wordpiece.h"
 #include "models/registry.h"
 #include "tests/util/error_util.h"
+#include "tests/util/temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace models::data;
@@ -57,22 +58,12 @@ std::vector<int64_t> expected_labels(const VocItem& item) {
   return l;
 }
 
-// A fresh temp directory (removed with everything in it at the end of the test).
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/vision_data_test_XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  TempDir(const TempDir&) = delete;
-  // A copy of a sample set inside this directory.
-  std::string copy(const std::string& set) const {
-    const std::string to = path + "/" + set;
-    fs::copy(sample(set), to, fs::copy_options::recursive);
-    return to;
-  }
-};
+// A copy of a sample set inside a fresh temp folder.
+std::string copy_sample(const testutil::TempDir& t, const std::string& set) {
+  const std::string to = t.file(set);
+  fs::copy(sample(set), to, fs::copy_options::recursive);
+  return to;
+}
 
 void write(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
@@ -354,20 +345,20 @@ TEST(VisionData, CocoSetsAreOpenedOncePerProcess) {
 TEST(VisionData, VocErrorsNameTheFile) {
   EXPECT_ERROR_HAS(SegmentationSet("/no/such/voc", 5), "/no/such/voc", "no such directory");
   {
-    TempDir t;
-    const std::string d = t.copy("voc_sample");
+    testutil::TempDir t;
+    const std::string d = copy_sample(t, "voc_sample");
     fs::remove_all(d + "/JPEGImages");
     EXPECT_ERROR_HAS(SegmentationSet(d, 5), "JPEGImages/");
   }
   {
-    TempDir t;
-    const std::string d = t.copy("voc_sample");
+    testutil::TempDir t;
+    const std::string d = copy_sample(t, "voc_sample");
     fs::remove(d + "/JPEGImages/2007_000002.jpg");
     EXPECT_ERROR_HAS(SegmentationSet(d, 5), "2007_000002.jpg", "train.txt");
   }
   {
-    TempDir t;
-    const std::string d = t.copy("voc_sample");
+    testutil::TempDir t;
+    const std::string d = copy_sample(t, "voc_sample");
     fs::remove(d + "/SegmentationClass/2007_000003.png");
     EXPECT_ERROR_HAS(SegmentationSet(d, 5), "SegmentationClass/2007_000003.png");
     // Without train.txt the ids are the PNGs: 3 left.
@@ -375,8 +366,8 @@ TEST(VisionData, VocErrorsNameTheFile) {
     EXPECT_EQ(SegmentationSet(d, 5).size(), 3);
   }
   {
-    TempDir t;
-    const std::string d = t.copy("voc_sample");
+    testutil::TempDir t;
+    const std::string d = copy_sample(t, "voc_sample");
     const std::string jpeg = engine::read_file(d + "/JPEGImages/2007_000001.jpg", "jpeg", engine::kGiB);
     write(d + "/JPEGImages/2007_000001.jpg", jpeg.substr(0, jpeg.size() / 2));  // truncated
     std::string corrupt = engine::read_file(d + "/JPEGImages/2007_000002.jpg", "jpeg", engine::kGiB);
@@ -398,8 +389,8 @@ TEST(VisionData, VocErrorsNameTheFile) {
     EXPECT_ERROR_HAS(set.load(0, im, lab), "2007_000001.jpg", "neither a JPEG nor a PNG");
   }
   {
-    TempDir t;
-    const std::string d = t.copy("voc_sample");
+    testutil::TempDir t;
+    const std::string d = copy_sample(t, "voc_sample");
     SegmentationSet four_classes(d, 4);  // 2007_000004 has class 4
     Image im, lab;
     EXPECT_ERROR_HAS(four_classes.load(3, im, lab), "2007_000004.png", "class 4", "4 classes");
@@ -426,8 +417,8 @@ std::string box(int64_t image, int64_t category, const std::string& bbox) {
 
 TEST(VisionData, CocoErrorsNameTheFile) {
   EXPECT_ERROR_HAS(DetectionSet("/no/such/coco", 3), "/no/such/coco", "no such directory");
-  TempDir t;
-  const std::string d = t.copy("coco_sample"), json = d + "/annotations/instances_train2017.json";
+  testutil::TempDir t;
+  const std::string d = copy_sample(t, "coco_sample"), json = d + "/annotations/instances_train2017.json";
   EXPECT_ERROR_HAS(DetectionSet(d, 80), "3 categories", "80 classes");
   write(d + "/annotations/instances_val2017.json", "{}");
   EXPECT_ERROR_HAS(DetectionSet(d, 3), "exactly one", "instances_train2017.json, instances_val2017.json");

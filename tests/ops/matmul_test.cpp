@@ -11,6 +11,7 @@
 #include "ops/view.h"
 #include "tests/util/gradcheck_util.h"
 #include "tests/util/meta_util.h"
+#include "tests/util/error_util.h"
 
 using engine::DType;
 using engine::Shape;
@@ -18,6 +19,8 @@ using engine::Tensor;
 using testutil::rand_input;
 
 namespace {
+
+using testutil::error_of;
 
 // a [..., M, K] @ b [..., K, N] with NumPy batch broadcasting, as plain loops over the values in row-major
 // order. Returns the values; `shape` receives the result's shape.
@@ -61,15 +64,6 @@ void expect_matches_naive(const Tensor& a, const Tensor& b, double tol) {
   ASSERT_EQ(got.shape(), shape);
   std::vector<double> g = got.to_double();
   for (size_t i = 0; i < want.size(); i++) ASSERT_NEAR(g[i], want[i], tol) << "element " << i;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const engine::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // bench_test_util.h: checks shared by the engine_bench tests: a small XML well-formedness checker (for the
 // SVG plots, independent of any library), temporary files, and running a python3 check script.
 #pragma once
+#include "tests/util/temp_dir.h"  // TempDir, which these tests use too
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -83,22 +84,6 @@ inline std::string xml_problem(const std::string& xml) {
   if (!open.empty()) return "<" + open.back() + "> is never closed";
   return roots == 1 ? "" : "no root element";
 }
-
-// A fresh directory under the system temp dir, removed by the destructor.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    path = std::filesystem::temp_directory_path() / ("engine_bench_test_" + std::to_string(getpid()) + "_" +
-                                                     std::to_string(counter()++));
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  static int& counter() {
-    static int n = 0;
-    return n;
-  }
-};
 
 inline void write_text(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;

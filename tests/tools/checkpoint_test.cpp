@@ -14,8 +14,11 @@
 #include "models/registry.h"
 #include "models/transformer_lm.h"
 #include "tools/checkpoint.h"
+#include "tests/util/error_util.h"
 
 namespace {
+
+using testutil::error_of;
 
 constexpr size_t kCapacity = size_t(256) << 20;
 
@@ -52,15 +55,6 @@ std::string read_text(const std::string& path) {
   std::stringstream s;
   s << f.rdbuf();
   return s.str();
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const engine::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 class Checkpoint : public ::testing::Test {

@@ -5,6 +5,7 @@
 #include "engine/error.h"
 #include "tests/tools/shell_util.h"
 #include "tools/flags.h"
+#include "tests/util/error_util.h"
 
 namespace {
 
@@ -30,12 +31,7 @@ tools::Flags make() {
 
 std::string error_of(std::vector<std::string> args) {
   auto f = make();
-  try {
-    parse(f, args);
-  } catch (const engine::Error& e) {
-    return e.what();
-  }
-  return "";
+  return testutil::error_of([&] { parse(f, args); });
 }
 
 }  // namespace

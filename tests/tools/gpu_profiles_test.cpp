@@ -7,16 +7,12 @@
 #include "engine/error.h"
 #include "tools/gpu_profiles.h"
 #include "tools/progress.h"
+#include "tests/util/error_util.h"
 
 namespace {
 
 std::string error_of(const std::string& name) {
-  try {
-    tools::find_gpu_profile(name);
-  } catch (const engine::Error& e) {
-    return e.what();
-  }
-  return "";
+  return testutil::error_of([&] { tools::find_gpu_profile(name); });
 }
 
 }  // namespace

@@ -26,23 +26,17 @@
 #include "ops/factory.h"
 #include "tests/tools/bench_test_util.h"
 #include "tests/tools/shell_util.h"
+#include "tests/util/error_util.h"
 
 namespace {
+
+using testutil::error_of;
 
 namespace fs = std::filesystem;
 using testutil::program;
 using testutil::shell;
 
 const std::string kTiny = " --model bert_base --size tiny --steps 1 ";
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const engine::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
