@@ -223,6 +223,22 @@ __global__ void softmax_backward_strided(const T* __restrict__ g, const T* __res
   }
 }
 
+// Which of the kernels above a launch takes, for rows of n elements (shared by forward and backward): `vec`
+// when every row is unit-stride and 16-byte aligned, `unit` when unit-stride. Short rows (n <= 16 V, e.g. 128
+// in bf16) take half vectors so that every lane of the warp loads; rows a warp holds in registers take the
+// warp kernel with that many items per lane; longer rows a block per row; other strides the strided kernel.
+// warp(vector width, items per lane), block(vector width) and strided() launch; the widths are
+// std::integral_constant, so each branch instantiates the kernel it launches.
+template <int V, typename Warp, typename Block, typename Strided>
+void launch_by_row_length(int64_t n, bool vec, bool unit, Warp&& warp, Block&& block, Strided&& strided) {
+  constexpr int VH = V > 1 ? V / 2 : 1;
+  if (vec && n <= 16 * V) return warp(std::integral_constant<int, VH>{}, std::integral_constant<int, 1>{});
+  if (vec && with_lane_items<V>(n, [&](auto items) { warp(std::integral_constant<int, V>{}, items); })) return;
+  if (vec) block(std::integral_constant<int, V>{});
+  else if (unit) block(std::integral_constant<int, 1>{});
+  else strided();
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------
@@ -238,24 +254,19 @@ void softmax_forward(const Tensor& x, int64_t dim, bool log, const Tensor& y) {
   ENGINE_CUDA_FLOAT_SWITCH(x.dtype(), T, {
     const T* px = static_cast<const T*>(x.data_ptr());
     T* py = static_cast<T*>(y.data_ptr());
-    constexpr int V = vec16<T>(), VH = V > 1 ? V / 2 : 1;
+    constexpr int V = vec16<T>();
     const bool vec = unit && rows_aligned<2>(ix, n, V, {px, py});
-    // Short rows (n <= 16 V, e.g. 128 in bf16) take half vectors so that every lane of the warp loads.
-    bool done = vec && n <= 16 * V;
-    if (done)
-      softmax_forward_warp<T, VH, 1>
-          <<<grid_for(rows, kWarpsPerBlock, 16), kWarpsPerBlock * 32, 0, stream>>>(px, py, ix, rows, int(n), log);
-    done = done || (vec && with_lane_items<V>(n, [&](auto items) {
-      softmax_forward_warp<T, V, decltype(items)::value>
-          <<<grid_for(rows, kWarpsPerBlock, 16), kWarpsPerBlock * 32, 0, stream>>>(px, py, ix, rows, int(n), log);
-    }));
-    if (!done && vec) {
-      softmax_forward_block<T, V><<<grid_for(rows, 1, 8), kRowBlock, 0, stream>>>(px, py, ix, rows, n, log);
-    } else if (!done && unit) {
-      softmax_forward_block<T, 1><<<grid_for(rows, 1, 8), kRowBlock, 0, stream>>>(px, py, ix, rows, n, log);
-    } else if (!done) {
-      softmax_forward_strided<T><<<grid_for(rows, 256), 256, 0, stream>>>(px, py, ix, rows, n, sx, sy, log);
-    }
+    launch_by_row_length<V>(
+        n, vec, unit,
+        [&](auto v, auto items) {
+          softmax_forward_warp<T, decltype(v)::value, decltype(items)::value>
+              <<<grid_for(rows, kWarpsPerBlock, 16), kWarpsPerBlock * 32, 0, stream>>>(px, py, ix, rows, int(n), log);
+        },
+        [&](auto v) {
+          softmax_forward_block<T, decltype(v)::value><<<grid_for(rows, 1, 8), kRowBlock, 0, stream>>>(px, py, ix,
+                                                                                                      rows, n, log);
+        },
+        [&] { softmax_forward_strided<T><<<grid_for(rows, 256), 256, 0, stream>>>(px, py, ix, rows, n, sx, sy, log); });
   });
   ENGINE_CUDA_LAUNCH_CHECK("softmax_forward");
 }
@@ -272,24 +283,22 @@ void softmax_backward(const Tensor& g, const Tensor& y, int64_t dim, bool log, c
     const T* pg = static_cast<const T*>(g.data_ptr());
     const T* py = static_cast<const T*>(y.data_ptr());
     T* po = static_cast<T*>(out.data_ptr());
-    constexpr int V = vec16<T>(), VH = V > 1 ? V / 2 : 1;
+    constexpr int V = vec16<T>();
     const bool vec = unit && rows_aligned<3>(ix, n, V, {pg, py, po});
-    bool done = vec && n <= 16 * V;  // short rows: half vectors, as in softmax_forward
-    if (done)
-      softmax_backward_warp<T, VH, 1>
-          <<<grid_for(rows, kWarpsPerBlock, 16), kWarpsPerBlock * 32, 0, stream>>>(pg, py, po, ix, rows, int(n), log);
-    done = done || (vec && with_lane_items<V>(n, [&](auto items) {
-      softmax_backward_warp<T, V, decltype(items)::value>
-          <<<grid_for(rows, kWarpsPerBlock, 16), kWarpsPerBlock * 32, 0, stream>>>(pg, py, po, ix, rows, int(n), log);
-    }));
-    if (!done && vec) {
-      softmax_backward_block<T, V><<<grid_for(rows, 1, 8), kRowBlock, 0, stream>>>(pg, py, po, ix, rows, n, log);
-    } else if (!done && unit) {
-      softmax_backward_block<T, 1><<<grid_for(rows, 1, 8), kRowBlock, 0, stream>>>(pg, py, po, ix, rows, n, log);
-    } else if (!done) {
-      softmax_backward_strided<T>
-          <<<grid_for(rows, 256), 256, 0, stream>>>(pg, py, po, ix, rows, n, sg, sy, so, log);
-    }
+    launch_by_row_length<V>(
+        n, vec, unit,
+        [&](auto v, auto items) {
+          softmax_backward_warp<T, decltype(v)::value, decltype(items)::value>
+              <<<grid_for(rows, kWarpsPerBlock, 16), kWarpsPerBlock * 32, 0, stream>>>(pg, py, po, ix, rows, int(n),
+                                                                                      log);
+        },
+        [&](auto v) {
+          softmax_backward_block<T, decltype(v)::value><<<grid_for(rows, 1, 8), kRowBlock, 0, stream>>>(
+              pg, py, po, ix, rows, n, log);
+        },
+        [&] {
+          softmax_backward_strided<T><<<grid_for(rows, 256), 256, 0, stream>>>(pg, py, po, ix, rows, n, sg, sy, so, log);
+        });
   });
   ENGINE_CUDA_LAUNCH_CHECK("softmax_backward");
 }
