@@ -297,7 +297,8 @@ void softmax_backward(const Tensor& g, const Tensor& y, int64_t dim, bool log, c
               pg, py, po, ix, rows, n, log);
         },
         [&] {
-          softmax_backward_strided<T><<<grid_for(rows, 256), 256, 0, stream>>>(pg, py, po, ix, rows, n, sg, sy, so, log);
+          softmax_backward_strided<T>
+              <<<grid_for(rows, 256), 256, 0, stream>>>(pg, py, po, ix, rows, n, sg, sy, so, log);
         });
   });
   ENGINE_CUDA_LAUNCH_CHECK("softmax_backward");
