@@ -108,14 +108,14 @@ std::vector<std::string> Module::load(const std::map<std::string, Tensor>& tenso
       for (const auto& i : ignored) known |= i == name;
       if (!known) unexpected.push_back(name);
     }
-    ENGINE_CHECK(unexpected.empty(), "checkpoint has ", unexpected.size(), " tensors the model does not have: ",
-                 list(unexpected));
+    ENGINE_CHECK(unexpected.empty(), "checkpoint has ", unexpected.size(),
+                 " tensors the model does not have: ", list(unexpected));
   }
   // All checks passed: now copy (nothing is half-loaded on error).
   graph::NoGrad ng;
   for (auto& [name, t] : targets) {
     auto it = tensors.find(name);
-    if (it != tensors.end()) ops::copy_(t, it->second);
+    if (it != tensors.end() && it->second.impl() != t.impl()) ops::copy_(t, it->second);  // itself: nothing to do
   }
   return loaded;
 }

@@ -86,6 +86,9 @@ class Model {
   // The smallest batch the model can train on (a max-batch search starts there): 1, or 2 where batch norm in
   // training mode would see one value per channel (deeplabv3's image-pooling branch: N values per channel).
   virtual int64_t min_batch() const { return 1; }
+  // How many levels of the module path the peak-memory table groups by (Ledger::peak_table_markdown): the
+  // model's repeated unit, e.g. 3 for BERT's "bert.encoder.layer.N", 1 for NASNet's cells ("cell_N").
+  virtual int memory_report_depth() const { return 3; }
 
   virtual StepResult train_step(int64_t step);
   // Forward only, in eval mode, without recording a graph.

@@ -13,6 +13,7 @@
 #include "models/translation/transformer_big.h"
 #include "models/translation/unsupmt.h"
 #include "models/vision/deeplabv3.h"
+#include "models/vision/nasnet.h"
 #include "models/vision/yolov3.h"
 
 namespace models {
@@ -37,6 +38,10 @@ const std::vector<ModelEntry>& registry() {
        "fairseq's fconv_wmt_en_de for WMT14 en-de (15+15 gated conv layers, weight norm, NAG; batches in --tokens; "
        "sizes wmt, tiny)",
        [](const ModelConfig& c) { return std::unique_ptr<Model>(new convs2s::Convs2s(c)); }},
+      {"nasnet_large",
+       "NASNet-A Large on ImageNet 331x331: stem + 2 stem cells, 3 x 6 cells @ 168 filters (doubling at 2 reduction "
+       "cells), aux head, drop path, RMSProp (TF), 1001 classes (sizes imagenet, timm, tiny)",
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new vision::NasNet(c)); }},
       {"deeplabv3",
        "DeepLabv3 on PASCAL VOC 513x513: ResNet-101 output stride 16 (multi-grid 1/2/4), ASPP 6/12/18 + image pooling, "
        "21 classes (sizes voc, torchvision, tiny)",

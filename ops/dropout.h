@@ -26,4 +26,11 @@ Tensor dropout(const Tensor& x, double p, bool training = true);
 // g * keep(seed, offset, i) / (1 - p), elementwise: the dropout drawn at (seed, offset), applied to g.
 Tensor dropout_mask_apply(const Tensor& g, double p, uint64_t seed, uint64_t offset);
 
+// Drop path (NASNet's and stochastic depth's): a whole sample of x (its first dimension, N) is kept with
+// probability keep_prob, then scaled by 1 / keep_prob, else zeroed: dropout with one draw per sample, sample n
+// kept iff philox_uniform(seed, offset, n) >= 1 - keep_prob, N numbers reserved. Saves nothing, as dropout.
+// keep_prob == 1 or !training: x itself.
+Tensor drop_path(const Tensor& x, double keep_prob, bool training = true);
+Tensor drop_path_mask_apply(const Tensor& g, double keep_prob, uint64_t seed, uint64_t offset);
+
 }  // namespace ops

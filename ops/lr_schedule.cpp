@@ -49,8 +49,7 @@ std::string LinearWarmupDecay::describe() const {
 
 // ---------------------------------------------------------------------------------------------------
 InverseSqrt::InverseSqrt(double base, int64_t warmup, double warmup_init_lr)
-    : base_(base), warmup_init_lr_(warmup_init_lr < 0 ? (warmup > 0 ? 0.0 : base) : warmup_init_lr),
-      warmup_(warmup) {
+    : base_(base), warmup_init_lr_(warmup_init_lr < 0 ? (warmup > 0 ? 0.0 : base) : warmup_init_lr), warmup_(warmup) {
   ENGINE_CHECK(base >= 0, "inverse_sqrt: base rate must be >= 0, got ", base);
   ENGINE_CHECK(warmup >= 0, "inverse_sqrt: warmup must be >= 0, got ", warmup);
 }
@@ -81,6 +80,24 @@ double PolyLr::lr(int64_t step) const {
 
 std::string PolyLr::describe() const {
   return engine::str("poly(lr ", base_, ", max_steps ", max_steps_, ", power ", power_, ")");
+}
+
+ExponentialDecay::ExponentialDecay(double base, double rate, double decay_steps, bool staircase)
+    : base_(base), rate_(rate), decay_steps_(decay_steps), staircase_(staircase) {
+  ENGINE_CHECK(base >= 0, "exponential decay lr: base rate must be >= 0, got ", base);
+  ENGINE_CHECK(rate > 0 && rate <= 1, "exponential decay lr: rate must be in (0, 1], got ", rate);
+  ENGINE_CHECK(decay_steps > 0, "exponential decay lr: decay_steps must be > 0, got ", decay_steps);
+}
+
+double ExponentialDecay::lr(int64_t step) const {
+  check_step("exponential decay lr", step);
+  const double e = double(step) / decay_steps_;
+  return base_ * std::pow(rate_, staircase_ ? std::floor(e) : e);
+}
+
+std::string ExponentialDecay::describe() const {
+  return engine::str("exponential_decay(lr ", base_, ", rate ", rate_, " every ", decay_steps_, " steps",
+                     staircase_ ? ", staircase" : "", ")");
 }
 
 DarknetSteps::DarknetSteps(double base, int64_t burn_in, double power, std::vector<int64_t> steps,

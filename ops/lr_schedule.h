@@ -27,6 +27,7 @@ class ConstantLr : public LrSchedule {
   explicit ConstantLr(double base);
   double lr(int64_t step) const override;
   std::string describe() const override;
+
  private:
   double base_;
 };
@@ -44,6 +45,7 @@ class LinearWarmupDecay : public LrSchedule {
   LinearWarmupDecay(double base, int64_t warmup, int64_t total, bool tf_bert = false);
   double lr(int64_t step) const override;
   std::string describe() const override;
+
  private:
   double base_;
   int64_t warmup_, total_;
@@ -61,6 +63,7 @@ class InverseSqrt : public LrSchedule {
   InverseSqrt(double base, int64_t warmup, double warmup_init_lr = -1);
   double lr(int64_t step) const override;
   std::string describe() const override;
+
  private:
   double base_, warmup_init_lr_;
   int64_t warmup_;
@@ -73,10 +76,24 @@ class PolyLr : public LrSchedule {
   PolyLr(double base, int64_t max_steps, double power = 0.9);
   double lr(int64_t step) const override;
   std::string describe() const override;
+
  private:
   double base_;
   int64_t max_steps_;
   double power_;
+};
+
+// TF's exponential_decay (the NASNet recipe: rate 0.97 every 2.4 epochs, staircase):
+//   base * rate^(step / decay_steps), the exponent floored when staircase (TF's staircase=True)
+class ExponentialDecay : public LrSchedule {
+ public:
+  ExponentialDecay(double base, double rate, double decay_steps, bool staircase = true);
+  double lr(int64_t step) const override;
+  std::string describe() const override;
+
+ private:
+  double base_, rate_, decay_steps_;
+  bool staircase_;
 };
 
 // Darknet's burn-in + steps policy (pjreddie/darknet src/network.c get_current_rate; YOLOv3's cfg: burn_in 1000,
@@ -89,6 +106,7 @@ class DarknetSteps : public LrSchedule {
   DarknetSteps(double base, int64_t burn_in, double power, std::vector<int64_t> steps, std::vector<double> scales);
   double lr(int64_t step) const override;
   std::string describe() const override;
+
  private:
   double base_;
   int64_t burn_in_;

@@ -23,8 +23,8 @@ Shape upsample_output_shape(const char* op, const Shape& xs, const UpsampleParam
   check_image(op, "x", xs);
   ENGINE_CHECK(p.out_h > 0 && p.out_w > 0 && xs[1] > 0 && xs[2] > 0, op, ": output size (", p.out_h, ", ", p.out_w,
                ") and the input's H, W of x ", engine::shape_str(xs), " must be positive");
-  ENGINE_CHECK(p.scale_h >= 0 && p.scale_w >= 0, op, ": scale factors must be positive (or 0: none), got (",
-               p.scale_h, ", ", p.scale_w, ")");
+  ENGINE_CHECK(p.scale_h >= 0 && p.scale_w >= 0, op, ": scale factors must be positive (or 0: none), got (", p.scale_h,
+               ", ", p.scale_w, ")");
   ENGINE_CHECK(p.mode == UpsampleMode::bilinear || !p.align_corners, op,
                ": align_corners applies to bilinear upsampling only");
   return {xs[0], p.out_h, p.out_w, xs[3]};
@@ -49,12 +49,19 @@ const char* upsample_name(const UpsampleParams& p) {
 
 Shape pad_output_shape(const char* op, const Shape& xs, const Pad2dParams& p) {
   check_image(op, "x", xs);
-  ENGINE_CHECK(p.left >= 0 && p.right >= 0 && p.top >= 0 && p.bottom >= 0, op, ": padding (left ", p.left,
-               ", right ", p.right, ", top ", p.top, ", bottom ", p.bottom, ") must be >= 0");
-  ENGINE_CHECK(p.mode == PadMode::constant ||
-                   (std::max(p.top, p.bottom) < xs[1] && std::max(p.left, p.right) < xs[2]),
-               op, ": reflection padding (left ", p.left, ", right ", p.right, ", top ", p.top, ", bottom ",
-               p.bottom, ") must be less than the padded dimension of x ", engine::shape_str(xs));
+  // Constant padding may be negative, as torch.nn.ZeroPad2d's: a negative side crops that many rows or columns
+  // (NASNet's factorized reduction shifts its second path so, ZeroPad2d((-1, 1, -1, 1))).
+  const bool constant = p.mode == PadMode::constant;
+  ENGINE_CHECK(constant ? (p.top > -xs[1] && p.bottom > -xs[1] && p.top + p.bottom > -xs[1] && p.left > -xs[2] &&
+                           p.right > -xs[2] && p.left + p.right > -xs[2])
+                        : (p.left >= 0 && p.right >= 0 && p.top >= 0 && p.bottom >= 0),
+               op, ": padding (left ", p.left, ", right ", p.right, ", top ", p.top, ", bottom ", p.bottom, ") of x ",
+               engine::shape_str(xs),
+               constant ? " crops it away: a negative side must leave at least one row and column"
+                        : " must be >= 0 for reflection");
+  ENGINE_CHECK(constant || (std::max(p.top, p.bottom) < xs[1] && std::max(p.left, p.right) < xs[2]), op,
+               ": reflection padding (left ", p.left, ", right ", p.right, ", top ", p.top, ", bottom ", p.bottom,
+               ") must be less than the padded dimension of x ", engine::shape_str(xs));
   return {xs[0], xs[1] + p.top + p.bottom, xs[2] + p.left + p.right, xs[3]};
 }
 
@@ -67,13 +74,13 @@ Tensor upsample2d(const Tensor& x_in, const UpsampleParams& p) {
   const Shape ys = upsample_output_shape(name, x_in.shape(), p);
   Tensor x = contiguous(x_in);
   Tensor y = new_empty(x, ys);  // [N, out_h, out_w, C]
-  run_kernel(name, y, [&] { cpu::upsample2d_forward(x, p, y); }, CUDA_KERNEL(cuda::upsample2d_forward(x, p, y)));
+  run_kernel(
+      name, y, [&] { cpu::upsample2d_forward(x, p, y); }, CUDA_KERNEL(cuda::upsample2d_forward(x, p, y)));
   engine::count_op(name, p.mode == UpsampleMode::bilinear ? 3.0 * double(y.numel()) : 0.0,
                    double(x.nbytes() + y.nbytes()));
   if (graph::any_requires_grad({x})) {
-    graph::record(name, {x}, {y}, {}, [p, xs = x.shape()](Node&, const Grads& g) -> Grads {
-      return {upsample2d_backward(g[0], xs, p)};
-    });
+    graph::record(name, {x}, {y}, {},
+                  [p, xs = x.shape()](Node&, const Grads& g) -> Grads { return {upsample2d_backward(g[0], xs, p)}; });
   }
   return y;
 }
@@ -87,7 +94,8 @@ Tensor upsample2d_backward(const Tensor& g_in, const Shape& x_shape, const Upsam
                " for x ", engine::shape_str(x_shape));
   Tensor g = contiguous(g_in);
   Tensor dx = new_empty(g, x_shape);  // [N, H, W, C]
-  run_kernel(name, dx, [&] { cpu::upsample2d_backward(g, p, dx); }, CUDA_KERNEL(cuda::upsample2d_backward(g, p, dx)));
+  run_kernel(
+      name, dx, [&] { cpu::upsample2d_backward(g, p, dx); }, CUDA_KERNEL(cuda::upsample2d_backward(g, p, dx)));
   engine::count_op(name, (p.mode == UpsampleMode::bilinear ? 3.0 : 1.0) * double(g.numel()),
                    double(g.nbytes() + dx.nbytes()));
   if (graph::any_requires_grad({g})) {
@@ -126,12 +134,12 @@ Tensor pad2d(const Tensor& x_in, const Pad2dParams& p) {
   const Shape ys = pad_output_shape(name, x_in.shape(), p);
   Tensor x = contiguous(x_in);
   Tensor y = new_empty(x, ys);  // [N, top + H + bottom, left + W + right, C]
-  run_kernel(name, y, [&] { cpu::pad2d_forward(x, p, y); }, CUDA_KERNEL(cuda::pad2d_forward(x, p, y)));
+  run_kernel(
+      name, y, [&] { cpu::pad2d_forward(x, p, y); }, CUDA_KERNEL(cuda::pad2d_forward(x, p, y)));
   engine::count_op(name, 0.0, double(x.nbytes() + y.nbytes()));
   if (graph::any_requires_grad({x})) {
-    graph::record(name, {x}, {y}, {}, [p, xs = x.shape()](Node&, const Grads& g) -> Grads {
-      return {pad2d_backward(g[0], xs, p)};
-    });
+    graph::record(name, {x}, {y}, {},
+                  [p, xs = x.shape()](Node&, const Grads& g) -> Grads { return {pad2d_backward(g[0], xs, p)}; });
   }
   return y;
 }
@@ -145,7 +153,8 @@ Tensor pad2d_backward(const Tensor& g_in, const Shape& x_shape, const Pad2dParam
                " for x ", engine::shape_str(x_shape));
   Tensor g = contiguous(g_in);
   Tensor dx = new_empty(g, x_shape);  // [N, H, W, C]
-  run_kernel(name, dx, [&] { cpu::pad2d_backward(g, p, dx); }, CUDA_KERNEL(cuda::pad2d_backward(g, p, dx)));
+  run_kernel(
+      name, dx, [&] { cpu::pad2d_backward(g, p, dx); }, CUDA_KERNEL(cuda::pad2d_backward(g, p, dx)));
   engine::count_op(name, double(g.numel()), double(g.nbytes() + dx.nbytes()));
   if (graph::any_requires_grad({g})) {
     Pad2dParams zero = p;

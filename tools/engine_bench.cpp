@@ -81,7 +81,8 @@ void add_model_flags(tools::Flags& f) {
   f.add_string("task", "", "task of a multi-task model");
   f.add_choice("attention", "naive", {"naive", "flash"}, "attention algorithm");
   f.add_choice("precision", "fp32", {"fp32", "tf32", "bf16", "fp16"}, "numeric precision");
-  f.add_choice("recompute", "none", {"none", "attention", "layer"}, "activation checkpointing");
+  f.add_choice("recompute", "none", {"none", "attention", "layer", "cell"},
+               "activation checkpointing (the models say which modes they have: cell is NASNet's)");
   f.add_int("steps", 2, "training steps per run (two: the optimizer state exists in the second)");
 }
 
@@ -242,7 +243,7 @@ int trace(int argc, char** argv) {
   for (int64_t step = 1; step <= f.integer("steps"); step++) model->train_step(step);
   // Exported with the model alive: the snapshot's segment then shows its parameters and optimizer state.
   const engine::Ledger& l = device->ledger();
-  std::printf("%s\n\n%s\n", model->summary().c_str(), l.peak_table_markdown().c_str());
+  std::printf("%s\n\n%s\n", model->summary().c_str(), l.peak_table_markdown(model->memory_report_depth()).c_str());
   std::string process = str(c.name, " on ", device->name(), ", ", f.integer("steps"), " training steps");
   std::printf("wrote %s (ui.perfetto.dev), %s (pytorch.org/memory_viz)\n",
               write(dir, "trace_" + c.name + suffix + ".json", tools::chrome_trace_json(l, process)).c_str(),

@@ -156,7 +156,8 @@ void add_flags(tools::Flags& flags) {
   flags.add_string("gpu", "", "arena capacity of a named card (its memory less a context reserve): " +
                                   tools::gpu_profile_names());
   flags.add_choice("attention", "naive", {"naive", "flash"}, "attention algorithm");
-  flags.add_choice("recompute", "none", {"none", "attention", "layer"}, "activation checkpointing");
+  flags.add_choice("recompute", "none", {"none", "attention", "layer", "cell"},
+                   "activation checkpointing (the models say which modes they have: cell is NASNet's)");
   flags.add_choice("precision", "fp32", {"fp32", "tf32", "bf16", "fp16"},
                    "fp32; tf32 GEMMs; bf16/fp16 mixed precision with f32 master weights (fp16: loss scaling)");
   flags.add_int("seed", 1, "random seed (weights, data, dropout)");
@@ -357,7 +358,7 @@ int run(int argc, char** argv) {
   }
   out.say("");
   out.say("## Memory at the peak");
-  out.say(device->ledger().peak_table_markdown());
+  out.say(device->ledger().peak_table_markdown(model->memory_report_depth()));
   if (!flags.str("report").empty()) engine::write_file_atomic(flags.str("report"), out.text());
   if (!flags.str("trace").empty())  // counter tracks per category, phase and module slices (tools/trace_export.h)
     engine::write_file_atomic(flags.str("trace"), tools::chrome_trace_json(device->ledger(), config.name));

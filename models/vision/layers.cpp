@@ -1,6 +1,7 @@
 // vision/layers.cpp: Conv2d, BatchNorm2d and the PyTorch weight loader.
 #include "models/vision/layers.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/error.h"
@@ -14,10 +15,9 @@
 namespace models::vision {
 
 Conv2d::Conv2d(const Conv2dOptions& o) : options(o) {
-  ENGINE_CHECK(o.in > 0 && o.out > 0 && o.kernel > 0 && o.groups > 0 && o.in % o.groups == 0 &&
-                   o.out % o.groups == 0,
-               "Conv2d: in ", o.in, " and out ", o.out, " must be positive multiples of groups ", o.groups,
-               ", kernel ", o.kernel, " positive");
+  ENGINE_CHECK(o.in > 0 && o.out > 0 && o.kernel > 0 && o.groups > 0 && o.in % o.groups == 0 && o.out % o.groups == 0,
+               "Conv2d: in ", o.in, " and out ", o.out, " must be positive multiples of groups ", o.groups, ", kernel ",
+               o.kernel, " positive");
   params.stride_h = params.stride_w = o.stride;
   params.pad_h = params.pad_w = o.padding;
   params.dilation_h = params.dilation_w = o.dilation;
@@ -33,6 +33,13 @@ Conv2d::Conv2d(const Conv2dOptions& o) : options(o) {
 Tensor Conv2d::forward(const Tensor& x) const {
   auto s = scope();
   return ops::conv2d(x, weight, bias, params);
+}
+
+Tensor Conv2d::forward(const Tensor& x, const ops::Conv2dParams& p) const {
+  ENGINE_CHECK(p.groups == params.groups, "Conv2d: called with groups ", p.groups, " but the layer has ",
+               params.groups);
+  auto s = scope();
+  return ops::conv2d(x, weight, bias, p);
 }
 
 nn::Init kaiming_normal_fan_out(int64_t out, int64_t kernel) {
@@ -56,7 +63,8 @@ Tensor BatchNorm2d::forward(const Tensor& x) const {
 }
 
 // ---------------------------------------------------------------------------------------------------
-std::vector<std::string> load_torch_weights(graph::Module& root, const std::map<std::string, Tensor>& tensors) {
+std::vector<std::string> load_torch_weights(graph::Module& root, const std::map<std::string, Tensor>& tensors,
+                                            const std::vector<std::string>& optional_prefixes) {
   std::map<std::string, engine::Shape> conv_shapes;  // 4-D parameters: [out, KH, KW, in/g]
   for (const auto& [name, p] : root.named_parameters())
     if (p.dim() == 4) conv_shapes[name] = p.shape();
@@ -66,8 +74,10 @@ std::vector<std::string> load_torch_weights(graph::Module& root, const std::map<
   for (const auto& [name, t] : tensors) {
     auto it = conv_shapes.find(name);
     if (it == conv_shapes.end() || it->second == oihw(it->second)) continue;
-    if (t.shape() == oihw(it->second)) torch_layout.push_back(name);
-    else if (t.shape() == it->second) engine_layout.push_back(name);
+    if (t.shape() == oihw(it->second))
+      torch_layout.push_back(name);
+    else if (t.shape() == it->second)
+      engine_layout.push_back(name);
   }
   ENGINE_CHECK(torch_layout.empty() || engine_layout.empty(), "load_torch_weights: convolution weights in both ",
                "PyTorch's OIHW layout (e.g. '", torch_layout.empty() ? "" : torch_layout.front(),
@@ -87,7 +97,21 @@ std::vector<std::string> load_torch_weights(graph::Module& root, const std::map<
     const bool permute = from_torch && it != conv_shapes.end() && t.shape() == oihw(it->second);
     converted[name] = permute ? ops::contiguous(ops::permute(t, {0, 2, 3, 1})) : t;  // OIHW -> OHWI (KRSC)
   }
-  return root.load(converted, true, ignored);
+  std::vector<std::string> kept;  // optional tensors the file lacks: loaded from themselves
+  auto optional = [&](const std::string& name) {
+    for (const auto& p : optional_prefixes)
+      if (name.compare(0, p.size(), p) == 0) return true;
+    return false;
+  };
+  for (const auto& list : {root.named_parameters(), root.named_buffers()})
+    for (const auto& [name, t] : list)
+      if (optional(name) && !converted.count(name)) converted[name] = t, kept.push_back(name);
+  std::vector<std::string> loaded = root.load(converted, true, ignored);
+  loaded.erase(
+      std::remove_if(loaded.begin(), loaded.end(),
+                     [&](const std::string& n) { return std::find(kept.begin(), kept.end(), n) != kept.end(); }),
+      loaded.end());
+  return loaded;
 }
 
 }  // namespace models::vision

@@ -30,6 +30,9 @@ class Conv2d : public graph::Module {
  public:
   explicit Conv2d(const Conv2dOptions& o);
   Tensor forward(const Tensor& x) const;  // [N, H, W, in] -> [N, Ho, Wo, out]
+  // With geometry chosen per call (TensorFlow's 'SAME' padding depends on the input's size): p's groups must be
+  // the layer's.
+  Tensor forward(const Tensor& x, const ops::Conv2dParams& p) const;
   Conv2dOptions options;
   ops::Conv2dParams params;
   Tensor weight;  // [out, KH, KW, in/groups]
@@ -63,7 +66,10 @@ Tensor forward_block(const std::shared_ptr<Block>& block, const Tensor& x, bool 
 // 4-D tensors whose name is a 4-D parameter's and whose shape is that parameter's in OIHW order are permuted
 // to KRSC; "*.num_batches_tracked" entries are ignored. A file is either all PyTorch layout or all engine
 // layout (a mix is an Error); shapes that read the same both ways (in/g == KH == KW) follow the rest of the
-// file. Returns the names loaded.
-std::vector<std::string> load_torch_weights(graph::Module& root, const std::map<std::string, Tensor>& tensors);
+// file. Parameters and buffers whose name starts with one of `optional_prefixes` may be missing from the file
+// (they keep their values: a part of the engine's model the PyTorch one lacks, e.g. NASNet's aux head). Returns
+// the names loaded.
+std::vector<std::string> load_torch_weights(graph::Module& root, const std::map<std::string, Tensor>& tensors,
+                                            const std::vector<std::string>& optional_prefixes = {});
 
 }  // namespace models::vision

@@ -7,13 +7,13 @@
 
 namespace ops::cpu {
 
-void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out) {
+void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out, int64_t group) {
   ENGINE_FLOAT_SWITCH(x.dtype(), T, {
     using A = acc_t<T>;
     const A scale = p < 1 ? A(1.0 / (1.0 - p)) : A(0);
     const T* px = x.data<T>();
     T* po = out.data<T>();
-    auto keep = [&](int64_t i) { return engine::philox_uniform(seed, offset, uint64_t(i)) >= p; };
+    auto keep = [&](int64_t i) { return engine::philox_uniform(seed, offset, uint64_t(i / group)) >= p; };
     if (x.is_contiguous()) {
       parallel_for(out.numel(), [&](int64_t i) { po[i] = st<T>(keep(i) ? ld(px[i]) * scale : A(0)); });
     } else {

@@ -9,9 +9,12 @@
 //                    E / 4 whole Philox blocks: one 10-round block yields the uniforms of 4 elements.
 //   dropout_strided  anything else: a thread per element, philox_uniform for it, x read through the
 //                    collapsed layout (kernel_util.cuh's Indexer).
+//   drop_path_*      one draw per sample of `group` elements (NASNet's drop path): a block row per sample.
 // Bound: memory (x read, out written: 2 x nbytes) and, for 16-bit types, nearly as much by the Philox
 // integer multiplies (10 rounds of two 32x32->64 multiplies per 4 elements). Measured on an H200 (64M
 // elements, bytes read + written): 3.7 TB/s f32, 2.85 TB/s bf16 (there the Philox rounds bind).
+#include <algorithm>
+
 #include "engine/rng.h"
 #include "ops/cuda/convert.cuh"
 #include "ops/cuda/dropout.h"
@@ -25,7 +28,8 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <typename T> struct DropoutArgs {
+template <typename T>
+struct DropoutArgs {
   using A = acc_t<T>;
   double p;
   A scale;  // 1 / (1 - p), or 0 when p == 1
@@ -39,7 +43,10 @@ __device__ __forceinline__ T drop(const DropoutArgs<T>& d, float u, T x) {
 }
 
 // Elements per thread in the packed kernel: whole Philox blocks, and at least one 16-byte vector.
-template <typename T> constexpr int packed_elements() { return vec16<T>() > 4 ? vec16<T>() : 4; }
+template <typename T>
+constexpr int packed_elements() {
+  return vec16<T>() > 4 ? vec16<T>() : 4;
+}
 
 // dropout_packed: grid-stride over packs of E elements; pack k covers elements [kE, kE + E), whose
 // uniforms are lanes 0..3 of Philox blocks offset/4 + kE/4 + g. The n % E tail elements go to the first
@@ -83,9 +90,68 @@ __global__ void dropout_strided(const T* x, T* out, int64_t n, Indexer<1, I> ix,
   }
 }
 
+// drop_path_dense: x dense; block row blockIdx.y is sample n (one draw, taken once per thread), threads walk
+// its `group` elements with 16-byte vectors when group and the pointers allow, else one element at a time.
+template <typename T, int VEC>
+__global__ void drop_path_dense(const T* x, T* out, int64_t group, DropoutArgs<T> d) {
+  const int64_t n = blockIdx.y;
+  const T* xs = x + n * group;
+  T* os = out + n * group;
+  const float u = engine::philox_uniform(d.seed, d.offset, uint64_t(n));
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < group / VEC; k += step) {
+    Vec<T, VEC> in = reinterpret_cast<const Vec<T, VEC>*>(xs)[k], o;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) o.v[j] = drop(d, u, in.v[j]);
+    reinterpret_cast<Vec<T, VEC>*>(os)[k] = o;
+  }
+}
+
+// dropout_strided with one draw per `group` elements (drop path on a strided x).
+template <typename T, typename I>
+__global__ void drop_path_strided(const T* x, T* out, int64_t n, int64_t group, Indexer<1, I> ix, DropoutArgs<T> d) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    I off[1];
+    ix.offsets(I(i), off);
+    out[i] = drop(d, engine::philox_uniform(d.seed, d.offset, uint64_t(i / group)), x[off[0]]);
+  }
+}
+
 }  // namespace
 
-void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out) {
+namespace {
+
+void drop_path(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out, int64_t group) {
+  const int64_t n = x.numel(), samples = n / group;
+  ENGINE_CHECK(samples <= 65535, "drop_path: at most 65535 samples on the GPU, got ", samples);
+  cudaStream_t stream = engine::cuda::stream();
+  ENGINE_CUDA_FLOAT_SWITCH(x.dtype(), T, {
+    using A = acc_t<T>;
+    DropoutArgs<T> d{p, p < 1 ? A(1.0 / (1.0 - p)) : A(0), seed, offset};
+    const T* px = static_cast<const T*>(x.data_ptr());
+    T* po = static_cast<T*>(out.data_ptr());
+    constexpr int VEC = vec16<T>();
+    const dim3 grid(std::min<unsigned>(grid_for(group / VEC + 1, kThreads), 64u), unsigned(samples));
+    if (x.is_contiguous() && group % VEC == 0 && aligned16(px) && aligned16(po)) {
+      drop_path_dense<T, VEC><<<grid, kThreads, 0, stream>>>(px, po, group, d);
+    } else if (x.is_contiguous()) {
+      drop_path_dense<T, 1>
+          <<<dim3(std::min<unsigned>(grid_for(group, kThreads), 64u), unsigned(samples)), kThreads, 0, stream>>>(
+              px, po, group, d);
+    } else {
+      auto ix = make_indexer<1, int64_t>("drop_path", x.shape(), {x.strides()});
+      drop_path_strided<<<grid_for(n, kThreads), kThreads, 0, stream>>>(px, po, n, group, ix, d);
+    }
+  });
+  ENGINE_CUDA_LAUNCH_CHECK("drop_path");
+}
+
+}  // namespace
+
+void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out, int64_t group) {
+  if (x.numel() == 0) return;
+  if (group > 1) return drop_path(x, p, seed, offset, out, group);
   const int64_t n = x.numel();
   if (n == 0) return;
   cudaStream_t stream = engine::cuda::stream();

@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
-"""make_vision_samples.py: writes the tiny VOC-style and COCO-style sets under tests/data/ that the vision data
-readers (models/data/segmentation.*, detection.*) and tests/models/vision_data_test.cpp use.
+"""make_vision_samples.py: writes the tiny VOC-style, COCO-style and ImageNet-style sets under tests/data/ that the
+vision data readers (models/data/segmentation.*, detection.*, classification.*) and their tests
+(tests/models/vision_data_test.cpp, classification_data_test.cpp) use.
 
-Everything is flat colours on known rectangles, so the tests can state what a decoder must return without
-running this script: the colours and rectangles below are repeated in the test. JPEGs are written at quality
+Everything is flat colours on known rectangles (the ImageNet-style images: ramps of one colour), so the tests can
+state what a decoder must return without running this script: the colours and rectangles below are repeated in
+the test. JPEGs are written at quality
 95 without chroma subsampling (an 8 x 8 block of one colour then decodes to it exactly; blocks with an edge
 ring by up to ~20 levels); label maps are palette PNGs
 (VOC's format: the pixel values are the class indices) except one grey PNG, so both kinds are read.
 
-    /tmp/venv/bin/python tests/data/make_vision_samples.py     # Pillow + numpy; rewrites both sets
+    /tmp/venv/bin/python tests/data/make_vision_samples.py [voc] [coco] [imagenet]   # Pillow + numpy; no name:
+                                                                                      # rewrites every set
 """
 import json
 import os
+import sys
 
 import numpy as np
 from PIL import Image
@@ -38,6 +42,22 @@ COCO_IMAGES = {
     "000000000002.jpg": (2, 60, 90, [(7, 5, 20, 40, 50, 0), (3, 10, 75, 20, 10, 1)]),  # the second: iscrowd
     "000000000003.jpg": (3, 64, 64, []),  # no annotation: still trained on (all slots empty)
     "000000000004.jpg": (4, 100, 50, [(12, 0, 0, 50, 50, 0), (7, 60, 10, 30, 30, 0), (3, 70, 15, 10, 10, 0)]),
+}
+
+# ImageNet-style (torchvision ImageFolder): one folder per class (synset ids, as ImageNet's train/). Every image is its
+# class's colour times a left-to-right ramp from 0.5 to 1 (round(colour * (0.5 + 0.5 x / (w - 1)))): any crop of it
+# keeps the class's hue (red, green, blue or grey), and different crops and flips give different pixels. Sizes vary
+# (one wide, one tall enough that RandomResizedCrop often falls back to its central crop); the formats are RGB, RGBA
+# (alpha not uniform), grey PNG, RGB and grey JPEG, with the extensions' cases ImageFolder accepts. notes.txt is not
+# an image (ignored).
+IMAGENET_CLASSES = [("n01440764", (200, 40, 40)), ("n01443537", (40, 200, 40)), ("n01484850", (40, 40, 200)),
+                    ("n01491361", (128, 128, 128))]
+# class -> [(file, width, height, PIL mode)]; .JPEG/.jpg/.jpeg are JPEGs, .png/.PNG PNGs
+IMAGENET_IMAGES = {
+    "n01440764": [("n01440764_10026.JPEG", 80, 60, "RGB"), ("n01440764_10042.png", 50, 90, "RGB")],
+    "n01443537": [("n01443537_1.jpg", 64, 64, "RGB"), ("n01443537_2.PNG", 120, 30, "RGBA")],
+    "n01484850": [("n01484850_7.jpeg", 30, 200, "RGB")],
+    "n01491361": [("n01491361_3.png", 40, 40, "L"), ("n01491361_4.JPEG", 60, 45, "L")],
 }
 
 
@@ -95,6 +115,29 @@ def coco():
         json.dump(doc, f, indent=1)
 
 
+def imagenet():
+    root = os.path.join(HERE, "imagenet_sample")
+    for name, colour in IMAGENET_CLASSES:
+        os.makedirs(os.path.join(root, name), exist_ok=True)
+        for file, w, h, mode in IMAGENET_IMAGES[name]:
+            ramp = 0.5 + 0.5 * np.arange(w) / (w - 1)
+            rgb = np.round(np.array(colour)[None, None, :] * ramp[None, :, None]).repeat(h, 0).astype(np.uint8)
+            if mode == "L":
+                image = Image.fromarray(rgb[:, :, 0], "L")
+            elif mode == "RGBA":
+                alpha = np.where(np.arange(w)[None, :] < w // 2, 255, 0).repeat(h, 0).astype(np.uint8)
+                image = Image.fromarray(np.dstack([rgb, alpha]), "RGBA")
+            else:
+                image = Image.fromarray(rgb, "RGB")
+            path = os.path.join(root, name, file)
+            if file.lower().endswith(".png"):
+                image.save(path, format="PNG")
+            else:
+                image.save(path, format="JPEG", quality=95, subsampling=0)
+    with open(os.path.join(root, IMAGENET_CLASSES[0][0], "notes.txt"), "w") as f:
+        f.write("not an image: the reader ignores files that are not .jpg, .jpeg or .png\n")
+
+
 if __name__ == "__main__":
-    voc()
-    coco()
+    for name in sys.argv[1:] or ["voc", "coco", "imagenet"]:
+        {"voc": voc, "coco": coco, "imagenet": imagenet}[name]()

@@ -84,7 +84,7 @@ TEST(DropoutCuda, RandomFactoriesDrawTheCpusNumbers) {
       testutil::expect_equal("rand " + what, r.first, r.second);
       r = draw([&](auto d) { return ops::randn({3, 333}, 0.5, 2.0, dt, d); });
       // The device's log and cos may differ from the host's in the last bits (f32: ~1e-7 relative).
-      testutil::Tolerance tol = dt == DType::f64 ? testutil::Tolerance{1e-12, 1e-12}
+      testutil::Tolerance tol = dt == DType::f64   ? testutil::Tolerance{1e-12, 1e-12}
                                 : dt == DType::f32 ? testutil::Tolerance{1e-6, 1e-6}
                                                    : testutil::tolerance_for(dt);
       testutil::expect_close("randn " + what, r.first, r.second, tol);
@@ -99,4 +99,20 @@ TEST(DropoutCuda, LedgerOfAGpuRunEqualsMeta) {
     Tensor z = ops::dropout(ops::to(y, DType::bf16), 0.2);
     graph::backward(ops::sum(ops::to(z, DType::f32)));
   });
+}
+
+// Drop path on the GPU: the same per-sample draws and values as the cpu, dense (vectorized and not) and strided.
+TEST(DropoutCuda, DropPathIsBitForBitTheCpus) {
+  for (DType dt : kFloats) {
+    for (const Shape& xs : {Shape{9, 5, 4, 16}, Shape{7, 3, 3, 3}}) {  // 16-byte rows, and odd ones
+      Tensor x = cpu_input(xs, dt, 0.5, 1.5), xc = to_cuda(x);
+      for (uint64_t offset : {uint64_t(0), uint64_t(5)}) {
+        const std::string what = engine::str("drop_path ", engine::dtype_name(dt), " ", engine::shape_str(xs));
+        testutil::expect_equal(what, ops::drop_path_mask_apply(x, 0.6, 77, offset),
+                               ops::drop_path_mask_apply(xc, 0.6, 77, offset));
+        testutil::expect_equal(what + " strided", ops::drop_path_mask_apply(ops::transpose(x, 1, 2), 0.6, 77, offset),
+                               ops::drop_path_mask_apply(ops::transpose(xc, 1, 2), 0.6, 77, offset));
+      }
+    }
+  }
 }

@@ -36,8 +36,10 @@ TEST(Dropout, KeepsAboutOneMinusPAndScales) {
   std::vector<double> v = y.to_double();
   int64_t dropped = 0;
   for (double e : v) {
-    if (e == 0) dropped++;
-    else EXPECT_NEAR(e, 1 / (1 - p), 1e-6);
+    if (e == 0)
+      dropped++;
+    else
+      EXPECT_NEAR(e, 1 / (1 - p), 1e-6);
   }
   EXPECT_NEAR(double(dropped) / double(v.size()), p, 0.01);
 }
@@ -141,4 +143,52 @@ TEST(Dropout, MetaAllocatesAndReservesLikeCpu) {
   });
   EXPECT_EQ(reserved[0], reserved[1]);
   EXPECT_EQ(reserved[0], 32u * 3);  // rand + two dropouts
+}
+
+// Drop path: sample n of x (all its elements) is kept iff philox_uniform(seed, offset, n) >= 1 - keep_prob,
+// then scaled by 1 / keep_prob; one number per sample is reserved; backward regenerates it and saves nothing.
+TEST(DropPath, WholeSamplesAreKeptOrDroppedFromTheirOneDraw) {
+  engine::manual_seed(7);
+  const double keep = 0.7;
+  const Shape xs = {400, 3, 2, 5};
+  Tensor x = ops::rand(xs, 0.5, 1.5, DType::f64).set_requires_grad(true);
+  const uint64_t seed = engine::generator().seed, offset = engine::generator().offset;
+  Tensor y = ops::drop_path(x, keep, true);
+  EXPECT_EQ(engine::generator().offset - offset, 400u) << "one number per sample";
+  ASSERT_TRUE(y.grad_fn());
+  EXPECT_TRUE(y.grad_fn()->saved_tensors.empty());
+  const std::vector<double> xv = x.to_double(), yv = y.to_double();
+  const int64_t inner = 3 * 2 * 5;
+  int kept = 0;
+  for (int64_t n = 0; n < 400; n++) {
+    const bool k = engine::philox_uniform(seed, offset, uint64_t(n)) >= 1 - keep;
+    kept += k;
+    for (int64_t j = 0; j < inner; j++) {
+      const size_t i = size_t(n * inner + j);
+      EXPECT_DOUBLE_EQ(yv[i], k ? xv[i] / keep : 0.0) << "sample " << n;
+    }
+  }
+  EXPECT_NEAR(double(kept) / 400, keep, 0.07);
+  Tensor g = ops::rand(xs, -1, 1, DType::f64);
+  graph::backward(y, g);
+  const std::vector<double> gv = g.to_double(), gx = x.grad().to_double();
+  for (size_t i = 0; i < gv.size(); i++) {
+    const bool k = engine::philox_uniform(seed, offset, uint64_t(int64_t(i) / inner)) >= 1 - keep;
+    EXPECT_DOUBLE_EQ(gx[i], k ? gv[i] / keep : 0.0);
+  }
+  EXPECT_TRUE(ops::drop_path(x, 1.0, true).impl() == x.impl()) << "keep_prob 1: x itself";
+  EXPECT_TRUE(ops::drop_path(x, 0.5, false).impl() == x.impl()) << "not training: x itself";
+  EXPECT_THROW(ops::drop_path(x, 1.5, true), engine::Error);
+}
+
+TEST(DropPath, GradAndDoubleBackwardWithFixedGenerator) {
+  engine::manual_seed(11);
+  const engine::Generator start = engine::generator();
+  Tensor x = rand_input({6, 2, 3});
+  testutil::Fn f = [start](const std::vector<Tensor>& in) {
+    engine::generator() = start;
+    return ops::drop_path(ops::mul(in[0], in[0]), 0.6, true);
+  };
+  testutil::expect_gradcheck(f, {x});
+  testutil::expect_double_backward(f, {x});
 }

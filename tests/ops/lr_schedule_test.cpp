@@ -18,7 +18,7 @@ TEST(LrSchedule, LinearWarmupThenLinearDecayHuggingFace) {
   EXPECT_EQ(s.lr(0), 0.0);
   EXPECT_NEAR(s.lr(1), 1e-5, 1e-18);
   EXPECT_NEAR(s.lr(5), 5e-5, 1e-18);
-  EXPECT_NEAR(s.lr(10), 1e-4, 1e-18);   // peak
+  EXPECT_NEAR(s.lr(10), 1e-4, 1e-18);     // peak
   EXPECT_NEAR(s.lr(11), 0.99e-4, 1e-18);  // (110 - 11) / 100
   EXPECT_NEAR(s.lr(60), 0.5e-4, 1e-18);
   EXPECT_EQ(s.lr(110), 0.0);
@@ -38,11 +38,11 @@ TEST(LrSchedule, LinearWarmupThenLinearDecayGoogleBert) {
 TEST(LrSchedule, InverseSqrtAsFairseq) {
   // fairseq defaults: warmup_init_lr -1 -> 0. base 5e-4, warmup 4000.
   ops::InverseSqrt s(5e-4, 4000);
-  EXPECT_EQ(s.lr(0), 0.0);                     // fairseq's first update runs at warmup_init_lr
-  EXPECT_NEAR(s.lr(1), 1.25e-7, 1e-20);        // 5e-4 / 4000
+  EXPECT_EQ(s.lr(0), 0.0);               // fairseq's first update runs at warmup_init_lr
+  EXPECT_NEAR(s.lr(1), 1.25e-7, 1e-20);  // 5e-4 / 4000
   EXPECT_NEAR(s.lr(2000), 2.5e-4, 1e-18);
-  EXPECT_NEAR(s.lr(4000), 5e-4, 1e-18);        // decay_factor / sqrt(4000) = base
-  EXPECT_NEAR(s.lr(16000), 2.5e-4, 1e-18);     // base * sqrt(4000 / 16000) = base / 2
+  EXPECT_NEAR(s.lr(4000), 5e-4, 1e-18);     // decay_factor / sqrt(4000) = base
+  EXPECT_NEAR(s.lr(16000), 2.5e-4, 1e-18);  // base * sqrt(4000 / 16000) = base / 2
   EXPECT_NEAR(s.lr(36000), 5e-4 / 3, 1e-18);
   // = base * min(step / warmup, sqrt(warmup / step)) when warmup_init_lr = 0
   for (int64_t step : {1, 100, 3999, 4000, 4001, 10000, 123456})
@@ -71,6 +71,19 @@ TEST(LrSchedule, PolyAsDeepLab) {
   EXPECT_EQ(s.lr(40000), 0.0);
   ops::PolyLr linear(1.0, 4, 1.0);
   EXPECT_EQ(linear.lr(1), 0.75);
+}
+
+TEST(LrSchedule, ExponentialDecayAsTfStaircase) {
+  // tf.compat.v1.train.exponential_decay(0.03, step, 20018.2, 0.97, staircase=True): NASNet's batch 32 recipe
+  // (0.015 x 32 / 16 per 2.4 epochs of 1,281,167 images = 96,088 steps).
+  ops::ExponentialDecay s(0.03, 0.97, 96088.0);
+  EXPECT_EQ(s.lr(0), 0.03);
+  EXPECT_EQ(s.lr(96087), 0.03);
+  EXPECT_NEAR(s.lr(96088), 0.0291, 1e-15);
+  EXPECT_NEAR(s.lr(3 * 96088 + 5), 0.03 * 0.912673, 1e-15);  // 0.97^3 = 0.912673
+  ops::ExponentialDecay smooth(1.0, 0.5, 2.0, /*staircase=*/false);
+  EXPECT_NEAR(smooth.lr(1), std::sqrt(0.5), 1e-15);
+  EXPECT_THROW(ops::ExponentialDecay(0.1, 1.5, 10), engine::Error);
 }
 
 TEST(LrSchedule, BadArgumentsAreErrors) {

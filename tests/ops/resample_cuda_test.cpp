@@ -73,6 +73,11 @@ TEST(ResampleCuda, PadMatchesCpu) {
           [p](const std::vector<Tensor>& in) { return ops::pad2d(in[0], p); },
           {cpu_input({2, 9, 10, 36}, dt, -2, 2, true)});
     }
+    // Negative constant padding crops (NASNet's shifted path: ZeroPad2d((-1, 1, -1, 1))), forward and backward.
+    const ops::Pad2dParams crop = pads(-1, 1, -1, 1, ops::PadMode::constant);
+    testutil::expect_cuda_matches_cpu(engine::str("pad2d crop ", engine::dtype_name(dt)),
+                                      [crop](const std::vector<Tensor>& in) { return ops::pad2d(in[0], crop); },
+                                      {cpu_input({2, 9, 10, 36}, dt, -2, 2, true)});
   }
 }
 
@@ -87,10 +92,11 @@ TEST(ResampleCuda, BackwardOpsAndTheirRulesMatchCpu) {
           {cpu_input({xs[0], p.out_h, p.out_w, xs[3]}, dt, -1, 1, true)});
     }
     const ops::Pad2dParams p = pads(3, 2, 1, 3, ops::PadMode::reflect);
-    testutil::expect_cuda_matches_cpu(
-        engine::str("pad2d_backward reflect ", engine::dtype_name(dt)),
-        [&](const std::vector<Tensor>& in) { return ops::pad2d_backward(in[0], {2, 9, 10, 36}, p); },
-        {cpu_input({2, 13, 15, 36}, dt, -1, 1, true)});
+    testutil::expect_cuda_matches_cpu(engine::str("pad2d_backward reflect ", engine::dtype_name(dt)),
+                                      [&](const std::vector<Tensor>& in) {
+                                        return ops::pad2d_backward(in[0], {2, 9, 10, 36}, p);
+                                      },
+                                      {cpu_input({2, 13, 15, 36}, dt, -1, 1, true)});
   }
 }
 

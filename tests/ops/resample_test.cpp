@@ -83,8 +83,8 @@ TEST(Resample, BilinearTwoByTwoToFourByFourByHand) {
   expect_near_all(ops::upsample_bilinear2d(x, 4, 4, false).to_double(), want, 1e-15);
   expect_near_all(ops::upsample_bilinear2d_scale(x, 2, 2, false).to_double(), want, 1e-15);
   // align_corners=True: the corners stay, thirds in between.
-  std::vector<double> corners = {1, 4.0 / 3, 5.0 / 3, 2, 5.0 / 3, 2, 7.0 / 3, 8.0 / 3,
-                                 7.0 / 3, 8.0 / 3, 3, 10.0 / 3, 3, 10.0 / 3, 11.0 / 3, 4};
+  std::vector<double> corners = {1,       4.0 / 3, 5.0 / 3, 2,        5.0 / 3, 2,        7.0 / 3,  8.0 / 3,
+                                 7.0 / 3, 8.0 / 3, 3,       10.0 / 3, 3,       10.0 / 3, 11.0 / 3, 4};
   expect_near_all(ops::upsample_bilinear2d(x, 4, 4, true).to_double(), corners, 1e-15);
   // Nearest, 2x: each pixel four times.
   std::vector<double> nearest = {1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4};
@@ -96,14 +96,16 @@ TEST(Resample, UpsampleMatchesLoops) {
   const Shape xs = {2, 5, 3, 2};
   Tensor x = ops::rand(xs, -2, 2, DType::f64);
   std::vector<double> xv = x.to_double();
-  struct Size { int64_t h, w; } sizes[] = {{10, 6}, {9, 7}, {4, 2}, {5, 3}, {1, 1}, {17, 13}};
+  struct Size {
+    int64_t h, w;
+  } sizes[] = {{10, 6}, {9, 7}, {4, 2}, {5, 3}, {1, 1}, {17, 13}};
   for (Size s : sizes) {
     SCOPED_TRACE(engine::str(s.h, "x", s.w));
     expect_near_all(ops::upsample_nearest2d(x, s.h, s.w).to_double(), naive_upsample(xv, xs, s.h, s.w, false, false),
                     0);
     for (bool ac : {false, true})
-      expect_near_all(ops::upsample_bilinear2d(x, s.h, s.w, ac).to_double(),
-                      naive_upsample(xv, xs, s.h, s.w, true, ac), 1e-14);
+      expect_near_all(ops::upsample_bilinear2d(x, s.h, s.w, ac).to_double(), naive_upsample(xv, xs, s.h, s.w, true, ac),
+                      1e-14);
   }
   // Scale factors: out = floor(in * scale), indices through 1 / scale (not in / out).
   Tensor ys = ops::upsample_bilinear2d_scale(x, 1.5, 2.5, false);
@@ -153,6 +155,16 @@ TEST(Resample, PadMatchesLoopsAndReflectionPad2d) {
   }
 }
 
+// Negative constant padding crops, as torch.nn.ZeroPad2d((-1, 1, -1, 1)): row/column 0 go, a zero row/column
+// comes at the end (NASNet's factorized reduction, its shifted path).
+TEST(Resample, NegativePaddingCropsLikeZeroPad2d) {
+  Tensor x = ops::from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {1, 2, 3, 1}, DType::f64);  // rows 123 / 456
+  Tensor y = ops::pad2d(x, pads(-1, 1, -1, 1, ops::PadMode::constant));
+  EXPECT_EQ(y.shape(), (Shape{1, 2, 3, 1}));
+  EXPECT_EQ(y.to_double(), (std::vector<double>{5, 6, 0, 0, 0, 0}));
+  EXPECT_EQ(ops::pad2d(x, pads(-2, 0, 0, 0, ops::PadMode::constant)).to_double(), (std::vector<double>{3, 6}));
+}
+
 TEST(Resample, GradAndDoubleBackward) {
   Tensor x = rand_input({1, 3, 4, 2});
   std::vector<testutil::Fn> fns = {
@@ -164,6 +176,7 @@ TEST(Resample, GradAndDoubleBackward) {
       [](const std::vector<Tensor>& in) { return ops::upsample_bilinear2d_scale(in[0], 1.5, 2.5, false); },
       [](const std::vector<Tensor>& in) { return ops::pad2d(in[0], pads(2, 1, 1, 2, ops::PadMode::constant, 3)); },
       [](const std::vector<Tensor>& in) { return ops::pad2d(in[0], pads(3, 2, 2, 1, ops::PadMode::reflect)); },
+      [](const std::vector<Tensor>& in) { return ops::pad2d(in[0], pads(-1, 1, -1, 1, ops::PadMode::constant)); },
   };
   for (size_t k = 0; k < fns.size(); k++) {
     SCOPED_TRACE(k);
@@ -199,7 +212,9 @@ TEST(Resample, Errors) {
     EXPECT_NE(msg.find("less than"), std::string::npos) << msg;
     EXPECT_NE(msg.find("[1, 3, 4, 2]"), std::string::npos) << msg;
   }
-  EXPECT_THROW(ops::pad2d(x, pads(-1, 0, 0, 0, ops::PadMode::constant)), engine::Error);
+  EXPECT_THROW(ops::pad2d(x, pads(-1, 0, 0, 0, ops::PadMode::reflect)), engine::Error);
+  EXPECT_THROW(ops::pad2d(x, pads(-5, 0, 0, 0, ops::PadMode::constant)), engine::Error) << "crops all 4 columns";
+  EXPECT_THROW(ops::pad2d(x, pads(0, 0, -2, -1, ops::PadMode::constant)), engine::Error) << "crops all 3 rows";
   EXPECT_THROW(ops::upsample_nearest2d(ops::zeros({3, 4, 2}), 6, 8), engine::Error);
   EXPECT_THROW(ops::upsample_bilinear2d(x, 0, 8, false), engine::Error);
   EXPECT_THROW(ops::upsample_nearest2d_scale(x, -2, 2), engine::Error);

@@ -13,11 +13,12 @@
 
 namespace testutil {
 
-// Trains `tiny` two steps on the cpu with --recompute none and with layer: the losses, every parameter and every
-// buffer (batch norm's running statistics: updated once, not again when a block runs a second time) are equal
-// bit for bit, and meta makes the cpu's allocations with recompute. Then `full` (a full size) takes two meta
-// steps both ways: the recomputed peak is below `max_fraction` of the plain one.
-inline void expect_recompute_layer_is_exact(models::ModelConfig tiny, models::ModelConfig full, double max_fraction) {
+// Trains `tiny` two steps on the cpu with --recompute none and with `mode` (layer; NASNet's cell): the losses,
+// every parameter and every buffer (batch norm's running statistics: updated once, not again when a block runs a
+// second time) are equal bit for bit, and meta makes the cpu's allocations with recompute. Then `full` (a full
+// size) takes two meta steps both ways: the recomputed peak is below `max_fraction` of the plain one.
+inline void expect_recompute_layer_is_exact(models::ModelConfig tiny, models::ModelConfig full, double max_fraction,
+                                            const std::string& mode = "layer") {
   using engine::Device;
   using engine::DeviceType;
   using engine::Tensor;
@@ -42,12 +43,12 @@ inline void expect_recompute_layer_is_exact(models::ModelConfig tiny, models::Mo
     return std::make_tuple(losses, state, csv);
   };
   const auto [plain_losses, plain_state, plain_csv] = train("none", DeviceType::cpu);
-  const auto [losses, state, csv] = train("layer", DeviceType::cpu);
+  const auto [losses, state, csv] = train(mode, DeviceType::cpu);
   EXPECT_EQ(losses, plain_losses) << tiny.name;
   ASSERT_EQ(state.size(), plain_state.size());
   for (size_t i = 0; i < state.size(); i++)
     EXPECT_EQ(state[i], plain_state[i]) << tiny.name << " parameter or buffer " << i;
-  EXPECT_EQ(std::get<2>(train("layer", DeviceType::meta)), csv) << tiny.name << ": meta makes the cpu's allocations";
+  EXPECT_EQ(std::get<2>(train(mode, DeviceType::meta)), csv) << tiny.name << ": meta makes the cpu's allocations";
 
   auto peak = [&full](const std::string& recompute) {
     auto dev = Device::create(DeviceType::meta, size_t(1) << 40);
@@ -58,7 +59,7 @@ inline void expect_recompute_layer_is_exact(models::ModelConfig tiny, models::Mo
     for (int s = 1; s <= 2; s++) model->train_step(s);
     return dev->ledger().peak_bytes();
   };
-  const size_t plain = peak("none"), recomputed = peak("layer");
+  const size_t plain = peak("none"), recomputed = peak(mode);
   EXPECT_LT(double(recomputed), max_fraction * double(plain)) << full.name << ": " << plain << " -> " << recomputed;
 }
 
