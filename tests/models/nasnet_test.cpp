@@ -21,6 +21,7 @@
 #include "ops/view.h"
 #include "tests/util/error_util.h"
 #include "tests/util/gradcheck_util.h"
+#include "tests/util/nasnet_reference_util.h"
 #include "tests/util/recompute_util.h"
 
 using engine::Device;
@@ -315,3 +316,9 @@ TEST(NasNet, SyntheticDataIsSeededAndLabelled) {
         EXPECT_NEAR(img[size_t(((n * 32 + 16) * 32 + 16) * 3 + ch)], img[size_t(((m * 32 + 16) * 32 + 16) * 3 + ch)],
                     0.4 + 1e-6);
 }
+
+// timm's NASNetALarge on a small network (tests/util/nasnet_reference_util.h): logits, loss, every gradient and the
+// loss after one update against timm's float64 ones. Covers the wiring, the TF 'SAME' padding (asymmetric at every
+// even map: cell_stem_1's 24 x 24, the reductions' 12 x 12 and 6 x 6), the pools' divisors, the factorized
+// reduction's shifted path, timm's names and the optimizer.
+TEST(NasNet, MatchesTimmOnASmallNetwork) { testutil::expect_nasnet_matches_timm_reference(cpu()); }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 
@@ -54,9 +55,12 @@ Tensor layout(const Case& c, const Tensor& x) {
   return c.misalign ? ops::slice(t, -1, 1, t.size(-1)) : t;
 }
 
-// dweight/dbias sum over thousands of rows: the cpu adds row after row, the GPU in chunks and trees.
-Tolerance column_sum_tolerance(DType dt) {
-  return dt == DType::f32 ? Tolerance{1e-4, 1e-4} : Tolerance{};
+// dweight/dbias sum over the rows: the cpu adds row after row, the GPU in chunks and trees. A sequential f32 sum
+// of R terms with random signs carries a rounding error growing as sqrt(R) (the cpu's own error at 9000 rows is
+// a few 1e-4 of sums near 1), so the f32 tolerance grows so past 512 rows.
+Tolerance column_sum_tolerance(DType dt, int64_t rows = 1) {
+  const double growth = std::sqrt(std::max(1.0, double(rows) / 512.0));
+  return dt == DType::f32 ? Tolerance{1e-4 * growth, 1e-4 * growth} : Tolerance{};
 }
 
 
@@ -79,7 +83,7 @@ TEST(LayerNormCuda, ForwardAndGradientsMatchCpuOnEveryPath) {
         expect_cuda_matches_cpu(what, f,
                                 {cpu_input(c.shape, dt, 2, 5, true), cpu_input({C}, dt, 0.5, 1.5, true),
                                  cpu_input({C}, dt, -1, 1, true)},
-                                column_sum_tolerance(dt));
+                                column_sum_tolerance(dt, c.shape.front() * (c.shape.size() > 2 ? c.shape[1] : 1)));
       }
     }
   }

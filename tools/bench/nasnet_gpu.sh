@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Issue 15's GPU measurements in one call (device time is scarce), engine and PyTorch (timm) on the same GPU:
+#   tests    every CUDA test (make test-cuda's binary; ModelsCuda checks cuda == meta for nasnet_large at batch 32
+#            in fp32 and bf16)
+#   parity   timm's nasnetalarge vs engine --size timm, fp32, training-mode batch norm, two steps
+#            (tools/bench/nasnet_parity.py), and the small-network reference file the cpu tests read
+#   models   nasnet_large at 331x331 batch 32 in $PRECISIONS (default "fp32 bf16"): engine --size timm (timm's
+#            network) and the default imagenet size (+ aux head, drop path), vs timm (tools/bench/nasnet_torch.py), one engine profile
+#   compile  timm under torch.compile (fp32, bf16)
+#   maxbatch the largest batch under a 24 GiB card's arena: timm (set_per_process_memory_fraction) vs the engine's meta
+# Usage on the GPU machine: BIN=build OUT=$OUT tools/bench/nasnet_gpu.sh [tests] [parity] [models] [compile] [maxbatch]
+set -uo pipefail
+PARTS=${*:-tests parity models maxbatch}
+want() { [[ " $PARTS " == *" $1 "* ]]; }
+BIN=${BIN:-build}
+OUT=${OUT:-/tmp/nasnet_gpu}
+mkdir -p "$OUT"
+nvidia-smi -L
+run_engine() {  # name, then engine_train flags
+  local name=$1; shift
+  timeout 120 "$BIN/engine_train" --device cuda --steps 6 "$@" > "$OUT/engine_$name.log" 2>&1
+  echo "engine $* | $(grep -E '^step 6|rror' "$OUT/engine_$name.log" | tail -1)"
+}
+if want tests; then
+  echo "== cuda tests"
+  timeout 300 "$BIN/engine_cuda_tests" > "$OUT/cuda_tests.log" 2>&1
+  grep -E "^\[  FAILED|passed|failed|nasnet" "$OUT/cuda_tests.log" | tail -25
+fi
+if want parity; then
+  echo "== parity: timm nasnetalarge vs engine --size timm (fp32, cuda)"
+  timeout 200 python3 tools/bench/nasnet_parity.py --device cuda --engine "$BIN/engine_train" --batch 4 \
+    --out "$OUT/parity" 2>&1 | tail -8
+  timeout 100 python3 tools/bench/nasnet_parity.py --reference "$OUT/nasnet_reference.safetensors" 2>&1 | tail -2
+fi
+if want models; then
+  echo "== nasnet_large, batch 32, 331x331"
+  for p in ${PRECISIONS:-fp32 bf16}; do
+    run_engine "timm_$p" --model nasnet_large --size timm --batch 32 --precision "$p"
+    run_engine "imagenet_$p" --model nasnet_large --batch 32 --precision "$p"
+    timeout 150 python3 tools/bench/nasnet_torch.py --batch 32 --precision "$p" 2>&1 | grep -E "^torch|Error"
+  done
+  timeout 100 "$BIN/engine_train" --device cuda --steps 3 --model nasnet_large --size timm --batch 32 --precision bf16 \
+    --profile > "$OUT/engine_timm_bf16_profile.log" 2>&1
+  grep -A30 -E "^\| op" "$OUT/engine_timm_bf16_profile.log" | head -32
+fi
+if want compile; then
+  echo "== timm under torch.compile"
+  for p in fp32 bf16; do
+    timeout 280 python3 tools/bench/nasnet_torch.py --batch 32 --precision "$p" --compile 2>&1 | grep -E "^torch|Error"
+  done
+fi
+if want maxbatch; then
+  echo "== max batch under a 24 GiB card's arena (titanrtx: 24576 MiB less 600 MiB = 23.414 GiB)"
+  for p in fp32 bf16; do
+    timeout 200 python3 tools/bench/nasnet_torch.py --precision "$p" --max-batch-cap-gib 23.414 2>&1 | grep -E "^torch|Error"
+    "$BIN/engine_train" --model nasnet_large --size timm --precision "$p" --device meta --gpu titanrtx --find-max-batch \
+      2>&1 | grep -E "^max batch:"
+  done
+fi

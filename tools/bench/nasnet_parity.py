@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""NASNet-A Large parity: the engine against timm's nasnetalarge with the same weights and batch.
+
+Issue 15's check: with the weights of timm.create_model('nasnetalarge', num_classes=1001) (random, seeded, every
+batch norm's affine parameters and running statistics moved away from (1, 0)), the engine's `--size timm` (the
+same network: no aux head, no drop path, no dropout) gives the same fp32 loss with batch norm in training mode
+(relative error <= --tol), and the same loss after one optimizer step. This script
+  1. builds timm's model, prints its parameter count (tests/models/nasnet_test.cpp states it), and writes
+     DIR/weights.safetensors (its state dict exactly: OIHW convolutions, num_batches_tracked) and
+     DIR/batch.safetensors ("images" [N, S, S, 3] f32 NHWC, "labels" [N] i64);
+  2. trains two steps on that batch in PyTorch with the engine's recipe written out here: label-smoothed (0.1)
+     cross-entropy, L2 5e-5 on the weights of >= 2 dimensions (slim's regularizer), the global gradient norm clipped
+     at 10, and TensorFlow's RMSProp (decay 0.9, momentum 0.9, eps 1.0 inside the square root, mean square starting
+     at 1, lr inside the momentum buffer) at lr 0.015 x N / 16; fp32 with TF32 off, and again in float64 (the exact
+     function of the fp32 weights);
+  3. runs `engine_train --model nasnet_large --size timm --load DIR/weights.safetensors --batch-file
+     DIR/batch.safetensors --steps 2` on the same device and compares: step 1 is the forward pass, step 2 the loss
+     after one update (every gradient and the optimizer): each within --tol of PyTorch's fp32, or as close to float64
+     as PyTorch's fp32 is (within 2x).
+With --reference FILE it instead writes the small-model reference tests/models/nasnet_test.cpp checks in `make
+test` (no GPU, no timm there): timm's NASNetALarge(num_classes=5, stem_size=8, num_features=192) (the 18-cell
+network at 8 filters) at 96 x 96, batch 2, in float64: its weights (f32), the batch, the float64 logits, loss and
+every parameter's gradient (stored as f32), and the loss after one update of the recipe (clipping, L2, TF RMSProp).
+
+    python3 tools/bench/nasnet_parity.py --device cuda --engine build/engine_train       # on the GPU machine
+    python3 tools/bench/nasnet_parity.py --reference tests/data/nasnet_reference.safetensors
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+import timm
+import torch
+import torch.nn.functional as F
+from safetensors.numpy import save_file
+
+LABEL_SMOOTHING, WEIGHT_DECAY, CLIP = 0.1, 5e-5, 10.0
+DECAY, MOMENTUM, EPS = 0.9, 0.9, 1.0
+
+
+def perturb_batch_norms(model, seed):
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.weight.copy_(1 + 0.1 * torch.randn(m.weight.shape, generator=gen))
+                m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=gen))
+                m.running_mean.copy_(0.1 * torch.randn(m.running_mean.shape, generator=gen))
+                m.running_var.copy_(1 + 0.1 * torch.rand(m.running_var.shape, generator=gen))
+    return model
+
+
+def build_full(seed):
+    torch.manual_seed(seed)
+    return perturb_batch_norms(timm.create_model("nasnetalarge", pretrained=False, num_classes=1001), seed)
+
+
+def build_small(seed):
+    from timm.models.nasnet import NASNetALarge
+    torch.manual_seed(seed)
+    return perturb_batch_norms(NASNetALarge(num_classes=5, stem_size=8, num_features=24 * 8), seed)
+
+
+def make_batch(seed, n, size, classes):
+    gen = torch.Generator().manual_seed(seed + 2)
+    return torch.randn(n, 3, size, size, generator=gen), torch.randint(0, classes, (n,), generator=gen)
+
+
+def loss_of(model, images, labels):
+    return F.cross_entropy(model(images), labels, label_smoothing=LABEL_SMOOTHING)
+
+
+def tf_rmsprop_step(params, state, lr):
+    """One update of TensorFlow's ApplyRMSProp with L2 folded into the gradient (the engine's ops::RmsProp
+    tf_style): v = d v + (1 - d) g^2; b = m b + lr g / sqrt(v + eps); p -= b."""
+    with torch.no_grad():
+        for p in params:
+            g = p.grad
+            if p.dim() >= 2:
+                g = g + WEIGHT_DECAY * p
+            v, b = state.setdefault(p, (torch.ones_like(p), torch.zeros_like(p)))
+            v.mul_(DECAY).add_((1 - DECAY) * g * g)
+            b.mul_(MOMENTUM).add_(lr * g / torch.sqrt(v + EPS))
+            p.sub_(b)
+
+
+def torch_losses(model, images, labels, device, steps, lr):
+    model = model.to(device).train()
+    images, labels = images.to(device), labels.to(device)
+    params = [p for p in model.parameters()]
+    state, losses = {}, []
+    for _ in range(steps):
+        for p in params:
+            p.grad = None
+        loss = loss_of(model, images, labels)
+        loss.backward()
+        # The global norm of the L2-regularized gradients, as the engine clips them (before the update's L2).
+        torch.nn.utils.clip_grad_norm_(params, CLIP)
+        tf_rmsprop_step(params, state, lr)
+        losses.append(loss.item())
+    return losses
+
+
+def engine_losses(engine, weights, batch, device, n):
+    cmd = [engine, "--model", "nasnet_large", "--size", "timm", "--batch", str(n), "--load", weights,
+           "--batch-file", batch, "--steps", "2", "--device", device]
+    t0 = time.time()
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"engine failed ({' '.join(cmd)}):\n{run.stdout}\n{run.stderr}")
+    losses = [float(x) for x in re.findall(r"^  loss (\S+)$", run.stdout, re.M)]  # --batch-file: 10 digits
+    if len(losses) != 2:
+        sys.exit(f"expected two '  loss X' lines from the engine, got:\n{run.stdout}")
+    return losses, " ".join(cmd), time.time() - t0
+
+
+def save_inputs(model, images, labels, out):
+    weights, batch = os.path.join(out, "weights.safetensors"), os.path.join(out, "batch.safetensors")
+    save_file({k: (v.float() if v.is_floating_point() else v).detach().contiguous().numpy()
+               for k, v in model.state_dict().items()}, weights)
+    save_file({"images": images.permute(0, 2, 3, 1).contiguous().numpy(),
+               "labels": labels.numpy().astype(np.int64)}, batch)
+    return weights, batch
+
+
+def write_reference(path, seed):
+    """The small model's float64 reference (see the module docstring)."""
+    model = build_small(seed)
+    images, labels = make_batch(seed, 2, 96, 5)
+    tensors = {"weights." + k: (v.float() if v.is_floating_point() else v).detach().contiguous().numpy()
+               for k, v in model.state_dict().items()}
+    tensors["images"] = images.permute(0, 2, 3, 1).contiguous().numpy()
+    tensors["labels"] = labels.numpy().astype(np.int64)
+    m64 = build_small(seed).double().train()  # the same fp32 weights, widened
+    logits = m64(images.double())
+    loss = F.cross_entropy(logits, labels, label_smoothing=LABEL_SMOOTHING)
+    loss.backward()
+    tensors["expected.logits"] = logits.detach().numpy()
+    tensors["expected.loss"] = loss.detach().numpy().reshape(())
+    for name, p in m64.named_parameters():  # every gradient, computed in float64, stored as f32
+        tensors["expected.grad." + name] = p.grad.float().numpy()
+    # The loss after one update of the engine's recipe (clipping, L2 on the weights, TF RMSProp at 0.015 x 2 / 16).
+    params = list(m64.parameters())
+    torch.nn.utils.clip_grad_norm_(params, CLIP)
+    tf_rmsprop_step(params, {}, 0.015 * 2 / 16)
+    after = F.cross_entropy(m64(images.double()), labels, label_smoothing=LABEL_SMOOTHING)
+    tensors["expected.loss_after_step"] = after.detach().numpy().reshape(())
+    # PyTorch's own fp32 distance from that float64 reference (cpu), the yardstick for the engine's.
+    m32 = build_small(seed).train()
+    loss32 = F.cross_entropy(m32(images), labels, label_smoothing=LABEL_SMOOTHING)
+    loss32.backward()
+    worst, worst_name = 0.0, ""
+    for name, p in m32.named_parameters():
+        ref_g = tensors["expected.grad." + name]
+        ratio = float(np.abs(p.grad.numpy() - ref_g).max() / max(np.abs(ref_g).max(), 1e-30))
+        if ratio > worst:
+            worst, worst_name = ratio, name
+    params32 = list(m32.parameters())
+    torch.nn.utils.clip_grad_norm_(params32, CLIP)
+    tf_rmsprop_step(params32, {}, 0.015 * 2 / 16)
+    after32 = F.cross_entropy(m32(images), labels, label_smoothing=LABEL_SMOOTHING).item()
+    print(f"torch fp32 (cpu) against it: loss {loss32.item():.10g}, the furthest gradient {worst_name} at {worst:.2e} "
+          f"of its largest, after one update {after32:.10g} (relative {abs(after32 - after.item()) / after.item():.1e})")
+    save_file(tensors, path, metadata={"made_by": "tools/bench/nasnet_parity.py --reference",
+                                       "timm": timm.__version__, "torch": torch.__version__})
+    print(f"wrote {path}: timm NASNetALarge(num_classes=5, stem_size=8, num_features=192), "
+          f"{sum(p.numel() for p in model.parameters())} parameters, float64 loss {loss.item():.12g}, "
+          f"after one update {after.item():.12g}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--engine", default="build/engine_train")
+    ap.add_argument("--out", default="/tmp/nasnet_parity")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--size", type=int, default=331)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--reference", default="", help="write the small-model reference file instead")
+    a = ap.parse_args()
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.deterministic = True
+    if a.reference:
+        write_reference(a.reference, a.seed)
+        return
+    os.makedirs(a.out, exist_ok=True)
+    model = build_full(a.seed)
+    print(f"timm nasnetalarge(num_classes=1001): {sum(p.numel() for p in model.parameters())} parameters")
+    images, labels = make_batch(a.seed, a.batch, a.size, 1001)
+    weights, batch = save_inputs(model, images, labels, a.out)
+    lr = 0.015 * a.batch / 16
+
+    exact = torch_losses(build_full(a.seed).double(), images.double(), labels, a.device, 2, lr)
+    t0 = time.time()
+    ref = torch_losses(model, images, labels, a.device, 2, lr)
+    torch_s = time.time() - t0
+    got, cmd, engine_s = engine_losses(a.engine, weights, batch, a.device, a.batch)
+
+    rel = [abs(g - r) / abs(r) for g, r in zip(got, ref)]
+    err64 = [abs(g - e) / abs(e) for g, e in zip(got, exact)]
+    torch64 = [abs(r - e) / abs(e) for r, e in zip(ref, exact)]
+    print(f"nasnetalarge (timm) vs engine --size timm, fp32, batch {a.batch} x {a.size}^2, batch norm in training "
+          f"mode, device {a.device}")
+    for k, what in enumerate(["step 1 loss", "step 2 loss (after one RMSProp update)"]):
+        print(f"  {what}: torch {ref[k]:.10g} | engine {got[k]:.10g} | rel err {rel[k]:.2e} | float64 {exact[k]:.10g} "
+              f"(torch {torch64[k]:.1e}, engine {err64[k]:.1e})")
+    print(f"  engine: {cmd} ({engine_s:.1f} s); torch {torch_s:.1f} s")
+    ok = all(rel[k] <= a.tol or err64[k] <= 2 * torch64[k] for k in range(2))
+    with open(os.path.join(a.out, "parity.json"), "w") as f:
+        json.dump({"device": a.device, "batch": a.batch, "size": a.size, "torch": ref, "engine": got,
+                   "float64": exact, "rel_err": rel, "engine_vs_float64": err64, "torch_vs_float64": torch64,
+                   "tol": a.tol, "pass": ok, "command": cmd}, f, indent=1)
+    print("PASS" if ok else f"FAIL: a loss further than {a.tol} from torch's and than 2x torch's from float64")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
