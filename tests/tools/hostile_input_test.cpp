@@ -166,6 +166,38 @@ TEST(HostileInput, SixteenBitLabelMapsAreRefused) {
   EXPECT_EQ(label.at(0, 0), 2);
 }
 
+// An ImageNet-style folder (nasnet_large --data): a truncated JPEG, a text file named like an image, an emptied
+// class folder, more folders than classes: each an exit 2 naming the file or folder, never a crash or a hang.
+TEST(HostileInput, BrokenImageFoldersAreErrorsNamingTheFile) {
+  testutil::TempDir dir;
+  const std::string set = dir.file("imagenet");
+  fs::copy("tests/data/imagenet_sample", set, fs::copy_options::recursive);
+  const std::string run = "timeout 60 " + program("engine_train") +
+                          " --model nasnet_large --size tiny --batch 7 --steps 1 --data " + set;
+  auto [code, out] = shell(run);
+  ASSERT_EQ(code, 0) << out;  // the sample itself trains (7 images: one whole epoch)
+  const std::string jpeg = set + "/n01443537/n01443537_1.jpg";
+  const std::string good = read_bytes(jpeg);
+  write_bytes(jpeg, good.substr(0, good.size() / 2));
+  std::tie(code, out) = shell(run);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("n01443537_1.jpg"), std::string::npos) << out;
+  write_bytes(jpeg, "not an image at all");
+  std::tie(code, out) = shell(run);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("n01443537_1.jpg"), std::string::npos) << out;
+  fs::remove_all(set + "/n01443537");
+  fs::create_directory(set + "/n01443537");
+  std::tie(code, out) = shell(run);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("n01443537"), std::string::npos) << out;
+  fs::remove_all(set + "/n01443537");
+  for (int k = 0; k < 3; k++) fs::copy(set + "/n01484850", set + "/n0999000" + std::to_string(k));
+  std::tie(code, out) = shell(run);  // 6 folders for the tiny model's 5 classes
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("6 class folders"), std::string::npos) << out;
+}
+
 // Checkpoints: a float stored as int32 was converted into the weights; a flipped byte changed a weight
 // silently; the metadata chose the data file to read.
 TEST(HostileInput, CheckpointsAreCheckedNotTrusted) {
