@@ -23,9 +23,9 @@ struct Conv2dParams {
 
 // Every size a kernel needs, computed once from the operands' shapes.
 struct ConvGeometry {
-  int64_t n = 0, h = 0, w = 0, cin = 0;      // input  [N, H, W, Cin]
-  int64_t cout = 0, kh = 0, kw = 0;          // weight [Cout, KH, KW, Cin / groups]
-  int64_t ho = 0, wo = 0;                    // output [N, Ho, Wo, Cout]
+  int64_t n = 0, h = 0, w = 0, cin = 0;  // input  [N, H, W, Cin]
+  int64_t cout = 0, kh = 0, kw = 0;      // weight [Cout, KH, KW, Cin / groups]
+  int64_t ho = 0, wo = 0;                // output [N, Ho, Wo, Cout]
   Conv2dParams p;
   int64_t cin_per_group() const { return cin / p.groups; }
   int64_t cout_per_group() const { return cout / p.groups; }
@@ -41,8 +41,17 @@ struct ConvGeometry {
 // (few weight tiles, millions of pixels) need splits to fill the GPU's 132 SMs; late ones do not. Tiles
 // are the GPU kernel's (ops/cuda/conv_igemm_weight.cu): 128 x 128 of dw [Cout/g, KH*KW*Cin/g].
 inline int64_t conv2d_weight_grad_splits(const ConvGeometry& g) {
+  if (g.p.groups > 1 && g.p.groups == g.cin && g.p.groups == g.cout) {
+    // Depthwise (cuda/conv_depthwise.cu): blocks of about 64 channels, about four per multiprocessor, each
+    // split >= 256 output pixels, the f32 workspace at most 8 MiB.
+    const int64_t channel_blocks = (g.cout + 63) / 64;
+    const int64_t wanted = (528 + channel_blocks - 1) / channel_blocks;
+    const int64_t most = std::max<int64_t>(1, g.gemm_m() / 256);
+    const int64_t room = std::max<int64_t>(1, (int64_t(8) << 20) / (4 * g.cout * g.kh * g.kw));
+    return std::max<int64_t>(1, std::min<int64_t>({wanted, most, room, 256}));
+  }
   const int64_t tiles = g.p.groups * ((g.cout_per_group() + 127) / 128) * ((g.gemm_k() + 127) / 128);
-  const int64_t wanted = (264 + tiles - 1) / tiles;        // about two waves of 132 SMs
+  const int64_t wanted = (264 + tiles - 1) / tiles;              // about two waves of 132 SMs
   const int64_t most = std::max<int64_t>(1, g.gemm_m() / 1024);  // each piece reduces >= 1024 pixels
   return std::max<int64_t>(1, std::min<int64_t>({wanted, most, 64}));
 }

@@ -38,8 +38,8 @@ struct PoolAxis {
   ENGINE_HD void windows_containing(int64_t i, int64_t& first, int64_t& last) const {
     const int64_t span = dilation * (k - 1);
     const int64_t lo = i + pad_before - span;  // start(o) >= i - span
-    first = lo <= 0 ? 0 : (lo + stride - 1) / stride;
-    last = (i + pad_before) / stride;  // start(o) <= i
+    first = lo <= 0 ? 0 : stride == 1 ? lo : (lo + stride - 1) / stride;
+    last = stride == 1 ? i + pad_before : (i + pad_before) / stride;  // start(o) <= i (no division at stride 1)
     if (last > out - 1) last = out - 1;
   }
   // Average pooling: the window clipped to the input, and its size clipped to the padded extent.

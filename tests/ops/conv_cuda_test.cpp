@@ -55,8 +55,7 @@ ops::Conv2dParams params(int64_t stride, int64_t pad, int64_t dilation = 1, int6
 }
 
 ops::ConvGeometry geometry(const Case& c) {
-  return ops::conv2d_geometry("conv_cuda_test", {c.n, c.h, c.w, c.cin}, {c.cout, c.kh, c.kw, c.cin / c.p.groups},
-                              c.p);
+  return ops::conv2d_geometry("conv_cuda_test", {c.n, c.h, c.w, c.cin}, {c.cout, c.kh, c.kw, c.cin / c.p.groups}, c.p);
 }
 
 std::string describe(const ops::ConvGeometry& g) {
@@ -76,10 +75,14 @@ constexpr double kTf32Tolerance = 1.0 / 512;
 double tolerance(DType t) {
   if (t == DType::f32 && engine::cuda::allow_tf32()) return kTf32Tolerance;
   switch (t) {
-    case DType::f64: return 1e-12;
-    case DType::f32: return 2e-5;
-    case DType::f16: return 3e-3;
-    default: return 1.5e-2;  // bf16: 8 mantissa bits
+    case DType::f64:
+      return 1e-12;
+    case DType::f32:
+      return 2e-5;
+    case DType::f16:
+      return 3e-3;
+    default:
+      return 1.5e-2;  // bf16: 8 mantissa bits
   }
 }
 
@@ -203,6 +206,16 @@ std::vector<Case> sweep() {
       {1, 13, 14, 7, 7, 3, 3, params(2, 1, 1, 7)},
       {1, 15, 12, 16, 16, 5, 5, params(1, 4, 2, 16)},
       {4, 32, 33, 8, 8, 3, 3, params(1, 1, 1, 8)},  // split-K weight gradient
+      // depthwise, tiled kernels (3/5/7, stride 1/2, 2 or 4 channels per thread, strips past the row's end,
+      // more than 32 channel vectors: two channel blocks)
+      {2, 17, 19, 6, 6, 5, 5, params(2, 2, 1, 6)},
+      {1, 23, 21, 12, 12, 7, 7, params(1, 3, 1, 12)},
+      {2, 14, 15, 10, 10, 7, 7, params(2, 3, 1, 10)},
+      {1, 9, 10, 4, 4, 3, 3, params(2, 0, 1, 4)},
+      {1, 16, 13, 14, 14, 7, 7, params(2, 0, 1, 14)},
+      {1, 11, 9, 200, 200, 5, 5, params(2, 2, 1, 200)},
+      {3, 21, 22, 42, 42, 3, 3, params(1, 1, 1, 42)},
+      {2, 13, 18, 42, 42, 5, 5, params(1, 2, 1, 42)},
   };
 }
 
@@ -246,10 +259,10 @@ TEST(ConvCuda, Tf32SweepMatchesCpu) {
   for_each_wide_variant([] {
     for (const Case& c : sweep()) check_case(c, DType::f32);
   });
-  check_case({2, 11, 10, 12, 20, 3, 3, params(1, 1)}, DType::f32);    // channels % 4, not % 8: whole chunks
+  check_case({2, 11, 10, 12, 20, 3, 3, params(1, 1)}, DType::f32);      // channels % 4, not % 8: whole chunks
   check_case({1, 10, 9, 8, 24, 3, 3, params(2, 1, 1, 2)}, DType::f32);  // 4 channels per group
-  check_case({4, 64, 66, 72, 72, 3, 3, params(1, 1)}, DType::f32);    // 128 x 128 tiles, stride 1
-  check_case({4, 128, 132, 72, 72, 3, 3, params(2, 1)}, DType::f32);  // stride 2 (per-phase data gradient)
+  check_case({4, 64, 66, 72, 72, 3, 3, params(1, 1)}, DType::f32);      // 128 x 128 tiles, stride 1
+  check_case({4, 128, 132, 72, 72, 3, 3, params(2, 1)}, DType::f32);    // stride 2 (per-phase data gradient)
 }
 
 // TF32 really runs (the error is that of 10-bit operands, not fp32's), and switching it off gives true fp32
@@ -353,7 +366,7 @@ TEST(ConvCuda, PathChoice) {
     EXPECT_EQ(path({2, 13, 11, 6, 24, 3, 3, params(1, 1)}, DType::f32), "igemm_gather_tf32");
     EXPECT_EQ(path({2, 13, 11, 16, 6, 3, 3, params(1, 1)}, DType::f32), "generic");
     EXPECT_EQ(path({2, 12, 11, 24, 24, 3, 3, params(1, 1, 1, 24)}, DType::f32), "depthwise");  // CUDA cores
-    EXPECT_EQ(path({2, 7, 9, 16, 24, 1, 1, params(1, 0)}, DType::f32), "gemm");  // cuBLASLt FAST_TF32
+    EXPECT_EQ(path({2, 7, 9, 16, 24, 1, 1, params(1, 0)}, DType::f32), "gemm");                // cuBLASLt FAST_TF32
     EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::bf16), "igemm");
   }
   EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::f32), "simt");  // TF32 off again
@@ -397,9 +410,9 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   struct Run {
     const char* type;  // "bf16/v0", "bf16/v1", "tf32", "fp32"
     DType dtype;
-    int variant;       // 128 x 128 tile variant, -1 the default
+    int variant;  // 128 x 128 tile variant, -1 the default
     bool tf32;
-    bool all_shapes;   // else the first three and Darknet's
+    bool all_shapes;  // else the first three and Darknet's
   };
   const Run runs[] = {{"bf16/v0", DType::bf16, 0, false, true},
                       {"bf16/v1", DType::bf16, 1, false, true},
@@ -426,9 +439,12 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
       const int64_t splits = ops::conv2d_weight_grad_splits(g);
       Tensor ws = splits > 1 ? poisoned({splits, g.cout, g.kh, g.kw, g.cin_per_group()}, DType::f32) : Tensor();
       auto time = [&](const std::function<void()>& fn) {
-        return testutil::median_ms([&] {
-                 for (int i = 0; i < calls; i++) fn();
-               }, reps) / calls;
+        return testutil::median_ms(
+                   [&] {
+                     for (int i = 0; i < calls; i++) fn();
+                   },
+                   reps) /
+               calls;
       };
       const double f = time([&] { ops::cuda::conv2d_forward(x, w, Tensor(), y, g); });
       const double d = time([&] { ops::cuda::conv2d_backward_data(dy, w, dx, g); });
@@ -437,8 +453,8 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
                                             ops::cuda::conv2d_path(ConvPass::data, g, t), "/",
                                             ops::cuda::conv2d_path(ConvPass::weight, g, t), " splits ", splits);
       tflops[{s, r.type}] = {flops / f * 1e-9, flops / d * 1e-9, flops / wt * 1e-9};
-      std::printf("%-34s %-7s %-44s %9.1f %9.1f %9.1f   TFLOP/s (%.3f / %.3f / %.3f ms)\n", name, r.type,
-                  paths.c_str(), flops / f * 1e-9, flops / d * 1e-9, flops / wt * 1e-9, f, d, wt);
+      std::printf("%-34s %-7s %-44s %9.1f %9.1f %9.1f   TFLOP/s (%.3f / %.3f / %.3f ms)\n", name, r.type, paths.c_str(),
+                  flops / f * 1e-9, flops / d * 1e-9, flops / wt * 1e-9, f, d, wt);
     }
   }
   engine::cuda::set_allow_tf32(false);
@@ -453,4 +469,53 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   for (size_t s = 0; s < shapes.size(); s++)
     std::printf("%-34s %-20s %-20s %-20s\n", shapes[s].first, cell(s, "bf16/v0").c_str(), cell(s, "tf32").c_str(),
                 cell(s, "fp32").c_str());
+}
+
+// Depthwise convolutions on NASNet-A Large's shapes at batch 32 (cell_stem_0's stride-2 branches at 165^2,
+// the normal cells' at 42^2 / 21^2 / 11^2, the reduction cells'): milliseconds per pass and the bandwidth of
+// the bytes each pass must move at least (forward: x read, y written; data: dy read, dx written; weight:
+// x and dy read), bf16 and f32. tools/bench/conv_torch.py --depthwise times cuDNN on the same list.
+TEST(ConvCudaPerf, DISABLED_Depthwise) {
+  struct Shape {
+    const char* name;
+    Case c;
+  };
+  auto dw = [](int64_t h, int64_t c, int64_t k, int64_t s) {
+    return Case{32, h, h, c, c, k, k, params(s, (k - 1) / 2, 1, c)};
+  };
+  const std::vector<Shape> shapes = {
+      {"dw 5x5 s2 42ch 165^2", dw(165, 42, 5, 2)}, {"dw 7x7 s2 96ch 165^2", dw(165, 96, 7, 2)},
+      {"dw 5x5 s1 42ch 83^2", dw(83, 42, 5, 1)},   {"dw 7x7 s2 84ch 83^2", dw(83, 84, 7, 2)},
+      {"dw 3x3 s1 168ch 42^2", dw(42, 168, 3, 1)}, {"dw 5x5 s1 168ch 42^2", dw(42, 168, 5, 1)},
+      {"dw 7x7 s2 336ch 42^2", dw(42, 336, 7, 2)}, {"dw 5x5 s1 336ch 21^2", dw(21, 336, 5, 1)},
+      {"dw 3x3 s1 672ch 11^2", dw(11, 672, 3, 1)}, {"dw 7x7 s1 672ch 11^2", dw(11, 672, 7, 1)},
+  };
+  const auto dev = testutil::cuda_device();
+  std::printf("%-24s %-5s %10s %10s %10s   %s\n", "layer", "dtype", "fwd ms", "data ms", "weight ms",
+              "GB/s fwd / data / weight");
+  for (DType t : {DType::bf16, DType::f32}) {
+    for (const Shape& sh : shapes) {
+      const ops::ConvGeometry g = geometry(sh.c);
+      Tensor x = ops::to_device(random({g.n, g.h, g.w, g.cin}, t), dev);
+      Tensor w = ops::to_device(random({g.cout, g.kh, g.kw, 1}, t), dev);
+      Tensor dy = ops::to_device(random({g.n, g.ho, g.wo, g.cout}, t), dev);
+      Tensor y = poisoned(dy.shape(), t), dx = poisoned(x.shape(), t), dwt = poisoned(w.shape(), t);
+      const int64_t splits = ops::conv2d_weight_grad_splits(g);
+      Tensor ws = splits > 1 ? poisoned({splits, g.cout, g.kh, g.kw, 1}, DType::f32) : Tensor();
+      auto time = [&](const std::function<void()>& fn) {
+        return testutil::median_ms(
+                   [&] {
+                     for (int i = 0; i < 10; i++) fn();
+                   },
+                   7) /
+               10;
+      };
+      const double f = time([&] { ops::cuda::conv2d_forward(x, w, Tensor(), y, g); });
+      const double d = time([&] { ops::cuda::conv2d_backward_data(dy, w, dx, g); });
+      const double wt = time([&] { ops::cuda::conv2d_backward_weight(x, dy, dwt, ws, g); });
+      const double bytes = double(x.nbytes() + dy.nbytes());
+      std::printf("%-24s %-5s %10.4f %10.4f %10.4f   %.0f / %.0f / %.0f\n", sh.name, engine::dtype_name(t), f, d, wt,
+                  bytes / f * 1e-6, bytes / d * 1e-6, bytes / wt * 1e-6);
+    }
+  }
 }

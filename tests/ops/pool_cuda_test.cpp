@@ -38,6 +38,7 @@ std::vector<Case> cases() {
       {"3x3 s1 p1 dilation 2", {2, 12, 10, 7}, ops::pool2d_params(3, 1, 1, 2)},
       {"3x3 s2 'SAME' (asymmetric)", {2, 16, 15, 24}, same},
       {"5x5 s1 p2 (SPP)", {1, 13, 13, 32}, ops::pool2d_params(5, 1, 2)},
+      {"3x3 s1 p1 (NASNet; 2 channels per vector)", {2, 11, 9, 42}, ops::pool2d_params(3, 1, 1)},
   };
 }
 
@@ -48,9 +49,9 @@ TEST(PoolCuda, MaxAndAvgMatchCpu) {
     for (const Case& c : cases()) {
       std::string base = engine::str(engine::dtype_name(dt), " ", c.name, " ", engine::shape_str(c.shape));
       Pool2dParams p = c.p;
-      testutil::expect_cuda_matches_cpu(
-          "max_pool2d " + base, [p](const std::vector<Tensor>& in) { return ops::max_pool2d(in[0], p); },
-          {cpu_input(c.shape, dt, -2, 2, true)});
+      testutil::expect_cuda_matches_cpu("max_pool2d " + base,
+                                        [p](const std::vector<Tensor>& in) { return ops::max_pool2d(in[0], p); },
+                                        {cpu_input(c.shape, dt, -2, 2, true)});
       if (p.dilation_h != 1) continue;
       for (bool include : {true, false}) {
         p.count_include_pad = include;
@@ -107,8 +108,18 @@ TEST(PoolCuda, LedgerMatchesMeta) {
   });
 }
 
-// Not run by default (--gtest_also_run_disabled_tests): the ResNet stem's max pool.
+// Not run by default (--gtest_also_run_disabled_tests): the ResNet stem's max pool; NASNet's 3x3 average pool
+// (stride 1, padding excluded from the divisor) forward and backward at batch 32, 42^2 x 168.
 TEST(PoolCuda, DISABLED_Bandwidth) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Tensor x = testutil::to_cuda(cpu_input({32, 42, 42, 168}, dt, -2, 2));
+    Pool2dParams p = ops::pool2d_params(3, 1, 1);
+    p.count_include_pad = false;
+    testutil::measure_bandwidth(engine::str("avg_pool2d 3x3 s1 (NASNet) ", engine::dtype_name(dt)),
+                                2.0 * double(x.nbytes()), [&] { ops::avg_pool2d(x, p); });
+    testutil::measure_bandwidth(engine::str("avg_pool2d_backward 3x3 s1 (NASNet) ", engine::dtype_name(dt)),
+                                2.0 * double(x.nbytes()), [&] { ops::avg_pool2d_backward(x, x.shape(), p); });
+  }
   for (DType dt : {DType::f32, DType::bf16}) {
     Tensor x = testutil::to_cuda(cpu_input({8, 257, 257, 64}, dt, -2, 2));
     const Pool2dParams p = ops::pool2d_params(3, 2, 1);

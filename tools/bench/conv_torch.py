@@ -8,6 +8,12 @@ For each shape and type (bf16, tf32, fp32) it times forward, data gradient and w
 aten.convolution_backward's output mask (so each pass is one cuDNN call, as the engine's are), NHWC
 (channels_last) tensors, cudnn.benchmark on (cuDNN picks its fastest algorithm first), 10 calls per timed run,
 median of 7 runs after a warm-up. FLOPs: 2 N Ho Wo Cout Cin KH KW per pass (the engine's count).
+
+--depthwise times the depthwise shapes of the engine's ConvCudaPerf.DISABLED_Depthwise instead (NASNet-A
+Large at batch 32; groups = channels; whichever kernel PyTorch dispatches to: cuDNN, or its own depthwise
+kernels), in ms per pass and GB/s of x + dy (the engine's count), bf16 and fp32 (TF32 off):
+    .gpu/engine_cuda_tests --gtest_also_run_disabled_tests --gtest_filter='ConvCudaPerf.DISABLED_Depthwise'
+    python3 tools/bench/conv_torch.py --depthwise
 """
 import argparse
 import statistics
@@ -24,6 +30,21 @@ SHAPES = [
     ("Darknet 3x3 128->256 152^2 N8", (8, 152, 152, 128, 256, 3, 3, 1, 1, 1)),
     ("Darknet 3x3 s2 256->512 152^2 N8", (8, 152, 152, 256, 512, 3, 3, 2, 1, 1)),
     ("Darknet stem 3x3 3->32 416^2 N8", (8, 416, 416, 3, 32, 3, 3, 1, 1, 1)),
+]
+
+
+# name, (N, H, W, C, K, stride): padding (K - 1) / 2; tests/ops/conv_cuda_test.cpp's DISABLED_Depthwise list
+DEPTHWISE = [
+    ("dw 5x5 s2 42ch 165^2", (32, 165, 165, 42, 5, 2)),
+    ("dw 7x7 s2 96ch 165^2", (32, 165, 165, 96, 7, 2)),
+    ("dw 5x5 s1 42ch 83^2", (32, 83, 83, 42, 5, 1)),
+    ("dw 7x7 s2 84ch 83^2", (32, 83, 83, 84, 7, 2)),
+    ("dw 3x3 s1 168ch 42^2", (32, 42, 42, 168, 3, 1)),
+    ("dw 5x5 s1 168ch 42^2", (32, 42, 42, 168, 5, 1)),
+    ("dw 7x7 s2 336ch 42^2", (32, 42, 42, 336, 7, 2)),
+    ("dw 5x5 s1 336ch 21^2", (32, 21, 21, 336, 5, 1)),
+    ("dw 3x3 s1 672ch 11^2", (32, 11, 11, 672, 3, 1)),
+    ("dw 7x7 s1 672ch 11^2", (32, 11, 11, 672, 7, 1)),
 ]
 
 
@@ -45,9 +66,13 @@ def median_ms(fn, calls=10, reps=7):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--types", default="bf16,tf32,fp32")
+    ap.add_argument("--depthwise", action="store_true", help="the depthwise shapes (NASNet-A Large, batch 32)")
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = True
     print(f"# cuDNN {torch.backends.cudnn.version()}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    if a.depthwise:
+        depthwise()
+        return
     print(f"{'layer':34s} {'dtype':6s} {'fwd':>9s} {'data':>9s} {'weight':>9s}")
     for kind in a.types.split(","):
         dtype = torch.bfloat16 if kind == "bf16" else torch.float32
@@ -69,6 +94,31 @@ def main():
             g = median_ms(backward([False, True, False]))
             print(f"{name:34s} {kind:6s} {flops / f * 1e-9:9.1f} {flops / d * 1e-9:9.1f} {flops / g * 1e-9:9.1f}   "
                   f"TFLOP/s ({f:.3f} / {d:.3f} / {g:.3f} ms)", flush=True)
+            del x, wt, y, dy
+        torch.cuda.empty_cache()
+
+
+def depthwise():
+    torch.backends.cudnn.allow_tf32 = False
+    print(f"{'layer':24s} {'dtype':5s} {'fwd ms':>10s} {'data ms':>10s} {'weight ms':>10s}   GB/s fwd / data / weight")
+    for kind, dtype in (("bf16", torch.bfloat16), ("f32", torch.float32)):
+        for name, (n, h, w, c, k, stride) in DEPTHWISE:
+            pad = (k - 1) // 2
+            x = torch.randn(n, c, h, w, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+            wt = (0.1 * torch.randn(c, 1, k, k, device="cuda", dtype=dtype)).to(memory_format=torch.channels_last)
+            y = torch.nn.functional.conv2d(x, wt, None, stride, pad, 1, c)
+            dy = torch.randn_like(y).to(memory_format=torch.channels_last)
+
+            def backward(mask):
+                return lambda: torch.ops.aten.convolution_backward(dy, x, wt, None, [stride] * 2, [pad] * 2, [1, 1],
+                                                                   False, [0, 0], c, mask)
+
+            f = median_ms(lambda: torch.nn.functional.conv2d(x, wt, None, stride, pad, 1, c))
+            d = median_ms(backward([True, False, False]))
+            g = median_ms(backward([False, True, False]))
+            nbytes = (x.numel() + dy.numel()) * x.element_size()
+            print(f"{name:24s} {kind:5s} {f:10.4f} {d:10.4f} {g:10.4f}   "
+                  f"{nbytes / f * 1e-6:.0f} / {nbytes / d * 1e-6:.0f} / {nbytes / g * 1e-6:.0f}", flush=True)
             del x, wt, y, dy
         torch.cuda.empty_cache()
 

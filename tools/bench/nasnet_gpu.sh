@@ -6,11 +6,14 @@
 #            (tools/bench/nasnet_parity.py), and the small-network reference file the cpu tests read
 #   models   nasnet_large at 331x331 batch 32 in $PRECISIONS (default "fp32 bf16"): engine --size timm (timm's
 #            network) and the default imagenet size (+ aux head, drop path), vs timm (tools/bench/nasnet_torch.py), one engine profile
+#   depthwise the depthwise kernels on NASNet's shapes (ConvCudaPerf.DISABLED_Depthwise) vs PyTorch/cuDNN
+#            (tools/bench/conv_torch.py --depthwise), and the average pool (PoolCuda.DISABLED_Bandwidth)
 #   compile  timm under torch.compile (fp32, bf16)
 #   maxbatch the largest batch under a 24 GiB card's arena: timm (set_per_process_memory_fraction) vs the engine's meta
-# Usage on the GPU machine: BIN=build OUT=$OUT tools/bench/nasnet_gpu.sh [tests] [parity] [models] [compile] [maxbatch]
+# Usage on the GPU machine:
+#   BIN=build OUT=$OUT tools/bench/nasnet_gpu.sh [tests] [parity] [models] [depthwise] [compile] [maxbatch]
 set -uo pipefail
-PARTS=${*:-tests parity models maxbatch}
+PARTS=${*:-tests parity models depthwise maxbatch}
 want() { [[ " $PARTS " == *" $1 "* ]]; }
 BIN=${BIN:-build}
 OUT=${OUT:-/tmp/nasnet_gpu}
@@ -42,6 +45,12 @@ if want models; then
   timeout 100 "$BIN/engine_train" --device cuda --steps 3 --model nasnet_large --size timm --batch 32 --precision bf16 \
     --profile > "$OUT/engine_timm_bf16_profile.log" 2>&1
   grep -A30 -E "^\| op" "$OUT/engine_timm_bf16_profile.log" | head -32
+fi
+if want depthwise; then
+  echo "== depthwise convolutions, NASNet shapes, batch 32: engine, then PyTorch"
+  "$BIN/engine_cuda_tests" --gtest_also_run_disabled_tests \
+    --gtest_filter='ConvCudaPerf.DISABLED_Depthwise:PoolCuda.DISABLED_Bandwidth' 2>&1 | grep -E "^dw|^layer|GB/s"
+  timeout 120 python3 tools/bench/conv_torch.py --depthwise 2>&1 | tail -22
 fi
 if want compile; then
   echo "== timm under torch.compile"
