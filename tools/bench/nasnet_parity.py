@@ -24,6 +24,9 @@ every parameter's gradient (stored as f32), and the loss after one update of the
 
     python3 tools/bench/nasnet_parity.py --device cuda --engine build/engine_train       # on the GPU machine
     python3 tools/bench/nasnet_parity.py --reference tests/data/nasnet_reference.safetensors
+With --spread it measures instead how far PyTorch's own fp32 losses move when only the order of the rounding
+changes (cpu: 1 thread, all threads, the batch reversed): the noise floor the step-2 comparison sits on.
+    python3 tools/bench/nasnet_parity.py --spread
 """
 import argparse
 import json
@@ -173,6 +176,27 @@ def write_reference(path, seed):
           f"after one update {after.item():.12g}")
 
 
+def spread(a):
+    """PyTorch fp32 on cpu, the same weights and batch: every difference between these runs is rounding order."""
+    images, labels = make_batch(a.seed, a.batch, a.size, 1001)
+    lr = 0.015 * a.batch / 16
+    exact = torch_losses(build_full(a.seed).double(), images.double(), labels, "cpu", 2, lr)
+    threads = torch.get_num_threads()
+    runs = []
+    for n_threads, order in ((threads, "as given"), (1, "as given"), (threads, "reversed")):
+        torch.set_num_threads(n_threads)
+        idx = torch.arange(a.batch) if order == "as given" else torch.arange(a.batch - 1, -1, -1)
+        got = torch_losses(build_full(a.seed), images[idx], labels[idx], "cpu", 2, lr)
+        runs.append(got)
+        print(f"  torch fp32 cpu, {n_threads} threads, batch {order}: step 1 {got[0]:.10g}, step 2 {got[1]:.10g} "
+              f"(from float64 {abs(got[0] - exact[0]) / exact[0]:.1e}, {abs(got[1] - exact[1]) / exact[1]:.1e})")
+    torch.set_num_threads(threads)
+    for k in range(2):
+        values = [r[k] for r in runs]
+        print(f"  step {k + 1}: float64 {exact[k]:.10g}; fp32 spread (max - min) / float64 = "
+              f"{(max(values) - min(values)) / exact[k]:.1e}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -183,12 +207,16 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--reference", default="", help="write the small-model reference file instead")
+    ap.add_argument("--spread", action="store_true", help="PyTorch fp32's own spread under reordering (cpu)")
     a = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.deterministic = True
     if a.reference:
         write_reference(a.reference, a.seed)
+        return
+    if a.spread:
+        spread(a)
         return
     os.makedirs(a.out, exist_ok=True)
     model = build_full(a.seed)
