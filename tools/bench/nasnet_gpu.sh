@@ -32,7 +32,7 @@ fi
 if want parity; then
   echo "== parity: timm nasnetalarge vs engine --size timm (fp32, cuda)"
   timeout 200 python3 tools/bench/nasnet_parity.py --device cuda --engine "$BIN/engine_train" --batch 4 \
-    --out "$OUT/parity" 2>&1 | tail -8
+    --out "$OUT/parity" 2>&1 | tail -16
   timeout 100 python3 tools/bench/nasnet_parity.py --reference "$OUT/nasnet_reference.safetensors" 2>&1 | tail -2
 fi
 if want models; then

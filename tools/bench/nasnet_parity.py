@@ -14,9 +14,11 @@ same network: no aux head, no drop path, no dropout) gives the same fp32 loss wi
      at 1, lr inside the momentum buffer) at lr 0.015 x N / 16; fp32 with TF32 off, and again in float64 (the exact
      function of the fp32 weights);
   3. runs `engine_train --model nasnet_large --size timm --load DIR/weights.safetensors --batch-file
-     DIR/batch.safetensors --steps 2` on the same device and compares: step 1 is the forward pass, step 2 the loss
-     after one update (every gradient and the optimizer): each within --tol of PyTorch's fp32, or as close to float64
-     as PyTorch's fp32 is (within 2x).
+     DIR/batch_K.safetensors --steps 2` on the same device, for the batch in --orders orders (as given, reversed,
+     pairs swapped: the same loss, another order of fp32's rounding), and compares: step 1, the forward pass, within
+     --tol of PyTorch's fp32 in every order; step 2, the loss after one update (every gradient and the optimizer),
+     which fp32's rounding order alone moves by ~1e-4 here (--spread): the engine's median distance from float64
+     over the orders within --tol, or within 2x PyTorch fp32's median.
 With --reference FILE it instead writes the small-model reference tests/models/nasnet_test.cpp checks in `make
 test` (no GPU, no timm there): timm's NASNetALarge(num_classes=5, stem_size=8, num_features=192) (the 18-cell
 network at 8 filters) at 96 x 96, batch 2, in float64: its weights (f32), the batch, the float64 logits, loss and
@@ -208,6 +210,8 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--reference", default="", help="write the small-model reference file instead")
     ap.add_argument("--spread", action="store_true", help="PyTorch fp32's own spread under reordering (cpu)")
+    ap.add_argument("--orders", type=int, default=3, choices=[1, 2, 3],
+                    help="batch orders to compare in (as given, reversed, pairs swapped)")
     a = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -222,32 +226,47 @@ def main():
     model = build_full(a.seed)
     print(f"timm nasnetalarge(num_classes=1001): {sum(p.numel() for p in model.parameters())} parameters")
     images, labels = make_batch(a.seed, a.batch, a.size, 1001)
-    weights, batch = save_inputs(model, images, labels, a.out)
+    weights, _ = save_inputs(model, images, labels, a.out)
     lr = 0.015 * a.batch / 16
-
     exact = torch_losses(build_full(a.seed).double(), images.double(), labels, a.device, 2, lr)
-    t0 = time.time()
-    ref = torch_losses(model, images, labels, a.device, 2, lr)
-    torch_s = time.time() - t0
-    got, cmd, engine_s = engine_losses(a.engine, weights, batch, a.device, a.batch)
-
-    rel = [abs(g - r) / abs(r) for g, r in zip(got, ref)]
-    err64 = [abs(g - e) / abs(e) for g, e in zip(got, exact)]
-    torch64 = [abs(r - e) / abs(e) for r, e in zip(ref, exact)]
-    print(f"nasnetalarge (timm) vs engine --size timm, fp32, batch {a.batch} x {a.size}^2, batch norm in training "
-          f"mode, device {a.device}")
-    for k, what in enumerate(["step 1 loss", "step 2 loss (after one RMSProp update)"]):
-        print(f"  {what}: torch {ref[k]:.10g} | engine {got[k]:.10g} | rel err {rel[k]:.2e} | float64 {exact[k]:.10g} "
-              f"(torch {torch64[k]:.1e}, engine {err64[k]:.1e})")
-    print(f"  engine: {cmd} ({engine_s:.1f} s); torch {torch_s:.1f} s")
-    ok = all(rel[k] <= a.tol or err64[k] <= 2 * torch64[k] for k in range(2))
+    # The same batch in a.orders orders (as given, reversed, pairs swapped): the loss is the same function of the
+    # batch, only the order of fp32's rounding changes, on both sides.
+    orders = [list(range(a.batch)), list(reversed(range(a.batch))),
+              [i ^ 1 if (i ^ 1) < a.batch else i for i in range(a.batch)]][:a.orders]
+    runs = []
+    for k, idx in enumerate(orders):
+        batch = os.path.join(a.out, f"batch_{k}.safetensors")
+        save_file({"images": images[idx].permute(0, 2, 3, 1).contiguous().numpy(),
+                   "labels": labels[idx].numpy().astype(np.int64)}, batch)
+        t0 = time.time()
+        ref = torch_losses(build_full(a.seed), images[idx], labels[idx], a.device, 2, lr)
+        torch_s = time.time() - t0
+        got, cmd, engine_s = engine_losses(a.engine, weights, batch, a.device, a.batch)
+        runs.append({"order": idx, "torch": ref, "engine": got, "command": cmd,
+                     "rel_err": [abs(g - r) / abs(r) for g, r in zip(got, ref)],
+                     "engine_vs_float64": [abs(g - e) / abs(e) for g, e in zip(got, exact)],
+                     "torch_vs_float64": [abs(r - e) / abs(e) for r, e in zip(ref, exact)]})
+        print(f"nasnetalarge (timm) vs engine --size timm, fp32, batch {a.batch} x {a.size}^2 in order {idx}, batch "
+              f"norm in training mode, device {a.device}")
+        for s, what in enumerate(["step 1 loss", "step 2 loss (after one RMSProp update)"]):
+            r = runs[-1]
+            print(f"  {what}: torch {ref[s]:.10g} | engine {got[s]:.10g} | rel err {r['rel_err'][s]:.2e} | float64 "
+                  f"{exact[s]:.10g} (torch {r['torch_vs_float64'][s]:.1e}, engine {r['engine_vs_float64'][s]:.1e})")
+        print(f"  engine: {cmd} ({engine_s:.1f} s); torch {torch_s:.1f} s")
+    # Step 1 (the forward): every order within --tol of torch. Step 2 sits on fp32's noise floor (--spread): the
+    # engine's median distance from float64 over the orders within --tol, or within 2x torch's median.
+    med = lambda xs: sorted(xs)[len(xs) // 2]
+    step1 = all(r["rel_err"][0] <= a.tol for r in runs)
+    e2, t2 = med([r["engine_vs_float64"][1] for r in runs]), med([r["torch_vs_float64"][1] for r in runs])
+    ok = step1 and (e2 <= a.tol or e2 <= 2 * t2)
+    print(f"  step 2 over {len(runs)} orders: median distance from float64 engine {e2:.1e}, torch {t2:.1e}")
     with open(os.path.join(a.out, "parity.json"), "w") as f:
-        json.dump({"device": a.device, "batch": a.batch, "size": a.size, "torch": ref, "engine": got,
-                   "float64": exact, "rel_err": rel, "engine_vs_float64": err64, "torch_vs_float64": torch64,
-                   "tol": a.tol, "pass": ok, "command": cmd}, f, indent=1)
-    print("PASS" if ok else f"FAIL: a loss further than {a.tol} from torch's and than 2x torch's from float64")
+        json.dump({"device": a.device, "batch": a.batch, "size": a.size, "float64": exact, "runs": runs,
+                   "step2_median_engine_vs_float64": e2, "step2_median_torch_vs_float64": t2, "tol": a.tol,
+                   "pass": ok}, f, indent=1)
+    print("PASS" if ok else f"FAIL: step 1 further than {a.tol} from torch's, or step 2's median further than {a.tol} "
+          "and than 2x torch's from float64")
     sys.exit(0 if ok else 1)
-
 
 if __name__ == "__main__":
     main()
