@@ -23,8 +23,6 @@ Exit status 1 when a check fails. Writes DIR/parity.json.
 import argparse
 import json
 import os
-import re
-import subprocess
 import sys
 import time
 
@@ -33,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.numpy import save_file
 from torchvision.models.segmentation import deeplabv3_resnet101
+
+from parity_util import engine_losses
 
 CLASSES, IGNORE = 21, 255
 LR, MOMENTUM, WEIGHT_DECAY = 0.007, 0.9, 5e-4
@@ -76,19 +76,6 @@ def torch_losses(model, images, labels, device, steps):
     return losses
 
 
-def engine_losses(engine, weights, batch, device, n):
-    cmd = [engine, "--model", "deeplabv3", "--size", "torchvision", "--batch", str(n), "--load", weights,
-           "--batch-file", batch, "--steps", "2", "--device", device]
-    t0 = time.time()
-    run = subprocess.run(cmd, capture_output=True, text=True)
-    if run.returncode != 0:
-        sys.exit(f"engine failed ({' '.join(cmd)}):\n{run.stdout}\n{run.stderr}")
-    losses = [float(x) for x in re.findall(r"^  loss (\S+)$", run.stdout, re.M)]
-    if len(losses) != 2:
-        sys.exit(f"expected two '  loss X' lines from the engine, got:\n{run.stdout}")
-    return losses, " ".join(cmd), time.time() - t0
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -117,7 +104,8 @@ def main():
     t0 = time.time()
     ref = torch_losses(model, images, labels, a.device, 2)
     torch_s = time.time() - t0
-    got, cmd, engine_s = engine_losses(a.engine, weights, batch, a.device, a.batch)
+    got, cmd, engine_s = engine_losses(a.engine, ["--model", "deeplabv3", "--size", "torchvision"], weights, batch,
+                                       a.device, a.batch)
 
     rel = [abs(g - r) / abs(r) for g, r in zip(got, ref)]
     print(f"deeplabv3_resnet101 (torchvision) vs engine --size torchvision, fp32, batch {a.batch} x {a.size}^2, "

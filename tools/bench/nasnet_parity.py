@@ -6,8 +6,8 @@ batch norm's affine parameters and running statistics moved away from (1, 0)), t
 same network: no aux head, no drop path, no dropout) gives the same fp32 loss with batch norm in training mode
 (relative error <= --tol), and the same loss after one optimizer step. This script
   1. builds timm's model, prints its parameter count (tests/models/nasnet_test.cpp states it), and writes
-     DIR/weights.safetensors (its state dict exactly: OIHW convolutions, num_batches_tracked) and
-     DIR/batch.safetensors ("images" [N, S, S, 3] f32 NHWC, "labels" [N] i64);
+     DIR/weights.safetensors (its state dict exactly: OIHW convolutions, num_batches_tracked) and, per batch
+     order K, DIR/batch_K.safetensors ("images" [N, S, S, 3] f32 NHWC, "labels" [N] i64);
   2. trains two steps on that batch in PyTorch with the engine's recipe written out here: label-smoothed (0.1)
      cross-entropy, L2 5e-5 on the weights of >= 2 dimensions (slim's regularizer), the global gradient norm clipped
      at 10, and TensorFlow's RMSProp (decay 0.9, momentum 0.9, eps 1.0 inside the square root, mean square starting
@@ -33,8 +33,6 @@ changes (cpu: 1 thread, all threads, the batch reversed): the noise floor the st
 import argparse
 import json
 import os
-import re
-import subprocess
 import sys
 import time
 
@@ -43,6 +41,8 @@ import timm
 import torch
 import torch.nn.functional as F
 from safetensors.numpy import save_file
+
+from parity_util import engine_losses
 
 LABEL_SMOOTHING, WEIGHT_DECAY, CLIP = 0.1, 5e-5, 10.0
 DECAY, MOMENTUM, EPS = 0.9, 0.9, 1.0
@@ -111,26 +111,12 @@ def torch_losses(model, images, labels, device, steps, lr):
     return losses
 
 
-def engine_losses(engine, weights, batch, device, n):
-    cmd = [engine, "--model", "nasnet_large", "--size", "timm", "--batch", str(n), "--load", weights,
-           "--batch-file", batch, "--steps", "2", "--device", device]
-    t0 = time.time()
-    run = subprocess.run(cmd, capture_output=True, text=True)
-    if run.returncode != 0:
-        sys.exit(f"engine failed ({' '.join(cmd)}):\n{run.stdout}\n{run.stderr}")
-    losses = [float(x) for x in re.findall(r"^  loss (\S+)$", run.stdout, re.M)]  # --batch-file: 10 digits
-    if len(losses) != 2:
-        sys.exit(f"expected two '  loss X' lines from the engine, got:\n{run.stdout}")
-    return losses, " ".join(cmd), time.time() - t0
-
-
-def save_inputs(model, images, labels, out):
-    weights, batch = os.path.join(out, "weights.safetensors"), os.path.join(out, "batch.safetensors")
+def save_weights(model, out):
+    """DIR/weights.safetensors: the state dict exactly (OIHW convolutions, num_batches_tracked)."""
+    weights = os.path.join(out, "weights.safetensors")
     save_file({k: (v.float() if v.is_floating_point() else v).detach().contiguous().numpy()
                for k, v in model.state_dict().items()}, weights)
-    save_file({"images": images.permute(0, 2, 3, 1).contiguous().numpy(),
-               "labels": labels.numpy().astype(np.int64)}, batch)
-    return weights, batch
+    return weights
 
 
 def write_reference(path, seed):
@@ -226,7 +212,7 @@ def main():
     model = build_full(a.seed)
     print(f"timm nasnetalarge(num_classes=1001): {sum(p.numel() for p in model.parameters())} parameters")
     images, labels = make_batch(a.seed, a.batch, a.size, 1001)
-    weights, _ = save_inputs(model, images, labels, a.out)
+    weights = save_weights(model, a.out)
     lr = 0.015 * a.batch / 16
     exact = torch_losses(build_full(a.seed).double(), images.double(), labels, a.device, 2, lr)
     # The same batch in a.orders orders (as given, reversed, pairs swapped): the loss is the same function of the
@@ -241,7 +227,8 @@ def main():
         t0 = time.time()
         ref = torch_losses(build_full(a.seed), images[idx], labels[idx], a.device, 2, lr)
         torch_s = time.time() - t0
-        got, cmd, engine_s = engine_losses(a.engine, weights, batch, a.device, a.batch)
+        got, cmd, engine_s = engine_losses(a.engine, ["--model", "nasnet_large", "--size", "timm"], weights, batch,
+                                           a.device, a.batch)
         runs.append({"order": idx, "torch": ref, "engine": got, "command": cmd,
                      "rel_err": [abs(g - r) / abs(r) for g, r in zip(got, ref)],
                      "engine_vs_float64": [abs(g - e) / abs(e) for g, e in zip(got, exact)],
