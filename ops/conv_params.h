@@ -32,7 +32,13 @@ struct ConvGeometry {
   // The implicit GEMM's sizes: M = output pixels, N = output channels (per group), K = kh * kw * cin/group.
   int64_t gemm_m() const { return n * ho * wo; }
   int64_t gemm_k() const { return kh * kw * cin_per_group(); }
+  // One filter per channel (groups == Cin == Cout): no reduction over channels (cuda/conv_depthwise.cu).
+  bool depthwise() const { return p.groups > 1 && p.groups == cin && p.groups == cout; }
 };
+
+// The depthwise weight gradient's filter rows per GPU thread (cuda/conv_depthwise.cu says why): all K for 3x3 and
+// 5x5, one for 7x7. Its grid has K / rows blocks per block of channels and split.
+constexpr int depthwise_weight_rows(int64_t k) { return k == 7 ? 1 : int(k); }
 
 // How many pieces the weight gradient's reduction over the N * Ho * Wo output pixels is cut into on the
 // GPU. When it is more than 1 the op allocates an f32 workspace [splits, Cout, KH, KW, Cin / groups] (on
@@ -41,11 +47,12 @@ struct ConvGeometry {
 // (few weight tiles, millions of pixels) need splits to fill the GPU's 132 SMs; late ones do not. Tiles
 // are the GPU kernel's (ops/cuda/conv_igemm_weight.cu): 128 x 128 of dw [Cout/g, KH*KW*Cin/g].
 inline int64_t conv2d_weight_grad_splits(const ConvGeometry& g) {
-  if (g.p.groups > 1 && g.p.groups == g.cin && g.p.groups == g.cout) {
-    // Depthwise (cuda/conv_depthwise.cu): blocks of about 64 channels, about four per multiprocessor, each
-    // split >= 256 output pixels, the f32 workspace at most 8 MiB.
-    const int64_t channel_blocks = (g.cout + 63) / 64;
-    const int64_t wanted = (528 + channel_blocks - 1) / channel_blocks;
+  if (g.depthwise()) {
+    // Depthwise (cuda/conv_depthwise.cu): per split a block per about 64 channels and depthwise_weight_rows
+    // filter rows, about four blocks per multiprocessor in all, each split >= 256 output pixels, the f32
+    // workspace at most 8 MiB.
+    const int64_t blocks = (g.cout + 63) / 64 * (g.kh / depthwise_weight_rows(g.kh));
+    const int64_t wanted = (528 + blocks - 1) / blocks;
     const int64_t most = std::max<int64_t>(1, g.gemm_m() / 256);
     const int64_t room = std::max<int64_t>(1, (int64_t(8) << 20) / (4 * g.cout * g.kh * g.kw));
     return std::max<int64_t>(1, std::min<int64_t>({wanted, most, room, 256}));

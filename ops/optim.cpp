@@ -16,15 +16,15 @@
 
 namespace ops {
 
-
 // ---------------------------------------------------------------------------------------------------
 // Fused update ops: checks, kernel, counters. They allocate nothing.
 
 namespace {
 
-void check_update(const char* op, const ParamUpdate& t, size_t num_slots) {
+void check_update(const char* op, const ParamUpdate& t, const ParamUpdate& first, size_t num_slots) {
   check_floating(op, "param", t.param);
   check_defined(op, "grad", t.grad);
+  check_same_device(op, first.param, t.param);
   ENGINE_CHECK(t.param.is_contiguous(), op, ": the parameter must be contiguous, got shape ",
                engine::shape_str(t.param.shape()), " with strides ", engine::shape_str(t.param.strides()));
   ENGINE_CHECK(t.slots.size() == num_slots, op, ": expected ", num_slots, " state tensors, got ", t.slots.size());
@@ -48,48 +48,60 @@ void check_update(const char* op, const ParamUpdate& t, size_t num_slots) {
 
 // Bytes: param and slots read and written, grad read.
 // With a master: the master and slots (f32) read and written, the grad read and the low copy written.
-void count_update(const char* op, const ParamUpdate& t, double flops_per_element) {
+double update_bytes(const ParamUpdate& t) {
   const double n = double(t.param.numel()), low = double(engine::dtype_size(t.param.dtype()));
   const double state = 2 * double(t.slots.size());
-  engine::count_op(op, flops_per_element * n,
-                   t.master.defined() ? n * (4 * (2 + state) + 2 * low) : n * low * (3 + state));
+  return t.master.defined() ? n * (4 * (2 + state) + 2 * low) : n * low * (3 + state);
+}
+
+// The frame of every update op: checks each parameter, runs the cpu reference one parameter at a time (or the
+// cuda multi-tensor kernel on the whole list) and counts flops_per_element and the bytes.
+void run_update(const char* op, const ParamUpdates& ts, size_t num_slots, double flops_per_element,
+                const std::function<void(const ParamUpdate&)>& cpu, const std::function<void()>& cuda) {
+  OpScope scope(op);
+  if (ts.empty()) return;
+  double elements = 0, bytes = 0;
+  for (const ParamUpdate& t : ts) {
+    check_update(op, t, ts[0], num_slots);
+    elements += double(t.param.numel());
+    bytes += update_bytes(t);
+  }
+  run_kernel(
+      op, ts[0].param,
+      [&] {
+        for (const ParamUpdate& t : ts) cpu(t);
+      },
+      cuda);
+  engine::count_op(op, flops_per_element * elements, bytes);
 }
 
 }  // namespace
 
-void sgd_update(const ParamUpdate& t, const SgdStep& h) {
-  OpScope scope("sgd");
-  check_update("sgd", t, h.momentum != 0 ? 1 : 0);
-  run_kernel("sgd", t.param, [&] { cpu::sgd_update(t, h); }, CUDA_KERNEL(cuda::sgd_update(t, h)));
-  count_update("sgd", t, 6);
+void sgd_update(const ParamUpdates& ts, const SgdStep& h) {
+  run_update(
+      "sgd", ts, h.momentum != 0 ? 1 : 0, 6, [&](const ParamUpdate& t) { cpu::sgd_update(t, h); },
+      CUDA_KERNEL(cuda::sgd_update(ts, h)));
 }
 
-void adam_update(const ParamUpdate& t, const AdamStep& h) {
-  OpScope scope("adam");
-  check_update("adam", t, 2);
-  run_kernel("adam", t.param, [&] { cpu::adam_update(t, h); }, CUDA_KERNEL(cuda::adam_update(t, h)));
-  count_update("adam", t, 12);
+void adam_update(const ParamUpdates& ts, const AdamStep& h) {
+  run_update(
+      "adam", ts, 2, 12, [&](const ParamUpdate& t) { cpu::adam_update(t, h); }, CUDA_KERNEL(cuda::adam_update(ts, h)));
 }
 
-void adamax_update(const ParamUpdate& t, const AdamaxStep& h) {
-  OpScope scope("adamax");
-  check_update("adamax", t, 2);
-  run_kernel("adamax", t.param, [&] { cpu::adamax_update(t, h); }, CUDA_KERNEL(cuda::adamax_update(t, h)));
-  count_update("adamax", t, 10);
+void adamax_update(const ParamUpdates& ts, const AdamaxStep& h) {
+  run_update(
+      "adamax", ts, 2, 10, [&](const ParamUpdate& t) { cpu::adamax_update(t, h); },
+      CUDA_KERNEL(cuda::adamax_update(ts, h)));
 }
 
-void rmsprop_update(const ParamUpdate& t, const RmsPropStep& h) {
-  OpScope scope("rmsprop");
-  check_update("rmsprop", t, 1 + (h.momentum != 0) + h.centered);
-  run_kernel("rmsprop", t.param, [&] { cpu::rmsprop_update(t, h); }, CUDA_KERNEL(cuda::rmsprop_update(t, h)));
-  count_update("rmsprop", t, 10);
+void rmsprop_update(const ParamUpdates& ts, const RmsPropStep& h) {
+  run_update(
+      "rmsprop", ts, 1 + (h.momentum != 0) + h.centered, 10, [&](const ParamUpdate& t) { cpu::rmsprop_update(t, h); },
+      CUDA_KERNEL(cuda::rmsprop_update(ts, h)));
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Gradient clipping
-
-namespace {
-}  // namespace
 
 Tensor squared_norms(const std::vector<Tensor>& xs) {
   OpScope scope("squared_norms");
@@ -108,8 +120,8 @@ Tensor squared_norms(const std::vector<Tensor>& xs) {
   int64_t chunks = 0;
   for (const Tensor& x : xs) chunks += (x.numel() + kNormChunk - 1) / kNormChunk;
   Tensor partials = new_empty(xs[0], {chunks}, engine::DType::f64);
-  run_kernel("squared_norms", out, [&] { cpu::squared_norms(xs, out); },
-             CUDA_KERNEL(cuda::squared_norms(xs, out, partials)));
+  run_kernel(
+      "squared_norms", out, [&] { cpu::squared_norms(xs, out); }, CUDA_KERNEL(cuda::squared_norms(xs, out, partials)));
   engine::count_op("squared_norms", 2 * bytes, bytes + double(out.nbytes()));
   return out;
 }

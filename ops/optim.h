@@ -1,9 +1,11 @@
-// optim.h: the optimizers' fused per-tensor updates (SGD, Adam/AdamW, Adamax, RMSProp) and the global
+// optim.h: the optimizers' fused multi-tensor updates (SGD, Adam/AdamW, Adamax, RMSProp) and the global
 // gradient norm (clipping, fp16's overflow check).
 //
-// Each *_update is one op: one pass over a parameter, its gradient and its slots (and f32 master weight under
-// mixed precision), no temporaries; the cpu kernels in ops/cpu/optim.cpp are the reference, ops/cuda/optim.cu
-// the fast ones. The stateful optimizers that call them, one slot set per parameter, are ops/optimizer.h.
+// Each *_update is one op over a list of parameters that share one set of hyperparameters: one pass over each
+// parameter, its gradient and its slots (and f32 master weight under mixed precision), no temporaries. The cpu
+// kernels in ops/cpu/optim.cpp (one parameter at a time) are the reference; ops/cuda/optim.cu updates up to
+// 48 parameters per kernel launch (a model's thousand small tensors in a few dozen launches, not a thousand).
+// The stateful optimizers that call them, one slot set per parameter, are ops/optimizer.h.
 #pragma once
 #include <functional>
 #include <map>
@@ -19,7 +21,7 @@ using engine::Tensor;
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 // ---------------------------------------------------------------------------------------------------
-// Fused per-tensor updates (the kernels' interface; also used directly by the CUDA tests).
+// Fused updates (the kernels' interface; also used directly by the CUDA tests).
 //
 // ParamUpdate names the tensors one parameter's update touches: all contiguous, one shape, one device.
 // The math runs in acc_t<T> (f32, or f64 for f64 tensors); hyperparameters arrive as doubles.
@@ -33,6 +35,9 @@ struct ParamUpdate {
   Tensor master;              // f32 master weight, or undefined
   double grad_scale = 1;      // the gradient is multiplied by this first (1 / the fp16 loss scale)
 };
+// The parameters one update op touches: any mix of dtypes and master copies, all on one device. Parameters
+// are independent, so the order of the list does not change any result.
+using ParamUpdates = std::vector<ParamUpdate>;
 
 struct SgdStep {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
@@ -55,13 +60,13 @@ struct RmsPropStep {
 };
 
 // slots: SGD {momentum_buffer} when momentum != 0, else {}.
-void sgd_update(const ParamUpdate& t, const SgdStep& h);
+void sgd_update(const ParamUpdates& ts, const SgdStep& h);
 // slots: {exp_avg, exp_avg_sq}.
-void adam_update(const ParamUpdate& t, const AdamStep& h);
+void adam_update(const ParamUpdates& ts, const AdamStep& h);
 // slots: {exp_avg, exp_inf}.
-void adamax_update(const ParamUpdate& t, const AdamaxStep& h);
+void adamax_update(const ParamUpdates& ts, const AdamaxStep& h);
 // slots: {square_avg, [momentum_buffer if momentum != 0], [grad_avg if centered]}.
-void rmsprop_update(const ParamUpdate& t, const RmsPropStep& h);
+void rmsprop_update(const ParamUpdates& ts, const RmsPropStep& h);
 
 // ---------------------------------------------------------------------------------------------------
 // torch.nn.utils.clip_grad_norm_: the L2 norm of all gradients together (undefined grads skipped),

@@ -1,6 +1,7 @@
 // optimizer.cpp: the optimizer bookkeeping: lazy state, step counts, master weights, checkpoints.
 #include "ops/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -17,8 +18,11 @@ namespace ops {
 
 Optimizer::Optimizer(const char* name, const NamedTensors& params, double lr, double weight_decay,
                      std::vector<std::string> slot_names, std::vector<double> slot_initial_values)
-    : name_(name), slot_names_(std::move(slot_names)), slot_initial_values_(std::move(slot_initial_values)),
-      lr_(lr), weight_decay_(weight_decay) {
+    : name_(name),
+      slot_names_(std::move(slot_names)),
+      slot_initial_values_(std::move(slot_initial_values)),
+      lr_(lr),
+      weight_decay_(weight_decay) {
   std::set<std::string> seen;
   for (const auto& [n, p] : params) {
     ENGINE_CHECK(p.defined(), name_, ": parameter '", n, "' is undefined");
@@ -67,22 +71,40 @@ void Optimizer::allocate_slots(Entry& e) const {
   OpScope op(name_);
   e.slots.clear();
   for (double init : slot_initial_values_)
-    e.slots.push_back(full(e.param.shape(), init, e.master.defined() ? e.master.dtype() : e.param.dtype(),
-                           e.param.device_ptr()));
+    e.slots.push_back(
+        full(e.param.shape(), init, e.master.defined() ? e.master.dtype() : e.param.dtype(), e.param.device_ptr()));
 }
 
 void Optimizer::step() {
   graph::NoGrad no_grad;
   engine::PhaseScope phase(engine::Phase::optimizer);
+  // Parameters grouped by their hyperparameters (weight decay, step count), in order of first appearance; each
+  // group is one update op. A gradient that is not contiguous is copied and that parameter updated at once, so
+  // the copy is freed before the next parameter's slots are allocated: the arena's layout is the same as with
+  // one update per parameter.
+  struct Group {
+    double weight_decay;
+    int64_t steps;
+    ParamUpdates updates;
+  };
+  std::vector<Group> groups;
   for (Entry& e : entries_) {
     Tensor g = e.param.grad();
     if (!g.defined()) continue;
     if (e.slots.size() != slot_names_.size()) allocate_slots(e);
     e.steps++;
-    engine::MemoryScope owner(e.name);
-    update(ParamUpdate{e.param, contiguous(g), e.slots, e.master, grad_scale_}, e.decay ? weight_decay_ : 0.0,
-           e.steps);
+    const double weight_decay = e.decay ? weight_decay_ : 0.0;
+    if (!g.is_contiguous()) {
+      engine::MemoryScope owner(e.name);
+      update({ParamUpdate{e.param, contiguous(g), e.slots, e.master, grad_scale_}}, weight_decay, e.steps);
+      continue;
+    }
+    auto group = std::find_if(groups.begin(), groups.end(),
+                              [&](const Group& gr) { return gr.weight_decay == weight_decay && gr.steps == e.steps; });
+    if (group == groups.end()) group = groups.insert(groups.end(), Group{weight_decay, e.steps, {}});
+    group->updates.push_back(ParamUpdate{e.param, g, e.slots, e.master, grad_scale_});
   }
+  for (const Group& group : groups) update(group.updates, group.weight_decay, group.steps);
   step_count_++;
 }
 
@@ -151,7 +173,8 @@ void Optimizer::load_state(const std::map<std::string, Tensor>& tensors,
     const DType state_dtype = e.master.defined() ? DType::f32 : e.param.dtype();
     auto master = tensors.find(e.name + ".master");
     if (e.master.defined()) {
-      ENGINE_CHECK(master != tensors.end(), name_, ": load_state: '", e.name, ".master' is missing: this run keeps "
+      ENGINE_CHECK(master != tensors.end(), name_, ": load_state: '", e.name,
+                   ".master' is missing: this run keeps "
                    "f32 master weights (mixed precision) but the state was saved without them (resume with the "
                    "--precision it was saved with)");
       ENGINE_CHECK(master->second.shape() == e.param.shape() && master->second.dtype() == DType::f32 &&
@@ -174,8 +197,8 @@ void Optimizer::load_state(const std::map<std::string, Tensor>& tensors,
       }
       ENGINE_CHECK(it != tensors.end(), name_, ": load_state: missing state tensor '", key, "'");
       const Tensor& t = it->second;
-      ENGINE_CHECK(t.shape() == e.param.shape() && t.dtype() == state_dtype, name_, ": load_state: '", key,
-                   "' is ", engine::dtype_name(t.dtype()), " ", engine::shape_str(t.shape()), ", expected ",
+      ENGINE_CHECK(t.shape() == e.param.shape() && t.dtype() == state_dtype, name_, ": load_state: '", key, "' is ",
+                   engine::dtype_name(t.dtype()), " ", engine::shape_str(t.shape()), ", expected ",
                    engine::dtype_name(state_dtype), " ", engine::shape_str(e.param.shape()));
       ENGINE_CHECK(t.device_ptr() == e.param.device_ptr(), name_, ": load_state: '", key, "' is on device ",
                    t.device().name(), ", not on the parameter's device (load the file onto that device)");
@@ -227,22 +250,23 @@ Sgd::Sgd(const NamedTensors& params, const SgdOptions& o)
                "sgd: nesterov needs momentum > 0 and dampening 0 (as in PyTorch)");
 }
 
-void Sgd::update(const ParamUpdate& t, double weight_decay, int64_t step) {
-  sgd_update(t, SgdStep{lr(), o_.momentum, o_.dampening, weight_decay, o_.nesterov, step == 1});
+void Sgd::update(const ParamUpdates& ts, double weight_decay, int64_t step) {
+  sgd_update(ts, SgdStep{lr(), o_.momentum, o_.dampening, weight_decay, o_.nesterov, step == 1});
 }
 
 Adam::Adam(const NamedTensors& params, const AdamOptions& o) : Adam("adam", params, o, false) {}
 
 Adam::Adam(const char* name, const NamedTensors& params, const AdamOptions& o, bool decoupled)
-    : Optimizer(name, params, o.lr, o.weight_decay, {"exp_avg", "exp_avg_sq"}, {0.0, 0.0}), o_(o),
+    : Optimizer(name, params, o.lr, o.weight_decay, {"exp_avg", "exp_avg_sq"}, {0.0, 0.0}),
+      o_(o),
       decoupled_(decoupled) {
   check_options(name, o.lr, o.weight_decay, o.eps);
   check_beta(name, "beta1", o.beta1);
   check_beta(name, "beta2", o.beta2);
 }
 
-void Adam::update(const ParamUpdate& t, double weight_decay, int64_t step) {
-  adam_update(t, AdamStep{lr(), o_.beta1, o_.beta2, o_.eps, weight_decay, decoupled_, step});
+void Adam::update(const ParamUpdates& ts, double weight_decay, int64_t step) {
+  adam_update(ts, AdamStep{lr(), o_.beta1, o_.beta2, o_.eps, weight_decay, decoupled_, step});
 }
 
 AdamW::AdamW(const NamedTensors& params, const AdamOptions& o) : Adam("adamw", params, o, true) {}
@@ -254,8 +278,8 @@ Adamax::Adamax(const NamedTensors& params, const AdamaxOptions& o)
   check_beta("adamax", "beta2", o.beta2);
 }
 
-void Adamax::update(const ParamUpdate& t, double weight_decay, int64_t step) {
-  adamax_update(t, AdamaxStep{lr(), o_.beta1, o_.beta2, o_.eps, weight_decay, step});
+void Adamax::update(const ParamUpdates& ts, double weight_decay, int64_t step) {
+  adamax_update(ts, AdamaxStep{lr(), o_.beta1, o_.beta2, o_.eps, weight_decay, step});
 }
 
 RmsProp::RmsProp(const NamedTensors& params, const RmsPropOptions& o)
@@ -272,8 +296,8 @@ RmsProp::RmsProp(const NamedTensors& params, const RmsPropOptions& o)
   ENGINE_CHECK(o.momentum >= 0, "rmsprop: momentum must be >= 0, got ", o.momentum);
 }
 
-void RmsProp::update(const ParamUpdate& t, double weight_decay, int64_t) {
-  rmsprop_update(t, RmsPropStep{lr(), o_.alpha, o_.eps, weight_decay, o_.momentum, o_.centered, o_.tf_style});
+void RmsProp::update(const ParamUpdates& ts, double weight_decay, int64_t) {
+  rmsprop_update(ts, RmsPropStep{lr(), o_.alpha, o_.eps, weight_decay, o_.momentum, o_.centered, o_.tf_style});
 }
 
 }  // namespace ops

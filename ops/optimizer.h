@@ -8,9 +8,10 @@
 // PhaseScope(optimizer), owned by "<param name>/<optimizer>"; so the ledger shows optimizer state appear
 // after the first step (Adam: 2 x the parameter bytes), which is why a max-batch probe runs until every parameter has
 // been updated (tools/max_batch.h).
-// Updates run under graph::NoGrad as one fused op per parameter (ops/optim.h): one pass over param, grad
-// and slots, no temporaries. Parameters whose grad is undefined are skipped (their slots and
-// step count do not move), as in PyTorch.
+// Updates run under graph::NoGrad as fused multi-tensor ops (ops/optim.h): one op per set of parameters that
+// share their hyperparameters (weight decay on or off, step count), one pass over each param, grad and slots,
+// no temporaries. Parameters whose grad is undefined are skipped (their slots and step count do not move), as
+// in PyTorch.
 //
 // Checkpoints: state() gives the slots as named tensors ("encoder.x.weight.exp_avg") plus string
 // metadata (optimizer name, step counts): exactly what engine/safetensors.h stores, so
@@ -81,8 +82,8 @@ class Optimizer {
  protected:
   Optimizer(const char* name, const NamedTensors& params, double lr, double weight_decay,
             std::vector<std::string> slot_names, std::vector<double> slot_initial_values);
-  // One parameter's update; `step` counts this parameter's updates including this one.
-  virtual void update(const ParamUpdate& t, double weight_decay, int64_t step) = 0;
+  // The update of parameters that share `weight_decay` and `step` (their updates so far, this one included).
+  virtual void update(const ParamUpdates& ts, double weight_decay, int64_t step) = 0;
 
  private:
   struct Entry {
@@ -118,7 +119,7 @@ class Sgd : public Optimizer {
  public:
   Sgd(const NamedTensors& params, const SgdOptions& o);
  private:
-  void update(const ParamUpdate& t, double weight_decay, int64_t step) override;
+  void update(const ParamUpdates& ts, double weight_decay, int64_t step) override;
   SgdOptions o_;
 };
 
@@ -135,7 +136,7 @@ class Adam : public Optimizer {
  protected:
   Adam(const char* name, const NamedTensors& params, const AdamOptions& o, bool decoupled);
  private:
-  void update(const ParamUpdate& t, double weight_decay, int64_t step) override;
+  void update(const ParamUpdates& ts, double weight_decay, int64_t step) override;
   AdamOptions o_;
   bool decoupled_;
 };
@@ -154,7 +155,7 @@ class Adamax : public Optimizer {
  public:
   Adamax(const NamedTensors& params, const AdamaxOptions& o);
  private:
-  void update(const ParamUpdate& t, double weight_decay, int64_t step) override;
+  void update(const ParamUpdates& ts, double weight_decay, int64_t step) override;
   AdamaxOptions o_;
 };
 
@@ -176,7 +177,7 @@ class RmsProp : public Optimizer {
  public:
   RmsProp(const NamedTensors& params, const RmsPropOptions& o);
  private:
-  void update(const ParamUpdate& t, double weight_decay, int64_t step) override;
+  void update(const ParamUpdates& ts, double weight_decay, int64_t step) override;
   RmsPropOptions o_;
 };
 

@@ -35,8 +35,6 @@ bool is_gemm(const ConvGeometry& g) {
          g.p.groups == 1;
 }
 
-bool is_depthwise(const ConvGeometry& g) { return g.p.groups > 1 && g.p.groups == g.cin && g.p.groups == g.cout; }
-
 bool igemm_dtype(DType t) { return t == DType::bf16 || t == DType::f16; }
 
 // The implicit GEMMs index with 32-bit offsets.
@@ -72,7 +70,7 @@ Tensor matrix(const Tensor& t, int64_t rows, int64_t cols, int64_t row_stride, i
 
 const char* conv2d_path(ConvPass pass, const ConvGeometry& g, DType dtype) {
   if (is_gemm(g)) return "gemm";
-  if (is_depthwise(g)) return "depthwise";
+  if (g.depthwise()) return "depthwise";
   // Tensor cores copy Cout/g channels (the forward's epilogue, the weight gradient's dy rows) 16 bytes at a
   // time (8 bf16/f16, 4 f32), Cin/g channels too except in the gathering variants (forward and weight
   // gradient: the 3-channel stem). f32 goes there only with TF32 allowed (--precision tf32).

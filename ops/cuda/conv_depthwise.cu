@@ -132,15 +132,20 @@ __global__ void __launch_bounds__(32 * kPixelLanes)
 //   data     the strip is kStrip pixels of one phase (wx = phase + S * (q0 + j)): every pixel of the strip
 //            takes the same taps, and their dy pixels are consecutive, so one dy row segment of
 //            kStrip + ceil(K / S) - 1 pixels per filter row serves all of them.
-//   weight   each thread keeps the K * K * V sums of its channels in registers and walks its share of the
-//            strips (dy strip loaded once, x row segments as in the forward); the block's pixel rows meet in
-//            shared memory and are added in order; split s of the output pixels writes ws[s] (f32), and
-//            weight_grad_finalize adds the splits in order. Deterministic: no atomics.
+//   weight   a block takes R filter rows (all K for 3x3 / 5x5, one for 7x7: depthwise_weight_rows): each thread keeps
+//            their R * K * V sums in registers and walks its share of the strips (per strip the dy strip once,
+//            the x row segments as in the forward); the block's pixel rows meet in shared memory and are added
+//            in order; split s of the output pixels writes ws[s] (f32), and weight_grad_finalize adds the
+//            splits in order. Deterministic: no atomics.
 constexpr int kStrip = 4;  // outputs per thread along W
 constexpr int kTiledThreads = 256;
-// The weight gradient's channels per thread: its K * K * V sums stay in registers without spilling, at two
-// blocks of 256 threads per multiprocessor (<= 128 registers) for 3x3 and 5x5, one for 7x7.
-constexpr int weight_vector_cap(int k) { return k == 3 ? 4 : 2; }
+// The weight gradient's filter rows per thread, R = depthwise_weight_rows(K) (ops/conv_params.h, which the split
+// count reads too): a thread keeps R * K * V sums in registers. All K rows for 3x3 and 5x5 (each dy strip then
+// serves every tap); one row for 7x7, whose 49 * V sums would hold the kernel to one block per multiprocessor
+// (one row: 7x7 s2 on 96 channels at 165^2, bf16, 0.75 -> 0.48 ms; one row for 3x3 and 5x5 measured slower:
+// their dy strips are then loaded K times).
+// Its channels per thread, V: 4 for 3x3 (9 * 4 sums) and for 7x7 (one row: 7 * 4), 2 for 5x5 (25 * 2).
+constexpr int weight_vector_cap(int k) { return k == 5 ? 2 : 4; }
 // The weight gradient's strip: 8 outputs for 5x5 and 7x7 at stride 1 (each x row segment then serves 8 dy
 // pixels; measured faster on NASNet's shapes), else 4 (stride 2's segments are twice as long; 3x3 keeps 4
 // channels per thread in registers).
@@ -185,6 +190,18 @@ __device__ __forceinline__ void load_segment(const T* __restrict__ row, int star
   }
 }
 
+// Where strip `strip` of `len` output pixels along W lies: image n, output row ho, first column wo0 (rows of
+// ceil(wo / len) strips).
+struct StripPosition {
+  int64_t n;
+  int ho, wo0;
+};
+__device__ __forceinline__ StripPosition strip_position(int64_t strip, int wo, int len, int ho_count) {
+  const int per_row = (wo + len - 1) / len;
+  const int64_t q = strip / per_row;
+  return {q / ho_count, int(q % ho_count), int(strip % per_row) * len};
+}
+
 // grid (strip blocks, ceil(C / (V * blockDim.x))), block (lanes, kTiledThreads / lanes); each block loads its
 // channels' filter once and walks strips blockIdx.x * blockDim.y + threadIdx.y, + gridDim.x * blockDim.y, ...
 template <typename T, int K, int S, int V>
@@ -197,13 +214,11 @@ __global__ void __launch_bounds__(kTiledThreads)
   load_filter<T, K>(w, C, c0, width, filter);
   const int c = c0 + threadIdx.x * V;
   if (c >= C) return;
-  const int per_row = (d.wo + kStrip - 1) / kStrip;
   for (int64_t strip = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; strip < strips;
        strip += int64_t(gridDim.x) * blockDim.y) {
-    const int wo0 = int(strip % per_row) * kStrip;
-    const int64_t q = strip / per_row;
-    const int ho = int(q % d.ho);
-    const int64_t n = q / d.ho;
+    const StripPosition at = strip_position(strip, d.wo, kStrip, d.ho);
+    const int64_t n = at.n;
+    const int ho = at.ho, wo0 = at.wo0;
     float acc[kStrip][V] = {};
 #pragma unroll
     for (int kh = 0; kh < K; kh++) {
@@ -288,46 +303,45 @@ __global__ void __launch_bounds__(kTiledThreads)
   }
 }
 
-// grid (ceil(C / (V * blockDim.x)), splits), block (lanes, kTiledThreads / lanes). Split s walks strips
-// [s * per_split, (s + 1) * per_split), its pixel rows taking every blockDim.y-th strip.
+// grid (ceil(C / (V * blockDim.x)), splits, K / R), block (lanes, kTiledThreads / lanes): a thread keeps the
+// K * V sums of filter rows [blockIdx.z * R, + R) in registers. Split s walks strips [s * per_split,
+// (s + 1) * per_split), its pixel rows taking every blockDim.y-th strip.
 // out: dw (T) when splits == 1, else ws + split * C * K * K (f32); element (c, tap) at c * K * K + tap.
 template <typename T, int K, int S, int V, typename Out>
-__global__ void __launch_bounds__(kTiledThreads, K == 7 ? 1 : 2)
+__global__ void __launch_bounds__(kTiledThreads, 2)
     depthwise_weight_tiled(const Dims d, const T* __restrict__ x, const T* __restrict__ dy, Out* __restrict__ out,
                            int64_t strips, int64_t per_split) {
   extern __shared__ float partial[];  // [blockDim.y][blockDim.x * V]
-  constexpr int TW = weight_strip(K, S), L = (TW - 1) * S + K;
-  const int C = d.cin, width = blockDim.x * V;
+  constexpr int R = depthwise_weight_rows(K), TW = weight_strip(K, S), L = (TW - 1) * S + K;
+  const int C = d.cin, width = blockDim.x * V, kh0 = blockIdx.z * R;
   const int c = blockIdx.x * width + threadIdx.x * V;
   const int64_t begin = blockIdx.y * per_split, end = min(strips, begin + per_split);
-  const int per_row = (d.wo + TW - 1) / TW;
-  float acc[K * K][V] = {};
+  float acc[R * K][V] = {};
   if (c < C) {
     for (int64_t strip = begin + threadIdx.y; strip < end; strip += blockDim.y) {
-      const int wo0 = int(strip % per_row) * TW;
-      const int64_t q = strip / per_row;
-      const int ho = int(q % d.ho);
-      const int64_t n = q / d.ho;
+      const StripPosition at = strip_position(strip, d.wo, TW, d.ho);
+      const int hi0 = at.ho * S - d.ph + kh0;
+      if (hi0 + R <= 0 || hi0 >= d.h) continue;  // none of the rows is inside the image
       float g[TW][V];
-      load_segment(dy + (n * d.ho + ho) * d.wo * C + c, wo0, d.wo, C, g);
+      load_segment(dy + (at.n * d.ho + at.ho) * d.wo * C + c, at.wo0, d.wo, C, g);
 #pragma unroll
-      for (int kh = 0; kh < K; kh++) {
-        const int hi = ho * S - d.ph + kh;
+      for (int r = 0; r < R; r++) {
+        const int hi = hi0 + r;
         if (hi < 0 || hi >= d.h) continue;
         float seg[L][V];
-        load_segment(x + (n * d.h + hi) * d.w * C + c, wo0 * S - d.pw, d.w, C, seg);
+        load_segment(x + (at.n * d.h + hi) * d.w * C + c, at.wo0 * S - d.pw, d.w, C, seg);
 #pragma unroll
         for (int kw = 0; kw < K; kw++)
 #pragma unroll
           for (int j = 0; j < TW; j++)
 #pragma unroll
-            for (int v = 0; v < V; v++) acc[kh * K + kw][v] += g[j][v] * seg[j * S + kw][v];
+            for (int v = 0; v < V; v++) acc[r * K + kw][v] += g[j][v] * seg[j * S + kw][v];
       }
     }
   }
-  Out* o = out + int64_t(blockIdx.y) * C * K * K;
+  Out* o = out + int64_t(blockIdx.y) * C * K * K + kh0 * K;
 #pragma unroll
-  for (int tap = 0; tap < K * K; tap++) {
+  for (int tap = 0; tap < R * K; tap++) {
 #pragma unroll
     for (int v = 0; v < V; v++) partial[threadIdx.y * width + threadIdx.x * V + v] = acc[tap][v];
     __syncthreads();
@@ -349,13 +363,8 @@ int tiled_vector(const Dims& d, engine::DType t, std::initializer_list<const voi
   if (t != engine::DType::f32 && t != engine::DType::bf16 && t != engine::DType::f16) return 0;
   if (d.kh != d.kw || (d.kh != 3 && d.kh != 5 && d.kh != 7) || d.sh != d.sw || (d.sh != 1 && d.sh != 2)) return 0;
   if (d.dh != 1 || d.dw != 1 || d.ph < 0 || d.pw < 0) return 0;
-  const size_t elem = engine::dtype_size(t);
-  for (int v = most; v >= 2; v /= 2) {
-    bool ok = d.cin % v == 0;
-    for (const void* p : ptrs) ok = ok && (reinterpret_cast<uintptr_t>(p) % (elem * v)) == 0;
-    if (ok) return v;
-  }
-  return 0;
+  const int v = channel_vector(d.cin, engine::dtype_size(t), most, ptrs);
+  return v >= 2 ? v : 0;
 }
 
 // Calls f(K, S, V) with each as a std::integral_constant, for K in {3, 5, 7}, S in {1, 2}, V in {2, 4}.
@@ -455,7 +464,9 @@ void depthwise_weight(const Dims& d, engine::DType t, const void* x, const void*
     const int64_t strips = int64_t(d.n) * d.ho * ((d.wo + tw - 1) / tw);
     const int64_t per_split = std::max<int64_t>(1, (strips + splits - 1) / splits);
     const int lanes = lanes_for(d.cin / v), rows = kTiledThreads / lanes, width = lanes * v;
-    const dim3 grid(unsigned((d.cin + width - 1) / width), unsigned(splits)), block(lanes, rows);
+    const dim3 grid(unsigned((d.cin + width - 1) / width), unsigned(splits),
+                    unsigned(d.kh / depthwise_weight_rows(d.kh)));
+    const dim3 block(lanes, rows);
     const size_t shared = size_t(rows) * width * sizeof(float);
     ENGINE_CUDA_FLOAT_SWITCH(t, T, {
       if constexpr (!std::is_same_v<T, double>) {

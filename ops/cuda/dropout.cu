@@ -153,7 +153,6 @@ void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Te
   if (x.numel() == 0) return;
   if (group > 1) return drop_path(x, p, seed, offset, out, group);
   const int64_t n = x.numel();
-  if (n == 0) return;
   cudaStream_t stream = engine::cuda::stream();
   ENGINE_CUDA_FLOAT_SWITCH(x.dtype(), T, {
     using A = acc_t<T>;

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include "engine/cuda/runtime.h"
@@ -66,6 +67,16 @@ template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Vec { T v[VEC]; }
 template <typename T> constexpr int vec16() { return int(16 / sizeof(T)); }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+// The widest vector of v elements of `elem` bytes, v a power of two <= most, that divides the channel count C
+// and to which every pointer (nullptr: absent, ignored) is aligned; 1 when none wider does.
+inline int channel_vector(int64_t C, size_t elem, int most, std::initializer_list<const void*> ptrs) {
+  for (int v = most; v >= 2; v /= 2) {
+    bool ok = C % v == 0;
+    for (const void* p : ptrs) ok = ok && reinterpret_cast<uintptr_t>(p) % (elem * size_t(v)) == 0;
+    if (ok) return v;
+  }
+  return 1;
+}
 
 // An optional operand (a norm's weight or bias, a loss's class weights): its data, or null when absent; the
 // stride of a 1-D one (0 when absent); and on the device, element i as A, or `fill` when the pointer is null.
@@ -92,6 +103,27 @@ __device__ __forceinline__ void store_vec(T* p, const A (&in)[VEC]) {
 #pragma unroll
   for (int k = 0; k < VEC; k++) v.v[k] = from_acc<T>(in[k]);
   *reinterpret_cast<Vec<T, VEC>*>(p) = v;
+}
+
+// Calls f(std::integral_constant<int, VEC>) with the widest VEC in {8, 4, 2, 1} (at most one 16-byte vector of
+// T) that divides the channel count C and to which every pointer is aligned: kernels over NHWC tensors that
+// take VEC consecutive channels per thread.
+template <typename T, typename F>
+void with_channel_vector(int64_t C, std::initializer_list<const void*> ptrs, F&& f) {
+  switch (channel_vector(C, sizeof(T), vec16<T>() < 8 ? vec16<T>() : 8, ptrs)) {
+    case 8:
+      f(std::integral_constant<int, 8>());
+      break;
+    case 4:
+      f(std::integral_constant<int, 4>());
+      break;
+    case 2:
+      f(std::integral_constant<int, 2>());
+      break;
+    default:
+      f(std::integral_constant<int, 1>());
+      break;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -7,12 +7,12 @@
 
 namespace ops::cuda {
 
-// One fused pass over the parameter, its gradient and its slots (all contiguous, one dtype); the math
-// of ops/cpu/optim.cpp line for line, in acc_t (f32; f64 for f64).
-void sgd_update(const ParamUpdate& t, const SgdStep& h);
-void adam_update(const ParamUpdate& t, const AdamStep& h);
-void adamax_update(const ParamUpdate& t, const AdamaxStep& h);
-void rmsprop_update(const ParamUpdate& t, const RmsPropStep& h);
+// One fused pass over each parameter, its gradient and its slots (all contiguous), up to 48 parameters per
+// kernel launch; the math of ops/cpu/optim.cpp line for line, in acc_t (f32; f64 for f64).
+void sgd_update(const ParamUpdates& ts, const SgdStep& h);
+void adam_update(const ParamUpdates& ts, const AdamStep& h);
+void adamax_update(const ParamUpdates& ts, const AdamaxStep& h);
+void rmsprop_update(const ParamUpdates& ts, const RmsPropStep& h);
 
 // out[i] = sum of xs[i]^2 in f64 (out: [n] f64; xs contiguous, any floating dtypes). Deterministic two
 // stages: each chunk of 65536 elements of a tensor (the CPU's chunk) is one block, whose f64 sum goes to

@@ -139,26 +139,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Calls f(std::integral_constant<int, VEC>) with the widest VEC in {8, 4, 2, 1} (at most one 16-byte vector of
-// T) that divides C and to which every pointer is aligned.
-template <typename T, typename F>
-void with_channel_vector(int64_t C, std::initializer_list<const void*> ptrs, F&& f) {
-  auto fits = [&](int v) {
-    if (v * sizeof(T) > 16 || C % v != 0) return false;
-    for (const void* p : ptrs)
-      if (reinterpret_cast<uintptr_t>(p) % (v * sizeof(T)) != 0) return false;
-    return true;
-  };
-  if (fits(8))
-    f(std::integral_constant<int, 8>());
-  else if (fits(4))
-    f(std::integral_constant<int, 4>());
-  else if (fits(2))
-    f(std::integral_constant<int, 2>());
-  else
-    f(std::integral_constant<int, 1>());
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------

@@ -80,15 +80,15 @@ TEST(Precision, MasterWeightUpdateIsTheF32UpdateOfTheMaster) {
       h.weight_decay = 0.01;
       h.decoupled_weight_decay = true;
       h.step = step;
-      ops::adam_update(ops::ParamUpdate{param, grad, slots, master, 0.25}, h);
-      ops::adam_update(ops::ParamUpdate{ref, ref_grad, ref_slots}, h);
+      ops::adam_update({ops::ParamUpdate{param, grad, slots, master, 0.25}}, h);
+      ops::adam_update({ops::ParamUpdate{ref, ref_grad, ref_slots, Tensor()}}, h);
     }
     EXPECT_EQ(bits(master), bits(ref)) << engine::dtype_name(low);
     EXPECT_EQ(bits(slots[1]), bits(ref_slots[1])) << engine::dtype_name(low);
     EXPECT_EQ(bits(param), bits(ops::to(ref, low))) << "the weight is the master rounded to nearest even";
     // A master of the wrong dtype is refused with a message that says what is expected.
     try {
-      ops::adam_update(ops::ParamUpdate{param, grad, ref_slots, param}, ops::AdamStep{});
+      ops::adam_update({ops::ParamUpdate{param, grad, ref_slots, param}}, ops::AdamStep{});
       FAIL();
     } catch (const engine::Error& e) {
       EXPECT_NE(std::string(e.what()).find("master weight must be f32"), std::string::npos) << e.what();

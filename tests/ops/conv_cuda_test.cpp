@@ -438,14 +438,7 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
       Tensor y = poisoned(dy.shape(), t), dx = poisoned(x.shape(), t), dw = poisoned(w.shape(), t);
       const int64_t splits = ops::conv2d_weight_grad_splits(g);
       Tensor ws = splits > 1 ? poisoned({splits, g.cout, g.kh, g.kw, g.cin_per_group()}, DType::f32) : Tensor();
-      auto time = [&](const std::function<void()>& fn) {
-        return testutil::median_ms(
-                   [&] {
-                     for (int i = 0; i < calls; i++) fn();
-                   },
-                   reps) /
-               calls;
-      };
+      auto time = [&](const std::function<void()>& fn) { return testutil::median_ms_per_call(fn, calls, reps); };
       const double f = time([&] { ops::cuda::conv2d_forward(x, w, Tensor(), y, g); });
       const double d = time([&] { ops::cuda::conv2d_backward_data(dy, w, dx, g); });
       const double wt = time([&] { ops::cuda::conv2d_backward_weight(x, dy, dw, ws, g); });
@@ -502,14 +495,7 @@ TEST(ConvCudaPerf, DISABLED_Depthwise) {
       Tensor y = poisoned(dy.shape(), t), dx = poisoned(x.shape(), t), dwt = poisoned(w.shape(), t);
       const int64_t splits = ops::conv2d_weight_grad_splits(g);
       Tensor ws = splits > 1 ? poisoned({splits, g.cout, g.kh, g.kw, 1}, DType::f32) : Tensor();
-      auto time = [&](const std::function<void()>& fn) {
-        return testutil::median_ms(
-                   [&] {
-                     for (int i = 0; i < 10; i++) fn();
-                   },
-                   7) /
-               10;
-      };
+      auto time = [&](const std::function<void()>& fn) { return testutil::median_ms_per_call(fn, 10); };
       const double f = time([&] { ops::cuda::conv2d_forward(x, w, Tensor(), y, g); });
       const double d = time([&] { ops::cuda::conv2d_backward_data(dy, w, dx, g); });
       const double wt = time([&] { ops::cuda::conv2d_backward_weight(x, dy, dwt, ws, g); });

@@ -50,17 +50,19 @@ Tolerance update_tolerance(DType dt) {
 
 using Range = std::pair<double, double>;
 
-// Runs `update(ParamUpdate, step)` for 3 steps on cpu tensors and on cuda copies; compares param and slots.
+// Runs `update(ParamUpdates, step)` for 3 steps on cpu tensors and on cuda copies, one list of every layout
+// (one kernel launch on cuda: aligned and misaligned parameters side by side); compares params and slots.
 // Slot k starts uniform in slot_ranges[k]: realistic states (second moments positive and, for centered
 // RMSProp, above the squared mean, so that no result hangs on a cancellation).
 void expect_update_matches(const std::string& what, DType dt, const std::vector<Range>& slot_ranges,
-                           const std::function<void(const ops::ParamUpdate&, int)>& update) {
+                           const std::function<void(const ops::ParamUpdates&, int)>& update) {
   const size_t num_slots = slot_ranges.size();
+  ops::ParamUpdates cpu, gpu;
   for (const Layout& l : kLayouts) {
-    ops::ParamUpdate cpu{make(l, dt, -1, 1), make(l, dt, -1, 1), {}};
-    for (const Range& r : slot_ranges) cpu.slots.push_back(make(l, dt, r.first, r.second));
-    ops::ParamUpdate gpu{to_cuda(cpu.param), to_cuda(cpu.grad), {}};
-    for (const Tensor& s : cpu.slots) gpu.slots.push_back(to_cuda(s));
+    ops::ParamUpdate c{make(l, dt, -1, 1), make(l, dt, -1, 1), {}, Tensor()};
+    for (const Range& r : slot_ranges) c.slots.push_back(make(l, dt, r.first, r.second));
+    ops::ParamUpdate g{to_cuda(c.param), to_cuda(c.grad), {}, Tensor()};
+    for (const Tensor& s : c.slots) g.slots.push_back(to_cuda(s));
     if (l.misalign) {  // re-create the misaligned views on the GPU
       auto shifted = [](const Tensor& t) {
         Tensor big = to_cuda(ops::zeros({t.numel() + 1}, t.dtype()));
@@ -69,35 +71,38 @@ void expect_update_matches(const std::string& what, DType dt, const std::vector<
         ops::copy_(v, to_cuda(t));
         return v;
       };
-      gpu.param = shifted(cpu.param);
-      gpu.grad = shifted(cpu.grad);
-      for (size_t k = 0; k < gpu.slots.size(); k++) gpu.slots[k] = shifted(cpu.slots[k]);
+      g.param = shifted(c.param);
+      g.grad = shifted(c.grad);
+      for (size_t k = 0; k < g.slots.size(); k++) g.slots[k] = shifted(c.slots[k]);
     }
-    for (int step = 1; step <= 3; step++) {
-      update(cpu, step);
-      {
-        engine::DeviceGuard guard(testutil::cuda_device());
-        update(gpu, step);
-      }
-      std::string at = engine::str(what, " ", engine::dtype_name(dt), " ", l.name, " step ", step);
-      testutil::expect_close(at + ": param", cpu.param, gpu.param, update_tolerance(dt));
+    cpu.push_back(c);
+    gpu.push_back(g);
+  }
+  for (int step = 1; step <= 3; step++) {
+    update(cpu, step);
+    {
+      engine::DeviceGuard guard(testutil::cuda_device());
+      update(gpu, step);
+    }
+    for (size_t i = 0; i < cpu.size(); i++) {
+      std::string at = engine::str(what, " ", engine::dtype_name(dt), " ", kLayouts[i].name, " step ", step);
+      testutil::expect_close(at + ": param", cpu[i].param, gpu[i].param, update_tolerance(dt));
       for (size_t k = 0; k < num_slots; k++)
-        testutil::expect_close(engine::str(at, ": slot ", k), cpu.slots[k], gpu.slots[k], update_tolerance(dt));
+        testutil::expect_close(engine::str(at, ": slot ", k), cpu[i].slots[k], gpu[i].slots[k], update_tolerance(dt));
     }
   }
 }
 
 const DType kDtypes[] = {DType::f32, DType::f64, DType::bf16};
 
-
 }  // namespace
 
 TEST(OptimCuda, SgdMatchesCpu) {
   for (DType dt : kDtypes) {
-    expect_update_matches("sgd plain", dt, {}, [](const ops::ParamUpdate& t, int) { ops::sgd_update(t, {0.1}); });
+    expect_update_matches("sgd plain", dt, {}, [](const ops::ParamUpdates& t, int) { ops::sgd_update(t, {0.1}); });
     for (bool nesterov : {false, true}) {
       expect_update_matches(nesterov ? "sgd nesterov" : "sgd momentum+dampening+wd", dt, {{-0.5, 0.5}},
-                            [nesterov](const ops::ParamUpdate& t, int step) {
+                            [nesterov](const ops::ParamUpdates& t, int step) {
                               ops::SgdStep h{0.05 * step, 0.9, nesterov ? 0.0 : 0.1, 0.01, nesterov, step == 1};
                               ops::sgd_update(t, h);
                             });
@@ -109,7 +114,7 @@ TEST(OptimCuda, AdamAndAdamWMatchCpu) {
   for (DType dt : kDtypes) {
     for (bool decoupled : {false, true}) {
       expect_update_matches(decoupled ? "adamw" : "adam l2", dt, {{-0.5, 0.5}, {0, 0.5}},
-                            [decoupled](const ops::ParamUpdate& t, int step) {
+                            [decoupled](const ops::ParamUpdates& t, int step) {
                               ops::AdamStep h;
                               h.lr = 1e-3 * step;
                               h.weight_decay = 0.01;
@@ -123,7 +128,7 @@ TEST(OptimCuda, AdamAndAdamWMatchCpu) {
 
 TEST(OptimCuda, AdamaxMatchesCpu) {
   for (DType dt : kDtypes)
-    expect_update_matches("adamax", dt, {{-0.5, 0.5}, {0, 0.5}}, [](const ops::ParamUpdate& t, int step) {
+    expect_update_matches("adamax", dt, {{-0.5, 0.5}, {0, 0.5}}, [](const ops::ParamUpdates& t, int step) {
       ops::AdamaxStep h;
       h.lr = 2e-3;
       h.weight_decay = 0.02;
@@ -141,13 +146,12 @@ TEST(OptimCuda, RmsPropMatchesCpu) {
           std::vector<Range> slots = {{1, 2}};
           if (momentum != 0) slots.push_back({-0.5, 0.5});
           if (centered) slots.push_back({-0.5, 0.5});
-          std::string what = engine::str("rmsprop", tf ? " tf" : "", centered ? " centered" : "",
-                                         momentum != 0 ? " momentum" : "");
-          expect_update_matches(what, dt, slots,
-                                [=](const ops::ParamUpdate& t, int) {
-                                  ops::RmsPropStep h{1e-2, 0.9, tf ? 1.0 : 1e-8, 1e-3, momentum, centered, tf};
-                                  ops::rmsprop_update(t, h);
-                                });
+          std::string what =
+              engine::str("rmsprop", tf ? " tf" : "", centered ? " centered" : "", momentum != 0 ? " momentum" : "");
+          expect_update_matches(what, dt, slots, [=](const ops::ParamUpdates& t, int) {
+            ops::RmsPropStep h{1e-2, 0.9, tf ? 1.0 : 1e-8, 1e-3, momentum, centered, tf};
+            ops::rmsprop_update(t, h);
+          });
         }
       }
     }
@@ -155,32 +159,87 @@ TEST(OptimCuda, RmsPropMatchesCpu) {
 }
 
 // Mixed precision: bf16/f16 weight and gradient, f32 master and slots, gradient scale 1/1024 (fp16 loss
-// scaling); aligned, odd-length (scalar tail) and misaligned (scalar kernel) tensors, 3 Adam steps.
+// scaling); aligned, odd-length (scalar tail) and misaligned (scalar kernel) tensors of both dtypes in one list
+// (two runs of one type each on cuda), 3 Adam steps.
 TEST(OptimCuda, MasterWeightUpdateMatchesCpu) {
+  ops::ParamUpdates cpu, gpu;
   for (DType low : {DType::bf16, DType::f16}) {
     for (const Layout& l : kLayouts) {
-      ops::ParamUpdate cpu{Tensor(), make(l, low, -1, 1), {make(l, DType::f32, -0.5, 0.5), make(l, DType::f32, 0, 0.5)},
-                           make(l, DType::f32, -1, 1), 1.0 / 1024};
-      cpu.param = ops::to(cpu.master, low);
-      ops::ParamUpdate gpu{to_cuda(cpu.param), to_cuda(cpu.grad), {to_cuda(cpu.slots[0]), to_cuda(cpu.slots[1])},
-                           to_cuda(cpu.master), cpu.grad_scale};
-      for (int step = 1; step <= 3; step++) {
-        ops::AdamStep h;
-        h.lr = 1e-2;
-        h.weight_decay = 0.01;
-        h.decoupled_weight_decay = true;
-        h.step = step;
-        ops::adam_update(cpu, h);
-        {
-          engine::DeviceGuard guard(testutil::cuda_device());
-          ops::adam_update(gpu, h);
-        }
-        std::string at = engine::str("adamw master ", engine::dtype_name(low), " ", l.name, " step ", step);
-        testutil::expect_close(at + ": master", cpu.master, gpu.master, update_tolerance(DType::f32));
-        testutil::expect_close(at + ": exp_avg_sq", cpu.slots[1], gpu.slots[1], update_tolerance(DType::f32));
-        testutil::expect_close(at + ": weight", cpu.param, gpu.param, testutil::tolerance_for(low));
-      }
+      ops::ParamUpdate c{Tensor(),
+                         make(l, low, -1, 1),
+                         {make(l, DType::f32, -0.5, 0.5), make(l, DType::f32, 0, 0.5)},
+                         make(l, DType::f32, -1, 1),
+                         1.0 / 1024};
+      c.param = ops::to(c.master, low);
+      cpu.push_back(c);
+      gpu.push_back(ops::ParamUpdate{to_cuda(c.param),
+                                     to_cuda(c.grad),
+                                     {to_cuda(c.slots[0]), to_cuda(c.slots[1])},
+                                     to_cuda(c.master),
+                                     c.grad_scale});
     }
+  }
+  for (int step = 1; step <= 3; step++) {
+    ops::AdamStep h;
+    h.lr = 1e-2;
+    h.weight_decay = 0.01;
+    h.decoupled_weight_decay = true;
+    h.step = step;
+    ops::adam_update(cpu, h);
+    {
+      engine::DeviceGuard guard(testutil::cuda_device());
+      ops::adam_update(gpu, h);
+    }
+    for (size_t i = 0; i < cpu.size(); i++) {
+      const DType low = cpu[i].param.dtype();
+      std::string at = engine::str("adamw master ", engine::dtype_name(low), " ", kLayouts[i % 3].name, " step ", step);
+      testutil::expect_close(at + ": master", cpu[i].master, gpu[i].master, update_tolerance(DType::f32));
+      testutil::expect_close(at + ": exp_avg_sq", cpu[i].slots[1], gpu[i].slots[1], update_tolerance(DType::f32));
+      testutil::expect_close(at + ": weight", cpu[i].param, gpu[i].param, testutil::tolerance_for(low));
+    }
+  }
+}
+
+// The multi-tensor launch's bookkeeping: 110 parameters (more than the 48 of one launch, so three launches per
+// run), sizes from empty to several 65536-element chunks, f32 parameters and bf16 ones with a master weight
+// interleaved in runs; one TF-style RMSProp update (NASNet's) of the whole list against the cpu, parameter by
+// parameter.
+TEST(OptimCuda, ManyParametersInOneUpdate) {
+  ops::ParamUpdates cpu, gpu;
+  const int64_t sizes[] = {0, 1, 7, 168, 4096, 65535, 65536, 65537, 200003};
+  for (int i = 0; i < 110; i++) {
+    const int64_t n = sizes[i % 9];
+    const bool mixed = (i / 10) % 2 == 1;  // runs of 10
+    ops::ParamUpdate c;
+    if (mixed) {
+      c.master = cpu_input({n}, DType::f32, -1, 1);
+      c.param = ops::to(c.master, DType::bf16);
+      c.grad = cpu_input({n}, DType::bf16, -1, 1);
+    } else {
+      c.param = cpu_input({n}, DType::f32, -1, 1);
+      c.grad = cpu_input({n}, DType::f32, -1, 1);
+    }
+    c.slots = {cpu_input({n}, DType::f32, 1, 2), cpu_input({n}, DType::f32, -0.5, 0.5)};
+    cpu.push_back(c);
+    ops::ParamUpdate g{to_cuda(c.param), to_cuda(c.grad), {to_cuda(c.slots[0]), to_cuda(c.slots[1])}, Tensor()};
+    if (mixed) g.master = to_cuda(c.master);
+    gpu.push_back(g);
+  }
+  const ops::RmsPropStep h{0.1, 0.9, 1.0, 1e-4, 0.9, false, true};
+  ops::rmsprop_update(cpu, h);
+  {
+    engine::DeviceGuard guard(testutil::cuda_device());
+    ops::rmsprop_update(gpu, h);
+  }
+  for (size_t i = 0; i < cpu.size(); i++) {
+    const std::string at = engine::str("parameter ", i, " [", cpu[i].param.numel(), "]");
+    const bool mixed = cpu[i].master.defined();
+    testutil::expect_close(at + ": weight", cpu[i].param, gpu[i].param,
+                           mixed ? testutil::tolerance_for(DType::bf16) : update_tolerance(DType::f32));
+    if (mixed) testutil::expect_close(at + ": master", cpu[i].master, gpu[i].master, update_tolerance(DType::f32));
+    for (size_t k = 0; k < 2; k++)
+      testutil::expect_close(engine::str(at, ": slot ", k), cpu[i].slots[k], gpu[i].slots[k],
+                             update_tolerance(DType::f32));
   }
 }
 
@@ -258,14 +317,40 @@ TEST(OptimCuda, LedgerMatchesMeta) {
 TEST(OptimCuda, DISABLED_Bandwidth) {
   for (DType dt : {DType::f32, DType::bf16}) {
     const int64_t n = int64_t(64) << 20;
-    ops::ParamUpdate t{testutil::to_cuda(cpu_input({n}, dt)), testutil::to_cuda(cpu_input({n}, dt)),
-                       {testutil::to_cuda(cpu_input({n}, dt)), testutil::to_cuda(cpu_input({n}, dt, 0, 1))}};
+    ops::ParamUpdate t{testutil::to_cuda(cpu_input({n}, dt)),
+                       testutil::to_cuda(cpu_input({n}, dt)),
+                       {testutil::to_cuda(cpu_input({n}, dt)), testutil::to_cuda(cpu_input({n}, dt, 0, 1))},
+                       Tensor()};
     const double bytes = double(t.param.nbytes());
     ops::AdamStep h;
     h.lr = 1e-4;
-    double adam = median_ms([&] { ops::adam_update(t, h); });
+    double adam = median_ms([&] { ops::adam_update({t}, h); });
     double norms = median_ms([&] { ops::squared_norms({t.param, t.grad}); });
     std::printf("adam %s [%ld]: %.3f ms %.0f GB/s; squared_norms of 2 x [%ld]: %.3f ms %.0f GB/s\n",
                 engine::dtype_name(dt), long(n), adam, 7 * bytes / adam / 1e6, long(n), norms, 2 * bytes / norms / 1e6);
   }
+  // NASNet-A Large's case: ~1000 parameters, most of them small (batch norm's 168-2016 channels), bf16 with f32
+  // masters; one TF-style RMSProp update of the whole list (~50 launches) and the squared norms of the grads.
+  const int64_t sizes[] = {168, 1512, 28224, 112896, 4200, 336, 2016, 56448};
+  ops::ParamUpdates many;
+  std::vector<Tensor> grads;
+  int64_t elements = 0;
+  for (int i = 0; i < 1000; i++) {
+    const int64_t n = sizes[i % 8];
+    elements += n;
+    ops::ParamUpdate t{
+        testutil::to_cuda(cpu_input({n}, DType::bf16)),
+        testutil::to_cuda(cpu_input({n}, DType::bf16)),
+        {testutil::to_cuda(cpu_input({n}, DType::f32, 1, 2)), testutil::to_cuda(cpu_input({n}, DType::f32))},
+        testutil::to_cuda(cpu_input({n}, DType::f32))};
+    grads.push_back(t.grad);
+    many.push_back(t);
+  }
+  const ops::RmsPropStep h{0.01, 0.9, 1.0, 0, 0.9, false, true};
+  const double rms = median_ms([&] { ops::rmsprop_update(many, h); });
+  const double norms = median_ms([&] { ops::squared_norms(grads); });
+  std::printf(
+      "rmsprop (tf, bf16 + f32 masters) over 1000 tensors, %ld elements: %.3f ms %.0f GB/s; squared_norms of "
+      "their bf16 grads: %.3f ms %.0f GB/s\n",
+      long(elements), rms, double(elements) * 28 / rms / 1e6, norms, double(elements) * 2 / norms / 1e6);
 }

@@ -314,6 +314,30 @@ TEST(Optim, ParameterWithoutGradIsSkippedAndKeepsItsOwnStepCount) {
   EXPECT_EQ(s.metadata.at("optimizer.step.layer.bias"), "1");
 }
 
+// Parameters at different step counts get different bias corrections, so one step() updates them in separate
+// groups (ops/optimizer.cpp): b's first update (t = 1) has the closed form p -= lr * g / (|g| + eps), and w's
+// second matches an optimizer that holds w alone.
+TEST(Optim, ParametersAtDifferentStepCountsAreUpdatedInTheirOwnGroups) {
+  std::vector<Vec> host;
+  ops::NamedTensors params = make_params(DType::f64, host);
+  ops::Adam opt(params, ops::AdamOptions{0.1});
+  Tensor& w = params[0].second;
+  Tensor& b = params[1].second;
+  Tensor w_alone = ops::from_vector(host[0], kShapes[0], DType::f64);
+  ops::Adam alone({{"layer.weight", w_alone}}, ops::AdamOptions{0.1});
+  for (int step = 0; step < 2; step++) {
+    Vec gw = gradient(0, 6, step);
+    w.set_grad(ops::from_vector(gw, kShapes[0], DType::f64));
+    w_alone.set_grad(ops::from_vector(gw, kShapes[0], DType::f64));
+    if (step == 1) b.set_grad(ops::from_vector(gradient(1, 4, 1), kShapes[1], DType::f64));
+    opt.step();
+    alone.step();
+  }
+  EXPECT_EQ(w.to_double(), w_alone.to_double());
+  const Vec g = gradient(1, 4, 1), got = b.to_double();
+  for (size_t i = 0; i < g.size(); i++) EXPECT_NEAR(got[i], host[1][i] - 0.1 * g[i] / (std::abs(g[i]) + 1e-8), 1e-12);
+}
+
 namespace {
 // Adam state bytes after the first step, on the device `dev`.
 size_t adam_state_bytes(std::shared_ptr<engine::Device> dev, size_t* param_bytes) {
@@ -461,7 +485,7 @@ TEST(Optim, UpdateOpsCheckTheirTensors) {
   Tensor p = ops::zeros({3}, DType::f64);
   Tensor g = ops::zeros({4}, DType::f64);
   try {
-    ops::adam_update(ops::ParamUpdate{p, g, {ops::zeros({3}, DType::f64), ops::zeros({3}, DType::f64)}},
+    ops::adam_update({ops::ParamUpdate{p, g, {ops::zeros({3}, DType::f64), ops::zeros({3}, DType::f64)}, Tensor()}},
                      ops::AdamStep{});
     FAIL() << "expected an error";
   } catch (const engine::Error& e) {
@@ -470,7 +494,8 @@ TEST(Optim, UpdateOpsCheckTheirTensors) {
     EXPECT_NE(msg.find("[4]"), std::string::npos) << msg;
     EXPECT_NE(msg.find("[3]"), std::string::npos) << msg;
   }
-  EXPECT_THROW(ops::adam_update(ops::ParamUpdate{p, ops::zeros({3}, DType::f64), {}}, ops::AdamStep{}), engine::Error);
+  EXPECT_THROW(ops::adam_update({ops::ParamUpdate{p, ops::zeros({3}, DType::f64), {}, Tensor()}}, ops::AdamStep{}),
+               engine::Error);
   EXPECT_THROW(ops::Sgd({{"p", p}}, ops::SgdOptions{0.1, 0, 0, 0, true}), engine::Error);  // nesterov, no momentum
   EXPECT_THROW(ops::Adam({{"p", p}}, ops::AdamOptions{0.1, 1.0}), engine::Error);        // beta1 = 1
 }

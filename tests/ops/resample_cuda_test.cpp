@@ -73,6 +73,11 @@ TEST(ResampleCuda, PadMatchesCpu) {
           [p](const std::vector<Tensor>& in) { return ops::pad2d(in[0], p); },
           {cpu_input({2, 9, 10, 36}, dt, -2, 2, true)});
     }
+    // An odd channel count: one channel per thread (36 channels take 16-byte vectors where they fit).
+    testutil::expect_cuda_matches_cpu(
+        engine::str("pad2d 35 channels ", engine::dtype_name(dt)),
+        [](const std::vector<Tensor>& in) { return ops::pad2d(in[0], pads(1, 2, 2, 1, ops::PadMode::reflect)); },
+        {cpu_input({2, 9, 10, 35}, dt, -2, 2, true)});
     // Negative constant padding crops (NASNet's shifted path: ZeroPad2d((-1, 1, -1, 1))), forward and backward.
     const ops::Pad2dParams crop = pads(-1, 1, -1, 1, ops::PadMode::constant);
     testutil::expect_cuda_matches_cpu(engine::str("pad2d crop ", engine::dtype_name(dt)),

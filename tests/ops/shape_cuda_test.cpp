@@ -73,6 +73,20 @@ void expect_cuda_throws(const std::string& what, const std::function<void()>& fn
 
 }  // namespace
 
+// NHWC concatenation along channels (NASNet's cells), copied exactly in every word width: 16-byte words (8 + 16
+// bf16 channels, 4 + 8 f32), then 8, 4 and 2 bytes (6 + 10 and 3 + 5 channels: the widest word that divides both
+// rows, the output's pitch and the offsets).
+TEST(ShapeCuda, ConcatAlongChannelsInEveryWordWidth) {
+  for (DType dt : {DType::bf16, DType::f32}) {
+    const int64_t wide = dt == DType::bf16 ? 8 : 4;
+    for (auto [a, b] : {std::pair<int64_t, int64_t>{wide, 2 * wide}, {6, 10}, {3, 5}}) {
+      auto f = [](const std::vector<Tensor>& in) { return ops::concat({in[0], in[1]}, 3); };
+      expect_exact(engine::str("concat channels ", engine::dtype_name(dt), " ", a, " + ", b), f,
+                   {values({2, 3, 7, a}, dt, false), values({2, 3, 7, b}, dt, false)});
+    }
+  }
+}
+
 TEST(ShapeCuda, ConcatEveryDtypeAndLayout) {
   for (DType dt : kAll) {
     for (int64_t dim : {0, 1, 2}) {

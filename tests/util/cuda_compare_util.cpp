@@ -265,4 +265,13 @@ double median_ms(const std::function<void()>& fn, int reps) {
   return ms[ms.size() / 2];
 }
 
+double median_ms_per_call(const std::function<void()>& fn, int calls, int reps) {
+  return median_ms(
+             [&] {
+               for (int i = 0; i < calls; i++) fn();
+             },
+             reps) /
+         calls;
+}
+
 }  // namespace testutil

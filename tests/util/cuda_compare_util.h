@@ -69,5 +69,8 @@ void expect_cuda_ledger_matches_meta(const std::function<void()>& program);
 double measure_bandwidth(const std::string& what, double bytes, const std::function<void()>& fn);
 // Median wall time (ms) of fn on the cuda device over `reps` runs after a warm-up, synchronized each time.
 double median_ms(const std::function<void()>& fn, int reps = 15);
+// The same for `calls` launches of fn back to back, divided by calls: the time of one launch with the
+// synchronization's cost spread over many (kernels shorter than the synchronization).
+double median_ms_per_call(const std::function<void()>& fn, int calls, int reps = 7);
 
 }  // namespace testutil
