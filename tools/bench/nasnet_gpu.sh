@@ -2,7 +2,7 @@
 # Issue 15's GPU measurements in one call (device time is scarce), engine and PyTorch (timm) on the same GPU:
 #   tests    every CUDA test (make test-cuda's binary; ModelsCuda checks cuda == meta for nasnet_large at batch 32
 #            in fp32 and bf16)
-#   parity   timm's nasnetalarge vs engine --size timm, fp32, training-mode batch norm, two steps
+#   parity   timm's nasnetalarge vs engine --size timm, fp32, training-mode batch norm, two steps, 8 batch orders
 #            (tools/bench/nasnet_parity.py), and the small-network reference file the cpu tests read
 #   models   nasnet_large at 331x331 batch 32 in $PRECISIONS (default "fp32 bf16"): engine --size timm (timm's
 #            network) and the default imagenet size (+ aux head, drop path), vs timm (tools/bench/nasnet_torch.py), one engine profile
@@ -31,7 +31,7 @@ if want tests; then
 fi
 if want parity; then
   echo "== parity: timm nasnetalarge vs engine --size timm (fp32, cuda)"
-  timeout 200 python3 tools/bench/nasnet_parity.py --device cuda --engine "$BIN/engine_train" --batch 4 \
+  timeout 200 python3 tools/bench/nasnet_parity.py --device cuda --engine "$BIN/engine_train" --batch 4 --orders 8 \
     --out "$OUT/parity" 2>&1 | tail -16
   timeout 100 python3 tools/bench/nasnet_parity.py --reference "$OUT/nasnet_reference.safetensors" 2>&1 | tail -2
 fi
@@ -61,7 +61,7 @@ fi
 if want maxbatch; then
   echo "== max batch under a 24 GiB card's arena (titanrtx: 24576 MiB less 600 MiB = 23.414 GiB)"
   for p in fp32 bf16; do
-    timeout 200 python3 tools/bench/nasnet_torch.py --precision "$p" --max-batch-cap-gib 23.414 2>&1 | grep -E "^torch|Error"
+    timeout 280 python3 tools/bench/nasnet_torch.py --precision "$p" --max-batch-cap-gib 23.414 --max-batch-from 16 2>&1 | grep -E "^torch|batch|Error"
     "$BIN/engine_train" --model nasnet_large --size timm --precision "$p" --device meta --gpu titanrtx --find-max-batch \
       2>&1 | grep -E "^max batch:"
   done

@@ -54,7 +54,13 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = ARGS.precision == "tf32"
     torch.backends.cudnn.allow_tf32 = ARGS.precision == "tf32"
     if ARGS.max_batch_cap_gib > 0:
-        lo = max_batch(fits_by_running(lambda b: run_config(b, steps=0, warmup=2)), ARGS.max_batch_cap_gib)
+        fits = fits_by_running(lambda b: run_config(b, steps=0, warmup=2))
+
+        def probe(b):  # each probe printed as it ends: a search cut short by a timeout still says what it saw
+            ok = fits(b)
+            print(f"  batch {b}: {'fits' if ok else 'out of memory'}", flush=True)
+            return ok
+        lo = max_batch(probe, ARGS.max_batch_cap_gib, ARGS.max_batch_from)
         print(f"torch nasnetalarge {ARGS.size} {ARGS.precision} | max batch {lo} under {ARGS.max_batch_cap_gib} GiB "
               f"(set_per_process_memory_fraction; {lo + 1} does not fit)", flush=True)
         return
@@ -74,5 +80,7 @@ if __name__ == "__main__":
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--max-batch-cap-gib", type=float, default=0)
+    p.add_argument("--max-batch-from", type=int, default=1,
+                   help="the search's first batch (it doubles from there; never reports below it)")
     ARGS = p.parse_args()
     main()
