@@ -179,9 +179,8 @@ std::string Ledger::events_csv() const {
   return os.str();
 }
 
-namespace {
 // "encoder.layer.3.attention/softmax" -> module at depth d: "encoder.layer.3"
-std::string module_prefix(const std::string& owner, int depth) {
+std::string owner_module(const std::string& owner, int depth) {
   std::string scope = owner.substr(0, owner.find('/'));
   if (scope.empty()) return "(no module)";
   size_t pos = 0;
@@ -193,7 +192,7 @@ std::string module_prefix(const std::string& owner, int depth) {
   return scope.substr(0, pos - 1);
 }
 // "encoder.layer.3.attention/softmax" -> "attention/softmax"; digits-only pieces are skipped.
-std::string layer_type(const std::string& owner) {
+std::string owner_layer_type(const std::string& owner) {
   size_t slash = owner.find('/');
   std::string scope = owner.substr(0, slash), op = slash == std::string::npos ? "" : owner.substr(slash);
   std::string last;
@@ -210,6 +209,7 @@ std::string layer_type(const std::string& owner) {
   return t.empty() ? "(untagged)" : t;
 }
 
+namespace {
 // "h.2" before "h.10": digit runs compare as numbers.
 bool natural_less(const std::string& a, const std::string& b) {
   size_t i = 0, j = 0;
@@ -266,8 +266,8 @@ std::string Ledger::peak_table_markdown(int module_depth) const {
       m[k].second++;
     };
     add(by_cat, category_name(b.category));
-    add(by_mod, module_prefix(b.owner, module_depth));
-    add(by_type, layer_type(b.owner));
+    add(by_mod, owner_module(b.owner, module_depth));
+    add(by_type, owner_layer_type(b.owner));
   }
   std::ostringstream os;
   os << "Peak live: " << format_bytes(peak_total_) << " in " << snap.size()

@@ -49,6 +49,12 @@ struct LedgerEvent {
 };
 std::vector<LedgerEvent> events_in_order(const std::vector<BlockInfo>& blocks);
 
+// The groupings of the peak tables (an owner is "<module path>/<op>", e.g. "encoder.layer.3.attention/softmax"):
+// the module at `depth` dots ("encoder.layer.3"; "(no module)" without one) and the layer type with its op
+// ("attention/softmax": the last piece of the path that is not a number; "(untagged)" when there is none).
+std::string owner_module(const std::string& owner, int depth);
+std::string owner_layer_type(const std::string& owner);
+
 class Ledger {
  public:
   // Records a new block; returns its id.

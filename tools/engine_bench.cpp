@@ -4,9 +4,11 @@
 //   engine_bench scale --model bert_base --seq 128:512            memory vs sequence length, fitted laws
 //   engine_bench scale --model bert_base --batch 1:64 --seq 128   memory vs batch size
 //   engine_bench trace --model bert_base --seq 128 --batch 8      Chrome trace + PyTorch memory_viz snapshot
+//   engine_bench diff --model bert_base --seq 512 -- --attention flash   where two configs' peaks differ
 //
 // Each writes markdown (also printed), CSV, JSON and SVG plots into --out (lambda, scale) or a trace JSON
-// and a memory_viz pickle (trace). The library parts live in tools/bench_*.h, tools/svg_plot.h and
+// and a memory_viz pickle (trace), or the difference of two peaks by category, module and op (diff). The library
+// parts live in tools/bench_*.h, tools/svg_plot.h and
 // tools/trace_export.h. Errors (unknown model, bad range, out of memory in a trace) are one clear message
 // and a non-zero exit status (2; 3 for out of memory).
 #include <cstdio>
@@ -14,11 +16,14 @@
 #include <filesystem>
 #include <unistd.h>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "engine/device.h"
 #include "engine/format.h"
 #include "engine/io.h"
 #include "models/registry.h"
+#include "tools/bench_diff.h"
 #include "tools/bench_lambda.h"
 #include "tools/bench_scale.h"
 #include "tools/flags.h"
@@ -35,7 +40,9 @@ const char* kUsage =
     "usage: engine_bench lambda|scale|trace [flags]   (engine_bench <command> --help for its flags)\n"
     "  lambda  max batch of every registered model on every card of the 2020 study, beside the study's figures\n"
     "  scale   memory per category against sequence length or batch size, with fitted laws and plots\n"
-    "  trace   one model's allocation timeline as a Chrome trace and a PyTorch memory_viz snapshot\n";
+    "  trace   one model's allocation timeline as a Chrome trace and a PyTorch memory_viz snapshot\n"
+    "  diff    two configs (A -- B, B starting from A's flags): their peaks on meta and the difference by category,\n"
+    "          module and op\n";
 
 std::string joined_model_names() {
   std::string s;
@@ -251,6 +258,64 @@ int trace(int argc, char** argv) {
   return 0;
 }
 
+// engine_bench diff A -- B: B's flags are A's followed by those after "--" (a flag given again wins), so
+// "--model bert_base --seq 512 -- --attention flash" compares naive and flash attention at seq 512.
+int diff(int argc, char** argv) {
+  auto make_flags = [] {
+    auto f = std::make_unique<tools::Flags>(
+        "engine_bench diff", "Two configs' peaks on meta and where they differ, by category, module and layer type "
+                             "/ op: engine_bench diff A-flags -- B-flags (B starts from A's flags; --steps, --rows "
+                             "and --out apply to both).");
+    add_model_flags(*f);
+    f->add_int("seq", 0, "sequence length (0: the model's default)");
+    f->add_int("batch", 0, "batch size (0: the model's default)");
+    f->add_int("tokens", 0, "batch in tokens, for translation models (0: the model's default)");
+    f->add_int("seed", 1, "random seed (the data a step sees: sequence lengths, boxes)");
+    f->add_int("rows", 12, "changed rows per table (the rest are summed into one line)");
+    f->add_string("out", "bench_out", "directory for diff_<model>_<A>_vs_<B>.md and .json");
+    return f;
+  };
+  int sep = -1;
+  for (int i = 1; i < argc; i++)
+    if (std::string(argv[i]) == "--") {
+      sep = i;
+      break;
+    }
+  std::vector<char*> a_args(argv, argv + (sep < 0 ? argc : sep)), b_args = a_args;
+  if (sep >= 0) b_args.insert(b_args.end(), argv + sep + 1, argv + argc);
+  auto fa = make_flags();
+  if (!fa->parse(int(a_args.size()), a_args.data())) return 0;
+  ENGINE_CHECK(sep >= 0, "engine_bench diff: give two configs, A -- B (B starts from A's flags), e.g. engine_bench "
+                         "diff --model bert_base --seq 512 -- --attention flash");
+  auto fb = make_flags();
+  if (!fb->parse(int(b_args.size()), b_args.data())) return 0;
+  auto config = [](const tools::Flags& f) {
+    models::ModelConfig c = model_config(f);
+    c.seq = f.integer("seq");
+    c.batch = f.integer("batch");
+    c.tokens = f.integer("tokens");
+    c.seed = uint64_t(f.integer("seed"));
+    ENGINE_CHECK(c.seq >= 0 && c.batch >= 0 && c.tokens >= 0, "--seq, --batch and --tokens must be positive");
+    return c;
+  };
+  const models::ModelConfig a = config(*fa), b = config(*fb);
+  ENGINE_CHECK(fb->integer("steps") >= 1 && fb->integer("rows") >= 1, "--steps and --rows must be at least 1");
+  const std::string dir = output_dir(*fb);
+  auto shapes = [](const models::ModelConfig& c) {
+    std::string s;
+    for (auto [k, v] : {std::pair<const char*, int64_t>{"seq", c.seq}, {"batch", c.batch}, {"tokens", c.tokens}})
+      if (v > 0) s += (s.empty() ? "" : "_") + std::string(k) + std::to_string(v);
+    return s;
+  };
+  const std::string stem = "diff_" + a.name + config_suffix(a, shapes(a)) + "_vs" + config_suffix(b, shapes(b));
+  tools::PeakDiff d = tools::diff_peaks(a, b, int(fb->integer("steps")));
+  const std::string md = tools::diff_markdown(d, size_t(fb->integer("rows")));
+  std::printf("%s", md.c_str());
+  std::printf("wrote %s, %s\n", write(dir, stem + ".md", md).c_str(),
+              write(dir, stem + ".json", tools::diff_json(d)).c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -264,6 +329,7 @@ int main(int argc, char** argv) {
     if (command == "lambda") return lambda(argc - 1, argv + 1);
     if (command == "scale") return scale(argc - 1, argv + 1);
     if (command == "trace") return trace(argc - 1, argv + 1);
+    if (command == "diff") return diff(argc - 1, argv + 1);
     std::fprintf(stderr, "engine_bench: unknown command '%s'\n%s", command.c_str(), kUsage);
     return 2;
   });

@@ -8,7 +8,8 @@
 // the end the live memory at the peak by category, by module and by layer type. --find-max-batch instead
 // searches the largest batch that fits (tools/max_batch.h); --save/--load write and resume checkpoints
 // (tools/checkpoint.h). Errors (unknown model or flag, impossible shape, out of memory) are reported as one
-// clear message and a non-zero exit status (3 for out of memory).
+// clear message and a non-zero exit status (3 for out of memory); a training step that runs out of memory adds
+// the step and what would fit, each lever measured on meta (tools/oom_remedies.h).
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include "tools/flags.h"
 #include "tools/gpu_profiles.h"
 #include "tools/max_batch.h"
+#include "tools/oom_remedies.h"
 #include "tools/progress.h"
 #include "tools/trace_export.h"
 
@@ -35,6 +37,7 @@ namespace {
 
 using engine::format_bytes;
 using engine::format_fixed;
+using engine::str;
 
 std::string joined_model_names() {
   std::string s;
@@ -244,6 +247,7 @@ double peak_tflops_of(const engine::Device& device, const models::Model& model) 
 
 struct RunOptions {
   int64_t first = 1, last = 1;
+  int64_t* running = nullptr;  // set to each step as it starts (the step an out-of-memory report names)
   bool inference = false, profile = false, fixed_batch = false;
   std::string save, export_hf;  // named in a non-finite loss's report
 };
@@ -260,6 +264,7 @@ double run_steps(models::Model& model, engine::Device& device, const RunOptions&
     engine::counters().reset();
     if (o.profile) ops::take_kernel_times();  // drops the previous step's
     auto t0 = std::chrono::steady_clock::now();
+    if (o.running) *o.running = step;
     const int64_t skipped_before = model.loss_scaler().skipped;
     models::StepResult r = o.inference ? model.eval_step(step) : model.train_step(step);
     device.synchronize();
@@ -351,7 +356,26 @@ int run(int argc, char** argv) {
   o.first = loaded.step + 1;
   o.last = loaded.step + flags.integer("steps");
   std::vector<ops::KernelTime> times;
-  const double last_ms = run_steps(*model, *device, o, out, times);
+  int64_t running = 0;
+  o.running = &running;
+  double last_ms = 0;
+  try {
+    last_ms = run_steps(*model, *device, o, out, times);
+  } catch (const engine::OutOfMemory& e) {
+    // Training from the model's own data: what would fit, each lever measured on meta (tools/oom_remedies.h).
+    if (o.inference || o.fixed_batch) throw;
+    model.reset();
+    std::string tail = "--device " + flags.str("device");
+    for (const char* f : {"gpu", "memory"})
+      if (flags.given(f)) tail += str(" --", f, " ", flags.str(f));
+    tools::ProgressBar bar("remedies", 0);
+    const tools::RemedyReport r = tools::oom_remedies(
+        config, capacity, 2, [&](int done, int, const std::string& what) { bar.update(done, "trying " + what); });
+    bar.clear();
+    throw engine::OutOfMemory(
+        str(e.what(), "\n  in training step ", running, "\n\n", tools::remedies_markdown(r, tail)), e.requested,
+        e.capacity);
+  }
   if (o.profile) {
     out.say("");
     out.say(type == engine::DeviceType::meta ? work_table() : profile_table(times, last_ms));

@@ -1,6 +1,8 @@
 // readme_commands_test.cpp: every command that README.md's code blocks show and that can run without a GPU
 // runs, as a user would paste it (from a scratch folder that sees the project's tests/data), and succeeds; a
-// max-batch command whose comment states its answer ("# 29 -> 72 img") must print that answer. So the README
+// max-batch command whose comment states its answer ("# 29 -> 72 img") must print that answer; one whose
+// comment says "# out of memory: PEAK" must stop with the out-of-memory report (exit 3), what would fit, and
+// that peak. So the README
 // cannot rot: a renamed flag, a removed model or a changed figure fails here.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -56,13 +58,25 @@ TEST(Readme, EveryCommandThatRunsWithoutAGpuSucceeds) {
     std::string cmd = c.command;
     cmd.replace(0, std::string("build/").size(), testutil::program(""));  // the programs beside this test
     auto [code, out] = testutil::shell("cd " + dir.path.string() + " && " + cmd);
+    // "# out of memory: 38.64 GiB": the command shows the out-of-memory report (exit 3) with what would fit, and
+    // the config's peak it states.
+    if (c.comment.find("out of memory: ") != std::string::npos) {
+      EXPECT_EQ(code, 3) << "README.md: " << c.line << "\n" << out;
+      EXPECT_NE(out.find("What would fit"), std::string::npos) << "README.md: " << c.line << "\n" << out;
+      const std::string peak = c.comment.substr(c.comment.find("out of memory: ") + 15);
+      EXPECT_NE(out.find("this config's peak is " + peak), std::string::npos)
+          << "README.md: " << c.line << "\n" << out;
+      ran++;
+      continue;
+    }
     EXPECT_EQ(code, 0) << "README.md: " << c.line << "\n" << out;
     // "# 29 -> 72 img": the answer this command gives is the figure after the arrow.
     std::smatch m;
     if (c.command.find("--find-max-batch") != std::string::npos &&
-        std::regex_search(c.comment, m, std::regex("-> ([0-9]+)")))
+        std::regex_search(c.comment, m, std::regex("-> ([0-9]+)"))) {
       EXPECT_NE(out.find("max batch: " + m[1].str() + " "), std::string::npos)
           << "README.md says " << c.comment << ":\n" << c.line << "\n" << out;
+    }
     ran++;
   }
   EXPECT_GE(ran, 10);
