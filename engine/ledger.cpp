@@ -236,11 +236,11 @@ bool natural_less(const std::string& a, const std::string& b) {
   return a.size() - i < b.size() - j;
 }
 
-void table(std::ostringstream& os, const char* title, const std::map<std::string, std::pair<size_t, int>>& rows,
+void table(std::ostringstream& os, const char* title, const std::map<std::string, Ledger::GroupTotal>& rows,
            size_t total, size_t max_rows) {
-  std::vector<std::pair<std::string, std::pair<size_t, int>>> v(rows.begin(), rows.end());
+  std::vector<std::pair<std::string, Ledger::GroupTotal>> v(rows.begin(), rows.end());
   std::sort(v.begin(), v.end(), [](auto& a, auto& b) {
-    if (a.second.first != b.second.first) return a.second.first > b.second.first;
+    if (a.second.bytes != b.second.bytes) return a.second.bytes > b.second.bytes;
     return natural_less(a.first, b.first);
   });
   os << "| " << title << " | bytes | share | blocks |\n|---|---:|---:|---:|\n";
@@ -250,32 +250,37 @@ void table(std::ostringstream& os, const char* title, const std::map<std::string
       os << "| … " << (v.size() - max_rows) << " more | | | |\n";
       break;
     }
-    os << "| " << name << " | " << format_bytes(val.first) << " | "
-       << format_fixed(total ? 100.0 * val.first / total : 0, 1) << "% | " << val.second << " |\n";
+    os << "| " << name << " | " << format_bytes(val.bytes) << " | "
+       << format_fixed(total ? 100.0 * val.bytes / total : 0, 1) << "% | " << val.blocks << " |\n";
   }
   os << "\n";
 }
 }  // namespace
 
-std::string Ledger::peak_table_markdown(int module_depth) const {
-  std::vector<BlockInfo> snap = peak_snapshot();
-  std::map<std::string, std::pair<size_t, int>> by_cat, by_mod, by_type;
-  for (const auto& b : snap) {
-    auto add = [&](std::map<std::string, std::pair<size_t, int>>& m, const std::string& k) {
-      m[k].first += b.rounded;
-      m[k].second++;
-    };
-    add(by_cat, category_name(b.category));
-    add(by_mod, owner_module(b.owner, module_depth));
-    add(by_type, owner_layer_type(b.owner));
+Ledger::PeakGroups Ledger::peak_groups(int module_depth) const {
+  PeakGroups g;
+  for (const auto& b : peak_snapshot()) {
+    for (auto [map, key] : {std::pair{&g.by_category, std::string(category_name(b.category))},
+                            std::pair{&g.by_module, owner_module(b.owner, module_depth)},
+                            std::pair{&g.by_op, owner_layer_type(b.owner)}}) {
+      (*map)[key].bytes += b.rounded;
+      (*map)[key].blocks++;
+    }
+    if (b.alloc_seq == peak_seq_) g.moment = b;
   }
+  return g;
+}
+
+std::string Ledger::peak_table_markdown(int module_depth) const {
+  const PeakGroups g = peak_groups(module_depth);
+  int blocks = 0;
+  for (const auto& [name, t] : g.by_category) blocks += t.blocks;
   std::ostringstream os;
-  os << "Peak live: " << format_bytes(peak_total_) << " in " << snap.size()
-     << " blocks; arena high water at peak " << format_bytes(high_water_at_peak_) << " (fragmentation "
-     << format_bytes(fragmentation_at_peak()) << ").\n\n";
-  table(os, "category", by_cat, peak_total_, 100);
-  table(os, "module", by_mod, peak_total_, 25);
-  table(os, "layer type / op", by_type, peak_total_, 25);
+  os << "Peak live: " << format_bytes(peak_total_) << " in " << blocks << " blocks; arena high water at peak "
+     << format_bytes(high_water_at_peak_) << " (fragmentation " << format_bytes(fragmentation_at_peak()) << ").\n\n";
+  table(os, "category", g.by_category, peak_total_, 100);
+  table(os, "module", g.by_module, peak_total_, 25);
+  table(os, "layer type / op", g.by_op, peak_total_, 25);
   return os.str();
 }
 

@@ -21,6 +21,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -92,8 +93,19 @@ class Ledger {
 
   // Exports. Time axis of the trace is the event sequence number (deterministic on every device).
   std::string events_csv() const;
-  // Markdown tables of the peak snapshot: by category, by module (owner scope, depth levels deep),
-  // by layer type (the last scope piece with digits removed, + op).
+  // The blocks alive at the peak grouped by category, by module (owner_module at module_depth) and by layer type
+  // / op (owner_layer_type), and the allocation that set the peak (the block allocated at the peak's sequence
+  // number: its owner and phase say when the peak happened; id -1 before any allocation).
+  struct GroupTotal {
+    size_t bytes = 0;
+    int blocks = 0;
+  };
+  struct PeakGroups {
+    std::map<std::string, GroupTotal> by_category, by_module, by_op;
+    BlockInfo moment;
+  };
+  PeakGroups peak_groups(int module_depth = 3) const;
+  // Markdown tables of those groups: by category, by module, by layer type / op.
   std::string peak_table_markdown(int module_depth = 3) const;
 
   void set_history_limit(size_t n) { history_limit_ = n; }

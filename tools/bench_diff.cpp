@@ -36,23 +36,15 @@ PeakAccount account_peak(const models::ModelConfig& config, int steps, int modul
   }
   r.peak = ledger.peak_bytes();
   const int depth = module_depth > 0 ? module_depth : model->memory_report_depth();
+  const engine::Ledger::PeakGroups g = ledger.peak_groups(depth);
   size_t sum = 0;
-  int64_t last_seq = -1;
-  for (const engine::BlockInfo& b : ledger.peak_snapshot()) {
-    r.by_category[engine::category_name(b.category)] += b.rounded;
-    r.by_module[engine::owner_module(b.owner, depth)] += b.rounded;
-    r.by_op[engine::owner_layer_type(b.owner)] += b.rounded;
-    sum += b.rounded;
-    if (b.alloc_seq > last_seq) {  // the newest block alive at the peak is the allocation that set it
-      last_seq = b.alloc_seq;
-      r.peak_phase = engine::phase_name(b.phase);
-      r.peak_owner = b.owner.empty() ? "(untagged)" : b.owner;
-    }
-  }
-  ENGINE_CHECK(sum == r.peak, "engine_bench diff: the blocks alive at the peak add up to ", sum,
-               " bytes, the "
-               "ledger's peak is ",
-               r.peak, " (a ledger bug: please report it)");
+  for (const auto& [name, t] : g.by_category) r.by_category[name] = t.bytes, sum += t.bytes;
+  for (const auto& [name, t] : g.by_module) r.by_module[name] = t.bytes;
+  for (const auto& [name, t] : g.by_op) r.by_op[name] = t.bytes;
+  r.peak_phase = engine::phase_name(g.moment.phase);
+  r.peak_owner = g.moment.owner.empty() ? "(untagged)" : g.moment.owner;
+  ENGINE_CHECK(sum == r.peak, "engine_bench diff: the blocks alive at the peak add up to ", sum, " bytes, the "
+               "ledger's peak is ", r.peak, " (a ledger bug: please report it)");
   return r;
 }
 

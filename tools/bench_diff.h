@@ -5,7 +5,7 @@
 // tables, engine/ledger.h), and every group's bytes in A are set beside its bytes in B. A block at the peak is in
 // exactly one group of each grouping and the peak is the sum of the blocks alive at it, so each table's
 // differences add up to the difference of the two peaks, byte for byte. The moment of each peak is the
-// allocation that set it: its step, phase and owner (module path / op).
+// allocation that set it (Ledger::peak_groups): its step, phase and owner (module path / op).
 #pragma once
 #include <cstdint>
 #include <map>

@@ -16,16 +16,19 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <sstream>
 
 #include "engine/context.h"
 #include "engine/counters.h"
 #include "engine/device.h"
 #include "engine/format.h"
 #include "engine/io.h"
+#include "engine/json.h"
 #include "engine/safetensors.h"
 #include "models/registry.h"
 #include "ops/profile.h"
 #include "tools/checkpoint.h"
+#include "tools/config_flags.h"
 #include "tools/flags.h"
 #include "tools/gpu_profiles.h"
 #include "tools/max_batch.h"
@@ -182,6 +185,8 @@ void add_flags(tools::Flags& flags) {
                    "BertForQuestionAnswering), loadable with from_pretrained(DIR)");
   flags.add_string("trace", "", "write the allocation timeline as Chrome trace JSON (opens in Perfetto)");
   flags.add_string("report", "", "write the run's header, step lines and memory tables as markdown");
+  flags.add_string("json", "", "write the run as JSON: config, header, every step, the peak (its moment, by "
+                               "category, module and op); tools/README.md shows an example");
 }
 
 models::ModelConfig config_of(const tools::Flags& flags) {
@@ -245,9 +250,17 @@ double peak_tflops_of(const engine::Device& device, const models::Model& model) 
   return 0;
 }
 
+// One step line as numbers (NaN: not measured: meta's loss and speed, a generation step's loss).
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0, ms = 0, items_per_second = 0;
+  size_t peak_bytes = 0;
+};
+
 struct RunOptions {
   int64_t first = 1, last = 1;
   int64_t* running = nullptr;  // set to each step as it starts (the step an out-of-memory report names)
+  std::vector<StepRecord>* records = nullptr;  // each step's line, as numbers (--json)
   bool inference = false, profile = false, fixed_batch = false;
   std::string save, export_hf;  // named in a non-finite loss's report
 };
@@ -289,9 +302,72 @@ double run_steps(models::Model& model, engine::Device& device, const RunOptions&
       out.say(engine::str("  loss ", digits));
     }
     for (const std::string& line : r.details) out.say("  " + line);
+    if (o.records)
+      o.records->push_back({step, meta || !r.has_loss ? NAN : r.loss, ms,
+                            meta ? NAN : double(r.items) / (ms / 1000.0), device.ledger().peak_bytes()});
     if (o.last - o.first >= 1) out.progress(step - o.first + 1, engine::str("step ", step));
   }
   return last_ms;
+}
+
+// The step in which the run's peak was reached: the first whose line shows the final peak (0: building the model).
+int64_t step_of_peak(const std::vector<StepRecord>& records) {
+  for (const StepRecord& r : records)
+    if (r.peak_bytes == records.back().peak_bytes) return r.step;
+  return 0;
+}
+
+// "in step 2, backward, at bert.encoder.layer.1.attention.self.core/softmax_backward's allocation".
+std::string peak_moment(const engine::Ledger::PeakGroups& g, int64_t step) {
+  if (g.moment.id < 0) return "before the first allocation";
+  return str(step > 0 ? str("in step ", step) : std::string("while the model was built"), ", phase ",
+             engine::phase_name(g.moment.phase), ", at the allocation of ",
+             g.moment.owner.empty() ? std::string("(untagged)") : g.moment.owner);
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// --json: the run as one JSON object (tools/README.md shows an example).
+std::string run_json(const models::ModelConfig& config, models::Model& model, const engine::Device& device,
+                     const std::string& capacity_note, const RunOptions& o, const std::vector<StepRecord>& records,
+                     const engine::Ledger::PeakGroups& peak, int64_t peak_step) {
+  using engine::json::quote;
+  std::ostringstream os;
+  // The config as given (0 and "": the model's default), and as the flags that reproduce it.
+  os << "{\n \"model\": " << quote(config.name) << ",\n \"config\": {\"size\": " << quote(config.size)
+     << ", \"task\": " << quote(config.task) << ", \"seq\": " << config.seq << ", \"batch\": " << config.batch
+     << ", \"tokens\": " << config.tokens << ", \"precision\": " << quote(config.precision)
+     << ", \"attention\": " << quote(config.attention) << ", \"recompute\": " << quote(config.recompute)
+     << ", \"data\": " << quote(config.data) << ", \"seed\": " << config.seed
+     << "},\n \"flags\": " << quote(tools::config_flags(config)) << ",\n \"summary\": " << quote(model.summary())
+     << ",\n \"header\": " << quote(header_line(model, device, capacity_note, o.inference))
+     << ",\n \"device\": " << quote(device.name()) << ",\n \"arena_bytes\": " << device.capacity()
+     << ",\n \"parameters\": " << model.module().num_parameters() << ",\n \"unit\": " << quote(model.item_unit())
+     << ",\n \"steps\": [";
+  for (size_t i = 0; i < records.size(); i++) {
+    const StepRecord& r = records[i];
+    os << (i ? ",\n  " : "\n  ") << "{\"step\": " << r.step << ", \"loss\": " << json_number(r.loss)
+       << ", \"ms\": " << json_number(r.ms) << ", \"items_per_second\": " << json_number(r.items_per_second)
+       << ", \"peak_bytes\": " << r.peak_bytes << "}";
+  }
+  const engine::Ledger& l = device.ledger();
+  os << "],\n \"peak\": {\"bytes\": " << l.peak_bytes() << ", \"step\": " << peak_step << ", \"phase\": "
+     << quote(peak.moment.id < 0 ? "" : engine::phase_name(peak.moment.phase)) << ", \"owner\": "
+     << quote(peak.moment.owner) << ", \"arena_high_water_bytes\": " << l.high_water();
+  for (auto [name, groups] : {std::pair{"by_category", &peak.by_category}, std::pair{"by_module", &peak.by_module},
+                              std::pair{"by_op", &peak.by_op}}) {
+    os << ",\n  \"" << name << "\": {";
+    size_t k = 0;
+    for (const auto& [key, t] : *groups) os << (k++ ? ", " : "") << quote(key) << ": " << t.bytes;
+    os << "}";
+  }
+  os << "}\n}\n";
+  return os.str();
 }
 
 int run(int argc, char** argv) {
@@ -316,7 +392,7 @@ int run(int argc, char** argv) {
   if (flags.on("find-max-batch")) return find_max_batch(config, flags, type, capacity, capacity_note);
 
   // Output paths are checked now, not after the run (a checkpoint that cannot be written is a lost run).
-  for (const char* flag : {"save", "trace", "report"})
+  for (const char* flag : {"save", "trace", "report", "json"})
     if (!flags.str(flag).empty()) engine::check_writable(flags.str(flag), std::string("--") + flag);
 
   auto device = engine::Device::create(type, capacity);
@@ -357,7 +433,9 @@ int run(int argc, char** argv) {
   o.last = loaded.step + flags.integer("steps");
   std::vector<ops::KernelTime> times;
   int64_t running = 0;
+  std::vector<StepRecord> records;
   o.running = &running;
+  o.records = &records;
   double last_ms = 0;
   try {
     last_ms = run_steps(*model, *device, o, out, times);
@@ -382,8 +460,15 @@ int run(int argc, char** argv) {
   }
   out.say("");
   out.say("## Memory at the peak");
+  const engine::Ledger::PeakGroups peak = device->ledger().peak_groups(model->memory_report_depth());
+  const int64_t peak_step = step_of_peak(records);
+  out.say(
+      str("The peak, ", format_bytes(device->ledger().peak_bytes()), ", came ", peak_moment(peak, peak_step), ".\n"));
   out.say(device->ledger().peak_table_markdown(model->memory_report_depth()));
   if (!flags.str("report").empty()) engine::write_file_atomic(flags.str("report"), out.text());
+  if (!flags.str("json").empty())
+    engine::write_file_atomic(flags.str("json"), run_json(config, *model, *device, capacity_note, o, records, peak,
+                                                          peak_step));
   if (!flags.str("trace").empty())  // counter tracks per category, phase and module slices (tools/trace_export.h)
     engine::write_file_atomic(flags.str("trace"), tools::chrome_trace_json(device->ledger(), config.name));
   if (!save.empty()) {

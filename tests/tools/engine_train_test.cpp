@@ -9,8 +9,10 @@
 
 #include "engine/device.h"
 #include "engine/format.h"
+#include "engine/json.h"
 #include "engine/safetensors.h"
 #include "ops/factory.h"
+#include "tests/tools/bench_test_util.h"
 #include "tests/tools/shell_util.h"
 #include "tools/gpu_profiles.h"
 
@@ -77,7 +79,7 @@ TEST(EngineTrain, GenerationPrintsNoLossAndEvalPrintsTheRealOne) {
 
 // Output paths are checked before the first step: a missing folder is a clear error, and nothing trains.
 TEST(EngineTrain, UnwritableOutputPathsStopBeforeTheRun) {
-  for (const char* flag : {"--save", "--trace", "--report"}) {
+  for (const char* flag : {"--save", "--trace", "--report", "--json"}) {
     auto [code, out] = shell(kTrain + "--steps 1 " + flag + " /nonexistent_dir/x.out");
     EXPECT_EQ(code, 2) << flag << "\n" << out;
     EXPECT_NE(out.find(std::string(flag) + " /nonexistent_dir/x.out: the folder '/nonexistent_dir' does not exist"),
@@ -192,4 +194,37 @@ TEST(EngineTrain, BatchFileFeedsEveryStep) {
             dir + "/batch.safetensors");
   EXPECT_NE(code, 0) << out;
   EXPECT_NE(out.find("reads several different batches per step"), std::string::npos) << out;
+}
+
+// --json: the same run as the text, as numbers: a step per step line with the text's losses (cpu) and peaks, the
+// peak's bytes, moment and groups (each grouping summing to the peak), the text naming the same moment.
+TEST(EngineTrain, JsonHoldsWhatTheTextSays) {
+  testutil::TempDir dir;
+  const std::string path = dir.file("run.json");
+  auto [code, out] = shell(kTrain + "--device cpu --steps 3 --json " + path);
+  ASSERT_EQ(code, 0) << out;
+  engine::json::Value j = engine::json::parse_json(testutil::read_text(path), path);
+  const auto& steps = j.at("steps", path).items;
+  ASSERT_EQ(steps.size(), 3u);
+  const std::vector<std::string> losses = step_losses(out);
+  ASSERT_EQ(losses.size(), 3u) << out;
+  for (size_t i = 0; i < 3; i++) {
+    EXPECT_EQ(engine::json::integer_member(steps[i], "step", 1, 3, path), int64_t(i) + 1);
+    EXPECT_EQ(engine::format_fixed(steps[i].at("loss", path).number, 4), losses[i]);
+  }
+  const engine::json::Value& peak = j.at("peak", path);
+  const int64_t bytes = engine::json::integer_member(peak, "bytes", 1, INT64_MAX, path);
+  EXPECT_EQ(engine::json::integer_member(steps[2], "peak_bytes", 1, INT64_MAX, path), bytes);
+  for (const char* grouping : {"by_category", "by_module", "by_op"}) {
+    int64_t sum = 0;
+    for (const auto& [name, v] : peak.at(grouping, path).members) sum += int64_t(v.number);
+    EXPECT_EQ(sum, bytes) << grouping;
+  }
+  const std::string owner = peak.at("owner", path).text, phase = peak.at("phase", path).text;
+  const int64_t step = engine::json::integer_member(peak, "step", 1, 3, path);
+  EXPECT_NE(out.find(engine::str("The peak, ", engine::format_bytes(size_t(bytes)), ", came in step ", step,
+                                 ", phase ", phase, ", at the allocation of ", owner, ".")),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(j.at("flags", path).text, "--model transformer_lm --size tiny --seq 16 --batch 4");
 }
