@@ -5,7 +5,7 @@
 #   make test-cuda    the CUDA tests (GPU machine)
 #   make test-sanitize the cpu suite under AddressSanitizer + UBSan (build-sanitize/)
 #   make fuzz         libFuzzer over every input reader (clang, build-fuzz/)
-#   make format       clang-format over the files changed since main (.clang-format)
+#   make format       clang-format over the lines changed since main, and new files (.clang-format)
 #   make run          the main job (see README.md)
 #   make deps         installs missing build dependencies when run as root (Debian), else says how
 #
@@ -158,12 +158,16 @@ fuzz:
 $(BUILD)/fuzz_readers: $(BUILD)/tests/fuzz/fuzz_readers.o $(BUILD)/tests/util/hostile_util.o $(TOOL_LIB_OBJ) $(LIB)
 	$(CXX) $(LDFLAGS) -fsanitize=fuzzer $^ -o $@ $(LDLIBS)
 
-# clang-format (.clang-format: the house style) over the C++ and CUDA files changed since main (and new ones).
+# clang-format (.clang-format: the house style) over the lines of C++ and CUDA files changed since main
+# (git clang-format: older code that predates the style is left as it is, so a change's diff stays its own), and
+# over new files whole.
 format:
-	@command -v clang-format >/dev/null || { echo "make format needs clang-format (Debian: apt-get install clang-format)"; exit 1; }
-	@files=$$( { git diff --name-only main -- '*.cpp' '*.h' '*.cu' '*.cuh'; \
-	             git ls-files --others --exclude-standard -- '*.cpp' '*.h' '*.cu' '*.cuh'; } | sort -u); \
-	  for f in $$files; do [ -f "$$f" ] && echo "clang-format $$f" && clang-format -i "$$f"; done; true
+	@command -v clang-format >/dev/null && command -v git-clang-format >/dev/null || { echo "make format needs clang-format and git-clang-format (Debian: apt-get install clang-format)"; exit 1; }
+	@patch=$$(mktemp); git clang-format --diff main -- '*.cpp' '*.h' '*.cu' '*.cuh' > $$patch; \
+	  if grep -q '^diff --git' $$patch; then git apply $$patch && grep '^diff --git' $$patch | sed 's|.* b/|clang-format (changed lines) |'; fi; \
+	  rm -f $$patch
+	@for f in $$(git ls-files --others --exclude-standard -- '*.cpp' '*.h' '*.cu' '*.cuh'); do \
+	  echo "clang-format $$f" && clang-format -i "$$f"; done; true
 
 run: all
 	tools/run_main_job.sh $(BUILD)
