@@ -35,8 +35,8 @@ PeakAccount account_peak(const models::ModelConfig& config, int steps, int modul
     }
   }
   r.peak = ledger.peak_bytes();
-  const int depth = module_depth > 0 ? module_depth : model->memory_report_depth();
-  const engine::Ledger::PeakGroups g = ledger.peak_groups(depth);
+  r.module_depth = module_depth > 0 ? module_depth : model->memory_report_depth();
+  const engine::Ledger::PeakGroups g = ledger.peak_groups(r.module_depth);
   size_t sum = 0;
   for (const auto& [name, t] : g.by_category) r.by_category[name] = t.bytes, sum += t.bytes;
   for (const auto& [name, t] : g.by_module) r.by_module[name] = t.bytes;
@@ -116,14 +116,8 @@ PeakDiff diff_peaks(const models::ModelConfig& a, const models::ModelConfig& b, 
   PeakDiff d;
   d.steps = steps;
   // Both sides' modules are cut at A's model's depth, so that the same model's paths compare.
-  int depth = 0;
-  {
-    auto device = engine::Device::create(engine::DeviceType::meta, size_t(1) << 40);
-    engine::DeviceGuard guard(device);
-    depth = models::create_model(a)->memory_report_depth();
-  }
-  d.a = account_peak(a, steps, depth);
-  d.b = account_peak(b, steps, depth);
+  d.a = account_peak(a, steps);
+  d.b = account_peak(b, steps, d.a.module_depth);
   d.by_category = diff_rows(d.a.by_category, d.b.by_category);
   d.by_module = diff_rows(d.a.by_module, d.b.by_module);
   d.by_op = diff_rows(d.a.by_op, d.b.by_op);

@@ -21,6 +21,7 @@ struct PeakAccount {
   size_t peak = 0;  // live bytes at the peak (rounded, as the arena hands them out)
   int64_t peak_step = 0;
   std::string peak_phase, peak_owner;  // of the allocation that set the peak
+  int module_depth = 0;                // where by_module cut the paths
   std::map<std::string, size_t> by_category, by_module, by_op;
 };
 

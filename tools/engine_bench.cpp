@@ -71,6 +71,15 @@ std::string config_suffix(const models::ModelConfig& c, const std::string& fixed
   return s;
 }
 
+// The seq, batch and tokens a config gives ("seq128_batch8"; "" when it keeps the model's): the `fixed` part of
+// config_suffix for the commands that run one config.
+std::string shape_suffix(const models::ModelConfig& c) {
+  std::string s;
+  for (auto [k, v] : {std::pair<const char*, int64_t>{"seq", c.seq}, {"batch", c.batch}, {"tokens", c.tokens}})
+    if (v > 0) s += (s.empty() ? "" : "_") + std::string(k) + std::to_string(v);
+  return s;
+}
+
 // --out: a folder that exists (made here) and can be written, checked before any work starts.
 std::string output_dir(const tools::Flags& f) {
   const std::string dir = f.str("out");
@@ -240,10 +249,7 @@ int trace(int argc, char** argv) {
                     : type == engine::DeviceType::meta ? size_t(1) << 40
                     : type == engine::DeviceType::cuda ? 0 : engine::kDefaultCpuCapacity;
   const std::string dir = output_dir(f);
-  std::string fixed;  // seq, batch or tokens the user gave, in the file names too
-  for (const char* k : {"seq", "batch", "tokens"})
-    if (f.integer(k) > 0) fixed += (fixed.empty() ? "" : "_") + std::string(k) + std::to_string(f.integer(k));
-  const std::string suffix = config_suffix(c, fixed);
+  const std::string suffix = config_suffix(c, shape_suffix(c));  // seq, batch or tokens given: in the names too
   auto device = engine::Device::create(type, capacity);
   engine::DeviceGuard guard(device);
   auto model = models::create_model(c);
@@ -301,13 +307,8 @@ int diff(int argc, char** argv) {
   const models::ModelConfig a = config(*fa), b = config(*fb);
   ENGINE_CHECK(fb->integer("steps") >= 1 && fb->integer("rows") >= 1, "--steps and --rows must be at least 1");
   const std::string dir = output_dir(*fb);
-  auto shapes = [](const models::ModelConfig& c) {
-    std::string s;
-    for (auto [k, v] : {std::pair<const char*, int64_t>{"seq", c.seq}, {"batch", c.batch}, {"tokens", c.tokens}})
-      if (v > 0) s += (s.empty() ? "" : "_") + std::string(k) + std::to_string(v);
-    return s;
-  };
-  const std::string stem = "diff_" + a.name + config_suffix(a, shapes(a)) + "_vs" + config_suffix(b, shapes(b));
+  const std::string stem =
+      "diff_" + a.name + config_suffix(a, shape_suffix(a)) + "_vs" + config_suffix(b, shape_suffix(b));
   tools::PeakDiff d = tools::diff_peaks(a, b, int(fb->integer("steps")));
   const std::string md = tools::diff_markdown(d, size_t(fb->integer("rows")));
   std::printf("%s", md.c_str());
