@@ -29,6 +29,21 @@ const char* dtype_name(DType t) {
   return "?";
 }
 
+double dtype_epsilon(DType t) {
+  switch (t) {
+    case DType::f32:
+      return 0x1p-23;
+    case DType::f64:
+      return 0x1p-52;
+    case DType::bf16:
+      return 0x1p-7;
+    case DType::f16:
+      return 0x1p-10;
+    default:
+      throw Error(str("dtype_epsilon: ", dtype_name(t), " is not a floating dtype"));
+  }
+}
+
 bool is_floating(DType t) {
   return t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::f64;
 }

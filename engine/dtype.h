@@ -15,6 +15,8 @@ enum class DType : uint8_t { f32, bf16, f16, f64, i32, i64, u8, boolean };
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);  // "f32", "bf16", ... (also the CLI spelling)
 bool is_floating(DType t);
+// The machine epsilon of a floating dtype (torch.finfo(dtype).eps: 2^-23 for f32, 2^-7 for bf16, ...).
+double dtype_epsilon(DType t);
 
 // ---------------------------------------------------------------------------------------------------
 struct bf16 {

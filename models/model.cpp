@@ -3,12 +3,14 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 
 #include "engine/context.h"
 #include "engine/format.h"
 #include "graph/autograd.h"
 #include "ops/elementwise.h"
 #include "ops/optimizer.h"
+#include "ops/view.h"
 #ifdef ENGINE_CUDA
 #include "engine/cuda/runtime.h"
 #endif
@@ -25,6 +27,49 @@ void Model::set_precision(Precision p) {
   engine::cuda::set_allow_tf32(p == Precision::tf32);  // process-wide: the last model built decides
 #endif
   if (compute_dtype() != engine::DType::f32) lower_parameters(module(), *optimizer_, compute_dtype());
+}
+
+bool TransformerDims::any() const {
+  return layers || hidden || heads || ffn || vocab || positions || dropout >= 0 || attention_dropout >= 0;
+}
+
+void TransformerDims::apply(const std::string& model, int64_t* layers_, int64_t* hidden_, int64_t* heads_,
+                            int64_t* ffn_, int64_t* vocab_, int64_t* positions_, double* dropout_,
+                            double* attention_dropout_) const {
+  auto set = [](int64_t* dst, int64_t v) {
+    if (v) *dst = v;
+  };
+  set(layers_, layers);
+  set(hidden_, hidden);
+  set(heads_, heads);
+  set(ffn_, ffn);
+  set(vocab_, vocab);
+  set(positions_, positions);
+  if (dropout >= 0) *dropout_ = dropout;
+  if (attention_dropout >= 0 && attention_dropout_) *attention_dropout_ = attention_dropout;
+  auto origin = [](int64_t given) { return given ? "" : " (the size's)"; };
+  const std::pair<const char*, int64_t> dims[] = {{"layers", *layers_}, {"hidden", *hidden_},
+                                                  {"heads", *heads_},   {"ffn", *ffn_},
+                                                  {"vocab", *vocab_},   {"positions", *positions_}};
+  for (const auto& [name, v] : dims)
+    ENGINE_CHECK(v > 0 && v <= (int64_t(1) << 24), model, ": --", name, " ", v, " must be 1 to 2^24");
+  ENGINE_CHECK(*hidden_ % *heads_ == 0, model, ": hidden ", *hidden_, origin(hidden), " is not divisible by heads ",
+               *heads_, origin(heads),
+               ": each head gets hidden / heads channels; choose --hidden a multiple of --heads");
+  const double p[] = {*dropout_, attention_dropout_ ? *attention_dropout_ : 0.0};
+  for (double v : p) ENGINE_CHECK(v >= 0 && v < 1, model, ": a dropout probability of ", v, " is not in [0, 1)");
+}
+
+void Model::use_optimizer(const std::string& name) {
+  ENGINE_CHECK(optimizer_->step_count() == 0, "use_optimizer: the model has already taken a step");
+  ENGINE_CHECK(optimizers().size() == 1, "--optimizer: this model has ", optimizers().size(),
+               " optimizers (one per network); it keeps its recipe's");
+  const auto params = module().named_parameters();
+  std::unique_ptr<ops::Optimizer> next =
+      ops::make_optimizer(name, params, optimizer_->lr(), optimizer_->weight_decay());
+  const ops::Optimizer& recipe = *optimizer_;
+  next->exclude_from_weight_decay([&](const std::string& p) { return !recipe.decays(p); });
+  optimizer_ = std::move(next);
 }
 
 std::string first_non_finite_parameter(const graph::Module& module) {
@@ -50,6 +95,30 @@ void Model::set_fixed_batch(Batch batch) {
 
 Batch Model::next_batch(int64_t step) { return fixed_batch_.empty() ? make_batch(step) : fixed_batch_; }
 
+void Model::set_accumulation(int64_t k) {
+  ENGINE_CHECK(k >= 1 && k <= 4096, "--accumulate ", k,
+               ": expected 1 (no accumulation) to 4096 micro-batches per step");
+  ENGINE_CHECK(k == 1 || supports_accumulation(),
+               "--accumulate: this model's step is not one forward and backward "
+               "pass (it runs several tasks of its own per step); it cannot accumulate micro-batches");
+  accumulate_ = k;
+}
+
+Batch Model::micro_batch(int64_t step, int64_t j) {
+  if (accumulate_ == 1) return next_batch(step);
+  if (fixed_batch_.empty()) return make_batch((step - 1) * accumulate_ + j + 1);
+  Batch micro;
+  for (const auto& [name, t] : fixed_batch_) {
+    const int64_t rows = t.dim() > 0 ? t.size(0) : 0;
+    ENGINE_CHECK(rows % accumulate_ == 0 && rows > 0, "--accumulate ", accumulate_, ": the fixed batch's tensor '",
+                 name, "' has ", rows, " rows, which do not split into ", accumulate_,
+                 " equal micro-batches; give a batch whose size is a multiple of --accumulate");
+    const int64_t n = rows / accumulate_;
+    micro[name] = ops::contiguous(ops::slice(t, 0, j * n, (j + 1) * n));
+  }
+  return micro;
+}
+
 Tensor Model::batch_loss(const Batch& batch) {
   if (fixed_batch_.empty()) return loss(batch);
   try {
@@ -66,21 +135,34 @@ Tensor Model::batch_loss(const Batch& batch) {
 StepResult Model::train_step(int64_t step) {
   module().train();
   StepResult r;
-  Tensor l;
-  {
-    engine::PhaseScope phase(Phase::forward);
-    Batch batch;
-    {
-      engine::CategoryScope input(Category::input);
-      engine::MemoryScope owner("batch");
-      batch = next_batch(step);
-    }
-    l = batch_loss(batch);
-    r.items = items(batch);
-  }
   const bool scaled = precision_ == Precision::fp16;
-  // fp16: backward from loss x scale, so that small gradients stay above f16's smallest normal.
-  graph::backward(scaled ? ops::mul(l, loss_scaler_.scale) : l);
+  // The sum of the micro-batches' losses, read after the update (no sync before it); one scalar, so that the memory
+  // of a step does not depend on the number of micro-batches beyond two.
+  Tensor loss_sum;
+  for (int64_t j = 0; j < accumulate_; j++) {
+    Tensor l;
+    {
+      engine::PhaseScope phase(Phase::forward);
+      Batch batch;
+      {
+        engine::CategoryScope input(Category::input);
+        engine::MemoryScope owner("batch");
+        batch = micro_batch(step, j);
+      }
+      l = batch_loss(batch);
+      r.items += items(batch);
+    }
+    // fp16: backward from loss x scale, so that small gradients stay above f16's smallest normal. Accumulation:
+    // from loss / k, so that the summed gradients are those of the mean over the k micro-batches.
+    const double factor = (scaled ? loss_scaler_.scale : 1.0) / double(accumulate_);
+    graph::backward(factor != 1 ? ops::mul(l, factor) : l);
+    if (!loss_sum.defined()) {
+      loss_sum = l;
+    } else {
+      graph::NoGrad no_grad;
+      loss_sum = ops::add(loss_sum, l);
+    }
+  }
   {
     engine::PhaseScope phase(Phase::optimizer);
     // Clipping and fp16 unscaling are folded into the update: one norm pass over the gradients, then the
@@ -110,7 +192,7 @@ StepResult Model::train_step(int64_t step) {
     }
     optimizer_->zero_grad();
   }
-  r.loss = l.item();
+  r.loss = loss_sum.item() / double(accumulate_);
   r.losses["loss"] = r.loss;
   return r;
 }

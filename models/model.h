@@ -24,6 +24,20 @@ using engine::Tensor;
 using Batch = std::map<std::string, Tensor>;
 
 // Everything a command line can say about a model. 0 or "" means "the model's default".
+// The dimensions of a transformer model, overriding its size's (engine_train --layers --hidden --heads --ffn --vocab
+// --positions, or a Hugging Face config.json through --config: models/hf_config.h). 0 (or a negative dropout) keeps
+// the size's value. A seq2seq model's `layers` is the encoder's and the decoder's.
+struct TransformerDims {
+  int64_t layers = 0, hidden = 0, heads = 0, ffn = 0, vocab = 0, positions = 0;
+  double dropout = -1, attention_dropout = -1;  // from a config file only (hidden_dropout_prob, attn_pdrop, ...)
+  bool any() const;
+  // Overrides a model's dimensions with the given ones, then checks the result: every dimension positive and
+  // hidden divisible by heads, an Error naming the pair and where each value came from otherwise. `model` names
+  // the model in errors; attention_dropout may be null (a model with one dropout rate).
+  void apply(const std::string& model, int64_t* layers, int64_t* hidden, int64_t* heads, int64_t* ffn, int64_t* vocab,
+             int64_t* positions, double* dropout, double* attention_dropout) const;
+};
+
 struct ModelConfig {
   std::string name;
   std::string size;          // e.g. base | large | tiny
@@ -35,6 +49,9 @@ struct ModelConfig {
   std::string precision = "fp32";  // fp32 | tf32 | bf16 | fp16 (models/precision.h)
   std::string data;          // a data file; synthetic data when empty
   std::string task;
+  TransformerDims dims;    // transformer models only (ModelEntry::dims); others refuse them
+  int64_t accumulate = 1;  // micro-batches per optimizer step (Model::set_accumulation)
+  std::string optimizer;   // "" : the model's recipe; else a name of ops::optimizer_names() (Model::use_optimizer)
   uint64_t seed = 1;
 };
 
@@ -95,8 +112,24 @@ class Model {
   virtual StepResult eval_step(int64_t step);
 
   ops::Optimizer& optimizer() { return *optimizer_; }
+  // Replaces the recipe's optimizer by `name` (ops::make_optimizer: sgd, momentum, adam, adamw, adamax, rmsprop,
+  // adafactor) with the recipe's learning rate, schedule, clipping, weight decay and its exclusions, and the new
+  // optimizer's own (PyTorch's) defaults otherwise. create_model() calls it before set_precision, when
+  // ModelConfig::optimizer names one; after a step it is an Error.
+  void use_optimizer(const std::string& name);
   // Every optimizer the model owns (one today; a GAN will own one per network).
   virtual std::vector<ops::Optimizer*> optimizers() { return {optimizer_.get()}; }
+
+  // Gradient accumulation: every train_step runs `k` micro-batches of the model's batch, each a forward and a
+  // backward pass from its loss / k (the gradients add up in the parameters' .grad), then one optimizer update; the
+  // step's loss is the mean of the k losses and its items their sum. So the update equals one over a batch k times
+  // larger whenever the loss is a mean over the batch's items (every model here but the token-batched translation
+  // models, whose loss is a mean over each batch's own tokens). Micro-batch j of step s reads the data of
+  // make_batch((s - 1) k + j + 1); a fixed batch (set_fixed_batch) is split into k equal slices along dimension 0.
+  // Memory: from the second micro-batch on, the whole gradient set is live through forward and backward.
+  void set_accumulation(int64_t k);
+  int64_t accumulation() const { return accumulate_; }
+  virtual bool supports_accumulation() const { return true; }
 
   // The numeric recipe (models/precision.h). create_model() calls it once, after the constructor: bf16/fp16
   // lower the parameters (f32 masters go to the optimizer), tf32 switches the GPU's f32 GEMMs to TF32.
@@ -124,6 +157,9 @@ class Model {
   // The fixed batch when one is set, else make_batch(step); and loss() with a clear error when a fixed batch
   // lacks a tensor the model reads.
   Batch next_batch(int64_t step);
+  // Micro-batch j (0-based) of step `step` under accumulation: next_batch of its own step number, or slice j of
+  // the fixed batch; next_batch(step) itself when there is no accumulation.
+  Batch micro_batch(int64_t step, int64_t j);
   Tensor batch_loss(const Batch& batch);
 
   std::unique_ptr<ops::Optimizer> optimizer_;
@@ -132,6 +168,7 @@ class Model {
   Precision precision_ = Precision::fp32;
   LossScaler loss_scaler_;                     // fp16 only
   Batch fixed_batch_;                          // empty: make_batch's data
+  int64_t accumulate_ = 1;                     // micro-batches per step
 };
 
 }  // namespace models

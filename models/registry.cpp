@@ -20,20 +20,20 @@ namespace models {
 
 const std::vector<ModelEntry>& registry() {
   static const std::vector<ModelEntry> table = {
-      {"transformer_lm", "decoder-only Transformer language model (GPT-2 shapes; sizes tiny, small, medium)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new TransformerLM(c)); }},
+      {"transformer_lm", "decoder-only Transformer language model (GPT-2 shapes; sizes tiny, small, medium, large, xl)",
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new TransformerLM(c)); }, true},
       {"bert_base", "BERT-Base masked-LM + next-sentence pretraining (sizes base, large, tiny)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertPretraining(c)); }},
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertPretraining(c)); }, true},
       {"bert_squad", "BERT fine-tuning for SQuAD 1.1 span prediction (sizes base, large, tiny)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertSquad(c)); }},
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertSquad(c)); }, true},
       {"mtdnn", "MT-DNN: BERT-Large with SAN/linear heads, multi-task GLUE fine-tuning (--task one or a list)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new mtdnn::Mtdnn(c)); }},
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new mtdnn::Mtdnn(c)); }, true},
       {"transformer_big",
        "fairseq's Transformer Big for WMT16 en-de (6+6 layers, d 1024; batches in --tokens; sizes big, tiny)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new translation::TransformerBig(c)); }},
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new translation::TransformerBig(c)); }, true},
       {"unsupmt",
        "XLM unsupervised MT en-fr: AE per language + greedy back-translation per direction (sizes big, tiny)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new translation::UnsupMT(c)); }},
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new translation::UnsupMT(c)); }, true},
       {"convs2s",
        "fairseq's fconv_wmt_en_de for WMT14 en-de (15+15 gated conv layers, weight norm, NAG; batches in --tokens; "
        "sizes wmt, tiny)",
@@ -83,14 +83,27 @@ void check_sizes(const ModelConfig& c) {
                kMaxTokens, "; a larger step could not fit any arena");
 }
 
+std::string transformer_names() {
+  std::string s;
+  for (const auto& e : registry())
+    if (e.transformer) s += (s.empty() ? "" : ", ") + e.name;
+  return s;
+}
+
 }  // namespace
 
 std::unique_ptr<Model> create_model(const ModelConfig& config) {
   for (const auto& e : registry())
     if (e.name == config.name) {
       check_sizes(config);
+      ENGINE_CHECK(!config.dims.any() || e.transformer, config.name,
+                   " is not a transformer: --layers, --hidden, "
+                   "--heads, --ffn, --vocab, --positions and --config are for ",
+                   transformer_names(), "; ", config.name, " has its own sizes (--size)");
       const Precision precision = precision_from_name(config.precision);  // a bad name fails before building
       std::unique_ptr<Model> model = e.create(config);
+      if (!config.optimizer.empty()) model->use_optimizer(config.optimizer);
+      model->set_accumulation(config.accumulate);
       model->set_precision(precision);
       return model;
     }

@@ -14,6 +14,7 @@ struct ModelEntry {
   std::string name;
   std::string description;
   std::function<std::unique_ptr<Model>(const ModelConfig&)> create;
+  bool transformer = false;  // takes ModelConfig::dims (--layers --hidden ... and --config)
 };
 
 const std::vector<ModelEntry>& registry();

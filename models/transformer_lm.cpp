@@ -18,28 +18,36 @@ TransformerLMConfig TransformerLMConfig::from(const ModelConfig& c) {
   std::string size = c.size.empty() ? "tiny" : c.size;
   if (size == "tiny") {
     // defaults above
-  } else if (size == "small" || size == "medium") {
-    bool small = size == "small";
+  } else if (size == "small" || size == "medium" || size == "large" || size == "xl") {
+    // GPT-2's four published shapes (Radford et al. 2019, table 2; the gpt2, gpt2-medium, gpt2-large and gpt2-xl
+    // config.json files): layers x width, 64 channels per head.
+    const int64_t layers[] = {12, 24, 36, 48}, dims[] = {768, 1024, 1280, 1600};
+    const int k = size == "small" ? 0 : size == "medium" ? 1 : size == "large" ? 2 : 3;
     t.vocab = 50257;
-    t.dim = small ? 768 : 1024;
-    t.heads = small ? 12 : 16;
-    t.layers = small ? 12 : 24;
+    t.dim = dims[k];
+    t.heads = t.dim / 64;
+    t.layers = layers[k];
     t.ffn = 4 * t.dim;
     t.max_positions = 1024;
     t.seq = 1024;
     t.batch = 8;
-    t.dropout = 0.1;
+    t.dropout = t.attention_dropout = 0.1;
     t.lr = 6e-4;
     t.weight_decay = 0.1;
     t.warmup = 2000;
   } else {
-    throw engine::Error(engine::str("transformer_lm: unknown --size '", size, "': expected tiny, small or medium"));
+    throw engine::Error(
+        engine::str("transformer_lm: unknown --size '", size, "': expected tiny, small, medium, large or xl"));
   }
+  c.dims.apply("transformer_lm", &t.layers, &t.dim, &t.heads, &t.ffn, &t.vocab, &t.max_positions, &t.dropout,
+               &t.attention_dropout);
+  if (c.dims.positions && c.seq == 0) t.seq = std::min(t.seq, t.max_positions);  // the default: the whole context
   if (c.seq) t.seq = c.seq;
   if (c.batch) t.batch = c.batch;
-  ENGINE_CHECK(t.seq <= t.max_positions || c.seq == 0 || size == "tiny",
-               "transformer_lm: --seq ", t.seq, " exceeds the ", t.max_positions, " learned positions");
-  if (t.seq > t.max_positions) t.max_positions = t.seq;  // tiny: grow the table with the request
+  const bool grows = size == "tiny" && !c.dims.positions;  // tiny's table grows with the request
+  ENGINE_CHECK(t.seq <= t.max_positions || grows, "transformer_lm: --seq ", t.seq, " exceeds the ", t.max_positions,
+               " learned positions", c.dims.positions ? " (--positions)" : "");
+  if (t.seq > t.max_positions) t.max_positions = t.seq;
   t.algo = ops::attention_algo_from_name(c.attention);
   ENGINE_CHECK(c.recompute == "none" || c.recompute == "layer", "transformer_lm: --recompute ", c.recompute,
                " is not supported; use none or layer");
@@ -58,7 +66,7 @@ TransformerLMNet::TransformerLMNet(const TransformerLMConfig& c) : config(c) {
   lc.heads = c.heads;
   lc.ffn = c.ffn;
   lc.dropout = c.dropout;
-  lc.attention_dropout = c.dropout;
+  lc.attention_dropout = c.attention_dropout;
   lc.activation = "gelu_tanh";
   lc.normalize_before = true;
   lc.algo = c.algo;

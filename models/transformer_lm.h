@@ -21,12 +21,12 @@ namespace models {
 struct TransformerLMConfig {
   int64_t vocab = 64, dim = 64, heads = 4, layers = 2, ffn = 256, max_positions = 64;
   int64_t seq = 32, batch = 8;
-  double dropout = 0.0, lr = 3e-3, weight_decay = 0.0;
+  double dropout = 0.0, attention_dropout = 0.0, lr = 3e-3, weight_decay = 0.0;
   int64_t warmup = 0;
   ops::AttentionAlgo algo = ops::AttentionAlgo::naive;
   bool recompute_layers = false;
   uint64_t seed = 1;
-  // tiny | small (GPT-2 small) | medium (GPT-2 medium), then overridden by the ModelConfig fields.
+  // tiny | small | medium | large | xl (GPT-2's four shapes), then overridden by the ModelConfig fields.
   static TransformerLMConfig from(const ModelConfig& c);
 };
 

@@ -13,6 +13,7 @@
 #include "ops/elementwise.h"
 #include "ops/factory.h"
 #include "ops/op.h"
+#include "ops/reduce.h"
 
 namespace ops {
 
@@ -98,6 +99,63 @@ void rmsprop_update(const ParamUpdates& ts, const RmsPropStep& h) {
   run_update(
       "rmsprop", ts, 1 + (h.momentum != 0) + h.centered, 10, [&](const ParamUpdate& t) { cpu::rmsprop_update(t, h); },
       CUDA_KERNEL(cuda::rmsprop_update(ts, h)));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Adafactor, composed of ops (see optimizer.h for the math)
+
+void adafactor_update(const ParamUpdates& ts, const AdafactorStep& h) {
+  OpScope scope("adafactor");
+  graph::NoGrad no_grad;
+  engine::CategoryScope category(engine::Category::optimizer);
+  const double t = double(h.step);
+  const double b = std::pow(t, h.beta2_decay), rho = std::min(h.lr, 1 / std::sqrt(t));
+  for (const ParamUpdate& u : ts) {
+    check_floating("adafactor", "param", u.param);
+    check_defined("adafactor", "grad", u.grad);
+    ENGINE_CHECK(u.grad.shape() == u.param.shape(), "adafactor: grad has shape ", engine::shape_str(u.grad.shape()),
+                 ", the parameter ", engine::shape_str(u.param.shape()));
+    const bool factored = u.param.dim() >= 2;
+    ENGINE_CHECK(u.slots.size() == (factored ? 2u : 1u), "adafactor: expected ", factored ? 2 : 1,
+                 " state tensors, got ", u.slots.size());
+    const Tensor w = u.master.defined() ? u.master : u.param;  // the weight the math updates
+    const DType dt = w.dtype();
+    const double eps1 = h.eps1 > 0 ? h.eps1 : engine::dtype_epsilon(dt);
+    const double n = double(w.numel());
+    auto constant = [&](double v) { return scalar(v, dt, w.device_ptr()); };
+    auto rms = [&](const Tensor& x) { return sqrt(mul(sum(mul(x, x)), 1 / n)); };  // a [] tensor
+    // The gradient times grad_scale, folded in place into g^2 and the update (a scale that depends on values, such
+    // as a clip coefficient, must not change what is allocated: meta sees no values).
+    const double s = u.grad_scale;
+    Tensor g = u.grad.dtype() == dt ? u.grad : to(u.grad, dt);
+    const Tensor alpha = mul(maximum(rms(w), constant(h.eps2)), rho);
+    if (h.weight_decay != 0) mul_(w, 1 - h.lr * h.weight_decay);
+    Tensor v;  // the second-moment estimate, then the update
+    {
+      Tensor g2 = mul(g, g);
+      mul_(g2, s * s);
+      if (factored) {
+        const Tensor& row = u.slots[0];
+        const Tensor& col = u.slots[1];
+        add_(row, sub(mean(g2, {-1}, true), row), b);
+        add_(col, sub(mean(g2, {-2}, true), col), b);
+        g2 = Tensor();
+        v = mul(row, col);
+        v = div(v, maximum(mean(row, {-2}, true), constant(eps1)));
+      } else {
+        add_(u.slots[0], sub(g2, u.slots[0]), b);
+        v = u.slots[0];
+      }
+    }
+    v = maximum(v, constant(eps1 * eps1));
+    v = rsqrt(v);
+    v = mul(v, g);
+    mul_(v, s);
+    g = Tensor();
+    const Tensor step = div(alpha, maximum(mul(rms(v), 1 / h.d), constant(1)));
+    add_(w, mul(v, step), -1);
+    if (u.master.defined()) copy_(u.param, w);  // the low-precision copy, rounded to nearest-even
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-// optim.h: the optimizers' fused multi-tensor updates (SGD, Adam/AdamW, Adamax, RMSProp) and the global
-// gradient norm (clipping, fp16's overflow check).
+// optim.h: the optimizers' fused multi-tensor updates (SGD, Adam/AdamW, Adamax, RMSProp), Adafactor's update (not
+// fused: its factored statistics need reductions) and the global gradient norm (clipping, fp16's overflow check).
 //
 // Each *_update is one op over a list of parameters that share one set of hyperparameters: one pass over each
 // parameter, its gradient and its slots (and f32 master weight under mixed precision), no temporaries. The cpu
@@ -59,6 +59,11 @@ struct RmsPropStep {
   bool tf_style = false;  // eps inside the sqrt, lr inside the momentum buffer (see RmsProp)
 };
 
+struct AdafactorStep {
+  double lr = 0, beta2_decay = -0.8, eps1 = 0, eps2 = 1e-3, d = 1, weight_decay = 0;
+  int64_t step = 1;
+};
+
 // slots: SGD {momentum_buffer} when momentum != 0, else {}.
 void sgd_update(const ParamUpdates& ts, const SgdStep& h);
 // slots: {exp_avg, exp_avg_sq}.
@@ -67,6 +72,10 @@ void adam_update(const ParamUpdates& ts, const AdamStep& h);
 void adamax_update(const ParamUpdates& ts, const AdamaxStep& h);
 // slots: {square_avg, [momentum_buffer if momentum != 0], [grad_avg if centered]}.
 void rmsprop_update(const ParamUpdates& ts, const RmsPropStep& h);
+// slots: {row_var, col_var} (shapes: Adafactor::slots_for) for 2 or more dimensions, else {variance}. Written with
+// the engine's ops (reductions and pointwise ops) on any device: not one pass, and it allocates temporaries of the
+// parameter's size (at most two at a time beside the gradient and the weight), tagged as the optimizer's.
+void adafactor_update(const ParamUpdates& ts, const AdafactorStep& h);
 
 // ---------------------------------------------------------------------------------------------------
 // torch.nn.utils.clip_grad_norm_: the L2 norm of all gradients together (undefined grads skipped),

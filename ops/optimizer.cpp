@@ -29,14 +29,14 @@ Optimizer::Optimizer(const char* name, const NamedTensors& params, double lr, do
     ENGINE_CHECK(engine::is_floating(p.dtype()), name_, ": parameter '", n, "' has dtype ",
                  engine::dtype_name(p.dtype()), "; only floating tensors can be optimized");
     ENGINE_CHECK(seen.insert(n).second, name_, ": parameter name '", n, "' appears twice");
-    entries_.push_back(Entry{n, p, Tensor(), {}, 0, true});
+    entries_.push_back(Entry{n, p, Tensor(), {}, false, 0, true});
   }
 }
 
 void Optimizer::set_master_weight(const std::string& name, const Tensor& master) {
   for (Entry& e : entries_) {
     if (e.name != name) continue;
-    ENGINE_CHECK(e.slots.empty(), name_, ": set_master_weight('", name, "') after the parameter's first step");
+    ENGINE_CHECK(!e.has_state, name_, ": set_master_weight('", name, "') after the parameter's first step");
     ENGINE_CHECK(master.shape() == e.param.shape() && master.dtype() == DType::f32 &&
                      master.device_ptr() == e.param.device_ptr(),
                  name_, ": the master weight of '", name, "' must be f32 ", engine::shape_str(e.param.shape()),
@@ -59,6 +59,18 @@ Tensor Optimizer::master_weight(const std::string& name) const {
   return Tensor();
 }
 
+bool Optimizer::decays(const std::string& name) const {
+  for (const Entry& e : entries_)
+    if (e.name == name) return e.decay;
+  throw engine::Error(str(name_, ": decays: no parameter named '", name, "'"));
+}
+
+std::vector<Slot> Optimizer::slots_for(const engine::Shape& shape) const {
+  std::vector<Slot> slots;
+  for (size_t k = 0; k < slot_names_.size(); k++) slots.push_back(Slot{slot_names_[k], shape, slot_initial_values_[k]});
+  return slots;
+}
+
 void Optimizer::exclude_from_weight_decay(const std::function<bool(const std::string&)>& excluded) {
   for (Entry& e : entries_) e.decay = !excluded(e.name);
 }
@@ -70,9 +82,10 @@ void Optimizer::allocate_slots(Entry& e) const {
   engine::MemoryScope owner(e.name);
   OpScope op(name_);
   e.slots.clear();
-  for (double init : slot_initial_values_)
+  for (const Slot& slot : slots_for(e.param.shape()))
     e.slots.push_back(
-        full(e.param.shape(), init, e.master.defined() ? e.master.dtype() : e.param.dtype(), e.param.device_ptr()));
+        full(slot.shape, slot.initial, e.master.defined() ? e.master.dtype() : e.param.dtype(), e.param.device_ptr()));
+  e.has_state = true;
 }
 
 void Optimizer::step() {
@@ -91,7 +104,7 @@ void Optimizer::step() {
   for (Entry& e : entries_) {
     Tensor g = e.param.grad();
     if (!g.defined()) continue;
-    if (e.slots.size() != slot_names_.size()) allocate_slots(e);
+    if (!e.has_state) allocate_slots(e);
     e.steps++;
     const double weight_decay = e.decay ? weight_decay_ : 0.0;
     if (!g.is_contiguous()) {
@@ -111,13 +124,13 @@ void Optimizer::step() {
 void Optimizer::allocate_state() {
   graph::NoGrad no_grad;
   for (Entry& e : entries_)
-    if (e.param.grad().defined() && e.slots.size() != slot_names_.size()) allocate_slots(e);
+    if (e.param.grad().defined() && !e.has_state) allocate_slots(e);
 }
 
 std::vector<std::string> Optimizer::params_without_state() const {
   std::vector<std::string> names;
   for (const Entry& e : entries_)
-    if (e.param.requires_grad() && e.slots.size() != slot_names_.size()) names.push_back(e.name);
+    if (e.param.requires_grad() && !e.has_state) names.push_back(e.name);
   return names;
 }
 
@@ -133,7 +146,8 @@ OptimizerState Optimizer::state() const {
     if (e.master.defined()) s.tensors.emplace_back(e.name + ".master", e.master);  // from the start
     if (e.steps == 0) continue;
     s.metadata["optimizer.step." + e.name] = std::to_string(e.steps);
-    for (size_t k = 0; k < e.slots.size(); k++) s.tensors.emplace_back(e.name + "." + slot_names_[k], e.slots[k]);
+    const std::vector<Slot> slots = slots_for(e.param.shape());
+    for (size_t k = 0; k < e.slots.size(); k++) s.tensors.emplace_back(e.name + "." + slots[k].name, e.slots[k]);
   }
   return s;
 }
@@ -187,8 +201,8 @@ void Optimizer::load_state(const std::map<std::string, Tensor>& tensors,
                    ".master' but this run has none (resume with the --precision it was saved with)");
     }
     if (const std::string* s = get("optimizer.step." + e.name)) steps[i] = parse_count("optimizer.step." + e.name, *s);
-    for (const std::string& slot : slot_names_) {
-      std::string key = e.name + "." + slot;
+    for (const Slot& slot : slots_for(e.param.shape())) {
+      std::string key = e.name + "." + slot.name;
       auto it = tensors.find(key);
       if (steps[i] == 0) {
         ENGINE_CHECK(it == tensors.end(), name_, ": load_state: '", key, "' is present but parameter '", e.name,
@@ -197,9 +211,9 @@ void Optimizer::load_state(const std::map<std::string, Tensor>& tensors,
       }
       ENGINE_CHECK(it != tensors.end(), name_, ": load_state: missing state tensor '", key, "'");
       const Tensor& t = it->second;
-      ENGINE_CHECK(t.shape() == e.param.shape() && t.dtype() == state_dtype, name_, ": load_state: '", key, "' is ",
+      ENGINE_CHECK(t.shape() == slot.shape && t.dtype() == state_dtype, name_, ": load_state: '", key, "' is ",
                    engine::dtype_name(t.dtype()), " ", engine::shape_str(t.shape()), ", expected ",
-                   engine::dtype_name(state_dtype), " ", engine::shape_str(e.param.shape()));
+                   engine::dtype_name(state_dtype), " ", engine::shape_str(slot.shape));
       ENGINE_CHECK(t.device_ptr() == e.param.device_ptr(), name_, ": load_state: '", key, "' is on device ",
                    t.device().name(), ", not on the parameter's device (load the file onto that device)");
       ENGINE_CHECK(t.is_contiguous(), name_, ": load_state: '", key, "' is not contiguous");
@@ -209,6 +223,7 @@ void Optimizer::load_state(const std::map<std::string, Tensor>& tensors,
   for (size_t i = 0; i < entries_.size(); i++) {
     entries_[i].steps = steps[i];
     entries_[i].slots = slots[i];
+    entries_[i].has_state = steps[i] > 0;
     if (masters[i].defined()) set_master_weight_unchecked(entries_[i], masters[i]);
     for (const Tensor& t : slots[i]) {  // tagged as if allocated by the first step
       t.set_category(engine::Category::optimizer);
@@ -298,6 +313,72 @@ RmsProp::RmsProp(const NamedTensors& params, const RmsPropOptions& o)
 
 void RmsProp::update(const ParamUpdates& ts, double weight_decay, int64_t) {
   rmsprop_update(ts, RmsPropStep{lr(), o_.alpha, o_.eps, weight_decay, o_.momentum, o_.centered, o_.tf_style});
+}
+
+Adafactor::Adafactor(const NamedTensors& params, const AdafactorOptions& o)
+    : Optimizer("adafactor", params, o.lr, o.weight_decay, {}, {}), o_(o) {
+  check_options("adafactor", o.lr, o.weight_decay, o.eps1);
+  ENGINE_CHECK(o.beta2_decay <= 0, "adafactor: beta2_decay must be <= 0, got ", o.beta2_decay);
+  ENGINE_CHECK(o.eps2 >= 0 && o.d > 0, "adafactor: eps2 must be >= 0 and d > 0, got ", o.eps2, " and ", o.d);
+}
+
+std::vector<Slot> Adafactor::slots_for(const engine::Shape& shape) const {
+  if (shape.size() < 2) return {Slot{"variance", shape, 0.0}};
+  engine::Shape rows = shape, cols = shape;
+  rows[rows.size() - 1] = 1;
+  cols[cols.size() - 2] = 1;
+  return {Slot{"row_var", rows, 0.0}, Slot{"col_var", cols, 0.0}};
+}
+
+void Adafactor::update(const ParamUpdates& ts, double weight_decay, int64_t step) {
+  adafactor_update(ts, AdafactorStep{lr(), o_.beta2_decay, o_.eps1, o_.eps2, o_.d, weight_decay, step});
+}
+
+// ---------------------------------------------------------------------------------------------------
+// By name
+
+const std::vector<std::string>& optimizer_names() {
+  static const std::vector<std::string> names = {"sgd", "momentum", "adam", "adamw", "adamax", "rmsprop", "adafactor"};
+  return names;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const NamedTensors& params, double lr,
+                                          double weight_decay) {
+  if (name == "sgd" || name == "momentum") {
+    SgdOptions o;
+    o.lr = lr;
+    o.weight_decay = weight_decay;
+    o.momentum = name == "momentum" ? 0.9 : 0.0;
+    return std::make_unique<Sgd>(params, o);
+  }
+  if (name == "adam" || name == "adamw") {
+    AdamOptions o;
+    o.lr = lr;
+    o.weight_decay = weight_decay;
+    if (name == "adam") return std::make_unique<Adam>(params, o);
+    return std::make_unique<AdamW>(params, o);
+  }
+  if (name == "adamax") {
+    AdamaxOptions o;
+    o.lr = lr;
+    o.weight_decay = weight_decay;
+    return std::make_unique<Adamax>(params, o);
+  }
+  if (name == "rmsprop") {
+    RmsPropOptions o;
+    o.lr = lr;
+    o.weight_decay = weight_decay;
+    return std::make_unique<RmsProp>(params, o);
+  }
+  if (name == "adafactor") {
+    AdafactorOptions o;
+    o.lr = lr;
+    o.weight_decay = weight_decay;
+    return std::make_unique<Adafactor>(params, o);
+  }
+  std::string valid;
+  for (const std::string& n : optimizer_names()) valid += (valid.empty() ? "" : ", ") + n;
+  throw engine::Error(str("unknown optimizer '", name, "': valid optimizers are ", valid));
 }
 
 }  // namespace ops

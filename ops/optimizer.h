@@ -1,4 +1,5 @@
-// optimizer.h: the optimizers (SGD, Adam, AdamW, Adamax, RMSProp) that hold a model's parameters and their state.
+// optimizer.h: the optimizers (SGD, Adam, AdamW, Adamax, RMSProp, Adafactor) that hold a model's parameters and
+// their state.
 //
 // An Optimizer holds the (name, parameter) pairs of a Module (named_parameters()) and, per parameter, its
 // state tensors ("slots": Adam's exp_avg and exp_avg_sq, ...). The math of every optimizer is PyTorch's
@@ -21,6 +22,7 @@
 #pragma once
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +34,13 @@ namespace ops {
 
 // ---------------------------------------------------------------------------------------------------
 // The optimizer interface.
+
+// One state tensor of a parameter: its name (the checkpoint's "<param name>.<name>"), shape and initial value.
+struct Slot {
+  std::string name;
+  engine::Shape shape;
+  double initial = 0;
+};
 
 struct OptimizerState {
   NamedTensors tensors;                          // "<param name>.<slot>"
@@ -61,6 +70,9 @@ class Optimizer {
   // step() calls so far (a parameter skipped for lack of a grad has its own, smaller count).
   int64_t step_count() const { return step_count_; }
   const char* name() const { return name_; }
+  double weight_decay() const { return weight_decay_; }
+  // Whether parameter `name` gets weight decay (false once exclude_from_weight_decay excluded it).
+  bool decays(const std::string& name) const;
   // Parameters for which `excluded(name)` is true get no weight decay (BERT: biases and LayerNorm).
   void exclude_from_weight_decay(const std::function<bool(const std::string&)>& excluded);
   // Mixed precision: from now on parameter `name` (bf16/f16) is updated through the f32 `master` copy,
@@ -84,6 +96,9 @@ class Optimizer {
             std::vector<std::string> slot_names, std::vector<double> slot_initial_values);
   // The update of parameters that share `weight_decay` and `step` (their updates so far, this one included).
   virtual void update(const ParamUpdates& ts, double weight_decay, int64_t step) = 0;
+  // The state tensors of a parameter of `shape`, in the order update() receives them: by default one per slot name
+  // given to the constructor, each of the parameter's shape.
+  virtual std::vector<Slot> slots_for(const engine::Shape& shape) const;
 
  private:
   struct Entry {
@@ -91,6 +106,7 @@ class Optimizer {
     Tensor param;
     Tensor master;              // f32 master weight (mixed precision) or undefined
     std::vector<Tensor> slots;  // empty until the first step
+    bool has_state = false;     // slots allocated (an optimizer may have none: SGD without momentum)
     int64_t steps = 0;
     bool decay = true;
   };
@@ -180,5 +196,33 @@ class RmsProp : public Optimizer {
   void update(const ParamUpdates& ts, double weight_decay, int64_t step) override;
   RmsPropOptions o_;
 };
+
+// Adafactor (torch.optim.Adafactor; Shazeer & Stern 2018), t = the parameter's step, n = its element count:
+//   b = t^beta2_decay (the weight of the new square: 1 at t = 1);  rho = min(lr, 1 / sqrt(t))
+//   alpha = max(eps2, RMS(p)) * rho  (before the decay);  p *= 1 - lr * wd
+//   2 or more dims, factored over the last two (rows i, columns j): R = lerp(R, mean_j g^2, b), C = lerp(C, mean_i g^2,
+//   b), V = R C / max(mean_i R, eps1);  fewer dims: V = lerp(V, g^2, b)
+//   U = g / sqrt(max(V, eps1^2));  p -= alpha / max(1, RMS(U) / d) * U
+// eps1 = 0 means the epsilon of the weight's dtype (PyTorch's None). Its state is the factors R (the shape with its
+// last dimension 1) and C (the shape with its second-to-last 1), or V for vectors: about sqrt of Adam's.
+struct AdafactorOptions {
+  double lr = 1e-2, beta2_decay = -0.8, eps1 = 0, eps2 = 1e-3, d = 1.0, weight_decay = 0;
+};
+class Adafactor : public Optimizer {
+ public:
+  Adafactor(const NamedTensors& params, const AdafactorOptions& o);
+
+ private:
+  void update(const ParamUpdates& ts, double weight_decay, int64_t step) override;
+  std::vector<Slot> slots_for(const engine::Shape& shape) const override;
+  AdafactorOptions o_;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Optimizers by name (engine_train --optimizer): sgd, momentum (SGD, momentum 0.9), adam, adamw, adamax, rmsprop,
+// adafactor, each with PyTorch's defaults but the given learning rate and weight decay.
+const std::vector<std::string>& optimizer_names();
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const NamedTensors& params, double lr,
+                                          double weight_decay);
 
 }  // namespace ops

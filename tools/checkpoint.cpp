@@ -31,18 +31,24 @@ struct TextField {
 };
 struct CountField {
   const char* flag;
-  int64_t models::ModelConfig::*member;
+  int64_t& (*member)(models::ModelConfig&);
 };
-constexpr TextField kTextFields[] = {{"model", &models::ModelConfig::name},
-                                     {"size", &models::ModelConfig::size},
-                                     {"attention", &models::ModelConfig::attention},
-                                     {"recompute", &models::ModelConfig::recompute},
-                                     {"precision", &models::ModelConfig::precision},
-                                     {"data", &models::ModelConfig::data},
-                                     {"task", &models::ModelConfig::task}};
-constexpr CountField kCountFields[] = {{"seq", &models::ModelConfig::seq},
-                                       {"batch", &models::ModelConfig::batch},
-                                       {"tokens", &models::ModelConfig::tokens}};
+constexpr TextField kTextFields[] = {
+    {"model", &models::ModelConfig::name},          {"size", &models::ModelConfig::size},
+    {"attention", &models::ModelConfig::attention}, {"recompute", &models::ModelConfig::recompute},
+    {"precision", &models::ModelConfig::precision}, {"optimizer", &models::ModelConfig::optimizer},
+    {"data", &models::ModelConfig::data},           {"task", &models::ModelConfig::task}};
+constexpr CountField kCountFields[] = {
+    {"seq", [](models::ModelConfig& c) -> int64_t& { return c.seq; }},
+    {"batch", [](models::ModelConfig& c) -> int64_t& { return c.batch; }},
+    {"tokens", [](models::ModelConfig& c) -> int64_t& { return c.tokens; }},
+    {"accumulate", [](models::ModelConfig& c) -> int64_t& { return c.accumulate; }},
+    {"layers", [](models::ModelConfig& c) -> int64_t& { return c.dims.layers; }},
+    {"hidden", [](models::ModelConfig& c) -> int64_t& { return c.dims.hidden; }},
+    {"heads", [](models::ModelConfig& c) -> int64_t& { return c.dims.heads; }},
+    {"ffn", [](models::ModelConfig& c) -> int64_t& { return c.dims.ffn; }},
+    {"vocab", [](models::ModelConfig& c) -> int64_t& { return c.dims.vocab; }},
+    {"positions", [](models::ModelConfig& c) -> int64_t& { return c.dims.positions; }}};
 
 std::string key(const char* flag) { return std::string("engine.") + flag; }
 
@@ -97,7 +103,8 @@ void save_checkpoint(const std::string& path, models::Model& model, const models
   Metadata metadata = optimizer.metadata;
   metadata[kMarker] = "1";
   for (const auto& f : kTextFields) metadata[key(f.flag)] = config.*f.member;
-  for (const auto& f : kCountFields) metadata[key(f.flag)] = std::to_string(config.*f.member);
+  models::ModelConfig saved_config = config;
+  for (const auto& f : kCountFields) metadata[key(f.flag)] = std::to_string(f.member(saved_config));
   metadata[key("batch")] = std::to_string(model.batch_size());  // the batch in effect, defaults resolved
   metadata[key("seed")] = std::to_string(config.seed);
   metadata[key("step")] = std::to_string(step);
@@ -161,8 +168,9 @@ std::string fill_config_from_checkpoint(const std::string& path, models::ModelCo
     if (!given(f.flag) && saved(f.flag)) {
       const uint64_t v = parse_u64(path, m, key(f.flag));
       ENGINE_CHECK(v <= uint64_t(INT64_MAX), path, ": metadata '", key(f.flag), "' = ", v, " is out of range");
-      config.*f.member = int64_t(v);
-      if (v > 0) filled += str(" --", f.flag, " ", v);
+      f.member(config) = int64_t(v);
+      models::ModelConfig defaults;
+      if (int64_t(v) != f.member(defaults)) filled += str(" --", f.flag, " ", v);
     }
   if (!given("seed") && saved("seed")) config.seed = parse_u64(path, m, key("seed"));
   return filled;

@@ -26,6 +26,7 @@
 #include "tools/bench_diff.h"
 #include "tools/bench_lambda.h"
 #include "tools/bench_scale.h"
+#include "tools/config_flags.h"
 #include "tools/flags.h"
 #include "tools/fork_pool.h"
 #include "tools/gpu_profiles.h"
@@ -61,10 +62,15 @@ std::string write(const std::string& dir, const std::string& name, const std::st
 // --out folder keep both: "" for the defaults, else "_<value>" for each setting that differs from its
 // default, in a fixed order (e.g. "_large_bf16_flash_recompute-layer", "_batch8").
 std::string config_suffix(const models::ModelConfig& c, const std::string& fixed = "") {
+  std::string dims;  // "layers24_hidden1024" (engine_train's spelling of the flags, without dashes)
+  for (const auto& [flag, value] : tools::config_settings(c))
+    if (!value.empty() && (flag == "layers" || flag == "hidden" || flag == "heads" || flag == "ffn" ||
+                           flag == "vocab" || flag == "positions" || flag == "dropout" || flag == "attention-dropout"))
+      dims += (dims.empty() ? "" : "_") + flag + value;
   std::string s;
-  for (const std::string& part : {c.size, c.task, c.precision == "fp32" ? "" : c.precision,
-                                  c.attention == "naive" ? "" : c.attention,
-                                  c.recompute == "none" ? "" : "recompute-" + c.recompute, fixed})
+  for (const std::string& part :
+       {c.size, c.task, dims, c.precision == "fp32" ? "" : c.precision, c.attention == "naive" ? "" : c.attention,
+        c.recompute == "none" ? "" : "recompute-" + c.recompute, c.optimizer, fixed})
     if (!part.empty()) s += "_" + part;
   for (char& ch : s)
     if (ch == ',' || ch == ' ' || ch == '/') ch = '-';
@@ -100,6 +106,7 @@ void add_model_flags(tools::Flags& f) {
   f.add_choice("recompute", "none", {"none", "attention", "layer", "cell"},
                "activation checkpointing (the models say which modes they have: cell is NASNet's)");
   f.add_int("steps", 2, "training steps per run (two: the optimizer state exists in the second)");
+  tools::add_shape_flags(f);
 }
 
 models::ModelConfig model_config(const tools::Flags& f) {
@@ -114,6 +121,7 @@ models::ModelConfig model_config(const tools::Flags& f) {
   bool known = false;
   for (const auto& n : models::model_names()) known |= n == c.name;
   ENGINE_CHECK(known, "unknown model '", c.name, "': valid models are ", joined_model_names());
+  tools::read_shape_flags(f, c);
   return c;
 }
 

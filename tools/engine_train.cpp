@@ -142,6 +142,13 @@ int find_max_batch(const models::ModelConfig& config, const tools::Flags& flags,
   };
   std::printf("max batch of %s on %s, arena %s%s\n", config.name.c_str(), engine::device_type_name(type),
               format_bytes(capacity).c_str(), capacity_note.c_str());
+  if (flags.given("global-batch")) {
+    const tools::MicroBatchResult r =
+        tools::find_micro_batch(config, type, capacity, flags.integer("global-batch"), options);
+    bar.clear();
+    std::printf("%s", tools::describe_micro_batch(r, capacity, options).c_str());
+    return 0;
+  }
   tools::MaxBatchResult r = tools::find_max_batch(config, type, capacity, options);
   bar.clear();
   std::printf("%s", tools::describe_max_batch(r, capacity, options).c_str());
@@ -166,6 +173,7 @@ void add_flags(tools::Flags& flags) {
                    "activation checkpointing (the models say which modes they have: cell is NASNet's)");
   flags.add_choice("precision", "fp32", {"fp32", "tf32", "bf16", "fp16"},
                    "fp32; tf32 GEMMs; bf16/fp16 mixed precision with f32 master weights (fp16: loss scaling)");
+  tools::add_shape_flags(flags);
   flags.add_int("seed", 1, "random seed (weights, data, dropout)");
   flags.add_string("data", "", "data file (synthetic data when empty)");
   flags.add_string("task", "", "task of a multi-task model (the model's default when empty)");
@@ -176,6 +184,10 @@ void add_flags(tools::Flags& flags) {
   flags.add_bool("profile", "time every kernel (CUDA events on cuda) and print the last step's time by op, "
                             "with its achieved TFLOP/s and GB/s");
   flags.add_bool("find-max-batch", "find the largest batch that fits the arena (2 steps per probe) and stop");
+  flags.add_int("accumulate", 1, "gradient accumulation: micro-batches of --batch per optimizer step");
+  flags.add_int("global-batch", 0,
+                "with --find-max-batch: the largest micro-batch for this global batch (the whole "
+                "batch in one step if it fits, else micro-batches with --accumulate)");
   flags.add_string("save", "", "write a checkpoint (weights, optimizer state, step, RNG) after the last step");
   flags.add_string("load", "", "start from a checkpoint: an engine one resumes exactly; a Hugging Face one "
                                "gives the weights");
@@ -204,6 +216,11 @@ models::ModelConfig config_of(const tools::Flags& flags) {
   config.precision = flags.str("precision");
   config.data = flags.str("data");
   config.task = flags.str("task");
+  tools::read_shape_flags(flags, config);
+  config.accumulate = flags.integer("accumulate");
+  ENGINE_CHECK(!flags.given("global-batch") || flags.on("find-max-batch"),
+               "engine_train: --global-batch is a question for --find-max-batch (to train with it, give --batch B "
+               "--accumulate K with B x K = the global batch)");
   config.seed = uint64_t(flags.integer("seed"));
   return config;
 }
@@ -232,8 +249,8 @@ std::string header_line(models::Model& model, const engine::Device& device, cons
   const bool meta = device.type() == engine::DeviceType::meta;
   return engine::str("parameters ", model.module().num_parameters(), " (",
                      format_bytes(device.ledger().live_bytes(engine::Category::param)), ") | precision ",
-                     models::precision_name(model.precision()), " | device ", device.name(), " | arena ",
-                     format_bytes(device.capacity()), capacity_note,
+                     models::precision_name(model.precision()), " | optimizer ", model.optimizer().name(), " | device ",
+                     device.name(), " | arena ", format_bytes(device.capacity()), capacity_note,
                      device.outside_arena() > 0 ? " | outside the arena: " + format_bytes(device.outside_arena()) +
                                                       " (CUDA context and libraries, before the arena)"
                                                 : std::string(),

@@ -192,6 +192,62 @@ MaxBatchResult find_max_batch(const models::ModelConfig& config, engine::DeviceT
   return r;
 }
 
+MicroBatchResult find_micro_batch(const models::ModelConfig& config, engine::DeviceType type, size_t capacity,
+                                  int64_t global, const MaxBatchOptions& options) {
+  ENGINE_CHECK(global >= 1, "--global-batch must be at least 1, got ", global);
+  ENGINE_CHECK(config.accumulate == 1, "--global-batch chooses the micro-batch count itself: drop --accumulate");
+  ENGINE_CHECK(!options.inference, "--global-batch is for training (gradient accumulation), not --inference");
+  const engine::Generator saved_generator = engine::generator();
+  MicroBatchResult r;
+  r.global = global;
+  r.whole = probe_batch(config, type, capacity, global, options.steps);
+  if (r.whole.fits) {
+    r.micro = global;
+    r.accumulate = 1;
+  } else if (global > 1) {
+    models::ModelConfig micro = config;
+    micro.accumulate = 2;
+    MaxBatchOptions o = options;
+    o.limit = global / 2;  // the largest proper divisor
+    r.search = find_max_batch(micro, type, capacity, o);
+    for (int64_t b = std::min(r.search.largest_fit, global / 2); b >= min_batch(config) && r.micro == 0; b--)
+      if (global % b == 0) r.micro = b;
+    if (r.micro > 0) {
+      r.accumulate = global / r.micro;
+      micro.accumulate = r.accumulate;
+      r.check = probe_batch(micro, type, capacity, r.micro, options.steps);
+      ENGINE_CHECK(r.check.fits, "max batch: ", r.accumulate, " micro-batches of ", r.micro,
+                   " do not fit although 2 did; the accumulation's memory should not depend on the count (",
+                   r.check.failure, ")");
+    }
+  }
+  engine::generator() = saved_generator;
+  return r;
+}
+
+std::string describe_micro_batch(const MicroBatchResult& r, size_t capacity, const MaxBatchOptions& options) {
+  const std::string unit = r.whole.unit.empty() ? "items" : r.whole.unit;
+  std::string o;
+  if (r.accumulate == 1)
+    return engine::str("global batch ", r.global, " ", unit, ": fits in one step (peak ", format_bytes(r.whole.peak),
+                       ", arena ", format_bytes(capacity), "); no accumulation needed\n");
+  o += engine::str("global batch ", r.global, " ", unit, ": one step does not fit (", r.whole.failure, ")\n");
+  if (r.micro == 0) {
+    o += engine::str("no micro-batch fits: not even ", r.search.first_fail > 0 ? r.search.first_fail : 1, " ", unit,
+                     " with accumulation (arena ", format_bytes(capacity), ")\n");
+  } else {
+    o += engine::str("largest micro-batch: ", r.micro, " ", unit, " x ", r.accumulate, " = ", r.global,
+                     unit == "tok" ? " (--tokens " : " (--batch ", r.micro, " --accumulate ", r.accumulate, "), peak ",
+                     format_bytes(r.check.peak), " of ", format_bytes(capacity), "\n");
+    if (r.search.largest_fit > r.micro)
+      o += engine::str("(micro-batches up to ", r.search.largest_fit, " fit; ", r.micro,
+                       " is the largest that divides ", r.global, ")\n");
+  }
+  if (!r.search.probes.empty())
+    o += "\nthe search for the micro-batch, under accumulation:\n" + describe_max_batch(r.search, capacity, options);
+  return o;
+}
+
 std::string describe_max_batch(const MaxBatchResult& r, size_t capacity, const MaxBatchOptions& options) {
   std::string o;
   size_t steps = size_t(options.steps);  // the model's schedule when it is longer (Model::probe_schedule)

@@ -83,4 +83,21 @@ int64_t default_batch(const models::ModelConfig& config);
 // The result for a reader: the verdict, the binding term, the failing request, and a table of probes.
 std::string describe_max_batch(const MaxBatchResult& r, size_t capacity, const MaxBatchOptions& options);
 
+// The largest micro-batch for a global batch of G items (engine_train --find-max-batch --global-batch G): G itself
+// when a step of G fits; else the largest divisor b of G such that G / b micro-batches of b fit (gradient
+// accumulation, Model::set_accumulation). Under accumulation the memory of a step does not depend on the number of
+// micro-batches beyond two (from the second on, the whole gradient set is live), so the search runs with two and
+// the answer is then checked with its own count.
+struct MicroBatchResult {
+  int64_t global = 0;
+  int64_t micro = 0;       // 0: not even a micro-batch of the smallest divisor fits
+  int64_t accumulate = 0;  // global / micro
+  MaxBatchProbe whole;     // the step of the whole global batch, no accumulation
+  MaxBatchResult search;   // the largest micro-batch under accumulation (when the whole batch does not fit)
+  MaxBatchProbe check;     // the answer with its own micro-batch count (when the search ran and found one)
+};
+MicroBatchResult find_micro_batch(const models::ModelConfig& config, engine::DeviceType type, size_t capacity,
+                                  int64_t global, const MaxBatchOptions& options = {});
+std::string describe_micro_batch(const MicroBatchResult& r, size_t capacity, const MaxBatchOptions& options);
+
 }  // namespace tools

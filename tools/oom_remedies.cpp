@@ -61,7 +61,7 @@ RemedyReport oom_remedies(const models::ModelConfig& config, size_t capacity, in
     levers.push_back({"--attention flash", [](models::ModelConfig& c) { c.attention = "flash"; }});
   if (config.precision == "fp32" || config.precision == "tf32")
     levers.push_back({"--precision bf16", [](models::ModelConfig& c) { c.precision = "bf16"; }});
-  const int total = int(levers.size()) + 2;
+  const int total = int(levers.size()) + 3;
   int done = 0;
   auto progress = [&](const std::string& what) {
     if (on_progress) on_progress(done++, total, what);
@@ -122,6 +122,30 @@ RemedyReport oom_remedies(const models::ModelConfig& config, size_t capacity, in
     m.peak = peak_or_zero(c, steps);
     m.fits = true;
     m.max_batch = fit;
+    r.remedies.push_back(m);
+  }
+  // The same global batch in micro-batches (gradient accumulation), for a model that can accumulate.
+  progress("micro-batches");
+  models::ModelConfig whole = config;
+  whole.accumulate = 1;
+  const int64_t global = batch_of(config) * config.accumulate;
+  MicroBatchResult micro;
+  try {
+    micro = find_micro_batch(whole, engine::DeviceType::meta, capacity, global, o);
+  } catch (const engine::OutOfMemory&) {
+    throw;
+  } catch (const engine::Error&) {  // the model cannot accumulate: no such lever
+  }
+  if (micro.micro > 0 && micro.accumulate > 1 && micro.accumulate != config.accumulate) {
+    models::ModelConfig c = with_batch(whole, micro.micro);
+    c.accumulate = micro.accumulate;
+    Remedy m;
+    m.lever = str(counts_tokens(config) ? "--tokens " : "--batch ", micro.micro, " --accumulate ", micro.accumulate,
+                  " (the global batch of ", global, ")");
+    m.config = c;
+    m.peak = micro.check.peak;
+    m.fits = true;
+    m.max_batch = micro.search.largest_fit;  // the largest micro-batch under accumulation (any count from two)
     r.remedies.push_back(m);
   }
   progress("done");

@@ -2,7 +2,9 @@
 //
 // When a training run runs out of memory (engine_train, any device), each lever the model accepts is tried on
 // meta: every other --recompute mode, --attention flash, --precision bf16 (from fp32 / tf32), all the effective
-// ones together, and a smaller batch. For each: the peak at the config's own batch (a meta run without a
+// ones together, a smaller batch, and the same global batch in micro-batches (--batch b --accumulate K: the
+// largest b that divides it, tools::find_micro_batch; its "largest batch" is the largest micro-batch that fits
+// under accumulation, a divisor or not). For each: the peak at the config's own batch (a meta run without a
 // capacity limit: the exact bytes), the saving against the config's peak, whether it fits the arena (a probe in
 // the arena's capacity, so fragmentation counts), and the largest batch that fits with it (tools/max_batch.h's
 // search). A lever the model does not have (its constructor refuses it) or that changes nothing is left out.
@@ -19,7 +21,7 @@ namespace tools {
 struct Remedy {
   std::string lever;  // the flags that change ("--recompute layer", "--batch 12")
   models::ModelConfig config;
-  size_t peak = 0;        // at the config's batch (the smaller batch's own for the batch lever)
+  size_t peak = 0;        // at the config's batch (the smaller batch's or micro-batch's own for those levers)
   bool fits = false;      // in the arena's capacity
   int64_t max_batch = 0;  // the largest batch that fits with the lever (0: not even the smallest)
 };

@@ -12,12 +12,14 @@
 
 namespace models::bert {
 
-BertConfig bert_config_from(const ModelConfig& c, const std::string& default_size, int64_t seq) {
+BertConfig bert_config_from(const ModelConfig& c, const std::string& default_size, int64_t seq, bool tiny_grows) {
   std::string size = c.size.empty() ? default_size : c.size;
   BertConfig b = BertConfig::of_size(size);
-  if (size == "tiny" && seq > b.max_positions) b.max_positions = seq;
-  ENGINE_CHECK(seq <= b.max_positions, c.name, ": --seq ", seq, " exceeds the ", b.max_positions,
-               " learned positions of BERT-", size);
+  c.dims.apply(c.name, &b.layers, &b.hidden, &b.heads, &b.intermediate, &b.vocab, &b.max_positions, &b.hidden_dropout,
+               &b.attention_dropout);
+  if (size == "tiny" && tiny_grows && !c.dims.positions && seq > b.max_positions) b.max_positions = seq;
+  ENGINE_CHECK(seq <= b.max_positions, c.name, ": --seq ", seq, " exceeds the ", b.max_positions, " learned positions",
+               c.dims.positions ? " (--positions or the config's max_position_embeddings)" : " of BERT-" + size);
   b.algo = ops::attention_algo_from_name(c.attention);
   b.recompute = c.recompute;
   return b;

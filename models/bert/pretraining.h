@@ -48,9 +48,10 @@ struct BertRecipe {
   uint64_t seed = 1;
 };
 
-// The encoder for --size (default_size when empty), --attention and --recompute. tiny grows its position
-// table to the sequence when needed; base and large refuse a sequence longer than their 512 positions.
-BertConfig bert_config_from(const ModelConfig& c, const std::string& default_size, int64_t seq);
+// The encoder for --size (default_size when empty), the dimension overrides (ModelConfig::dims), --attention and
+// --recompute. tiny grows its position table to the sequence when needed (unless tiny_grows is false or
+// --positions is given); other shapes refuse a sequence longer than their positions.
+BertConfig bert_config_from(const ModelConfig& c, const std::string& default_size, int64_t seq, bool tiny_grows = true);
 // AdamW with BERT's exclusions (names containing "bias" or "LayerNorm" get no weight decay).
 std::unique_ptr<ops::Optimizer> bert_optimizer(const graph::Module& m, const BertRecipe& r);
 // Linear warmup then linear decay (google-research's form), or null (constant) without warmup.

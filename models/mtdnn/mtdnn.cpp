@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <random>
 
+#include "models/bert/pretraining.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
@@ -47,12 +48,10 @@ std::mt19937_64 step_rng(uint64_t seed, int64_t step, Stream stream) {
 MtdnnConfig MtdnnConfig::from(const ModelConfig& c) {
   MtdnnConfig m;
   std::string size = c.size.empty() ? "large" : c.size;
-  m.bert = bert::BertConfig::of_size(size);
   if (size == "tiny") m.seq = 64;
-  m.bert.algo = ops::attention_algo_from_name(c.attention);
-  m.bert.recompute = c.recompute;
-  if (!c.task.empty()) m.tasks = split_commas(c.task);
   if (c.seq) m.seq = c.seq;
+  m.bert = bert::bert_config_from(c, "large", m.seq, /*tiny_grows=*/false);
+  if (!c.task.empty()) m.tasks = split_commas(c.task);
   if (c.batch) m.batch = c.batch;
   m.data = c.data;
   m.seed = c.seed;

@@ -45,6 +45,9 @@ TransformerBigRecipe TransformerBigRecipe::from(const ModelConfig& c) {
   ENGINE_CHECK(c.seq == 0, "transformer_big: sentence lengths come from the data (synthetic distribution or --data); "
                "--seq is not used");
   if (c.tokens) r.tokens = c.tokens;
+  c.dims.apply("transformer_big", &n.encoder_layers, &n.dim, &n.heads, &n.ffn, &n.vocab, &n.max_positions, &n.dropout,
+               &n.attention_dropout);
+  n.decoder_layers = n.encoder_layers;
   n.algo = ops::attention_algo_from_name(c.attention);
   ENGINE_CHECK(c.recompute == "none" || c.recompute == "layer", "transformer_big: --recompute ", c.recompute,
                " is not supported; use none or layer");

@@ -61,6 +61,9 @@ UnsupMTRecipe UnsupMTRecipe::from(const ModelConfig& c) {
   ENGINE_CHECK(c.batch == 0 && c.seq == 0, "unsupmt batches by tokens: give --tokens N for the auto-encoding batches "
                "(back-translation batches are ", r.bt_sentences, " sentences), not --batch or --seq");
   if (c.tokens) r.ae_tokens = c.tokens;
+  c.dims.apply("unsupmt", &n.encoder_layers, &n.dim, &n.heads, &n.ffn, &n.vocab, &n.max_positions, &n.dropout,
+               &n.attention_dropout);
+  n.decoder_layers = n.encoder_layers;
   n.algo = ops::attention_algo_from_name(c.attention);
   ENGINE_CHECK(c.recompute == "none" || c.recompute == "layer", "unsupmt: --recompute ", c.recompute,
                " is not supported; use none or layer");

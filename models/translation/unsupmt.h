@@ -60,6 +60,7 @@ class UnsupMT : public Model {
   StepResult train_step(int64_t step) override;
   // Its four sub-steps read four different batches (two languages, two modes): one fixed batch cannot stand in.
   bool supports_fixed_batch() const override { return false; }
+  bool supports_accumulation() const override { return false; }
   StepResult eval_step(int64_t step) override;
   Seq2Seq& net() { return *net_; }
   const UnsupMTRecipe& recipe() const { return recipe_; }

@@ -299,6 +299,58 @@ TEST(OptimCuda, AdamOptimizerStepsOnTheGpu) {
   testutil::expect_close("AdamW parameter after 3 steps", p, q, update_tolerance(DType::f32));
 }
 
+TEST(OptimCuda, AdafactorMatchesCpuAndMeta) {
+  // Adafactor is written with the engine's ops (reductions, pointwise): the same three steps on both devices,
+  // a factored matrix, a factored 4-d weight and a vector, plain f32 and with a bf16 parameter and f32 master.
+  for (bool mixed : {false, true}) {
+    const std::vector<Shape> shapes = {{96, 33}, {8, 5, 3, 3}, {77}};
+    ops::NamedTensors cpu, gpu;
+    for (size_t k = 0; k < shapes.size(); k++) {
+      Tensor p = cpu_input(shapes[k], mixed ? DType::bf16 : DType::f32, -1, 1, true);
+      cpu.emplace_back("p" + std::to_string(k), p);
+      gpu.emplace_back("p" + std::to_string(k), to_cuda(p).set_requires_grad(true));
+    }
+    ops::AdafactorOptions o;
+    o.lr = 0.05;
+    o.weight_decay = 0.01;
+    ops::Adafactor cpu_opt(cpu, o), gpu_opt(gpu, o);
+    if (mixed)
+      for (size_t k = 0; k < shapes.size(); k++) {
+        cpu_opt.set_master_weight(cpu[k].first, ops::to(cpu[k].second, DType::f32));
+        engine::DeviceGuard guard(testutil::cuda_device());
+        gpu_opt.set_master_weight(gpu[k].first, ops::to(gpu[k].second, DType::f32));
+      }
+    for (int step = 0; step < 3; step++) {
+      for (size_t k = 0; k < shapes.size(); k++) {
+        Tensor g = cpu_input(shapes[k], cpu[k].second.dtype(), -1, 1);
+        cpu[k].second.set_grad(g);
+        gpu[k].second.set_grad(to_cuda(g));
+      }
+      cpu_opt.step();
+      engine::DeviceGuard guard(testutil::cuda_device());
+      gpu_opt.step();
+    }
+    for (size_t k = 0; k < shapes.size(); k++) {
+      const std::string at = engine::str("Adafactor", mixed ? " (bf16, f32 master) " : " ", cpu[k].first);
+      const Tolerance tol = mixed ? testutil::tolerance_for(DType::bf16) : Tolerance{1e-5, 1e-5};
+      testutil::expect_close(at, cpu[k].second, gpu[k].second, tol);
+      if (mixed)
+        testutil::expect_close(at + " master", cpu_opt.master_weight(cpu[k].first), gpu_opt.master_weight(gpu[k].first),
+                               Tolerance{1e-5, 1e-5});
+    }
+  }
+  testutil::expect_cuda_ledger_matches_meta([] {
+    Tensor w = ops::rand({128, 40}, -1, 1, DType::f32).set_requires_grad(true);
+    Tensor b = ops::rand({40}, -1, 1, DType::f32).set_requires_grad(true);
+    ops::Adafactor opt({{"w", w}, {"b", b}}, ops::AdafactorOptions{});
+    for (int step = 0; step < 2; step++) {
+      w.set_grad(ops::rand({128, 40}, -1, 1, DType::f32));
+      b.set_grad(ops::rand({40}, -1, 1, DType::f32));
+      opt.step();
+    }
+  });
+}
+
 TEST(OptimCuda, LedgerMatchesMeta) {
   testutil::expect_cuda_ledger_matches_meta([] {
     Tensor p = ops::rand({128, 40}, -1, 1, DType::f32).set_requires_grad(true);

@@ -390,6 +390,140 @@ TEST(Optim, SgdWithoutMomentumHasNoState) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Adafactor against torch.optim.Adafactor (tests/data/optim/adafactor_reference.py prints these values), and the
+// state every optimizer keeps against its formula.
+
+namespace {
+// The reference script's inputs: parameter k of `shape`, its gradient at step s.
+Vec adafactor_init(int64_t n, int k) {
+  Vec v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; i++) v[size_t(i)] = std::fmod(double(i + 1) * 0.37 * double(k + 1), 1.0) - 0.5;
+  return v;
+}
+Vec adafactor_grad(int64_t n, int k, int s) {
+  Vec g(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; i++) g[size_t(i)] = std::sin(0.7 * double(i) + s + k);
+  return g;
+}
+}  // namespace
+
+TEST(Optim, AdafactorMatchesPyTorch) {
+  const std::vector<Shape> shapes = {{3, 4}, {2, 3, 2}, {5}};
+  const std::vector<Vec> want = {
+      {-0.14390629582121908, 0.23416721716714906, -0.38196002661469514, -0.0049734113230754133, 0.3633576855197132,
+       -0.26971930495958268, 0.089377781905053022, 0.44851013012891811, -0.18359639696337257, 0.18688052468632332,
+       -0.43298553331193584, -0.058008692006328251},
+      {0.23636955426369829, -0.010256014102585352, -0.26368877516198885, 0.47374614238701224, 0.20490410139298118,
+       -0.064061653319033615, -0.33036344301834791, 0.39862857213345687, 0.14838919089372393, -0.099296614743450695,
+       -0.35221061599228687, 0.39585596029887304},
+      {-0.38077424129791898, -0.26494577750006637, -0.16106270251580129, -0.058539140802354415, 0.043686549886112397}};
+  // The state after the last step: row and column factors of the two factored parameters, the vector's variance.
+  const std::vector<std::pair<std::string, Vec>> want_state = {
+      {"p0.row_var", {0.49440813700139652, 0.49000529173643992, 0.49008875360884024}},
+      {"p0.col_var", {0.51368849689812712, 0.43557723271803644, 0.46441199571658798, 0.55232518446281731}},
+      {"p1.row_var",
+       {0.50262141486454359, 0.51833216771423374, 0.46283262918898488, 0.55170768652987567, 0.43972709594553405,
+        0.56187326694431727}},
+      {"p1.col_var", {0.47984813926769837, 0.50934266857747656, 0.52153710753521665, 0.51400159207793461}},
+      {"p2.variance",
+       {0.57914880565565707, 0.53160066916553483, 0.43159334524794624, 0.44514556350732554, 0.54975975105992847}}};
+  ops::NamedTensors params;
+  for (size_t k = 0; k < shapes.size(); k++) {
+    Tensor t = ops::from_vector(adafactor_init(engine::numel_of(shapes[k]), int(k)), shapes[k], DType::f64);
+    t.set_requires_grad(true);
+    params.emplace_back("p" + std::to_string(k), t);
+  }
+  ops::AdafactorOptions o;
+  o.lr = 0.02;
+  o.weight_decay = 0.1;
+  ops::Adafactor opt(params, o);
+  for (int s = 1; s <= 3; s++) {
+    for (size_t k = 0; k < params.size(); k++)
+      params[k].second.set_grad(
+          ops::from_vector(adafactor_grad(params[k].second.numel(), int(k), s), shapes[k], DType::f64));
+    opt.step();
+  }
+  for (size_t k = 0; k < params.size(); k++) {
+    const Vec got = params[k].second.to_double();
+    ASSERT_EQ(got.size(), want[k].size());
+    for (size_t i = 0; i < got.size(); i++) EXPECT_NEAR(got[i], want[k][i], 1e-13) << "param " << k << " [" << i << "]";
+  }
+  ops::OptimizerState st = opt.state();
+  ASSERT_EQ(st.tensors.size(), want_state.size());
+  for (size_t j = 0; j < want_state.size(); j++) {
+    EXPECT_EQ(st.tensors[j].first, want_state[j].first);
+    const Vec got = st.tensors[j].second.to_double();
+    ASSERT_EQ(got.size(), want_state[j].second.size()) << want_state[j].first;
+    for (size_t i = 0; i < got.size(); i++) EXPECT_NEAR(got[i], want_state[j].second[i], 1e-13) << want_state[j].first;
+  }
+}
+
+TEST(Optim, AdafactorRejectsBadOptionsAndLoadsItsFactoredState) {
+  ops::AdafactorOptions bad;
+  bad.beta2_decay = 0.5;
+  Tensor p = ops::zeros({6, 4}, DType::f32).set_requires_grad(true);
+  EXPECT_THROW(ops::Adafactor({{"w", p}}, bad), engine::Error);
+  ops::Adafactor a({{"w", p}}, ops::AdafactorOptions{});
+  p.set_grad(ops::ones_like(p));
+  a.step();
+  ops::OptimizerState st = a.state();
+  ASSERT_EQ(st.tensors.size(), 2u);
+  EXPECT_EQ(st.tensors[0].second.shape(), (Shape{6, 1}));
+  EXPECT_EQ(st.tensors[1].second.shape(), (Shape{1, 4}));
+  std::map<std::string, Tensor> saved(st.tensors.begin(), st.tensors.end());
+  Tensor q = ops::zeros({6, 4}, DType::f32).set_requires_grad(true);
+  ops::Adafactor b({{"w", q}}, ops::AdafactorOptions{});
+  b.load_state(saved, st.metadata);
+  EXPECT_EQ(b.step_count(), 1);
+  saved["w.row_var"] = ops::zeros({6, 4}, DType::f32);  // Adam's shape, not a row factor
+  ops::Adafactor c({{"w", q}}, ops::AdafactorOptions{});
+  try {
+    c.load_state(saved, st.metadata);
+    FAIL() << "a mis-shaped factor loaded";
+  } catch (const engine::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected f32 [6, 1]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Optim, EveryOptimizerKeepsTheStateItsFormulaSaysOnCpuAndMeta) {
+  // A matrix, a conv weight (factored over its last two dims by Adafactor) and a vector, in f32; every full-shape
+  // slot a whole number of 256-byte arena blocks.
+  const std::vector<Shape> shapes = {{64, 32}, {8, 4, 4, 4}, {64}};
+  int64_t params = 0;
+  for (const Shape& s : shapes) params += engine::numel_of(s);
+  // Adafactor: the rows' and the columns' factors, or the whole vector, each rounded up to 64 f32 (one 256-byte
+  // arena block): [64, 1] + [1, 32] -> 64 + 64; [8, 4, 4, 1] + [8, 4, 1, 4] -> 128 + 128; [64] -> 64.
+  const int64_t adafactor = (64 + 64) + (128 + 128) + 64;
+  const std::map<std::string, int64_t> want = {
+      {"sgd", 0},          {"momentum", params},    {"adam", 2 * params}, {"adamw", 2 * params}, {"adamax", 2 * params},
+      {"rmsprop", params}, {"adafactor", adafactor}};
+  ASSERT_EQ(want.size(), ops::optimizer_names().size());
+  for (const std::string& name : ops::optimizer_names()) {
+    std::vector<size_t> bytes, peaks;
+    for (auto type : {engine::DeviceType::cpu, engine::DeviceType::meta}) {
+      auto dev = engine::Device::create(type, 1 << 24);
+      engine::DeviceGuard guard(dev);
+      ops::NamedTensors ps;
+      for (size_t k = 0; k < shapes.size(); k++)
+        ps.emplace_back("p" + std::to_string(k), ops::zeros(shapes[k]).set_requires_grad(true));
+      auto opt = ops::make_optimizer(name, ps, 1e-3, 0.01);
+      EXPECT_EQ(opt->name(), name == "momentum" ? std::string("sgd") : name);
+      for (int step = 0; step < 2; step++) {
+        for (auto& [n, p] : ps) p.set_grad(ops::ones_like(p));
+        opt->step();
+        opt->zero_grad();
+      }
+      bytes.push_back(dev->ledger().live_bytes(Category::optimizer));
+      peaks.push_back(dev->ledger().peak_bytes());  // the update's temporaries included (Adafactor's)
+    }
+    EXPECT_EQ(bytes[0], size_t(4 * want.at(name))) << name;
+    EXPECT_EQ(bytes[1], bytes[0]) << name << " on meta";
+    EXPECT_EQ(peaks[1], peaks[0]) << name << " on meta";
+  }
+  EXPECT_THROW(ops::make_optimizer("lamb", {}, 1e-3, 0), engine::Error);
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Checkpoint of the state: save, load into a fresh optimizer, continue: bit-identical to not stopping.
 
 namespace {
