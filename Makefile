@@ -1,7 +1,9 @@
 # The engine's one Makefile (llm.c style: plain, no generator).
 #
 #   make              the library and the programs, into build/
-#   make test         every CPU + meta GoogleTest test (what CI runs); with nvcc, also compiles the CUDA tests
+#   make test         every CPU + meta GoogleTest test (what CI runs); with nvcc, also compiles the CUDA tests;
+#                     then builds the example applications against an installed copy and runs them
+#   make install      the library, its headers and a pkg-config file under PREFIX (models/api.h: the public header)
 #   make test-cuda    the CUDA tests (GPU machine)
 #   make test-sanitize the cpu suite under AddressSanitizer + UBSan (build-sanitize/)
 #   make fuzz         libFuzzer over every input reader (clang, build-fuzz/)
@@ -63,7 +65,7 @@ CUDA_TEST_CPP := $(wildcard tests/*/*_cuda_test.cpp) tests/test_main.cpp $(wildc
 CUDA_TEST_OBJ := $(CUDA_TEST_CPP:%.cpp=$(BUILD)/%.o)
 GTEST_LIBS    := -lgtest -lpthread
 
-.PHONY: all test test-cuda test-sanitize fuzz format run deps clean
+.PHONY: all test test-cuda test-sanitize fuzz format run deps clean install examples
 .SECONDARY:
 # Build in parallel on every core unless the caller gave -j (use -j1 for readable errors).
 ifeq ($(filter -j%,$(MAKEFLAGS)),)
@@ -120,11 +122,47 @@ $(BUILD)/engine_tests: $(TEST_OBJ) $(TOOL_LIB_OBJ) $(LIB)
 $(BUILD)/engine_cuda_tests: $(CUDA_TEST_OBJ) $(TOOL_LIB_OBJ) $(LIB)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(GTEST_LIBS) $(LDLIBS)
 
+# ---- the library for applications -----------------------------------------------------------------
+# make install [PREFIX=/usr/local]: the library as a regular archive (every object, duplicate names kept:
+# ops/attention.o and models/nn/attention.o), every header of engine/ graph/ ops/ models/ under
+# PREFIX/include/engine (their include paths unchanged), and PREFIX/lib/pkgconfig/engine.pc. The public header
+# is models/api.h; an application builds with `g++ app.cpp $(pkg-config --cflags --libs engine)`.
+PREFIX ?= /usr/local
+LIB_HEADERS := $(wildcard engine/*.h engine/cuda/*.h graph/*.h ops/*.h ops/cpu/*.h ops/cuda/*.h models/*.h \
+                          models/*/*.h)
+PC_CFLAGS := -std=c++17 -fopenmp -I$${includedir} -I$(EIGEN_INC)$(if $(filter 1,$(CUDA)),$(if $(CUDA_DEVICE), \
+             -DENGINE_CUDA) -I$(CUDA_HOME)/include)
+install: $(LIB)
+	@test -n "$(PREFIX)" || { echo "make install: PREFIX is empty"; exit 1; }
+	mkdir -p $(PREFIX)/lib/pkgconfig $(PREFIX)/include/engine
+	rm -f $(PREFIX)/lib/libengine.a.tmp && ar qc $(PREFIX)/lib/libengine.a.tmp $(LIB_OBJ) && \
+	  ranlib $(PREFIX)/lib/libengine.a.tmp && mv $(PREFIX)/lib/libengine.a.tmp $(PREFIX)/lib/libengine.a
+	for h in $(LIB_HEADERS); do mkdir -p $(PREFIX)/include/engine/$$(dirname $$h) && \
+	  cp $$h $(PREFIX)/include/engine/$$h || exit 1; done
+	{ echo 'prefix=$(abspath $(PREFIX))'; echo 'libdir=$${prefix}/lib'; echo 'includedir=$${prefix}/include/engine'; \
+	  echo; echo 'Name: engine'; \
+	  echo 'Description: a C++/CUDA training engine with exact memory accounting (public header: models/api.h)'; \
+	  echo 'Version: 0.1'; echo 'Cflags: $(PC_CFLAGS)'; \
+	  echo 'Libs: -L$${libdir} -lengine $(LDFLAGS) $(LDLIBS)'; } > $(PREFIX)/lib/pkgconfig/engine.pc.tmp && \
+	  mv $(PREFIX)/lib/pkgconfig/engine.pc.tmp $(PREFIX)/lib/pkgconfig/engine.pc
+
+# The example applications (tools/examples/*.cpp), built as a user would: against a copy installed under
+# $(BUILD)/install, with pkg-config's flags only (no -I. into the tree).
+EXAMPLES := $(patsubst tools/examples/%.cpp,$(BUILD)/examples/%,$(wildcard tools/examples/*.cpp))
+$(BUILD)/install/lib/libengine.a: $(LIB) $(LIB_HEADERS)
+	$(MAKE) --no-print-directory install PREFIX=$(BUILD)/install
+$(BUILD)/examples/%: tools/examples/%.cpp $(BUILD)/install/lib/libengine.a
+	@mkdir -p $(dir $@)
+	$(CXX) $< -o $@ $$(PKG_CONFIG_PATH=$(BUILD)/install/lib/pkgconfig pkg-config --cflags --libs engine)
+examples: $(EXAMPLES)
+	@for e in $(EXAMPLES); do echo "== $$e"; $$e || exit 1; done
+
 # ---- programs -------------------------------------------------------------------------------------
 # With nvcc present, `make test` also builds (without running) the CUDA tests, so that CI compiles every CUDA
-# source, the tests included.
+# source, the tests included. It also builds and runs the example applications against an installed copy.
 test: deps $(BUILD)/engine_tests $(TOOLS) $(if $(filter 1,$(CUDA)),$(BUILD)/engine_cuda_tests)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BUILD)/engine_tests $(TEST_ARGS)
+	$(MAKE) --no-print-directory examples
 
 test-cuda: deps $(BUILD)/engine_cuda_tests
 	$(BUILD)/engine_cuda_tests $(TEST_ARGS)

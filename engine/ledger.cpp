@@ -20,6 +20,8 @@ const char* category_name(Category c) {
     case Category::temp: return "temp";
     case Category::workspace: return "workspace";
     case Category::input: return "input";
+    case Category::kv_cache:
+      return "kv_cache";
     default: return "?";
   }
 }

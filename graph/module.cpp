@@ -7,8 +7,22 @@
 
 namespace graph {
 
+namespace {
+thread_local int g_parameter_dtype = -1;  // -1: no ParameterDtypeScope
+}  // namespace
+
+ParameterDtypeScope::ParameterDtypeScope(engine::DType dtype) : saved_(g_parameter_dtype) {
+  g_parameter_dtype = int(dtype);
+}
+ParameterDtypeScope::~ParameterDtypeScope() { g_parameter_dtype = saved_; }
+
 Tensor Module::register_parameter(const std::string& name, Tensor t) {
   ENGINE_CHECK(t.defined(), "register_parameter: '", name, "' is undefined");
+  if (g_parameter_dtype >= 0 && engine::is_floating(t.dtype()) && int(t.dtype()) != g_parameter_dtype) {
+    NoGrad no_grad;
+    engine::CategoryScope category(engine::Category::param);
+    t = ops::to(t.detach(), engine::DType(g_parameter_dtype));
+  }
   t.set_requires_grad(true);
   t.set_category(engine::Category::param);
   t.set_name(name);

@@ -18,11 +18,26 @@ namespace graph {
 using engine::MemoryScope;
 using engine::Tensor;
 
+// While one is alive (on this thread), Module::register_parameter casts every new floating parameter to `dtype`
+// at once, so a model built for bf16/fp16 inference never holds all its f32 weights: the setup's peak is the
+// low-precision weights plus one f32 tensor (models::create_model opens one for ModelConfig::inference).
+class ParameterDtypeScope {
+ public:
+  explicit ParameterDtypeScope(engine::DType dtype);
+  ~ParameterDtypeScope();
+  ParameterDtypeScope(const ParameterDtypeScope&) = delete;
+  ParameterDtypeScope& operator=(const ParameterDtypeScope&) = delete;
+
+ private:
+  int saved_;  // the previous scope's dtype, -1 for none
+};
+
 class Module {
  public:
   virtual ~Module() = default;
 
-  // Registers a parameter: it requires grad and its block is tagged `param`.
+  // Registers a parameter: it requires grad and its block is tagged `param`. Under a ParameterDtypeScope a
+  // floating parameter is first cast to the scope's dtype (the tensor it was initialized in is freed).
   Tensor register_parameter(const std::string& name, Tensor t);
   // Registers state that is saved in checkpoints but not trained (e.g. running statistics).
   Tensor register_buffer(const std::string& name, Tensor t);

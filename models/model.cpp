@@ -20,13 +20,14 @@ namespace models {
 using engine::Category;
 using engine::Phase;
 
-void Model::set_precision(Precision p) {
+void Model::set_precision(Precision p, bool keep_masters) {
   ENGINE_CHECK(optimizer_->step_count() == 0, "set_precision: the model has already taken a step");
   precision_ = p;
 #ifdef ENGINE_CUDA
   engine::cuda::set_allow_tf32(p == Precision::tf32);  // process-wide: the last model built decides
 #endif
-  if (compute_dtype() != engine::DType::f32) lower_parameters(module(), *optimizer_, compute_dtype());
+  if (compute_dtype() != engine::DType::f32)
+    lower_parameters(module(), keep_masters ? optimizer_.get() : nullptr, compute_dtype());
 }
 
 bool TransformerDims::any() const {

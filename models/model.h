@@ -51,6 +51,8 @@ struct ModelConfig {
   std::string task;
   TransformerDims dims;    // transformer models only (ModelEntry::dims); others refuse them
   int64_t accumulate = 1;  // micro-batches per optimizer step (Model::set_accumulation)
+  int64_t generate = 0;    // decoder LMs under --inference: tokens decoded per eval step (ModelEntry::generates)
+  bool inference = false;  // the model will only run eval steps: bf16/fp16 keep no f32 masters (set_precision)
   std::string optimizer;   // "" : the model's recipe; else a name of ops::optimizer_names() (Model::use_optimizer)
   uint64_t seed = 1;
 };
@@ -133,7 +135,9 @@ class Model {
 
   // The numeric recipe (models/precision.h). create_model() calls it once, after the constructor: bf16/fp16
   // lower the parameters (f32 masters go to the optimizer), tf32 switches the GPU's f32 GEMMs to TF32.
-  void set_precision(Precision p);
+  // For inference (keep_masters false) the parameters are lowered and their f32 copies dropped: no optimizer
+  // state of any kind, as a served model has.
+  void set_precision(Precision p, bool keep_masters = true);
   Precision precision() const { return precision_; }
   // The dtype of parameters and activations: models make float inputs (images, regression targets) in it.
   engine::DType compute_dtype() const { return models::compute_dtype(precision_); }

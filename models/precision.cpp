@@ -36,7 +36,7 @@ engine::DType compute_dtype(Precision p) {
   }
 }
 
-void lower_parameters(const graph::Module& module, ops::Optimizer& optimizer, engine::DType dtype) {
+void lower_parameters(const graph::Module& module, ops::Optimizer* optimizer, engine::DType dtype) {
   graph::NoGrad no_grad;
   std::set<const engine::TensorImpl*> done;  // a tied weight appears once per module that holds it
   for (auto& [name, p] : module.named_parameters()) {
@@ -57,7 +57,7 @@ void lower_parameters(const graph::Module& module, ops::Optimizer& optimizer, en
     impl->dtype = dtype;
     impl->offset = low.offset();
     impl->strides = low.strides();
-    optimizer.set_master_weight(name, master);
+    if (optimizer) optimizer->set_master_weight(name, master);  // else the f32 storage is freed here
   }
 }
 

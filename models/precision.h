@@ -35,8 +35,9 @@ engine::DType compute_dtype(Precision p);
 
 // Casts every floating parameter of `module` to `dtype` in place (the Tensor handles the module, its
 // optimizer and any tied module share now hold the low-precision copy) and gives `optimizer` the original
-// f32 tensor as the master weight. Done once, after the model is built and before its first step.
-void lower_parameters(const graph::Module& module, ops::Optimizer& optimizer, engine::DType dtype);
+// f32 tensor as the master weight; with no optimizer (inference) the f32 tensor is freed. Done once, after the
+// model is built and before its first step.
+void lower_parameters(const graph::Module& module, ops::Optimizer* optimizer, engine::DType dtype);
 
 // fp16 dynamic loss scaling (torch.cuda.amp.GradScaler's defaults).
 struct LossScaler {

@@ -3,6 +3,7 @@
 #include "models/registry.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "engine/error.h"
 #include "models/bert/pretraining.h"
@@ -21,7 +22,7 @@ namespace models {
 const std::vector<ModelEntry>& registry() {
   static const std::vector<ModelEntry> table = {
       {"transformer_lm", "decoder-only Transformer language model (GPT-2 shapes; sizes tiny, small, medium, large, xl)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new TransformerLM(c)); }, true},
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new TransformerLM(c)); }, true, true},
       {"bert_base", "BERT-Base masked-LM + next-sentence pretraining (sizes base, large, tiny)",
        [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertPretraining(c)); }, true},
       {"bert_squad", "BERT fine-tuning for SQuAD 1.1 span prediction (sizes base, large, tiny)",
@@ -101,10 +102,17 @@ std::unique_ptr<Model> create_model(const ModelConfig& config) {
                    "--heads, --ffn, --vocab, --positions and --config are for ",
                    transformer_names(), "; ", config.name, " has its own sizes (--size)");
       const Precision precision = precision_from_name(config.precision);  // a bad name fails before building
+      ENGINE_CHECK(config.generate == 0 || e.generates, "--generate is for decoder language models (transformer_lm); ",
+                   config.name, " generates by its own rule under --inference, or not at all");
+      ENGINE_CHECK(config.generate == 0 || config.inference, "--generate decodes in eval steps: add --inference");
+      // Inference in bf16/fp16: the parameters are made in that dtype as they are built (no f32 copy of them all).
+      std::optional<graph::ParameterDtypeScope> low;
+      if (config.inference && compute_dtype(precision) != engine::DType::f32) low.emplace(compute_dtype(precision));
       std::unique_ptr<Model> model = e.create(config);
+      low.reset();
       if (!config.optimizer.empty()) model->use_optimizer(config.optimizer);
       model->set_accumulation(config.accumulate);
-      model->set_precision(precision);
+      model->set_precision(precision, /*keep_masters=*/!config.inference);
       return model;
     }
   std::string valid;

@@ -15,6 +15,7 @@ struct ModelEntry {
   std::string description;
   std::function<std::unique_ptr<Model>(const ModelConfig&)> create;
   bool transformer = false;  // takes ModelConfig::dims (--layers --hidden ... and --config)
+  bool generates = false;    // takes ModelConfig::generate (a decoder LM's --generate N)
 };
 
 const std::vector<ModelEntry>& registry();

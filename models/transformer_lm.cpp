@@ -3,12 +3,15 @@
 
 #include <random>
 
+#include "engine/format.h"
 #include "graph/autograd.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
 #include "ops/loss.h"
 #include "ops/matmul.h"
+#include "ops/reduce.h"
+#include "ops/shape.h"
 #include "ops/view.h"
 
 namespace models {
@@ -48,6 +51,10 @@ TransformerLMConfig TransformerLMConfig::from(const ModelConfig& c) {
   ENGINE_CHECK(t.seq <= t.max_positions || grows, "transformer_lm: --seq ", t.seq, " exceeds the ", t.max_positions,
                " learned positions", c.dims.positions ? " (--positions)" : "");
   if (t.seq > t.max_positions) t.max_positions = t.seq;
+  t.generate = c.generate;
+  ENGINE_CHECK(t.generate >= 0 && t.seq + t.generate <= t.max_positions, "transformer_lm: --seq ", t.seq,
+               " + --generate ", t.generate, " = ", t.seq + t.generate, " positions; the model has ", t.max_positions,
+               " (give a shorter prompt or fewer tokens, or --positions)");
   t.algo = ops::attention_algo_from_name(c.attention);
   ENGINE_CHECK(c.recompute == "none" || c.recompute == "layer", "transformer_lm: --recompute ", c.recompute,
                " is not supported; use none or layer");
@@ -98,6 +105,111 @@ Tensor TransformerLMNet::forward(const Tensor& ids) const {
   x = ln_f->forward(x);
   engine::MemoryScope s("lm_head");
   return ops::linear(x, wte->weight);  // tied output embedding: [B, T, V]
+}
+
+std::vector<nn::KVCache> TransformerLMNet::start_cache(int64_t batch, int64_t max_len,
+                                                       const std::shared_ptr<engine::Device>& device) const {
+  std::vector<nn::KVCache> caches;
+  const engine::DType dtype = wte->weight.dtype();
+  for (const auto& layer : h) {
+    auto s = layer->scope();
+    caches.push_back(layer->self_attn->start_cache(batch, max_len, dtype, device));
+  }
+  return caches;
+}
+
+Tensor TransformerLMNet::forward_cached(const Tensor& ids, int64_t t0, std::vector<nn::KVCache>& caches) const {
+  const int64_t B = ids.size(0), n = ids.size(1);
+  ENGINE_CHECK(caches.size() == h.size(), "transformer_lm: ", caches.size(), " caches for ", h.size(), " layers");
+  Tensor positions;
+  {
+    engine::CategoryScope input(engine::Category::input);
+    std::vector<int64_t> p(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; i++) p[size_t(i)] = t0 + i;
+    positions = ops::from_vector(p, {n}, engine::DType::i64, ids.device_ptr());
+  }
+  Tensor x = ops::add(wte->forward(ids), wpe->forward(positions));  // [B, n, C]
+  for (size_t i = 0; i < h.size(); i++) x = h[i]->step(x, t0, caches[i]);
+  x = ln_f->forward(ops::slice(x, 1, n - 1, n));  // the last position only: [B, 1, C]
+  engine::MemoryScope s("lm_head");
+  return ops::reshape(ops::linear(x, wte->weight), {B, config.vocab});  // [B, V]
+}
+
+size_t lm_cache_bytes(const TransformerLMConfig& c, int64_t batch, int64_t length, size_t element_bytes) {
+  return size_t(2 * c.layers * batch * length * c.dim) * element_bytes;
+}
+
+namespace {
+// The argmax token of each row of logits [B, V], as i64 ids [B, 1] on the device, and on the host.
+Tensor next_tokens(const Tensor& logits, std::vector<std::vector<int64_t>>& out) {
+  Tensor ids = ops::argmax(logits, 1, /*keepdim=*/true);  // [B, 1] i64
+  const std::vector<double> host = ids.is_meta() ? std::vector<double>(size_t(ids.numel()), 0.0) : ids.to_double();
+  for (size_t b = 0; b < out.size(); b++) out[b].push_back(int64_t(host[b]));
+  return ids;
+}
+}  // namespace
+
+LMGeneration greedy_generate(TransformerLMNet& net, const Tensor& prompt, int64_t tokens, bool use_cache) {
+  ENGINE_CHECK(prompt.dim() == 2 && prompt.size(1) >= 1 && tokens >= 1,
+               "greedy_generate: expected a prompt [B, P] "
+               "with P >= 1 and at least one token to generate, got ",
+               engine::shape_str(prompt.shape()), " and ", tokens);
+  const int64_t B = prompt.size(0), P = prompt.size(1);
+  ENGINE_CHECK(P + tokens <= net.config.max_positions, "greedy_generate: ", P, " + ", tokens, " positions exceed the ",
+               net.config.max_positions, " the model has");
+  graph::NoGrad no_grad;
+  engine::PhaseScope phase(engine::Phase::generate);
+  const bool was_training = net.training();
+  net.eval();
+  LMGeneration out;
+  out.tokens.resize(size_t(B));
+  if (use_cache) {
+    std::vector<nn::KVCache> caches = net.start_cache(B, P + tokens, prompt.device_ptr());
+    for (const auto& c : caches) out.cache_bytes += c.bytes();
+    Tensor next = next_tokens(net.forward_cached(prompt, 0, caches), out.tokens);  // the prefill
+    for (int64_t t = 1; t < tokens; t++) next = next_tokens(net.forward_cached(next, P + t - 1, caches), out.tokens);
+  } else {
+    Tensor seq = prompt;
+    for (int64_t t = 0; t < tokens; t++) {
+      Tensor logits = net.forward(seq);  // [B, T, V]
+      const int64_t T = logits.size(1);
+      Tensor next = next_tokens(ops::reshape(ops::slice(logits, 1, T - 1, T), {B, net.config.vocab}), out.tokens);
+      seq = ops::concat({seq, next}, 1);
+    }
+  }
+  if (was_training) net.train();
+  return out;
+}
+
+StepResult TransformerLM::eval_step(int64_t step) {
+  if (config_.generate == 0) return Model::eval_step(step);
+  module().eval();
+  Batch batch;
+  {
+    engine::CategoryScope input(engine::Category::input);
+    engine::MemoryScope owner("batch");
+    batch = next_batch(step);
+  }
+  const Tensor& prompt = batch.at("ids");
+  const int64_t B = prompt.size(0), P = prompt.size(1), N = config_.generate;
+  const LMGeneration g = greedy_generate(*net_, prompt, N, /*use_cache=*/true);
+  StepResult r;
+  r.has_loss = false;
+  r.items = B;  // sequences decoded (the unit stays "seq": the max-batch finder's knob is the batch)
+  const size_t element = engine::dtype_size(net_->wte->weight.dtype());
+  std::string by_length;
+  for (int64_t len : {P, P + N / 2, P + N})
+    by_length += engine::str(by_length.empty() ? "" : ", ", len, ": ",
+                             engine::format_bytes(lm_cache_bytes(config_, B, len, element)));
+  r.details.push_back(engine::str("generated ", N, " tokens for each of ", B, " prompts of ", P,
+                                  " tokens (prefill, then one token per step); KV cache ",
+                                  engine::format_bytes(g.cache_bytes), " allocated at ", P + N, " positions (2 x ",
+                                  config_.layers, " layers x ", B, " x ", P + N, " x ", config_.dim, " x ", element,
+                                  " bytes); in use by length: ", by_length));
+  std::string first;
+  for (size_t i = 0; i < g.tokens[0].size() && i < 16; i++) first += engine::str(i ? " " : "", g.tokens[0][i]);
+  if (!prompt.is_meta()) r.details.push_back("sequence 0 generated: " + first + (N > 16 ? " ..." : ""));
+  return r;
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -125,6 +125,7 @@ ScaleResult run_scale(const ScaleOptions& o) {
   int64_t fixed_batch = 0, fixed_seq = 0;
   for (size_t i = 0; i < o.points.size(); i++) {
     models::ModelConfig c = o.config;
+    c.inference = c.inference || o.inference;
     ScalePoint p;
     p.x = o.points[i];
     if (o.axis == ScaleAxis::seq) c.seq = p.x;
@@ -140,7 +141,12 @@ ScaleResult run_scale(const ScaleOptions& o) {
           fixed_batch = model->batch_size();
           fixed_seq = o.config.seq ? o.config.seq : parse_seq_in_summary(r.summary);
         }
-        for (int step = 1; step <= o.steps; step++) model->train_step(step);
+        for (int step = 1; step <= o.steps; step++) {
+          if (c.inference)
+            model->eval_step(step);
+          else
+            model->train_step(step);
+        }
         p.fits = true;
       } catch (const engine::OutOfMemory& e) {
         std::string what = e.what();

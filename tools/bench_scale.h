@@ -29,6 +29,7 @@ struct ScaleOptions {
   engine::DeviceType device = engine::DeviceType::meta;
   size_t capacity = size_t(1) << 40;  // meta: 1 TiB, "measure, refuse nothing"
   int steps = 2;
+  bool inference = false;  // eval steps (config.inference: no training state); a decoder LM's with --generate
   std::function<void(size_t done, size_t total, const std::string& note)> on_point;
 };
 

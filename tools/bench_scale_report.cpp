@@ -73,8 +73,9 @@ std::string scale_markdown(const ScaleResult& r) {
   const std::string x = x_letter(r);
   os << "## Memory scaling of " << r.model << " with " << (seq ? "sequence length" : "batch size") << " ("
      << config_text(r) << ")\n\n" << r.summary << "\n\n";
-  os << "Live bytes at the step's peak, by category (GiB; " << r.options.steps << " training steps per point):\n\n| "
-     << r.axis_name << " | fits | peak |";
+  os << "Live bytes at the step's peak, by category (GiB; " << r.options.steps
+     << (r.options.inference ? (r.options.config.generate > 0 ? " decoding" : " eval") : " training")
+     << " steps per point):\n\n| " << r.axis_name << " | fits | peak |";
   std::vector<int> used;
   for (int k = 0; k < kNumCategories; k++) {
     bool any = false;
@@ -212,7 +213,7 @@ std::string scale_stacked_svg(const ScaleResult& r) {
     if (p.fits) xs.push_back(double(p.x)), top = std::max(top, double(p.peak) / double(1 << 30));
   // Bottom to top: what does not grow first (parameters, optimizer, gradients), then what does.
   for (Category k : {Category::param, Category::optimizer, Category::grad, Category::input, Category::workspace,
-                     Category::temp, Category::activation}) {
+                     Category::kv_cache, Category::temp, Category::activation}) {
     SvgSeries s{engine::category_name(k), xs, {}, category_color(engine::category_name(k)), false, true};
     bool any = false;
     for (const auto& p : r.points)

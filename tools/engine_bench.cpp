@@ -70,7 +70,11 @@ std::string config_suffix(const models::ModelConfig& c, const std::string& fixed
   std::string s;
   for (const std::string& part :
        {c.size, c.task, dims, c.precision == "fp32" ? "" : c.precision, c.attention == "naive" ? "" : c.attention,
-        c.recompute == "none" ? "" : "recompute-" + c.recompute, c.optimizer, fixed})
+        c.recompute == "none" ? "" : "recompute-" + c.recompute, c.optimizer,
+        !c.inference     ? ""
+        : c.generate > 0 ? "generate" + std::to_string(c.generate)
+                         : "inference",
+        fixed})
     if (!part.empty()) s += "_" + part;
   for (char& ch : s)
     if (ch == ',' || ch == ' ' || ch == '/') ch = '-';
@@ -194,6 +198,10 @@ int scale(int argc, char** argv) {
   f.add_choice("device", "meta", {"meta", "cpu", "cuda"}, "where to run each point");
   f.add_string("memory", "", "arena capacity per point (default: 1 TiB on meta; cuda: free memory less a reserve)");
   f.add_string("out", "bench_out", "directory for the reports and plots");
+  f.add_bool("inference", "eval steps (forward only, no training state) instead of training steps");
+  f.add_int("generate", 0,
+            "with --inference, for transformer_lm: tokens decoded after each --seq-token prompt "
+            "(the KV cache then appears as its own category)");
   if (!f.parse(argc, argv)) return 0;
   auto is_range = [](const std::string& s) { return s.find_first_of(":,") != std::string::npos; };
   const std::string seq = f.str("seq"), batch = f.str("batch");
@@ -201,6 +209,9 @@ int scale(int argc, char** argv) {
                                                                 : "give a range to sweep: --seq A:B or --batch A:B");
   tools::ScaleOptions o;
   o.config = model_config(f);
+  o.config.inference = o.inference = f.on("inference");
+  o.config.generate = f.integer("generate");
+  ENGINE_CHECK(o.config.generate >= 0, "--generate must be positive");
   o.steps = int(f.integer("steps"));
   o.axis = is_range(seq) ? tools::ScaleAxis::seq : tools::ScaleAxis::batch;
   o.points = tools::parse_points(is_range(seq) ? seq : batch, is_range(seq) ? "seq" : "batch");

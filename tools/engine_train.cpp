@@ -180,7 +180,12 @@ void add_flags(tools::Flags& flags) {
   flags.add_string("batch-file", "",
                    "a safetensors file holding one batch (the names and dtypes of the model's own batches) that every "
                    "step reads instead of the model's data; the loss is then also printed to 10 digits (parity runs)");
-  flags.add_bool("inference", "run eval steps (forward only, no gradients, eval mode) instead of training");
+  flags.add_bool("inference",
+                 "run eval steps (forward only, no gradients, eval mode, no optimizer state) instead of "
+                 "training");
+  flags.add_int("generate", 0,
+                "with --inference, for transformer_lm: decode this many tokens per step after the "
+                "--seq-token prompts (a prefill, then one token per step, KV cache)");
   flags.add_bool("profile", "time every kernel (CUDA events on cuda) and print the last step's time by op, "
                             "with its achieved TFLOP/s and GB/s");
   flags.add_bool("find-max-batch", "find the largest batch that fits the arena (2 steps per probe) and stop");
@@ -218,6 +223,9 @@ models::ModelConfig config_of(const tools::Flags& flags) {
   config.task = flags.str("task");
   tools::read_shape_flags(flags, config);
   config.accumulate = flags.integer("accumulate");
+  config.generate = flags.integer("generate");
+  config.inference = flags.on("inference");
+  ENGINE_CHECK(config.generate >= 0, "engine_train: --generate must be positive");
   ENGINE_CHECK(!flags.given("global-batch") || flags.on("find-max-batch"),
                "engine_train: --global-batch is a question for --find-max-batch (to train with it, give --batch B "
                "--accumulate K with B x K = the global batch)");
@@ -249,8 +257,9 @@ std::string header_line(models::Model& model, const engine::Device& device, cons
   const bool meta = device.type() == engine::DeviceType::meta;
   return engine::str("parameters ", model.module().num_parameters(), " (",
                      format_bytes(device.ledger().live_bytes(engine::Category::param)), ") | precision ",
-                     models::precision_name(model.precision()), " | optimizer ", model.optimizer().name(), " | device ",
-                     device.name(), " | arena ", format_bytes(device.capacity()), capacity_note,
+                     models::precision_name(model.precision()), " | optimizer ",
+                     inference ? "none (inference)" : model.optimizer().name(), " | device ", device.name(),
+                     " | arena ", format_bytes(device.capacity()), capacity_note,
                      device.outside_arena() > 0 ? " | outside the arena: " + format_bytes(device.outside_arena()) +
                                                       " (CUDA context and libraries, before the arena)"
                                                 : std::string(),

@@ -102,6 +102,7 @@ MaxBatchProbe probe_batch(const models::ModelConfig& config, engine::DeviceType 
                " and ", steps, " steps");
   models::ModelConfig c = config;
   batch_knob(c) = batch;
+  c.inference = c.inference || inference;  // an eval-only model keeps no training state (Model::set_precision)
   MaxBatchProbe probe;
   probe.batch = batch;
   auto device = engine::Device::create(type, capacity);

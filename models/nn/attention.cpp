@@ -1,6 +1,8 @@
 // attention.cpp: the multi-head attention layer.
 #include "models/nn/attention.h"
 
+#include "ops/elementwise.h"
+#include "ops/factory.h"
 #include "ops/view.h"
 
 namespace models::nn {
@@ -30,6 +32,11 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key_value,
   Tensor q = split_heads(q_proj->forward(query), config.heads);      // [B, H, Lq, D]
   Tensor k = split_heads(k_proj->forward(key_value), config.heads);  // [B, H, Lk, D]
   Tensor v = split_heads(v_proj->forward(key_value), config.heads);  // [B, H, Lk, D]
+  return attend_heads(q, k, v, key_padding_mask, causal);
+}
+
+Tensor MultiheadAttention::attend_heads(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& key_padding_mask, bool causal) const {
   ops::AttentionOptions opt;
   opt.algo = config.algo;
   opt.causal = causal;
@@ -41,6 +48,34 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key_value,
     o = ops::attention(q, k, v, key_padding_mask, opt);  // [B, H, Lq, D]
   }
   return out_proj->forward(merge_heads(o));               // [B, Lq, C]
+}
+
+KVCache MultiheadAttention::start_cache(int64_t batch, int64_t max_len, engine::DType dtype,
+                                        const std::shared_ptr<engine::Device>& device) const {
+  ENGINE_CHECK(batch >= 1 && max_len >= 1, "MultiheadAttention::start_cache: batch ", batch, " and length ", max_len,
+               " must be at least 1");
+  auto s = scope();
+  engine::MemoryScope kv("kv_cache");
+  engine::CategoryScope category(engine::Category::kv_cache);
+  const int64_t H = config.heads, D = config.dim / config.heads;
+  return KVCache{ops::zeros({batch, H, max_len, D}, dtype, device), ops::zeros({batch, H, max_len, D}, dtype, device)};
+}
+
+Tensor MultiheadAttention::cached_self_attention(const Tensor& x, int64_t t0, KVCache& cache) const {
+  auto s = scope();
+  ENGINE_CHECK(x.dim() == 3 && x.size(2) == config.dim, "cached_self_attention: expected x [B, n, ", config.dim,
+               "], got ", engine::shape_str(x.shape()));
+  const int64_t n = x.size(1), end = t0 + n;
+  ENGINE_CHECK(cache.k.defined() && cache.k.size(0) == x.size(0), "cached_self_attention: the cache holds ",
+               cache.k.defined() ? cache.k.size(0) : 0, " sequences, x ", x.size(0));
+  ENGINE_CHECK(t0 >= 0 && end <= cache.max_len(), "cached_self_attention: positions ", t0, "..", end - 1,
+               " are outside the cache of ", cache.max_len(), " positions");
+  const int64_t H = config.heads;
+  Tensor q = split_heads(q_proj->forward(x), H);  // [B, H, n, D]
+  ops::copy_(ops::slice(cache.k, 2, t0, end), split_heads(k_proj->forward(x), H));
+  ops::copy_(ops::slice(cache.v, 2, t0, end), split_heads(v_proj->forward(x), H));
+  // The prefix so far, a view of the cache: [B, H, end, D].
+  return attend_heads(q, ops::slice(cache.k, 2, 0, end), ops::slice(cache.v, 2, 0, end), Tensor(), /*causal=*/true);
 }
 
 }  // namespace models::nn

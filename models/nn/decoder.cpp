@@ -8,31 +8,9 @@
 
 namespace models::nn {
 
-namespace {
-
-// The attention core of a MultiheadAttention on heads already projected: q [B, H, Lq, D], k, v [B, H, Lk, D]
-// -> out_proj(merge_heads(attention)) [B, Lq, C]. The cached step uses it; it computes what
-// MultiheadAttention::forward computes after its k/v projections.
-Tensor attend_projected(const MultiheadAttention& mha, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const Tensor& key_padding_mask, bool causal) {
-  ops::AttentionOptions opt;
-  opt.algo = mha.config.algo;
-  opt.causal = causal;
-  opt.dropout_p = mha.config.dropout;
-  opt.training = mha.training();
-  Tensor o;
-  {
-    engine::MemoryScope inner("attention");
-    o = ops::attention(q, k, v, key_padding_mask, opt);  // [B, H, Lq, D]
-  }
-  return mha.out_proj->forward(merge_heads(o));           // [B, Lq, C]
-}
-
-}  // namespace
-
 size_t DecoderLayerCache::bytes() const {
-  size_t total = 0;
-  for (const Tensor* t : {&self_k, &self_v, &enc_k, &enc_v})
+  size_t total = self.bytes();
+  for (const Tensor* t : {&enc_k, &enc_v})
     if (t->defined()) total += t->nbytes();
   return total;
 }
@@ -81,17 +59,13 @@ Tensor TransformerDecoderLayer::forward(const Tensor& x_in, const Tensor& encode
 
 DecoderLayerCache TransformerDecoderLayer::start_cache(const Tensor& encoder_out, int64_t max_len) const {
   auto s = scope();
-  int64_t B = encoder_out.size(0), H = config.heads, D = config.dim / config.heads;
+  const int64_t H = config.heads;
   DecoderLayerCache cache;
-  {
-    auto a = self_attn->scope();
-    engine::MemoryScope kv("kv_cache");
-    cache.self_k = ops::zeros({B, H, max_len, D}, encoder_out.dtype(), encoder_out.device_ptr());  // [B, H, max_len, D]
-    cache.self_v = ops::zeros({B, H, max_len, D}, encoder_out.dtype(), encoder_out.device_ptr());
-  }
+  cache.self = self_attn->start_cache(encoder_out.size(0), max_len, encoder_out.dtype(), encoder_out.device_ptr());
   {
     auto a = encoder_attn->scope();
     engine::MemoryScope kv("kv_cache");
+    engine::CategoryScope category(engine::Category::kv_cache);
     // split_heads is a view of the projection: the cache keeps the projected [B, S, C] blocks alive.
     cache.enc_k = split_heads(encoder_attn->k_proj->forward(encoder_out), H);  // [B, H, S, D]
     cache.enc_v = split_heads(encoder_attn->v_proj->forward(encoder_out), H);
@@ -102,25 +76,15 @@ DecoderLayerCache TransformerDecoderLayer::start_cache(const Tensor& encoder_out
 Tensor TransformerDecoderLayer::step(const Tensor& x_in, int64_t t, DecoderLayerCache& cache,
                                      const Tensor& encoder_padding_mask) const {
   auto s = scope();
-  int64_t H = config.heads, max_len = cache.self_k.size(2);
+  const int64_t H = config.heads;
   ENGINE_CHECK(x_in.dim() == 3 && x_in.size(1) == 1, "TransformerDecoderLayer::step: expected x [B, 1, C], got ",
                engine::shape_str(x_in.shape()));
-  ENGINE_CHECK(t >= 0 && t < max_len, "TransformerDecoderLayer::step: position ", t, " is outside the cache of ",
-               max_len, " positions");
-  Tensor x = residual(x_in, *self_attn_layer_norm, [&](const Tensor& h) {
-    auto a = self_attn->scope();
-    Tensor q = split_heads(self_attn->q_proj->forward(h), H);  // [B, H, 1, D]
-    // Position t's key and value go into slice t of the cache, in place.
-    ops::copy_(ops::slice(cache.self_k, 2, t, t + 1), split_heads(self_attn->k_proj->forward(h), H));
-    ops::copy_(ops::slice(cache.self_v, 2, t, t + 1), split_heads(self_attn->v_proj->forward(h), H));
-    Tensor k = ops::slice(cache.self_k, 2, 0, t + 1);  // [B, H, t + 1, D], a view
-    Tensor v = ops::slice(cache.self_v, 2, 0, t + 1);
-    return attend_projected(*self_attn, q, k, v, Tensor(), /*causal=*/true);
-  });
+  Tensor x = residual(x_in, *self_attn_layer_norm,
+                      [&](const Tensor& h) { return self_attn->cached_self_attention(h, t, cache.self); });
   x = residual(x, *encoder_attn_layer_norm, [&](const Tensor& h) {
     auto a = encoder_attn->scope();
     Tensor q = split_heads(encoder_attn->q_proj->forward(h), H);  // [B, H, 1, D]
-    return attend_projected(*encoder_attn, q, cache.enc_k, cache.enc_v, encoder_padding_mask, /*causal=*/false);
+    return encoder_attn->attend_heads(q, cache.enc_k, cache.enc_v, encoder_padding_mask, /*causal=*/false);
   });
   return feed_forward_block(x);
 }

@@ -24,10 +24,11 @@
 
 namespace models::nn {
 
-// One layer's cache. self_k, self_v [B, H, max_len, D] (written position by position); enc_k, enc_v
-// [B, H, S, D] (the projected encoder output).
+// One layer's cache: the self-attention's KVCache ([B, H, max_len, D], written position by position); enc_k,
+// enc_v [B, H, S, D] (the projected encoder output, also in category kv_cache).
 struct DecoderLayerCache {
-  Tensor self_k, self_v, enc_k, enc_v;
+  KVCache self;
+  Tensor enc_k, enc_v;
   size_t bytes() const;  // the arena bytes of the four tensors
 };
 

@@ -27,13 +27,13 @@ TransformerLayer::TransformerLayer(const TransformerLayerConfig& c) : config(c) 
   final_layer_norm = register_module("final_layer_norm", std::make_shared<LayerNorm>(c.dim, c.layer_norm_eps));
 }
 
-Tensor TransformerLayer::forward(const Tensor& x_in, const Tensor& key_padding_mask, bool causal) const {
-  auto s = scope();
+template <typename F>
+Tensor TransformerLayer::blocks(const Tensor& x_in, F self_attention) const {
   bool train = training();
   Tensor x = x_in;
   // Self-attention block.
   Tensor h = config.normalize_before ? self_attn_layer_norm->forward(x) : x;
-  h = self_attn->forward(h, h, key_padding_mask, causal);
+  h = self_attention(h);
   x = ops::add(x, ops::dropout(h, config.dropout, train));
   if (!config.normalize_before) x = self_attn_layer_norm->forward(x);
   // Feed-forward block.
@@ -42,6 +42,16 @@ Tensor TransformerLayer::forward(const Tensor& x_in, const Tensor& key_padding_m
   x = ops::add(x, ops::dropout(h, config.dropout, train));
   if (!config.normalize_before) x = final_layer_norm->forward(x);
   return x;
+}
+
+Tensor TransformerLayer::forward(const Tensor& x_in, const Tensor& key_padding_mask, bool causal) const {
+  auto s = scope();
+  return blocks(x_in, [&](const Tensor& h) { return self_attn->forward(h, h, key_padding_mask, causal); });
+}
+
+Tensor TransformerLayer::step(const Tensor& x_in, int64_t t0, KVCache& cache) const {
+  auto s = scope();
+  return blocks(x_in, [&](const Tensor& h) { return self_attn->cached_self_attention(h, t0, cache); });
 }
 
 }  // namespace models::nn

@@ -34,10 +34,18 @@ class TransformerLayer : public graph::Module {
   explicit TransformerLayer(const TransformerLayerConfig& config);
   // x [B, L, C]; key_padding_mask bool [B, L] or undefined.
   Tensor forward(const Tensor& x, const Tensor& key_padding_mask, bool causal) const;
+  // Generation form of a causal layer: x [B, n, C] at positions t0 .. t0 + n - 1, its self-attention through
+  // `cache` (MultiheadAttention::cached_self_attention). Under NoGrad, in eval mode.
+  Tensor step(const Tensor& x, int64_t t0, KVCache& cache) const;
   TransformerLayerConfig config;
   std::shared_ptr<MultiheadAttention> self_attn;
   std::shared_ptr<LayerNorm> self_attn_layer_norm, final_layer_norm;
   std::shared_ptr<Linear> fc1, fc2;
+
+ private:
+  // The two residual blocks around `self_attention` (h -> [B, L, C]), shared by forward and step.
+  template <typename F>
+  Tensor blocks(const Tensor& x, F self_attention) const;
 };
 
 }  // namespace models::nn

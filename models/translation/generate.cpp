@@ -55,7 +55,7 @@ GreedyOutput greedy_decode(Seq2Seq& net, const Tensor& src, const Tensor& src_pa
     caches = net.decoder->start_generation(encoder_out, o.max_len);
     for (const auto& c : caches) {
       out.cache_bytes += c.bytes();
-      out.self_cache_bytes += c.self_k.nbytes() + c.self_v.nbytes();
+      out.self_cache_bytes += c.self.bytes();
     }
   }
   out.sentences.resize(size_t(B));

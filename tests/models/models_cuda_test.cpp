@@ -9,6 +9,8 @@
 #include "engine/device.h"
 #include "models/bert/pretraining.h"
 #include "models/registry.h"
+#include "models/transformer_lm.h"
+#include "ops/factory.h"
 #include "tools/max_batch.h"
 
 namespace {
@@ -42,6 +44,70 @@ TEST(ModelsCuda, EveryModelAllocatesExactlyAsMetaPredicts) {
                   peak_meta);
     }
   }
+}
+
+// The researcher's levers (issue 21) on the GPU: decoding with a KV cache (eval steps, no training state), gradient
+// accumulation, Adafactor and a reshaped transformer make exactly the allocations meta predicts.
+TEST(ModelsCuda, LeversAndDecodingAllocateExactlyAsMetaPredicts) {
+  const size_t capacity = size_t(40) << 30;
+  std::vector<models::ModelConfig> configs(4);
+  configs[0].name = "transformer_lm";
+  configs[0].size = "small";
+  configs[0].precision = "bf16";
+  configs[0].inference = true;
+  configs[0].seq = 96;
+  configs[0].generate = 32;
+  configs[0].batch = 4;
+  configs[1].name = "bert_base";
+  configs[1].batch = 8;
+  configs[1].accumulate = 3;
+  configs[2].name = "transformer_lm";
+  configs[2].size = "small";
+  configs[2].precision = "bf16";
+  configs[2].optimizer = "adafactor";
+  configs[3].name = "bert_squad";
+  configs[3].dims.layers = 3;
+  configs[3].dims.hidden = 512;
+  configs[3].dims.heads = 8;
+  configs[3].precision = "bf16";
+  configs[3].attention = "flash";
+  for (const models::ModelConfig& c : configs) {
+    SCOPED_TRACE(c.name + (c.inference ? " generate" : c.optimizer.empty() ? "" : " " + c.optimizer));
+    auto run = [&](engine::DeviceType type, size_t* peak) {
+      auto dev = engine::Device::create(type, capacity);
+      engine::DeviceGuard g(dev);
+      auto model = models::create_model(c);
+      for (int s = 1; s <= 2; s++) c.inference ? model->eval_step(s) : model->train_step(s);
+      dev->synchronize();
+      *peak = dev->ledger().peak_bytes();
+      return dev->ledger().events_csv();
+    };
+    size_t peak_cuda = 0, peak_meta = 0;
+    const std::string cuda = run(engine::DeviceType::cuda, &peak_cuda),
+                      meta = run(engine::DeviceType::meta, &peak_meta);
+    EXPECT_EQ(peak_cuda, peak_meta);
+    EXPECT_TRUE(cuda == meta) << "the cuda run's allocation events differ from meta's";
+    std::printf("%s: cuda peak %zu bytes == meta peak %zu bytes\n", c.name.c_str(), peak_cuda, peak_meta);
+  }
+}
+
+// Greedy decoding on the GPU: with the cache (prefill, then one token per step) == without it, token for token,
+// for a tiny model trained on the GPU until its predictions are confident.
+TEST(ModelsCuda, CachedDecodingEqualsUncachedOnTheGpu) {
+  auto dev = engine::Device::create(engine::DeviceType::cuda, size_t(4) << 30);
+  engine::DeviceGuard g(dev);
+  models::TransformerLMConfig c;
+  c.max_positions = 64;
+  models::TransformerLM lm(c);
+  for (int64_t step = 1; step <= 150; step++) lm.train_step(step);
+  std::vector<int64_t> ids;
+  for (int64_t b = 0; b < 6; b++)
+    for (int64_t i = 0; i < 9; i++) ids.push_back((5 * b + 3 + i * (1 + b % 4)) % 64);
+  const engine::Tensor prompt = ops::from_vector(ids, {6, 9}, engine::DType::i64);
+  const models::LMGeneration cached = models::greedy_generate(lm.net(), prompt, 20, true);
+  const models::LMGeneration uncached = models::greedy_generate(lm.net(), prompt, 20, false);
+  EXPECT_EQ(cached.tokens, uncached.tokens);
+  EXPECT_EQ(cached.tokens[0][0], 12);
 }
 
 // bf16 mixed precision trains bert_base like fp32: 200 steps each on the same synthetic data from the same
