@@ -52,6 +52,7 @@ struct ModelConfig {
   TransformerDims dims;    // transformer models only (ModelEntry::dims); others refuse them
   int64_t accumulate = 1;  // micro-batches per optimizer step (Model::set_accumulation)
   int64_t generate = 0;    // decoder LMs under --inference: tokens decoded per eval step (ModelEntry::generates)
+  int64_t prefill_tokens = 8192;  // prompt tokens per prefill pass when generating (0: the whole batch at once)
   bool inference = false;  // the model will only run eval steps: bf16/fp16 keep no f32 masters (set_precision)
   std::string optimizer;   // "" : the model's recipe; else a name of ops::optimizer_names() (Model::use_optimizer)
   uint64_t seed = 1;
@@ -102,6 +103,14 @@ class Model {
   // batched translation models run their longest batch at steps 1-2 and their most padded at step 3
   // (models/data/translation.h): {1, 2, 3}. MT-DNN: each task's first step, then each task once more.
   virtual std::vector<int64_t> probe_schedule() const { return {1, 2}; }
+  // The steps that run one epoch of the model's data, each batch once in the order training meets them, for a
+  // model whose batches differ in shape (the token-batched translation models: sentences x lengths); empty (the
+  // default) when every batch has the same shapes, so that one batch's memory is every batch's. The max-batch
+  // finder replays them after the probe schedule to answer for the worst batch of a data set (tools/max_batch.h).
+  virtual std::vector<int64_t> epoch_steps() const { return {}; }
+  // What the batch of `step` is, to name the worst one ("batch 17 of 230: 112 sentences, source 31 and target 32
+  // tokens"); "" by default.
+  virtual std::string describe_batch(int64_t step) const { return ""; }
   // The smallest batch the model can train on (a max-batch search starts there): 1, or 2 where batch norm in
   // training mode would see one value per channel (deeplabv3's image-pooling branch: N values per channel).
   virtual int64_t min_batch() const { return 1; }

@@ -1,6 +1,7 @@
 // transformer_lm.cpp: the GPT-2-shaped language model and its synthetic data.
 #include "models/transformer_lm.h"
 
+#include <algorithm>
 #include <random>
 
 #include "engine/format.h"
@@ -52,6 +53,8 @@ TransformerLMConfig TransformerLMConfig::from(const ModelConfig& c) {
                " learned positions", c.dims.positions ? " (--positions)" : "");
   if (t.seq > t.max_positions) t.max_positions = t.seq;
   t.generate = c.generate;
+  t.prefill_tokens = c.prefill_tokens;
+  ENGINE_CHECK(t.prefill_tokens >= 0, "transformer_lm: --prefill-tokens must be 0 (one pass) or positive");
   ENGINE_CHECK(t.generate >= 0 && t.seq + t.generate <= t.max_positions, "transformer_lm: --seq ", t.seq,
                " + --generate ", t.generate, " = ", t.seq + t.generate, " positions; the model has ", t.max_positions,
                " (give a shorter prompt or fewer tokens, or --positions)");
@@ -140,16 +143,22 @@ size_t lm_cache_bytes(const TransformerLMConfig& c, int64_t batch, int64_t lengt
 }
 
 namespace {
+// Appends ids [B, 1] (i64) to each sequence's tokens on the host (meta: zeros).
+void record_tokens(const Tensor& ids, std::vector<std::vector<int64_t>>& out) {
+  const std::vector<double> host = ids.is_meta() ? std::vector<double>(size_t(ids.numel()), 0.0) : ids.to_double();
+  for (size_t b = 0; b < out.size(); b++) out[b].push_back(int64_t(host[b]));
+}
+
 // The argmax token of each row of logits [B, V], as i64 ids [B, 1] on the device, and on the host.
 Tensor next_tokens(const Tensor& logits, std::vector<std::vector<int64_t>>& out) {
   Tensor ids = ops::argmax(logits, 1, /*keepdim=*/true);  // [B, 1] i64
-  const std::vector<double> host = ids.is_meta() ? std::vector<double>(size_t(ids.numel()), 0.0) : ids.to_double();
-  for (size_t b = 0; b < out.size(); b++) out[b].push_back(int64_t(host[b]));
+  record_tokens(ids, out);
   return ids;
 }
 }  // namespace
 
-LMGeneration greedy_generate(TransformerLMNet& net, const Tensor& prompt, int64_t tokens, bool use_cache) {
+LMGeneration greedy_generate(TransformerLMNet& net, const Tensor& prompt, int64_t tokens, bool use_cache,
+                             int64_t prefill_tokens) {
   ENGINE_CHECK(prompt.dim() == 2 && prompt.size(1) >= 1 && tokens >= 1,
                "greedy_generate: expected a prompt [B, P] "
                "with P >= 1 and at least one token to generate, got ",
@@ -166,7 +175,18 @@ LMGeneration greedy_generate(TransformerLMNet& net, const Tensor& prompt, int64_
   if (use_cache) {
     std::vector<nn::KVCache> caches = net.start_cache(B, P + tokens, prompt.device_ptr());
     for (const auto& c : caches) out.cache_bytes += c.bytes();
-    Tensor next = next_tokens(net.forward_cached(prompt, 0, caches), out.tokens);  // the prefill
+    // The prefill, in passes of `chunk` whole sequences: each writes its rows of every cache (views of the rows).
+    const int64_t chunk = prefill_tokens > 0 ? std::clamp<int64_t>(prefill_tokens / P, 1, B) : B;
+    std::vector<Tensor> firsts;
+    for (int64_t b0 = 0; b0 < B; b0 += chunk) {
+      const int64_t b1 = std::min(B, b0 + chunk);
+      std::vector<nn::KVCache> rows;
+      for (const nn::KVCache& c : caches) rows.push_back({ops::slice(c.k, 0, b0, b1), ops::slice(c.v, 0, b0, b1)});
+      firsts.push_back(ops::argmax(net.forward_cached(ops::slice(prompt, 0, b0, b1), 0, rows), 1, true));
+    }
+    Tensor next = firsts.size() == 1 ? firsts[0] : ops::concat(firsts, 0);  // [B, 1]
+    firsts.clear();
+    record_tokens(next, out.tokens);
     for (int64_t t = 1; t < tokens; t++) next = next_tokens(net.forward_cached(next, P + t - 1, caches), out.tokens);
   } else {
     Tensor seq = prompt;
@@ -192,7 +212,7 @@ StepResult TransformerLM::eval_step(int64_t step) {
   }
   const Tensor& prompt = batch.at("ids");
   const int64_t B = prompt.size(0), P = prompt.size(1), N = config_.generate;
-  const LMGeneration g = greedy_generate(*net_, prompt, N, /*use_cache=*/true);
+  const LMGeneration g = greedy_generate(*net_, prompt, N, /*use_cache=*/true, config_.prefill_tokens);
   StepResult r;
   r.has_loss = false;
   r.items = B;  // sequences decoded (the unit stays "seq": the max-batch finder's knob is the batch)
@@ -201,11 +221,12 @@ StepResult TransformerLM::eval_step(int64_t step) {
   for (int64_t len : {P, P + N / 2, P + N})
     by_length += engine::str(by_length.empty() ? "" : ", ", len, ": ",
                              engine::format_bytes(lm_cache_bytes(config_, B, len, element)));
-  r.details.push_back(engine::str("generated ", N, " tokens for each of ", B, " prompts of ", P,
-                                  " tokens (prefill, then one token per step); KV cache ",
-                                  engine::format_bytes(g.cache_bytes), " allocated at ", P + N, " positions (2 x ",
-                                  config_.layers, " layers x ", B, " x ", P + N, " x ", config_.dim, " x ", element,
-                                  " bytes); in use by length: ", by_length));
+  const int64_t chunk = config_.prefill_tokens > 0 ? std::clamp<int64_t>(config_.prefill_tokens / P, 1, B) : B;
+  r.details.push_back(engine::str(
+      "generated ", N, " tokens for each of ", B, " prompts of ", P, " tokens (prefill in ", (B + chunk - 1) / chunk,
+      " pass", B > chunk ? "es" : "", " of up to ", chunk, " sequences, then one token per step); KV cache ",
+      engine::format_bytes(g.cache_bytes), " allocated at ", P + N, " positions (2 x ", config_.layers, " layers x ", B,
+      " x ", P + N, " x ", config_.dim, " x ", element, " bytes); in use by length: ", by_length));
   std::string first;
   for (size_t i = 0; i < g.tokens[0].size() && i < 16; i++) first += engine::str(i ? " " : "", g.tokens[0][i]);
   if (!prompt.is_meta()) r.details.push_back("sequence 0 generated: " + first + (N > 16 ? " ..." : ""));

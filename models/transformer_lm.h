@@ -9,7 +9,9 @@
 // the prompts (--seq tokens), one prefill pass writes their keys and values into a cache per layer (allocated
 // once at seq + N positions, category kv_cache), then N - 1 steps of one token each (the prefill gives the first
 // token), batched over --batch sequences: the serving question's memory (weights, KV cache, one pass's
-// activations). Only the last position's logits are computed ([B, V], not [B, T, V]).
+// activations). Only the last position's logits are computed ([B, V], not [B, T, V]). The prefill runs in
+// passes of whole sequences, --prefill-tokens prompt tokens each (8192 by default, as vLLM's default batched-token
+// budget; 0: every prompt in one pass), so its activations do not grow with the batch beside the full cache.
 //
 // Data: synthetic arithmetic sequences x_i = (s + i * k) mod V (s, k drawn per sequence from a seeded host
 // generator): a model that has learned to read k from the context predicts every later token, so the loss
@@ -32,6 +34,7 @@ struct TransformerLMConfig {
   ops::AttentionAlgo algo = ops::AttentionAlgo::naive;
   bool recompute_layers = false;
   int64_t generate = 0;  // tokens decoded per eval step (0: an eval step computes the loss)
+  int64_t prefill_tokens = 8192;  // prompt tokens per prefill pass (whole sequences; 0: the whole batch in one)
   uint64_t seed = 1;
   // tiny | small | medium | large | xl (GPT-2's four shapes), then overridden by the ModelConfig fields.
   static TransformerLMConfig from(const ModelConfig& c);
@@ -61,7 +64,9 @@ struct LMGeneration {
   std::vector<std::vector<int64_t>> tokens;  // per sequence, the generated tokens (meta: zeros)
   size_t cache_bytes = 0;                    // every layer's K and V at prompt + tokens positions
 };
-LMGeneration greedy_generate(TransformerLMNet& net, const Tensor& prompt, int64_t tokens, bool use_cache);
+// prefill_tokens: the prompt tokens of one prefill pass (whole sequences, at least one; 0: all in one pass).
+LMGeneration greedy_generate(TransformerLMNet& net, const Tensor& prompt, int64_t tokens, bool use_cache,
+                             int64_t prefill_tokens = 0);
 // The KV cache of `batch` sequences at `length` positions: 2 (K, V) x layers x batch x length x dim x bytes.
 size_t lm_cache_bytes(const TransformerLMConfig& c, int64_t batch, int64_t length, size_t element_bytes);
 

@@ -40,6 +40,7 @@ std::vector<std::pair<std::string, std::string>> config_settings(const models::M
   s.emplace_back("attention-dropout", c.dims.attention_dropout >= 0 ? number(c.dims.attention_dropout) : "");
   s.insert(s.end(), {{"accumulate", c.accumulate > 1 ? std::to_string(c.accumulate) : ""},
                      {"generate", count(c.generate)},
+                     {"prefill-tokens", c.prefill_tokens == 8192 ? "" : std::to_string(c.prefill_tokens)},
                      {"precision", unless(c.precision, "fp32")},
                      {"attention", unless(c.attention, "naive")},
                      {"recompute", unless(c.recompute, "none")},

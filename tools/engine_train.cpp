@@ -134,6 +134,8 @@ int find_max_batch(const models::ModelConfig& config, const tools::Flags& flags,
   tools::MaxBatchOptions options;
   options.steps = int(std::max<int64_t>(2, flags.given("steps") ? flags.integer("steps") : 2));
   options.inference = flags.on("inference");
+  // With --data, a model whose batches differ in shape answers for the worst batch of an epoch.
+  options.whole_epoch = !config.data.empty() && tools::batches_vary(config);
   tools::ProgressBar bar("max batch", 0);
   int probes = 0;
   options.on_probe = [&](const tools::MaxBatchProbe& p, int64_t fit, int64_t fail) {
@@ -186,6 +188,8 @@ void add_flags(tools::Flags& flags) {
   flags.add_int("generate", 0,
                 "with --inference, for transformer_lm: decode this many tokens per step after the "
                 "--seq-token prompts (a prefill, then one token per step, KV cache)");
+  flags.add_int("prefill-tokens", 8192,
+                "with --generate: prompt tokens per prefill pass, whole sequences (0: every prompt in one pass)");
   flags.add_bool("profile", "time every kernel (CUDA events on cuda) and print the last step's time by op, "
                             "with its achieved TFLOP/s and GB/s");
   flags.add_bool("find-max-batch", "find the largest batch that fits the arena (2 steps per probe) and stop");
@@ -224,6 +228,7 @@ models::ModelConfig config_of(const tools::Flags& flags) {
   tools::read_shape_flags(flags, config);
   config.accumulate = flags.integer("accumulate");
   config.generate = flags.integer("generate");
+  config.prefill_tokens = flags.integer("prefill-tokens");
   config.inference = flags.on("inference");
   ENGINE_CHECK(config.generate >= 0, "engine_train: --generate must be positive");
   ENGINE_CHECK(!flags.given("global-batch") || flags.on("find-max-batch"),

@@ -97,7 +97,7 @@ void check_steady_state(models::Model& model, const std::vector<int64_t>& schedu
 }  // namespace
 
 MaxBatchProbe probe_batch(const models::ModelConfig& config, engine::DeviceType type, size_t capacity, int64_t batch,
-                          int steps, bool inference) {
+                          int steps, bool inference, bool whole_epoch) {
   ENGINE_CHECK(batch >= 1 && steps >= 1, "max batch: a probe needs batch >= 1 and steps >= 1, got batch ", batch,
                " and ", steps, " steps");
   models::ModelConfig c = config;
@@ -108,20 +108,43 @@ MaxBatchProbe probe_batch(const models::ModelConfig& config, engine::DeviceType 
   auto device = engine::Device::create(type, capacity);
   {
     engine::DeviceGuard guard(device);
+    std::unique_ptr<models::Model> model;
+    std::string worst;  // the batch whose step set the peak so far (whole_epoch)
+    int64_t worst_step = 0;
     try {
-      std::unique_ptr<models::Model> model = models::create_model(c);
+      model = models::create_model(c);
       probe.unit = model->item_unit();
       probe.schedule = model->probe_schedule();
       ENGINE_CHECK(!probe.schedule.empty(), "max batch: ", config.name, "'s probe schedule is empty");
       while (int64_t(probe.schedule.size()) < steps) probe.schedule.push_back(probe.schedule.back() + 1);
-      for (int64_t step : probe.schedule) {
-        if (inference) model->eval_step(step);
-        else model->train_step(step);
-      }
+      // Each step in turn (the schedule, then with whole_epoch every batch of an epoch); probe.worst_step is the
+      // step running, named if it runs out of memory; the step that last raised the peak is the worst batch.
+      size_t peak = 0;
+      auto run = [&](int64_t step) {
+        probe.worst_step = step;
+        if (inference)
+          model->eval_step(step);
+        else
+          model->train_step(step);
+        if (whole_epoch && device->ledger().peak_bytes() > peak) {
+          peak = device->ledger().peak_bytes();
+          worst = model->describe_batch(step);
+          worst_step = step;
+        }
+      };
+      for (int64_t step : probe.schedule) run(step);
       if (!inference) check_steady_state(*model, probe.schedule);
+      if (whole_epoch) {
+        const std::vector<int64_t> epoch = model->epoch_steps();
+        probe.epoch_batches = int64_t(epoch.size());
+        for (int64_t step : epoch) run(step);
+      }
+      probe.worst_step = worst_step;
+      probe.worst_batch = worst;
       probe.fits = true;
     } catch (const engine::OutOfMemory& e) {
       probe.failure = first_line(e.what());
+      if (model && probe.worst_step > 0) probe.worst_batch = model->describe_batch(probe.worst_step);
     } catch (const std::exception& e) {  // not a memory verdict: a bug or a bad config, say where
       throw engine::Error(engine::str("max batch: the probe at batch ", batch, " failed: ", e.what()));
     }
@@ -173,10 +196,13 @@ MaxBatchResult find_max_batch(const models::ModelConfig& config, engine::DeviceT
   const engine::Generator saved_generator = engine::generator();
   MaxBatchResult r;
   auto run = [&](int64_t batch) {
-    r.probes.push_back(probe_batch(config, type, capacity, batch, options.steps, options.inference));
+    r.probes.push_back(
+        probe_batch(config, type, capacity, batch, options.steps, options.inference, options.whole_epoch));
     const MaxBatchProbe& p = r.probes.back();
-    if (p.fits) r.largest_fit = std::max(r.largest_fit, batch);
-    else if (r.first_fail == 0 || batch < r.first_fail) r.first_fail = batch;
+    if (p.fits)
+      r.largest_fit = std::max(r.largest_fit, batch);
+    else if (r.first_fail == 0 || batch < r.first_fail)
+      r.first_fail = batch;
     if (options.on_probe) options.on_probe(p, r.largest_fit, r.first_fail);
   };
   // Exponential phase: 1, 2, 4, ... (the last one clamped to the limit) until a probe fails; token budgets
@@ -249,6 +275,12 @@ std::string describe_micro_batch(const MicroBatchResult& r, size_t capacity, con
   return o;
 }
 
+bool batches_vary(const models::ModelConfig& config) {
+  auto device = engine::Device::create(engine::DeviceType::meta, size_t(1) << 40);
+  engine::DeviceGuard guard(device);
+  return !models::create_model(config)->epoch_steps().empty();
+}
+
 std::string describe_max_batch(const MaxBatchResult& r, size_t capacity, const MaxBatchOptions& options) {
   std::string o;
   size_t steps = size_t(options.steps);  // the model's schedule when it is longer (Model::probe_schedule)
@@ -274,6 +306,24 @@ std::string describe_max_batch(const MaxBatchResult& r, size_t capacity, const M
       o += engine::str("binding term: ", engine::category_name(r.binding), " is the largest: ",
                        format_bytes(r.binding_fail_bytes), " at batch 1 before it failed\n");
     o += engine::str("at batch ", r.first_fail, ": ", r.failure, "\n");
+  }
+  if (options.whole_epoch) {
+    auto at = [&](int64_t batch) -> const MaxBatchProbe* {
+      for (const auto& p : r.probes)
+        if (p.batch == batch) return &p;
+      return nullptr;
+    };
+    const MaxBatchProbe* fit = at(r.largest_fit);
+    const MaxBatchProbe* fail = at(r.first_fail);
+    const int64_t batches = fit ? fit->epoch_batches : fail ? fail->epoch_batches : 0;
+    o += engine::str("whole epoch: each probe replayed every batch of one epoch after its schedule (", batches,
+                     " batches at ", r.largest_fit, " ", r.unit, ")\n");
+    if (fit && !fit->worst_batch.empty())
+      o += engine::str("the worst batch at ", r.largest_fit, " ", r.unit, " (it set the peak, step ", fit->worst_step,
+                       "): ", fit->worst_batch, "\n");
+    if (fail && !fail->worst_batch.empty())
+      o += engine::str("at ", r.first_fail, " ", r.unit, " the first batch that does not fit (step ", fail->worst_step,
+                       "): ", fail->worst_batch, "\n");
   }
   // The probes, by batch: what each peak was made of.
   std::vector<MaxBatchProbe> sorted = r.probes;

@@ -41,6 +41,12 @@ struct MaxBatchProbe {
   std::string failure;                                        // first line of the OOM report, if any
   std::string unit;                                           // the model's item unit, once it was built
   std::vector<int64_t> schedule;  // the steps it ran: Model::probe_schedule(), extended to options.steps
+  // With whole_epoch: the epoch's batches replayed after the schedule, and the worst one: the batch whose step set
+  // the peak (a probe that fits) or ran out of memory (one that does not, in the schedule or the epoch), as
+  // Model::describe_batch names it ("" for a model whose batches all have one shape).
+  int64_t epoch_batches = 0;
+  int64_t worst_step = 0;
+  std::string worst_batch;
 };
 
 struct MaxBatchOptions {
@@ -48,6 +54,9 @@ struct MaxBatchOptions {
                             // model's probe_schedule(), continued with the steps after its last
   bool inference = false;   // probe eval_step (forward only) instead of train_step
   int64_t limit = 1 << 16;  // the search stops here: a batch this large that fits ends the search
+  // Every probe also replays one whole epoch of the model's data (Model::epoch_steps) after its schedule: the answer
+  // is the largest batch (or token budget) for which every batch of the epoch fits (engine_train: with --data).
+  bool whole_epoch = false;
   // Called after each probe with the bracket known so far: largest fit, first failure (0 when none yet).
   std::function<void(const MaxBatchProbe& probe, int64_t largest_fit, int64_t first_fail)> on_probe;
 };
@@ -65,7 +74,9 @@ struct MaxBatchResult {
 
 // One probe: builds `config` with `batch` on a fresh device of `type` and `capacity` and runs steps.
 MaxBatchProbe probe_batch(const models::ModelConfig& config, engine::DeviceType type, size_t capacity, int64_t batch,
-                          int steps, bool inference = false);
+                          int steps, bool inference = false, bool whole_epoch = false);
+// Whether the model's batches differ in shape (Model::epoch_steps is not empty), so that --data's worst batch counts.
+bool batches_vary(const models::ModelConfig& config);
 
 MaxBatchResult find_max_batch(const models::ModelConfig& config, engine::DeviceType type, size_t capacity,
                               const MaxBatchOptions& options = {});

@@ -186,6 +186,17 @@ int64_t BatchOrder::batch_for_step(int64_t step) const {
   return shuffled_[size_t((step - 3) % int64_t(shuffled_.size()))];
 }
 
+std::vector<int64_t> BatchOrder::epoch_steps() const {
+  std::vector<int64_t> steps;
+  for (int64_t k = 4; k < 4 + int64_t(shuffled_.size()); k++) steps.push_back(k);
+  return steps;
+}
+
+std::string describe_translation_batch(const TranslationBatch& b, int64_t index, int64_t count) {
+  return engine::str("batch ", index, " of ", count, ": ", b.batch, " sentences, source ", b.src_len, " and target ",
+                     b.tgt_len, " tokens");
+}
+
 TokenBatches batch_pairs_by_tokens(const std::vector<SentencePair>& pairs, int64_t tokens, uint64_t seed,
                                    const std::string& model) {
   std::vector<int64_t> lengths;

@@ -42,8 +42,13 @@ TEST(LmGeneration, CachedDecodingEqualsUncachedTokenForToken) {
   const Tensor prompt = progressions(6, 9);
   const models::LMGeneration cached = models::greedy_generate(lm.net(), prompt, 20, true);
   const models::LMGeneration uncached = models::greedy_generate(lm.net(), prompt, 20, false);
+  // The prefill in passes of 2 sequences (18 prompt tokens per pass), the last pass shorter when it must be.
+  const models::LMGeneration chunked = models::greedy_generate(lm.net(), prompt, 20, true, 18);
+  const models::LMGeneration odd = models::greedy_generate(lm.net(), prompt, 20, true, 36);  // 4, then 2
   ASSERT_EQ(cached.tokens.size(), 6u);
   EXPECT_EQ(cached.tokens, uncached.tokens);
+  EXPECT_EQ(chunked.tokens, uncached.tokens);
+  EXPECT_EQ(odd.tokens, uncached.tokens);
   std::set<int64_t> distinct;
   for (const auto& row : cached.tokens) distinct.insert(row.begin(), row.end());
   EXPECT_GT(distinct.size(), 8u) << "the trained model should continue its progressions, not repeat one token";
@@ -80,6 +85,28 @@ TEST(LmGeneration, TheCacheIsItsOwnCategoryAtItsFormulaAndMetaAllocatesLikeCpu) 
     model->eval_step(1);
     model->eval_step(2);
   });
+}
+
+TEST(LmGeneration, PrefillPassesBoundTheActivationsBesideTheFullCache) {
+  auto peak = [](int64_t prefill_tokens) {
+    auto device = engine::Device::create(DeviceType::meta, size_t(1) << 40);
+    engine::DeviceGuard guard(device);
+    ModelConfig c;
+    c.name = "transformer_lm";
+    c.size = "small";
+    c.precision = "bf16";
+    c.inference = true;
+    c.seq = 256;
+    c.generate = 16;
+    c.batch = 64;
+    c.prefill_tokens = prefill_tokens;
+    models::create_model(c)->eval_step(1);
+    return std::make_pair(device->ledger().peak_bytes(), device->ledger().peak_bytes(Category::kv_cache));
+  };
+  const auto one = peak(0), passes = peak(2048);  // 64 prompts at once; 8 passes of 8
+  EXPECT_EQ(one.second, passes.second) << "the same cache";
+  // A pass's largest temporaries (the MLP's [rows, 3072] bf16 input and output) shrink 8 times.
+  EXPECT_LT(passes.first + size_t(2) * (64 - 8) * 256 * 3072 * 2, one.first);
 }
 
 TEST(LmGeneration, InferenceKeepsNoTrainingState) {
