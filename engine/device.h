@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/allocator.h"
 #include "engine/error.h"
@@ -48,6 +50,13 @@ class Device {
   // Memory the device uses outside the arena (cuda: context + libraries, measured before the arena's
   // cudaMalloc), printed in engine_train's header.
   size_t outside_arena() const { return outside_arena_; }
+  // What the device's creation measured outside the arena, stage by stage, in order (cuda: the context, the
+  // stream, cuBLASLt, each a cudaMemGetInfo difference); empty elsewhere.
+  const std::vector<std::pair<std::string, size_t>>& outside_stages() const { return outside_stages_; }
+  // The whole device's memory in use now, as the driver counts it (cuda: cudaMemGetInfo's total - free: the
+  // context, the libraries, the arena's one cudaMalloc, and what loaded lazily since, such as the kernels' module
+  // images on their first launch); 0 on cpu and meta.
+  virtual size_t device_memory_used() const { return 0; }
 
   struct Block {
     size_t offset = 0, bytes = 0;
@@ -78,6 +87,7 @@ class Device {
   Ledger ledger_;
   void* base_;
   size_t outside_arena_ = 0;
+  std::vector<std::pair<std::string, size_t>> outside_stages_;
   std::string capacity_note_;
   Block workspace_;
 };

@@ -272,6 +272,37 @@ std::string header_line(models::Model& model, const engine::Device& device, cons
                      inference ? " | inference: forward only, eval mode" : "");
 }
 
+// The whole device beside the arena. cuda: what cudaMemGetInfo counts now (after the run: the kernels' module
+// images load on their first launch), split into what the device's creation measured before the arena, the arena
+// (one cudaMalloc of its capacity) and what came since. meta with --gpu: the prediction for a card whose arena is
+// sized to this run's high water: that high water plus the profile's reserve (tools/gpu_profiles.h).
+std::string whole_device(engine::Device& device, const tools::Flags& flags) {
+  if (device.type() == engine::DeviceType::cuda) {
+    device.synchronize();
+    const size_t used = device.device_memory_used(), before = device.outside_arena();
+    std::string stages;
+    for (const auto& [what, bytes] : device.outside_stages())
+      stages += engine::str(stages.empty() ? "" : ", ", what, " ", format_bytes(bytes));
+    const size_t since = used > before + device.capacity() ? used - before - device.capacity() : 0;
+    return engine::str("## The whole device\nIn use now by cudaMemGetInfo: ", format_bytes(used), " (", used,
+                       " B) = before the arena ", format_bytes(before), " (", stages, ") + the arena ",
+                       format_bytes(device.capacity()), " + since the arena ", format_bytes(since), " (", since,
+                       " B: kernel images loaded on first launch, libraries' lazy state). Outside the arena in all: ",
+                       format_bytes(used - device.capacity()), " (", used - device.capacity(), " B).\n");
+  }
+  if (device.type() == engine::DeviceType::meta && flags.given("gpu")) {
+    const tools::GpuProfile& gpu = tools::find_gpu_profile(flags.str("gpu"));
+    const size_t outside = size_t(gpu.outside_mib) << 20, high = device.ledger().high_water();
+    return engine::str("## The whole device, predicted\nOn ", gpu.name, ": cudaMemGetInfo would count ",
+                       format_bytes(device.capacity() + outside), " in use (", device.capacity() + outside,
+                       " B) = the arena's cudaMalloc ", format_bytes(device.capacity()), " + ", gpu.outside_mib,
+                       " MiB outside it (context, cuBLASLt, kernels; tools/gpu_profiles.cpp says where measured). "
+                       "An arena of just this run's high water, ",
+                       format_bytes(high), " (", high, " B), would make it ", format_bytes(high + outside), ".\n");
+  }
+  return "";
+}
+
 // The GPU's dense peak in the model's precision, for MFU (0: not a known GPU): the step's model FLOPs (counted
 // by every op, backward included) over its time, over this peak (fp32 CUDA cores, or TF32/BF16/FP16 tensor cores).
 double peak_tflops_of(const engine::Device& device, const models::Model& model) {
@@ -496,6 +527,8 @@ int run(int argc, char** argv) {
   out.say(
       str("The peak, ", format_bytes(device->ledger().peak_bytes()), ", came ", peak_moment(peak, peak_step), ".\n"));
   out.say(device->ledger().peak_table_markdown(model->memory_report_depth()));
+  const std::string whole = whole_device(*device, flags);
+  if (!whole.empty()) out.say(whole);
   if (!flags.str("report").empty()) engine::write_file_atomic(flags.str("report"), out.text());
   if (!flags.str("json").empty())
     engine::write_file_atomic(flags.str("json"), run_json(config, *model, *device, capacity_note, o, records, peak,

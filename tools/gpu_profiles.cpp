@@ -58,30 +58,53 @@ constexpr size_t kReservePascalVoltaTuring = 600;
 constexpr size_t kReserveAmpereDataCenter = 1000;
 constexpr size_t kReserveGeForceAmpereAda = 700;
 constexpr size_t kReserveHopper = 1320;
+// Outside the arena (outside_mib): what cudaMemGetInfo counts as used besides the arena's cudaMalloc: the CUDA
+// context, cuBLASLt's handle and the kernels' module images loaded on first launch. Hopper: MEASURED on the H200
+// (driver 580, CUDA 13; BENCHMARKS.md, tools/bench/whole_device_gpu.sh): 529.8 to 533.8 MiB over four runs of
+// three models (context 526.8, cuBLASLt 2.0, 1 to 5 loaded lazily), so 534. The others: ESTIMATES, their reserve
+// less its driver share above (250, 620, 310 MiB).
+constexpr size_t kOutsidePascalVoltaTuring = 350;
+constexpr size_t kOutsideAmpereDataCenter = 380;
+constexpr size_t kOutsideGeForceAmpereAda = 390;
+constexpr size_t kOutsideHopper = 534;
 
 }  // namespace
 
 const std::vector<GpuProfile>& gpu_profiles() {
   //   name       product                        arch    memory  reserve                     fp32  tf32   bf16   fp16
   static const std::vector<GpuProfile> table = {
-      {"rtx2060", "GeForce RTX 2060", "Turing", 6144, kReservePascalVoltaTuring, 6.5, 0, 0, 25.8},
-      {"rtx2070", "GeForce RTX 2070", "Turing", 8192, kReservePascalVoltaTuring, 7.5, 0, 0, 29.9},
-      {"rtx2080", "GeForce RTX 2080", "Turing", 8192, kReservePascalVoltaTuring, 10.1, 0, 0, 40.3},
-      {"gtx1080ti", "GeForce GTX 1080 Ti", "Pascal", 11264, kReservePascalVoltaTuring, 11.3, 0, 0, 0},
-      {"rtx2080ti", "GeForce RTX 2080 Ti", "Turing", 11264, kReservePascalVoltaTuring, 13.4, 0, 0, 53.8},
-      {"titanrtx", "TITAN RTX", "Turing", 24576, kReservePascalVoltaTuring, 16.3, 0, 0, 130.5},
-      {"rtx6000", "Quadro RTX 6000", "Turing", 24576, kReservePascalVoltaTuring, 16.3, 0, 0, 130.5},
-      {"rtx8000", "Quadro RTX 8000", "Turing", 49152, kReservePascalVoltaTuring, 16.3, 0, 0, 130.5},
-      {"t4", "Tesla T4", "Turing", 15360, kReservePascalVoltaTuring, 8.1, 0, 0, 65},
-      {"v100-16", "Tesla V100-SXM2-16GB", "Volta", 16384, kReservePascalVoltaTuring, 15.7, 0, 0, 125},
-      {"v100-32", "Tesla V100-SXM2-32GB", "Volta", 32768, kReservePascalVoltaTuring, 15.7, 0, 0, 125},
-      {"a100-40", "NVIDIA A100-SXM4-40GB", "Ampere", 40960, kReserveAmpereDataCenter, 19.5, 156, 312, 312},
-      {"a100-80", "NVIDIA A100-SXM4-80GB", "Ampere", 81920, kReserveAmpereDataCenter, 19.5, 156, 312, 312},
-      {"rtx3090", "NVIDIA GeForce RTX 3090", "Ampere", 24576, kReserveGeForceAmpereAda, 35.6, 35.6, 71, 71},
-      {"rtx4090", "NVIDIA GeForce RTX 4090", "Ada", 24564, kReserveGeForceAmpereAda, 82.6, 82.6, 165.2, 165.2},
-      {"l4", "NVIDIA L4", "Ada", 23034, kReserveGeForceAmpereAda, 30.3, 60, 121, 121},
-      {"h100", "NVIDIA H100 80GB HBM3", "Hopper", 81559, kReserveHopper, 67, 494.7, 989.4, 989.4},
-      {"h200", "NVIDIA H200", "Hopper", 143771, kReserveHopper, 67, 494.7, 989.4, 989.4},
+      {"rtx2060", "GeForce RTX 2060", "Turing", 6144, kReservePascalVoltaTuring, kOutsidePascalVoltaTuring, 6.5, 0, 0,
+       25.8},
+      {"rtx2070", "GeForce RTX 2070", "Turing", 8192, kReservePascalVoltaTuring, kOutsidePascalVoltaTuring, 7.5, 0, 0,
+       29.9},
+      {"rtx2080", "GeForce RTX 2080", "Turing", 8192, kReservePascalVoltaTuring, kOutsidePascalVoltaTuring, 10.1, 0, 0,
+       40.3},
+      {"gtx1080ti", "GeForce GTX 1080 Ti", "Pascal", 11264, kReservePascalVoltaTuring, kOutsidePascalVoltaTuring, 11.3,
+       0, 0, 0},
+      {"rtx2080ti", "GeForce RTX 2080 Ti", "Turing", 11264, kReservePascalVoltaTuring, kOutsidePascalVoltaTuring, 13.4,
+       0, 0, 53.8},
+      {"titanrtx", "TITAN RTX", "Turing", 24576, kReservePascalVoltaTuring, kOutsidePascalVoltaTuring, 16.3, 0, 0,
+       130.5},
+      {"rtx6000", "Quadro RTX 6000", "Turing", 24576, kReservePascalVoltaTuring, kOutsidePascalVoltaTuring, 16.3, 0, 0,
+       130.5},
+      {"rtx8000", "Quadro RTX 8000", "Turing", 49152, kReservePascalVoltaTuring, kOutsidePascalVoltaTuring, 16.3, 0, 0,
+       130.5},
+      {"t4", "Tesla T4", "Turing", 15360, kReservePascalVoltaTuring, kOutsidePascalVoltaTuring, 8.1, 0, 0, 65},
+      {"v100-16", "Tesla V100-SXM2-16GB", "Volta", 16384, kReservePascalVoltaTuring, kOutsidePascalVoltaTuring, 15.7, 0,
+       0, 125},
+      {"v100-32", "Tesla V100-SXM2-32GB", "Volta", 32768, kReservePascalVoltaTuring, kOutsidePascalVoltaTuring, 15.7, 0,
+       0, 125},
+      {"a100-40", "NVIDIA A100-SXM4-40GB", "Ampere", 40960, kReserveAmpereDataCenter, kOutsideAmpereDataCenter, 19.5,
+       156, 312, 312},
+      {"a100-80", "NVIDIA A100-SXM4-80GB", "Ampere", 81920, kReserveAmpereDataCenter, kOutsideAmpereDataCenter, 19.5,
+       156, 312, 312},
+      {"rtx3090", "NVIDIA GeForce RTX 3090", "Ampere", 24576, kReserveGeForceAmpereAda, kOutsideGeForceAmpereAda, 35.6,
+       35.6, 71, 71},
+      {"rtx4090", "NVIDIA GeForce RTX 4090", "Ada", 24564, kReserveGeForceAmpereAda, kOutsideGeForceAmpereAda, 82.6,
+       82.6, 165.2, 165.2},
+      {"l4", "NVIDIA L4", "Ada", 23034, kReserveGeForceAmpereAda, kOutsideGeForceAmpereAda, 30.3, 60, 121, 121},
+      {"h100", "NVIDIA H100 80GB HBM3", "Hopper", 81559, kReserveHopper, kOutsideHopper, 67, 494.7, 989.4, 989.4},
+      {"h200", "NVIDIA H200", "Hopper", 143771, kReserveHopper, kOutsideHopper, 67, 494.7, 989.4, 989.4},
   };
   return table;
 }

@@ -19,6 +19,7 @@ struct GpuProfile {
   const char* arch;     // Pascal, Volta, Turing, Ampere, Ada, Hopper
   size_t memory_mib;    // total memory as nvidia-smi reports it (recent drivers)
   size_t reserve_mib;   // not available to the arena: driver-reserved + CUDA context + cuBLASLt (estimate)
+  size_t outside_mib;   // cudaMemGetInfo's count outside the arena: context, cuBLASLt, kernels (measured on H200)
   // Peak dense TFLOP/s. Tensor-core rates are with fp32 accumulation (what mixed-precision training
   // uses; GeForce Turing/Ampere/Ada run it at half their fp16-accumulate rate). 0: no such hardware path.
   double fp32_tflops, tf32_tflops, bf16_tflops, fp16_tflops;

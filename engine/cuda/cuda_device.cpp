@@ -6,6 +6,8 @@
 // No other cudaMalloc happens anywhere: library workspaces are carved from the arena.
 #include <cstdio>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "engine/cuda/runtime.h"
 #include "engine/device.h"
@@ -45,9 +47,11 @@ constexpr size_t kLibraryReserve = size_t(512) << 20;
 
 class CudaDevice : public Device {
  public:
-  CudaDevice(size_t capacity, void* base, size_t outside, std::string product)
+  CudaDevice(size_t capacity, void* base, size_t outside, std::string product,
+             std::vector<std::pair<std::string, size_t>> stages)
       : Device(DeviceType::cuda, capacity, base), product_(std::move(product)) {
     outside_arena_ = outside;
+    outside_stages_ = std::move(stages);
   }
   std::string product() const override { return product_; }
   ~CudaDevice() override {
@@ -65,6 +69,11 @@ class CudaDevice : public Device {
     ENGINE_CUDA_CHECK(cudaStreamSynchronize(g_stream));
   }
   void synchronize() override { ENGINE_CUDA_CHECK(cudaStreamSynchronize(g_stream)); }
+  size_t device_memory_used() const override {
+    size_t free_bytes = 0, total = 0;
+    ENGINE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    return total - free_bytes;
+  }
 
  private:
   std::string product_;
@@ -86,9 +95,22 @@ std::shared_ptr<Device> create_cuda_device(size_t capacity) {
   ENGINE_CHECK(e == cudaSuccess && count > 0, "device cuda: no CUDA GPU is visible (", cudaGetErrorString(e),
                "); use --device cpu, or --device meta to predict a GPU's memory without one");
   ENGINE_CUDA_CHECK(cudaSetDevice(0));
+  // What each piece takes outside the arena: cudaMemGetInfo after each (in a process's first device; a later one
+  // finds them made and measures 0 for them).
+  std::vector<std::pair<std::string, size_t>> stages;
+  size_t used = 0;
+  auto stage = [&](const char* what) {
+    size_t free_now = 0, total_now = 0;
+    ENGINE_CUDA_CHECK(cudaMemGetInfo(&free_now, &total_now));
+    stages.emplace_back(what, total_now - free_now - used);
+    used = total_now - free_now;
+  };
   ENGINE_CUDA_CHECK(cudaFree(nullptr));  // creates the context
+  stage("CUDA context (and anything else on the GPU before it)");
   if (!g_stream) ENGINE_CUDA_CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
+  stage("stream");
   if (!g_cublaslt) ENGINE_CUBLAS_CHECK(cublasLtCreate(&g_cublaslt));
+  stage("cuBLASLt handle");
   cudaDeviceProp prop;
   ENGINE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   g_sms = prop.multiProcessorCount;
@@ -101,7 +123,7 @@ std::shared_ptr<Device> create_cuda_device(size_t capacity) {
                format_bytes(outside), " taken by the CUDA context and libraries); ask for less with --memory");
   void* base = nullptr;
   ENGINE_CUDA_CHECK(cudaMalloc(&base, capacity));
-  return std::shared_ptr<Device>(new CudaDevice(capacity, base, outside, prop.name));
+  return std::shared_ptr<Device>(new CudaDevice(capacity, base, outside, prop.name, std::move(stages)));
 }
 
 }  // namespace engine

@@ -1,6 +1,7 @@
 // unsupmt.cpp: the XLM recipe, monolingual data, and the AE + BT training step.
 #include "models/translation/unsupmt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -217,5 +218,30 @@ StepResult UnsupMT::train_step(int64_t step) {
 }
 
 StepResult UnsupMT::eval_step(int64_t step) { return decode_batch_step(*net_, bt_host_batch(0, step), 0, 1); }
+
+std::vector<int64_t> UnsupMT::epoch_steps() const {
+  size_t n = 0;
+  for (size_t l = 0; l < 2; l++) n = std::max({n, ae_batches_[l].size(), bt_batches_[l].size()});
+  std::vector<int64_t> steps;
+  for (int64_t k = 4; k < 4 + int64_t(n); k++) steps.push_back(k);
+  return steps;
+}
+
+std::string UnsupMT::describe_batch(int64_t step) const {
+  std::string s;
+  const char* lang[] = {"en", "fr"};
+  for (size_t l = 0; l < 2; l++) {
+    const auto& ae = ae_batches_[l][size_t(ae_order_[l]->batch_for_step(step))];
+    const auto& bt = bt_batches_[l][size_t(bt_order_[l]->batch_for_step(step))];
+    int64_t ae_longest = 0, bt_longest = 0;
+    for (int64_t i : ae) ae_longest = std::max<int64_t>(ae_longest, int64_t(mono_[l][size_t(i)].size()) + 1);
+    for (int64_t i : bt) bt_longest = std::max<int64_t>(bt_longest, int64_t(mono_[l][size_t(i)].size()) + 1);
+    s += engine::str(l ? "; " : "", lang[l], ": auto-encoding batch ", ae_order_[l]->batch_for_step(step), " of ",
+                     ae_batches_[l].size(), " (", ae.size(), " sentences of up to ", ae_longest,
+                     " tokens), back-translation batch ", bt_order_[l]->batch_for_step(step), " of ",
+                     bt_batches_[l].size(), " (", bt.size(), " of up to ", bt_longest, ")");
+  }
+  return s;
+}
 
 }  // namespace models::translation

@@ -61,6 +61,10 @@ class UnsupMT : public Model {
   // Its four sub-steps read four different batches (two languages, two modes): one fixed batch cannot stand in.
   bool supports_fixed_batch() const override { return false; }
   bool supports_accumulation() const override { return false; }
+  // An epoch: steps 4 .. 3 + n, n the longest of the four batch orders (auto-encoding and back-translation, per
+  // language), so that every batch of each runs at least once (the shorter orders cycle).
+  std::vector<int64_t> epoch_steps() const override;
+  std::string describe_batch(int64_t step) const override;
   StepResult eval_step(int64_t step) override;
   Seq2Seq& net() { return *net_; }
   const UnsupMTRecipe& recipe() const { return recipe_; }

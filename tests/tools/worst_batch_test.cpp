@@ -110,8 +110,10 @@ TEST(WorstBatch, ModelsWithOneBatchShapeHaveNoEpochToScan) {
     c.size = "tiny";
     EXPECT_FALSE(tools::batches_vary(c)) << name;
   }
-  models::ModelConfig c;
-  c.name = "convs2s";
-  c.size = "tiny";
-  EXPECT_TRUE(tools::batches_vary(c));
+  for (const char* name : {"convs2s", "unsupmt"}) {
+    models::ModelConfig c;
+    c.name = name;
+    c.size = "tiny";
+    EXPECT_TRUE(tools::batches_vary(c)) << name;
+  }
 }
