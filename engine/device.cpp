@@ -80,14 +80,32 @@ Device::Device(DeviceType type, size_t capacity, void* base)
 
 Device::~Device() = default;
 
+namespace {
+thread_local const std::vector<int64_t>* g_allocating_shape = nullptr;  // set by Tensor::empty around it
+thread_local DType g_allocating_dtype = DType::f32;
+}  // namespace
+
+AllocationScope::AllocationScope(const std::vector<int64_t>& shape, DType dtype) {
+  g_allocating_shape = &shape;
+  g_allocating_dtype = dtype;
+}
+AllocationScope::~AllocationScope() { g_allocating_shape = nullptr; }
+
+std::string Device::allocation_description() {
+  if (!g_allocating_shape) return "";
+  std::string s = str(dtype_name(g_allocating_dtype), " [");
+  for (size_t i = 0; i < g_allocating_shape->size(); i++) s += str(i ? ", " : "", (*g_allocating_shape)[i]);
+  return s + "]";
+}
+
 Device::Block Device::allocate(size_t bytes, Category category) {
   auto offset = allocator_.allocate(bytes);
   if (!offset) throw OutOfMemory(oom_report(bytes), bytes, capacity());
   Block b;
   b.offset = *offset;
   b.bytes = bytes;
-  b.id = ledger_.on_alloc(*offset, bytes, Allocator::round_up(bytes), category, current_owner(),
-                          context().phase);
+  b.id = ledger_.on_alloc(*offset, bytes, Allocator::round_up(bytes), category, current_owner(), context().phase,
+                          ledger_.detail() ? allocation_description() : std::string());
   ledger_.note_high_water(allocator_.high_water());
   return b;
 }

@@ -15,10 +15,19 @@
 #include <vector>
 
 #include "engine/allocator.h"
+#include "engine/dtype.h"
 #include "engine/error.h"
 #include "engine/ledger.h"
 
 namespace engine {
+
+// Names the tensor whose storage is being allocated (Tensor::empty), for the ledger's detail.
+struct AllocationScope {
+  AllocationScope(const std::vector<int64_t>& shape, DType dtype);
+  ~AllocationScope();
+  AllocationScope(const AllocationScope&) = delete;
+  AllocationScope& operator=(const AllocationScope&) = delete;
+};
 
 enum class DeviceType : uint8_t { cpu, meta, cuda };
 const char* device_type_name(DeviceType t);
@@ -62,6 +71,8 @@ class Device {
     size_t offset = 0, bytes = 0;
     int64_t id = -1;
   };
+  // What the tensor being allocated is ("f32 [8, 64]"), while Tensor::empty allocates its storage; "" otherwise.
+  static std::string allocation_description();
   // Allocates with tags from the current context; throws OutOfMemory with the full report.
   Block allocate(size_t bytes, Category category);
   void release(const Block& block);

@@ -26,9 +26,10 @@ const char* category_name(Category c) {
   }
 }
 
-int64_t Ledger::on_alloc(size_t offset, size_t requested, size_t rounded, Category category,
-                         std::string owner, Phase phase) {
+int64_t Ledger::on_alloc(size_t offset, size_t requested, size_t rounded, Category category, std::string owner,
+                         Phase phase, std::string what) {
   BlockInfo b;
+  if (detail_) b.what = std::move(what);
   b.id = next_id_++;
   b.category = category;
   b.phase = phase;
@@ -53,6 +54,10 @@ void Ledger::on_free(int64_t id) {
   live_[int(b.category)] -= b.rounded;
   live_total_ -= b.rounded;
   b.free_seq = ++seq_;
+  if (detail_) {
+    b.free_phase = context().phase;
+    b.free_owner = current_owner();
+  }
   freed_.push_back(std::move(b));
   live_map_.erase(it);
   if (freed_.size() > history_limit_) compact();
@@ -68,6 +73,14 @@ void Ledger::retag(int64_t id, Category category) {
   live_[int(category)] += b.rounded;
   ++seq_;
   update_peak();
+}
+
+void Ledger::annotate(int64_t id, const std::string& reason) {
+  if (!detail_) return;
+  auto it = live_map_.find(id);
+  ENGINE_CHECK(it != live_map_.end(), "ledger: annotate of unknown block ", id);
+  std::string& r = it->second.reason;
+  if (r.find(reason) == std::string::npos) r += (r.empty() ? "" : "; ") + reason;
 }
 
 Category Ledger::category(int64_t id) const {

@@ -40,6 +40,11 @@ struct BlockInfo {
   size_t requested = 0, rounded = 0, offset = 0;
   int64_t alloc_seq = 0;
   int64_t free_seq = -1;  // -1 while live
+  // With Ledger::set_detail (engine_train --explain): the tensor's dtype and shape at its allocation ("f32 [8, 64]"),
+  // why it outlives its op ("saved by linear for its backward": autograd's own record of what a backward keeps),
+  // and the moment of its free (phase and the owner running then).
+  std::string what, reason, free_owner;
+  Phase free_phase = Phase::setup;
 };
 
 // One allocation or free of a ledger's history: `blocks` (Ledger::history()) as the events they were, in the
@@ -60,10 +65,15 @@ std::string owner_layer_type(const std::string& owner);
 class Ledger {
  public:
   // Records a new block; returns its id.
-  int64_t on_alloc(size_t offset, size_t requested, size_t rounded, Category category, std::string owner,
-                   Phase phase);
+  int64_t on_alloc(size_t offset, size_t requested, size_t rounded, Category category, std::string owner, Phase phase,
+                   std::string what = "");
   void on_free(int64_t id);
   void retag(int64_t id, Category category);
+  // Detail for explanations (off by default: it costs a string per block): BlockInfo::what, reason, free_*.
+  void set_detail(bool on) { detail_ = on; }
+  bool detail() const { return detail_; }
+  // Adds `reason` to a live block's reasons (with detail on; a block saved by two ops lists both).
+  void annotate(int64_t id, const std::string& reason);
   Category category(int64_t id) const;
   void set_owner(int64_t id, std::string owner);
   const std::string& owner(int64_t id) const;
@@ -121,6 +131,7 @@ class Ledger {
   size_t high_water_ = 0, high_water_at_peak_ = 0;
   int64_t seq_ = 0, peak_seq_ = 0, next_id_ = 0, alloc_count_ = 0;
   size_t history_limit_ = size_t(1) << 20;
+  bool detail_ = false;
 
   void update_peak();
   void compact();

@@ -59,6 +59,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, std::shared_ptr<Device> de
   size_t bytes = 0;
   if (__builtin_mul_overflow(size_t(numel_of(shape)), dtype_size(dtype), &bytes))
     throw Error(str("a tensor of shape ", shape_str(shape), " needs more bytes than a 64-bit size holds"));
+  AllocationScope what(impl->shape, dtype);
   impl->storage = std::make_shared<Storage>(std::move(device), bytes, category);
   return Tensor(std::move(impl));
 }

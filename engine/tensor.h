@@ -31,6 +31,7 @@ struct Storage {
   Storage& operator=(const Storage&) = delete;
   void* data() const { return device->pointer(block.offset); }
   void set_category(Category c) { device->ledger().retag(block.id, c); }
+  void annotate(const std::string& reason) { device->ledger().annotate(block.id, reason); }
   Category category() const { return device->ledger().category(block.id); }
   void set_owner(std::string owner) { device->ledger().set_owner(block.id, std::move(owner)); }
   const std::string& owner() const { return device->ledger().owner(block.id); }

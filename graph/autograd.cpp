@@ -168,6 +168,8 @@ std::shared_ptr<Node> record(const char* name, const std::vector<Tensor>& inputs
     // A block that lives on because backward needs it is an activation (unless it is a parameter,
     // an input batch or anything else with its own category).
     if (s.defined() && s.storage()->category() == Category::temp) s.set_category(Category::activation);
+    if (s.defined() && s.storage()->device->ledger().detail())
+      s.storage()->annotate(engine::str("saved by ", name, " for its backward"));
     node->saved_tensors.push_back(std::move(st));
   }
   return node;

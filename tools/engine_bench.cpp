@@ -27,6 +27,7 @@
 #include "tools/bench_lambda.h"
 #include "tools/bench_scale.h"
 #include "tools/config_flags.h"
+#include "tools/explain.h"
 #include "tools/flags.h"
 #include "tools/fork_pool.h"
 #include "tools/gpu_profiles.h"
@@ -270,16 +271,21 @@ int trace(int argc, char** argv) {
   const std::string dir = output_dir(f);
   const std::string suffix = config_suffix(c, shape_suffix(c));  // seq, batch or tokens given: in the names too
   auto device = engine::Device::create(type, capacity);
+  device->ledger().set_detail(true);  // the timeline's phases of frees
   engine::DeviceGuard guard(device);
   auto model = models::create_model(c);
+  const int64_t first_step_seq = device->ledger().sequence();
   for (int64_t step = 1; step <= f.integer("steps"); step++) model->train_step(step);
   // Exported with the model alive: the snapshot's segment then shows its parameters and optimizer state.
   const engine::Ledger& l = device->ledger();
   std::printf("%s\n\n%s\n", model->summary().c_str(), l.peak_table_markdown(model->memory_report_depth()).c_str());
   std::string process = str(c.name, " on ", device->name(), ", ", f.integer("steps"), " training steps");
-  std::printf("wrote %s (ui.perfetto.dev), %s (pytorch.org/memory_viz)\n",
+  std::printf("wrote %s (ui.perfetto.dev), %s (pytorch.org/memory_viz), %s (the memory timeline)\n",
               write(dir, "trace_" + c.name + suffix + ".json", tools::chrome_trace_json(l, process)).c_str(),
-              write(dir, "memory_viz_" + c.name + suffix + ".pickle", tools::memory_viz_pickle(l)).c_str());
+              write(dir, "memory_viz_" + c.name + suffix + ".pickle", tools::memory_viz_pickle(l)).c_str(),
+              write(dir, "timeline_" + c.name + suffix + ".svg",
+                    tools::memory_timeline_svg(l, first_step_seq, str(process, ": live bytes by category")))
+                  .c_str());
   return 0;
 }
 

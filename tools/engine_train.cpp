@@ -29,6 +29,7 @@
 #include "ops/profile.h"
 #include "tools/checkpoint.h"
 #include "tools/config_flags.h"
+#include "tools/explain.h"
 #include "tools/flags.h"
 #include "tools/gpu_profiles.h"
 #include "tools/max_batch.h"
@@ -192,6 +193,9 @@ void add_flags(tools::Flags& flags) {
                 "with --generate: prompt tokens per prefill pass, whole sequences (0: every prompt in one pass)");
   flags.add_bool("profile", "time every kernel (CUDA events on cuda) and print the last step's time by op, "
                             "with its achieved TFLOP/s and GB/s");
+  flags.add_bool("explain",
+                 "after the run, the last step's every allocation and free in order, each with its tensor, "
+                 "category and why it exists and when it died, then the step's peak (small configs)");
   flags.add_bool("find-max-batch", "find the largest batch that fits the arena (2 steps per probe) and stop");
   flags.add_int("accumulate", 1, "gradient accumulation: micro-batches of --batch per optimizer step");
   flags.add_int("global-batch", 0,
@@ -323,6 +327,8 @@ struct RunOptions {
   int64_t first = 1, last = 1;
   int64_t* running = nullptr;  // set to each step as it starts (the step an out-of-memory report names)
   std::vector<StepRecord>* records = nullptr;  // each step's line, as numbers (--json)
+  int64_t* step_start_seq = nullptr;  // the ledger's sequence number and live bytes as each step starts (--explain)
+  size_t* step_start_live = nullptr;
   bool inference = false, profile = false, fixed_batch = false;
   std::string save, export_hf;  // named in a non-finite loss's report
 };
@@ -340,6 +346,8 @@ double run_steps(models::Model& model, engine::Device& device, const RunOptions&
     if (o.profile) ops::take_kernel_times();  // drops the previous step's
     auto t0 = std::chrono::steady_clock::now();
     if (o.running) *o.running = step;
+    if (o.step_start_seq) *o.step_start_seq = device.ledger().sequence();
+    if (o.step_start_live) *o.step_start_live = device.ledger().live_bytes();
     const int64_t skipped_before = model.loss_scaler().skipped;
     models::StepResult r = o.inference ? model.eval_step(step) : model.train_step(step);
     device.synchronize();
@@ -459,6 +467,7 @@ int run(int argc, char** argv) {
 
   auto device = engine::Device::create(type, capacity);
   device->set_capacity_note(capacity_note);
+  if (flags.on("explain")) device->ledger().set_detail(true);  // every block's tensor, reason and free moment
   engine::DeviceGuard guard(device);
   std::unique_ptr<models::Model> model = models::create_model(config);
   RunOptions o;
@@ -498,6 +507,10 @@ int run(int argc, char** argv) {
   std::vector<StepRecord> records;
   o.running = &running;
   o.records = &records;
+  int64_t explain_seq = 0;
+  size_t explain_live = 0;
+  o.step_start_seq = &explain_seq;
+  o.step_start_live = &explain_live;
   double last_ms = 0;
   try {
     last_ms = run_steps(*model, *device, o, out, times);
@@ -529,6 +542,9 @@ int run(int argc, char** argv) {
   out.say(device->ledger().peak_table_markdown(model->memory_report_depth()));
   const std::string whole = whole_device(*device, flags);
   if (!whole.empty()) out.say(whole);
+  if (flags.on("explain"))
+    out.say(tools::explain_markdown(device->ledger(), explain_seq, explain_live,
+                                    str("Step ", o.last, " explained: every allocation and free in order")));
   if (!flags.str("report").empty()) engine::write_file_atomic(flags.str("report"), out.text());
   if (!flags.str("json").empty())
     engine::write_file_atomic(flags.str("json"), run_json(config, *model, *device, capacity_note, o, records, peak,

@@ -1,0 +1,99 @@
+// explain_test.cpp: engine_train --explain's table and the memory timeline (tools/explain.h) against the ledger:
+// every allocation of a step listed once, the running live bytes equal to the ledger's at the end and at the peak,
+// the reasons autograd recorded (what a backward saves), and a well-formed SVG whose peak is the ledger's.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+#include "engine/device.h"
+#include "graph/autograd.h"
+#include "models/registry.h"
+#include "ops/elementwise.h"
+#include "ops/factory.h"
+#include "ops/reduce.h"
+#include "tools/explain.h"
+
+using engine::Category;
+using engine::DeviceType;
+
+TEST(Explain, EveryAllocationOfAStepOnceAndTheLiveBytesAddUp) {
+  auto device = engine::Device::create(DeviceType::meta, size_t(1) << 40);
+  device->ledger().set_detail(true);
+  engine::DeviceGuard guard(device);
+  models::ModelConfig c;
+  c.name = "transformer_lm";
+  c.batch = 2;
+  c.seq = 8;
+  auto model = models::create_model(c);
+  model->train_step(1);
+  const int64_t from = device->ledger().sequence();
+  const size_t live_before = device->ledger().live_bytes();
+  const int64_t allocs_before = device->ledger().alloc_count();
+  device->ledger().reset_peak();
+  model->train_step(2);
+  const std::vector<engine::BlockInfo> history = device->ledger().history();
+  const std::vector<tools::ExplainRow> rows = tools::explain_rows(history, from, live_before);
+  ASSERT_FALSE(rows.empty());
+  std::set<int64_t> allocated, freed;
+  size_t peak = live_before;
+  for (const tools::ExplainRow& r : rows) {
+    EXPECT_TRUE((r.alloc ? allocated : freed).insert(r.block->id).second) << "block " << r.block->id << " twice";
+    EXPECT_FALSE(r.block->what.empty() && r.block->category != Category::workspace) << r.block->owner;
+    peak = std::max(peak, r.live_after);
+  }
+  EXPECT_EQ(int64_t(allocated.size()), device->ledger().alloc_count() - allocs_before);
+  EXPECT_EQ(rows.back().live_after, device->ledger().live_bytes());
+  EXPECT_EQ(peak, device->ledger().peak_bytes()) << "the step's peak is the ledger's";
+  const std::string md = tools::explain_markdown(device->ledger(), from, live_before, "step 2");
+  size_t table_rows = 0;  // lines "| <n> | ...": one per event
+  for (size_t at = md.find("\n| 1 | "); at != std::string::npos && at + 1 < md.size(); at = md.find("\n| ", at + 1))
+    if (std::isdigit(static_cast<unsigned char>(md[at + 3]))) table_rows++;
+  EXPECT_EQ(table_rows, rows.size()) << "one table line per event";
+  EXPECT_NE(md.find(std::to_string(rows.size()) + " events (" + std::to_string(allocated.size()) + " allocations)"),
+            std::string::npos)
+      << md.substr(md.size() > 2000 ? md.size() - 2000 : 0);
+  EXPECT_NE(md.find("saved by softmax for its backward"), std::string::npos);
+  EXPECT_NE(md.find("the gradient of h.0.fc1.weight"), std::string::npos);
+  EXPECT_NE(md.find("optimizer state of h.0.fc1.weight"), std::string::npos);
+}
+
+TEST(Explain, TheReasonIsWhatTheBackwardRuleSaved) {
+  auto device = engine::Device::create(DeviceType::cpu, size_t(1) << 24);
+  device->ledger().set_detail(true);
+  engine::DeviceGuard guard(device);
+  engine::Tensor x = ops::rand({64}, -1, 1).set_requires_grad(true);
+  engine::Tensor y = ops::exp(x);       // exp's backward needs its output
+  engine::Tensor z = ops::mul(y, 3.0);  // a scale's backward needs nothing
+  const int64_t y_id = y.storage()->block.id, z_id = z.storage()->block.id;
+  graph::backward(ops::sum(z));
+  std::string y_reason, z_reason;
+  for (const engine::BlockInfo& b : device->ledger().history()) {
+    if (b.id == y_id) y_reason = tools::explain_why(b);
+    if (b.id == z_id) z_reason = tools::explain_why(b);
+  }
+  EXPECT_NE(y_reason.find("saved by exp for its backward"), std::string::npos) << y_reason;
+  EXPECT_NE(z_reason.find("a temporary"), std::string::npos) << z_reason;
+}
+
+TEST(Explain, TheTimelineIsWellFormedAndMarksTheLedgersPeak) {
+  auto device = engine::Device::create(DeviceType::meta, size_t(1) << 40);
+  device->ledger().set_detail(true);
+  engine::DeviceGuard guard(device);
+  models::ModelConfig c;
+  c.name = "bert_base";
+  c.size = "tiny";
+  auto model = models::create_model(c);
+  const int64_t from = device->ledger().sequence();
+  for (int64_t step = 1; step <= 2; step++) model->train_step(step);
+  const std::string svg = tools::memory_timeline_svg(device->ledger(), from, "bert tiny");
+  ASSERT_EQ(svg.rfind("<svg ", 0), 0u);
+  EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
+  EXPECT_EQ(std::count(svg.begin(), svg.end(), '<'), std::count(svg.begin(), svg.end(), '>'));
+  EXPECT_NE(svg.find("(" + std::to_string(device->ledger().peak_bytes()) + " B)"), std::string::npos)
+      << "the marked peak is the ledger's";
+  for (const char* phase : {">forward<", ">backward<", ">optimizer<"}) EXPECT_NE(svg.find(phase), std::string::npos);
+  for (const char* category : {">param<", ">grad<", ">optimizer<", ">activation<"})
+    EXPECT_NE(svg.find(category), std::string::npos);
+}
