@@ -97,3 +97,41 @@ TEST(Explain, TheTimelineIsWellFormedAndMarksTheLedgersPeak) {
   for (const char* category : {">param<", ">grad<", ">optimizer<", ">activation<"})
     EXPECT_NE(svg.find(category), std::string::npos);
 }
+
+// engine/README.md's exercises 2 and 3: BERT-Base at seq 512, batch 8, on meta.
+TEST(Explain, TheExercisesAnswersHold) {
+  auto peak_of = [](const char* attention, std::vector<engine::BlockInfo>* at_peak) {
+    auto device = engine::Device::create(DeviceType::meta, size_t(1) << 40);
+    device->ledger().set_detail(true);
+    engine::DeviceGuard guard(device);
+    models::ModelConfig c;
+    c.name = "bert_base";
+    c.seq = 512;
+    c.batch = 8;
+    c.attention = attention;
+    auto model = models::create_model(c);
+    for (int64_t step = 1; step <= 2; step++) model->train_step(step);
+    if (at_peak) *at_peak = device->ledger().peak_snapshot();
+    return device->ledger().peak_bytes();
+  };
+  std::vector<engine::BlockInfo> live;
+  const size_t naive = peak_of("naive", &live), flash = peak_of("flash", nullptr);
+  size_t largest = 0;
+  for (const engine::BlockInfo& b : live)
+    if (b.category == Category::activation) largest = std::max(largest, b.rounded);
+  EXPECT_EQ(largest, size_t(8) * 12 * 512 * 512 * 4);
+  int softmax = 0, dropout = 0;
+  for (const engine::BlockInfo& b : live)
+    if (b.category == Category::activation && b.rounded == largest) {
+      const bool s = b.owner.find("/softmax") != std::string::npos, d = b.owner.find("/dropout") != std::string::npos;
+      EXPECT_TRUE(s || d) << b.owner;
+      softmax += s;
+      dropout += d;
+      if (s) EXPECT_NE(b.reason.find("saved by softmax"), std::string::npos) << b.reason;
+      if (d) EXPECT_NE(b.reason.find("saved by matmul"), std::string::npos) << b.reason;
+    }
+  EXPECT_EQ(softmax, 12);
+  EXPECT_EQ(dropout, 12);
+  EXPECT_EQ(naive, 6393903104u);
+  EXPECT_EQ(flash, 4131338240u);
+}

@@ -22,26 +22,26 @@ class Mlp : public graph::Module {
   std::shared_ptr<models::nn::Linear> fc1, fc2;
 };
 
-// The model: batches of 64 random inputs whose class is the index of their largest of the first 10 features
-// (learnable), cross-entropy, Adam.
+// The model: batches of `batch` (64) random inputs whose class is the index of their largest of the first 10
+// features (learnable), cross-entropy, Adam.
 class MlpModel : public models::Model {
  public:
-  MlpModel() : net_(std::make_shared<Mlp>()) {
+  explicit MlpModel(int64_t batch = 64) : net_(std::make_shared<Mlp>()), batch_(batch) {
     net_->tag_memory();
     ops::AdamOptions o;
     o.lr = 1e-3;
     optimizer_ = std::make_unique<ops::Adam>(net_->named_parameters(), o);
   }
   graph::Module& module() override { return *net_; }
-  std::string summary() const override { return "mlp: 256 -> 512 -> 10, batch 64"; }
+  std::string summary() const override { return engine::str("mlp: 256 -> 512 -> 10, batch ", batch_); }
   const char* item_unit() const override { return "img"; }
-  int64_t batch_size() const override { return 64; }
+  int64_t batch_size() const override { return batch_; }
 
  protected:
   models::Batch make_batch(int64_t step) override {
     engine::manual_seed(uint64_t(step));
-    Tensor x = ops::randn({64, 256});
-    Tensor y = ops::argmax(ops::slice(x, 1, 0, 10), 1);  // [64] i64
+    Tensor x = ops::randn({batch_, 256});
+    Tensor y = ops::argmax(ops::slice(x, 1, 0, 10), 1);  // [batch] i64
     return {{"x", x}, {"y", y}};
   }
   Tensor loss(const models::Batch& b) override { return ops::cross_entropy(net_->forward(b.at("x")), b.at("y")); }
@@ -49,24 +49,25 @@ class MlpModel : public models::Model {
 
  private:
   std::shared_ptr<Mlp> net_;
+  int64_t batch_;
 };
 
 size_t rounded(size_t bytes) { return (bytes + 255) / 256 * 256; }  // the arena's 256-byte blocks
 
 // The peak engine/README.md's worked example computes by hand: parameters P, their gradients P, Adam's two states
-// 2P, the gradient flowing into fc1 [64, 512], the batch [64, 256], the loss scalar, and the GEMM workspace.
-size_t peak_by_hand(const graph::Module& net, size_t workspace) {
+// 2P, the gradient flowing into fc1 [B, 512], the batch [B, 256], the loss scalar, and the GEMM workspace.
+size_t peak_by_hand(const graph::Module& net, int64_t batch, size_t workspace) {
   size_t params = 0;
   for (const auto& [name, p] : net.named_parameters()) params += rounded(p.nbytes());
-  return 4 * params + rounded(64 * 512 * 4) + rounded(64 * 256 * 4) + rounded(4) + workspace;
+  return 4 * params + rounded(size_t(batch) * 512 * 4) + rounded(size_t(batch) * 256 * 4) + rounded(4) + workspace;
 }
 
 // Trains `steps` steps on a fresh device of `type`; returns the peak and the first and last losses, and the
 // worked example's figure for it.
-size_t train(engine::DeviceType type, int steps, double* first, double* last, size_t* by_hand) {
+size_t train(engine::DeviceType type, int steps, double* first, double* last, size_t* by_hand, int64_t batch = 64) {
   auto device = engine::Device::create(type, size_t(1) << 30);
   engine::DeviceGuard guard(device);
-  MlpModel model;
+  MlpModel model(batch);
   for (int step = 1; step <= steps; step++) {
     const double loss = model.train_step(step).loss;
     if (step == 1) *first = loss;
@@ -78,7 +79,7 @@ size_t train(engine::DeviceType type, int steps, double* first, double* last, si
                 device->ledger().peak_table_markdown(1).c_str(), moment.owner.c_str(),
                 engine::phase_name(moment.phase));
   }
-  *by_hand = peak_by_hand(model.module(), device->ledger().live_bytes(engine::Category::workspace));
+  *by_hand = peak_by_hand(model.module(), batch, device->ledger().live_bytes(engine::Category::workspace));
   return device->ledger().peak_bytes();
 }
 
@@ -97,6 +98,13 @@ int main() {
       std::printf("FAILED: %s\n", cpu != meta       ? "the cpu's peak differs from meta's"
                                   : meta != by_hand ? "the peak differs from the worked example's sum"
                                                     : "the loss did not fall");
+      return 1;
+    }
+    // engine/README.md's exercise 1: the same MLP at batch 128, its peak predicted there as 36,136,192 B.
+    const size_t at128 = train(engine::DeviceType::meta, 2, &first, &last, &by_hand, 128);
+    std::printf("mlp at batch 128 on meta: peak %zu bytes; the exercise's answer 36136192\n", at128);
+    if (at128 != 36136192 || at128 != by_hand) {
+      std::printf("FAILED: exercise 1's answer does not hold\n");
       return 1;
     }
     // A model of the registry, by name, as engine_train --model bert_base --seq 512 --device meta.
