@@ -157,6 +157,10 @@ Tensor next_tokens(const Tensor& logits, std::vector<std::vector<int64_t>>& out)
 }
 }  // namespace
 
+int64_t prefill_chunk(int64_t prefill_tokens, int64_t prompt, int64_t batch) {
+  return prefill_tokens > 0 ? std::clamp<int64_t>(prefill_tokens / prompt, 1, batch) : batch;
+}
+
 LMGeneration greedy_generate(TransformerLMNet& net, const Tensor& prompt, int64_t tokens, bool use_cache,
                              int64_t prefill_tokens) {
   ENGINE_CHECK(prompt.dim() == 2 && prompt.size(1) >= 1 && tokens >= 1,
@@ -176,7 +180,7 @@ LMGeneration greedy_generate(TransformerLMNet& net, const Tensor& prompt, int64_
     std::vector<nn::KVCache> caches = net.start_cache(B, P + tokens, prompt.device_ptr());
     for (const auto& c : caches) out.cache_bytes += c.bytes();
     // The prefill, in passes of `chunk` whole sequences: each writes its rows of every cache (views of the rows).
-    const int64_t chunk = prefill_tokens > 0 ? std::clamp<int64_t>(prefill_tokens / P, 1, B) : B;
+    const int64_t chunk = prefill_chunk(prefill_tokens, P, B);
     std::vector<Tensor> firsts;
     for (int64_t b0 = 0; b0 < B; b0 += chunk) {
       const int64_t b1 = std::min(B, b0 + chunk);
@@ -221,7 +225,7 @@ StepResult TransformerLM::eval_step(int64_t step) {
   for (int64_t len : {P, P + N / 2, P + N})
     by_length += engine::str(by_length.empty() ? "" : ", ", len, ": ",
                              engine::format_bytes(lm_cache_bytes(config_, B, len, element)));
-  const int64_t chunk = config_.prefill_tokens > 0 ? std::clamp<int64_t>(config_.prefill_tokens / P, 1, B) : B;
+  const int64_t chunk = prefill_chunk(config_.prefill_tokens, P, B);
   r.details.push_back(engine::str(
       "generated ", N, " tokens for each of ", B, " prompts of ", P, " tokens (prefill in ", (B + chunk - 1) / chunk,
       " pass", B > chunk ? "es" : "", " of up to ", chunk, " sequences, then one token per step); KV cache ",

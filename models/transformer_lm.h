@@ -64,6 +64,8 @@ struct LMGeneration {
   std::vector<std::vector<int64_t>> tokens;  // per sequence, the generated tokens (meta: zeros)
   size_t cache_bytes = 0;                    // every layer's K and V at prompt + tokens positions
 };
+// The sequences of one prefill pass: prefill_tokens / prompt, at least 1, at most batch (0 tokens: the whole batch).
+int64_t prefill_chunk(int64_t prefill_tokens, int64_t prompt, int64_t batch);
 // prefill_tokens: the prompt tokens of one prefill pass (whole sequences, at least one; 0: all in one pass).
 LMGeneration greedy_generate(TransformerLMNet& net, const Tensor& prompt, int64_t tokens, bool use_cache,
                              int64_t prefill_tokens = 0);

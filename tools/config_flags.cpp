@@ -35,9 +35,8 @@ std::vector<std::pair<std::string, std::string>> config_settings(const models::M
                                                         {"seq", count(c.seq)},
                                                         {"batch", count(c.batch)},
                                                         {"tokens", count(c.tokens)}};
-  for (const DimFlag& d : kDimFlags) s.emplace_back(d.flag, count(c.dims.*d.member));
-  s.emplace_back("dropout", c.dims.dropout >= 0 ? number(c.dims.dropout) : "");
-  s.emplace_back("attention-dropout", c.dims.attention_dropout >= 0 ? number(c.dims.attention_dropout) : "");
+  const auto dims = dims_settings(c);
+  s.insert(s.end(), dims.begin(), dims.end());
   s.insert(s.end(), {{"accumulate", c.accumulate > 1 ? std::to_string(c.accumulate) : ""},
                      {"generate", count(c.generate)},
                      {"prefill-tokens", c.prefill_tokens == 8192 ? "" : std::to_string(c.prefill_tokens)},
@@ -47,6 +46,15 @@ std::vector<std::pair<std::string, std::string>> config_settings(const models::M
                      {"optimizer", c.optimizer},
                      {"data", c.data},
                      {"seed", c.seed == 1 ? std::string() : std::to_string(c.seed)}});
+  return s;
+}
+
+std::vector<std::pair<std::string, std::string>> dims_settings(const models::ModelConfig& c) {
+  std::vector<std::pair<std::string, std::string>> s;
+  for (const DimFlag& d : kDimFlags)
+    s.emplace_back(d.flag, c.dims.*d.member > 0 ? std::to_string(c.dims.*d.member) : std::string());
+  s.emplace_back("dropout", c.dims.dropout >= 0 ? number(c.dims.dropout) : "");
+  s.emplace_back("attention-dropout", c.dims.attention_dropout >= 0 ? number(c.dims.attention_dropout) : "");
   return s;
 }
 

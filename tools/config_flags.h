@@ -16,6 +16,9 @@ namespace tools {
 // --attention naive, --recompute none, --seed 1).
 std::vector<std::pair<std::string, std::string>> config_settings(const models::ModelConfig& config);
 
+// The transformer dimensions' part of config_settings (--layers ... --attention-dropout), in the same order.
+std::vector<std::pair<std::string, std::string>> dims_settings(const models::ModelConfig& config);
+
 // "--model bert_base --seq 512 --batch 64 --precision bf16": the model and every setting that is not a default.
 std::string config_flags(const models::ModelConfig& config);
 

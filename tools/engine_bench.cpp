@@ -64,10 +64,8 @@ std::string write(const std::string& dir, const std::string& name, const std::st
 // default, in a fixed order (e.g. "_large_bf16_flash_recompute-layer", "_batch8").
 std::string config_suffix(const models::ModelConfig& c, const std::string& fixed = "") {
   std::string dims;  // "layers24_hidden1024" (engine_train's spelling of the flags, without dashes)
-  for (const auto& [flag, value] : tools::config_settings(c))
-    if (!value.empty() && (flag == "layers" || flag == "hidden" || flag == "heads" || flag == "ffn" ||
-                           flag == "vocab" || flag == "positions" || flag == "dropout" || flag == "attention-dropout"))
-      dims += (dims.empty() ? "" : "_") + flag + value;
+  for (const auto& [flag, value] : tools::dims_settings(c))
+    if (!value.empty()) dims += (dims.empty() ? "" : "_") + flag + value;
   std::string s;
   for (const std::string& part :
        {c.size, c.task, dims, c.precision == "fp32" ? "" : c.precision, c.attention == "naive" ? "" : c.attention,

@@ -157,6 +157,13 @@ MaxBatchProbe probe_batch(const models::ModelConfig& config, engine::DeviceType 
 
 namespace {
 
+// The probe of `batch` in a result, or null when none ran at it.
+const MaxBatchProbe* probe_at(const MaxBatchResult& r, int64_t batch) {
+  for (const auto& p : r.probes)
+    if (p.batch == batch) return &p;
+  return nullptr;
+}
+
 // Fills a result's unit, failure line and binding term from its probes, largest_fit and first_fail.
 void finish_max_batch(MaxBatchResult& r) {
   r.unit.clear();
@@ -165,13 +172,8 @@ void finish_max_batch(MaxBatchResult& r) {
   if (r.unit.empty()) r.unit = "items";  // no probe got as far as building the model
 
   if (r.first_fail > 0) {
-    auto at = [&](int64_t batch) -> const MaxBatchProbe* {
-      for (const auto& p : r.probes)
-        if (p.batch == batch) return &p;
-      return nullptr;
-    };
-    const MaxBatchProbe* fail = at(r.first_fail);
-    const MaxBatchProbe* fit = at(r.largest_fit);  // null when nothing fits: growth from zero
+    const MaxBatchProbe* fail = probe_at(r, r.first_fail);
+    const MaxBatchProbe* fit = probe_at(r, r.largest_fit);  // null when nothing fits: growth from zero
     r.failure = fail->failure;
     long double best = -1e30L;
     for (int k = 0; k < engine::kNumCategories; k++) {
@@ -308,13 +310,8 @@ std::string describe_max_batch(const MaxBatchResult& r, size_t capacity, const M
     o += engine::str("at batch ", r.first_fail, ": ", r.failure, "\n");
   }
   if (options.whole_epoch) {
-    auto at = [&](int64_t batch) -> const MaxBatchProbe* {
-      for (const auto& p : r.probes)
-        if (p.batch == batch) return &p;
-      return nullptr;
-    };
-    const MaxBatchProbe* fit = at(r.largest_fit);
-    const MaxBatchProbe* fail = at(r.first_fail);
+    const MaxBatchProbe* fit = probe_at(r, r.largest_fit);
+    const MaxBatchProbe* fail = probe_at(r, r.first_fail);
     const int64_t batches = fit ? fit->epoch_batches : fail ? fail->epoch_batches : 0;
     o += engine::str("whole epoch: each probe replayed every batch of one epoch after its schedule (", batches,
                      " batches at ", r.largest_fit, " ", r.unit, ")\n");
