@@ -10,6 +10,8 @@ const char* phase_name(Phase p) {
     case Phase::backward: return "backward";
     case Phase::optimizer: return "optimizer";
     case Phase::generate: return "generate";
+    case Phase::recompute:
+      return "recompute";
     default: return "?";
   }
 }

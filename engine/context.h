@@ -11,7 +11,8 @@
 
 namespace engine {
 
-enum class Phase : uint8_t { setup, forward, backward, optimizer, generate, kCount };
+// recompute: a forward pass rerun inside backward (graph::recompute, activation checkpointing).
+enum class Phase : uint8_t { setup, forward, backward, optimizer, generate, recompute, kCount };
 const char* phase_name(Phase p);
 
 // Why a block exists (see ledger.h for the meaning of each).

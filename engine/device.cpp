@@ -107,6 +107,7 @@ Device::Block Device::allocate(size_t bytes, Category category) {
   b.id = ledger_.on_alloc(*offset, bytes, Allocator::round_up(bytes), category, current_owner(), context().phase,
                           ledger_.detail() ? allocation_description() : std::string());
   ledger_.note_high_water(allocator_.high_water());
+  if (clock_on_) stamp(ledger_.sequence());
   return b;
 }
 
@@ -122,7 +123,30 @@ const Device::Block& Device::workspace(size_t bytes) {
 void Device::release(const Block& block) {
   allocator_.free(block.offset);
   ledger_.on_free(block.id);
+  if (clock_on_) stamp(ledger_.sequence());
 }
+
+void Device::set_event_clock(bool on) {
+  ENGINE_CHECK(!on || type_ != DeviceType::meta,
+               "the meta device computes nothing, so its events have no time: draw the timeline in allocation "
+               "order, or run on cpu or cuda for a time axis");
+  if (on && !clock_on_) start_clock();
+  clock_on_ = on;
+}
+
+std::vector<std::pair<int64_t, double>> Device::event_times() { return read_stamps(); }
+
+void Device::start_clock() {
+  clock_start_ = std::chrono::steady_clock::now();
+  host_stamps_.clear();
+}
+
+void Device::stamp(int64_t seq) {
+  host_stamps_.emplace_back(
+      seq, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - clock_start_).count());
+}
+
+std::vector<std::pair<int64_t, double>> Device::read_stamps() { return host_stamps_; }
 
 void Device::copy_to_device(size_t offset, const void* src, size_t bytes) {
   if (base_ && bytes) std::memcpy(pointer(offset), src, bytes);

@@ -8,6 +8,7 @@
 // Tensors never allocate any other way. Because the allocator is pure policy over offsets, the meta
 // device makes exactly the placement decisions the cpu and cuda devices make for the same program.
 #pragma once
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -91,6 +92,17 @@ class Device {
   // The out-of-memory report for a request of `bytes` (also used by the max-batch finder's messages).
   std::string oom_report(size_t bytes) const;
 
+  // The event clock (the memory timeline's time axis: engine_train --timeline-axis time, engine_bench trace). While
+  // on, every allocation and free is stamped with the device's own time: on cpu the host clock (its kernels run
+  // synchronously, so an event's host time is when it happened); on cuda a CUDA event recorded on the engine's
+  // stream, so the stamp is the moment the GPU reached that point of the stream (every kernel enqueued before it
+  // done), not when the host enqueued it. meta computes nothing and has no time: it refuses the clock.
+  void set_event_clock(bool on);
+  bool event_clock() const { return clock_on_; }
+  // The stamps since the clock was switched on: (ledger sequence number, milliseconds since then), in order.
+  // Waits for the device; the stamps are kept (a later call returns them and the newer ones).
+  std::vector<std::pair<int64_t, double>> event_times();
+
  protected:
   Device(DeviceType type, size_t capacity, void* base);
   DeviceType type_;
@@ -101,6 +113,14 @@ class Device {
   std::vector<std::pair<std::string, size_t>> outside_stages_;
   std::string capacity_note_;
   Block workspace_;
+  bool clock_on_ = false;
+  // Stamps the ledger's latest event; reads the stamps as milliseconds since the clock began. The base class uses
+  // the host clock; the cuda device records events on its stream.
+  virtual void start_clock();
+  virtual void stamp(int64_t seq);
+  virtual std::vector<std::pair<int64_t, double>> read_stamps();
+  std::chrono::steady_clock::time_point clock_start_;
+  std::vector<std::pair<int64_t, double>> host_stamps_;
 };
 
 // The memory a cpu arena may use on this machine: physical memory, or the cgroup's memory limit (a container's,

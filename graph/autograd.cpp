@@ -434,7 +434,7 @@ Tensor recompute(const RecomputeFn& fn, const std::vector<Tensor>& inputs) {
            Tensor again;
            {
              EnableGrad eg(true);
-             engine::PhaseScope ps(engine::Phase::forward);
+             engine::PhaseScope ps(engine::Phase::recompute);
              struct Again {  // recomputing() is true while fn runs again, also when it throws
                Again() { ++g_recomputing; }
                ~Again() { --g_recomputing; }

@@ -270,6 +270,8 @@ int trace(int argc, char** argv) {
   const std::string suffix = config_suffix(c, shape_suffix(c));  // seq, batch or tokens given: in the names too
   auto device = engine::Device::create(type, capacity);
   device->ledger().set_detail(true);  // the timeline's phases of frees
+  const bool timed = type != engine::DeviceType::meta;  // cpu and cuda stamp every event: a second timeline in time
+  if (timed) device->set_event_clock(true);
   engine::DeviceGuard guard(device);
   auto model = models::create_model(c);
   const int64_t first_step_seq = device->ledger().sequence();
@@ -284,6 +286,12 @@ int trace(int argc, char** argv) {
               write(dir, "timeline_" + c.name + suffix + ".svg",
                     tools::memory_timeline_svg(l, first_step_seq, str(process, ": live bytes by category")))
                   .c_str());
+  if (timed)
+    std::printf("wrote %s (the memory timeline in the device's time)\n",
+                write(dir, "timeline_" + c.name + suffix + "_time.svg",
+                      tools::memory_timeline_svg(l, first_step_seq, str(process, ": live bytes by category"),
+                                                 device->event_times()))
+                    .c_str());
   return 0;
 }
 

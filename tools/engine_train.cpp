@@ -209,6 +209,12 @@ void add_flags(tools::Flags& flags) {
                    "for Hugging Face transformers (bert_base: BertForPreTraining, bert_squad: "
                    "BertForQuestionAnswering), loadable with from_pretrained(DIR)");
   flags.add_string("trace", "", "write the allocation timeline as Chrome trace JSON (opens in Perfetto)");
+  flags.add_string("timeline", "",
+                   "write the last step's memory timeline as SVG: live bytes by category, phases shaded, the peak "
+                   "marked");
+  flags.add_choice("timeline-axis", "events", {"events", "time"},
+                   "the timeline's x axis: allocation order, or the device's time (cpu: the host clock; cuda: CUDA "
+                   "events on the engine's stream; not on meta)");
   flags.add_string("report", "", "write the run's header, step lines and memory tables as markdown");
   flags.add_string("json", "", "write the run as JSON: config, header, every step, the peak (its moment, by "
                                "category, module and op); tools/README.md shows an example");
@@ -462,12 +468,20 @@ int run(int argc, char** argv) {
   if (flags.on("find-max-batch")) return find_max_batch(config, flags, type, capacity, capacity_note);
 
   // Output paths are checked now, not after the run (a checkpoint that cannot be written is a lost run).
-  for (const char* flag : {"save", "trace", "report", "json"})
+  for (const char* flag : {"save", "trace", "timeline", "report", "json"})
     if (!flags.str(flag).empty()) engine::check_writable(flags.str(flag), std::string("--") + flag);
+  const bool timed = flags.str("timeline-axis") == "time";
+  ENGINE_CHECK(!timed || type != engine::DeviceType::meta,
+               "engine_train: --timeline-axis time: the meta device computes nothing, so its events have no time; "
+               "use --timeline-axis events on meta, or --device cpu or cuda");
+  ENGINE_CHECK(!flags.given("timeline-axis") || !flags.str("timeline").empty(),
+               "engine_train: --timeline-axis is the axis of --timeline FILE.svg: give --timeline too");
 
   auto device = engine::Device::create(type, capacity);
   device->set_capacity_note(capacity_note);
-  if (flags.on("explain")) device->ledger().set_detail(true);  // every block's tensor, reason and free moment
+  // --explain: every block's tensor, reason and free moment; --timeline: the phase of every free.
+  if (flags.on("explain") || !flags.str("timeline").empty()) device->ledger().set_detail(true);
+  if (timed) device->set_event_clock(true);
   engine::DeviceGuard guard(device);
   std::unique_ptr<models::Model> model = models::create_model(config);
   RunOptions o;
@@ -546,6 +560,13 @@ int run(int argc, char** argv) {
     out.say(tools::explain_markdown(device->ledger(), explain_seq, explain_live,
                                     str("Step ", o.last, " explained: every allocation and free in order")));
   if (!flags.str("report").empty()) engine::write_file_atomic(flags.str("report"), out.text());
+  if (!flags.str("timeline").empty())
+    engine::write_file_atomic(
+        flags.str("timeline"),
+        tools::memory_timeline_svg(
+            device->ledger(), explain_seq,
+            str(config.name, " on ", device->name(), ", step ", o.last, ": live bytes by category"),
+            timed ? device->event_times() : std::vector<std::pair<int64_t, double>>{}));
   if (!flags.str("json").empty())
     engine::write_file_atomic(flags.str("json"), run_json(config, *model, *device, capacity_note, o, records, peak,
                                                           peak_step));

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/ledger.h"
@@ -33,9 +34,12 @@ std::string explain_why(const engine::BlockInfo& b);
 std::string explain_markdown(const engine::Ledger& ledger, int64_t from_seq, size_t live_before,
                              const std::string& title);
 
-// Live bytes against allocation order (the events after `from_seq`), stacked by category, each phase shaded and
-// the peak marked: an SVG of `width` x `height` pixels.
+// Live bytes over the events after `from_seq`, stacked by category, each phase shaded and the peak marked: an SVG
+// of `width` x `height` pixels. The x axis is allocation order, or with `times` (Device::event_times(): sequence
+// number -> milliseconds) the device's time, live bytes then held flat between events (an event without a stamp
+// takes the last stamp before it).
 std::string memory_timeline_svg(const engine::Ledger& ledger, int64_t from_seq, const std::string& title,
-                                int width = 960, int height = 420);
+                                const std::vector<std::pair<int64_t, double>>& times = {}, int width = 960,
+                                int height = 420);
 
 }  // namespace tools

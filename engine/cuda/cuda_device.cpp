@@ -56,6 +56,8 @@ class CudaDevice : public Device {
   std::string product() const override { return product_; }
   ~CudaDevice() override {
     synchronize_quietly();
+    for (auto& [seq, event] : pending_) cudaEventDestroy(event);
+    if (clock_origin_) cudaEventDestroy(clock_origin_);
     if (base_) cudaFree(base_);
   }
   void copy_to_device(size_t offset, const void* src, size_t bytes) override {
@@ -77,6 +79,36 @@ class CudaDevice : public Device {
 
  private:
   std::string product_;
+  // The event clock: an origin event, then one event per allocation or free, read (and destroyed) by read_stamps.
+  cudaEvent_t clock_origin_ = nullptr;
+  std::vector<std::pair<int64_t, cudaEvent_t>> pending_;
+  void start_clock() override {
+    host_stamps_.clear();
+    if (!clock_origin_) ENGINE_CUDA_CHECK(cudaEventCreate(&clock_origin_));
+    ENGINE_CUDA_CHECK(cudaEventRecord(clock_origin_, g_stream));
+  }
+  // Called from release, which may run in a destructor: no throwing. An event that cannot be made is a missing
+  // stamp (the timeline then interpolates), not an error.
+  void stamp(int64_t seq) override {
+    cudaEvent_t event = nullptr;
+    if (cudaEventCreate(&event) != cudaSuccess) return;
+    if (cudaEventRecord(event, g_stream) != cudaSuccess) {
+      cudaEventDestroy(event);
+      return;
+    }
+    pending_.emplace_back(seq, event);
+  }
+  std::vector<std::pair<int64_t, double>> read_stamps() override {
+    for (auto& [seq, event] : pending_) {
+      float ms = 0;
+      ENGINE_CUDA_CHECK(cudaEventSynchronize(event));
+      ENGINE_CUDA_CHECK(cudaEventElapsedTime(&ms, clock_origin_, event));
+      ENGINE_CUDA_CHECK(cudaEventDestroy(event));
+      host_stamps_.emplace_back(seq, double(ms));
+    }
+    pending_.clear();
+    return host_stamps_;
+  }
   void synchronize_quietly() {
     if (g_stream) cudaStreamSynchronize(g_stream);
   }

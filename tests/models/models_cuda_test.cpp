@@ -3,6 +3,7 @@
 // meta predicts for a capacity fits on the GPU while one more does not (the engine's own OutOfMemory).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <map>
 
@@ -187,4 +188,38 @@ TEST(ModelsCuda, TheFinderOnCudaGivesMetasAnswer) {
                 (long long)meta.first_fail, (long long)cuda.largest_fit, (long long)cuda.first_fail,
                 meta.probes.size(), cuda.probes.size());
   }
+}
+
+// The timeline's time axis on the GPU (Device::set_event_clock): a CUDA event at every allocation and free of a step,
+// read back in order, never backwards, spanning no more than the step's wall time; the allocations the same as
+// without the clock (the clock tags nothing).
+TEST(ModelsCuda, TheEventClockStampsEveryEventInGpuTime) {
+  auto dev = engine::Device::create(engine::DeviceType::cuda, size_t(8) << 30);
+  dev->ledger().set_detail(true);
+  engine::DeviceGuard g(dev);
+  models::ModelConfig c;
+  c.name = "transformer_lm";
+  c.size = "small";
+  c.batch = 4;
+  c.seq = 128;
+  auto model = models::create_model(c);
+  model->train_step(1);
+  dev->synchronize();
+  const int64_t from = dev->ledger().sequence();
+  dev->set_event_clock(true);
+  const auto start = std::chrono::steady_clock::now();
+  model->train_step(2);
+  dev->synchronize();
+  const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const std::vector<std::pair<int64_t, double>> times = dev->event_times();
+  int64_t events = 0;
+  for (const engine::BlockInfo& b : dev->ledger().history()) events += (b.alloc_seq > from) + (b.free_seq > from);
+  EXPECT_EQ(int64_t(times.size()), events);
+  ASSERT_FALSE(times.empty());
+  for (size_t i = 1; i < times.size(); i++) {
+    EXPECT_GT(times[i].first, times[i - 1].first);
+    EXPECT_GE(times[i].second, times[i - 1].second);
+  }
+  EXPECT_GT(times.back().second, 0.0);
+  EXPECT_LE(times.back().second, wall_ms + 1.0);
 }

@@ -98,6 +98,47 @@ TEST(Explain, TheTimelineIsWellFormedAndMarksTheLedgersPeak) {
     EXPECT_NE(svg.find(category), std::string::npos);
 }
 
+// The time axis: on cpu every allocation and free is stamped (the host clock; cuda's CUDA events are checked by
+// ExplainCuda), in order and never backwards; meta refuses the clock.
+TEST(Explain, TheTimelineInTimeStampsEveryEvent) {
+  auto device = engine::Device::create(DeviceType::cpu, size_t(1) << 30);
+  device->ledger().set_detail(true);
+  engine::DeviceGuard guard(device);
+  models::ModelConfig c;
+  c.name = "transformer_lm";
+  c.batch = 2;
+  c.seq = 8;
+  auto model = models::create_model(c);
+  model->train_step(1);
+  const int64_t from = device->ledger().sequence();
+  const int64_t allocs_before = device->ledger().alloc_count();
+  device->ledger().reset_peak();
+  device->set_event_clock(true);
+  model->train_step(2);
+  const std::vector<std::pair<int64_t, double>> times = device->event_times();
+  const int64_t allocs = device->ledger().alloc_count() - allocs_before;
+  // Every allocation and free of the step stamped once; the step frees what it allocates bar what stays live.
+  int64_t events = 0;
+  for (const engine::BlockInfo& b : device->ledger().history()) events += (b.alloc_seq > from) + (b.free_seq > from);
+  EXPECT_EQ(int64_t(times.size()), events);
+  EXPECT_GE(int64_t(times.size()), allocs);
+  for (size_t i = 1; i < times.size(); i++) {
+    EXPECT_GT(times[i].first, times[i - 1].first);
+    EXPECT_GE(times[i].second, times[i - 1].second);
+  }
+  const std::string svg = tools::memory_timeline_svg(device->ledger(), from, "lm on cpu", times);
+  EXPECT_NE(svg.find("time on the device (ms; "), std::string::npos);
+  EXPECT_NE(svg.find("(" + std::to_string(device->ledger().peak_bytes()) + " B)"), std::string::npos);
+  EXPECT_EQ(std::count(svg.begin(), svg.end(), '<'), std::count(svg.begin(), svg.end(), '>'));
+  auto meta = engine::Device::create(DeviceType::meta, size_t(1) << 30);
+  try {
+    meta->set_event_clock(true);
+    ADD_FAILURE() << "meta has no time";
+  } catch (const engine::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("allocation order"), std::string::npos) << e.what();
+  }
+}
+
 // engine/README.md's exercises 2 and 3: BERT-Base at seq 512, batch 8, on meta.
 TEST(Explain, TheExercisesAnswersHold) {
   auto peak_of = [](const char* attention, std::vector<engine::BlockInfo>* at_peak) {
@@ -127,8 +168,12 @@ TEST(Explain, TheExercisesAnswersHold) {
       EXPECT_TRUE(s || d) << b.owner;
       softmax += s;
       dropout += d;
-      if (s) EXPECT_NE(b.reason.find("saved by softmax"), std::string::npos) << b.reason;
-      if (d) EXPECT_NE(b.reason.find("saved by matmul"), std::string::npos) << b.reason;
+      if (s) {
+        EXPECT_NE(b.reason.find("saved by softmax"), std::string::npos) << b.reason;
+      }
+      if (d) {
+        EXPECT_NE(b.reason.find("saved by matmul"), std::string::npos) << b.reason;
+      }
     }
   EXPECT_EQ(softmax, 12);
   EXPECT_EQ(dropout, 12);

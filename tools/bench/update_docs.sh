@@ -2,7 +2,8 @@
 # Regenerates the figures the READMEs show from the programs that produce them, so that no figure a user reads
 # is copied by hand. Today: the 2020 table in README.md and its plot (tools/bench/plots/lambda_meta.svg), and
 # the max tokens per card of the translation models in models/README.md, all from one
-# `engine_bench lambda --device meta` run. tests/tools/docs_test.cpp fails when the committed figures differ
+# `engine_bench lambda --device meta` run; and engine/README.md's timeline of the worked transformer
+# (tools/bench/plots/tour_timeline.svg, checked by tests/tools/tour_test.cpp). tests/tools/docs_test.cpp fails when the committed figures differ
 # from what the program prints.
 #
 # Usage, from the project root after `make`:  tools/bench/update_docs.sh [build]
@@ -54,4 +55,10 @@ for model in transformer_big convs2s unsupmt; do
     "$out/lambda.csv" > "$out/$model.md"
   replace_block models/README.md "<!-- BEGIN max tokens: $model " "<!-- END max tokens: $model -->" "$out/$model.md"
 done
-echo "updated README.md, tools/bench/plots/lambda_meta.svg and models/README.md from engine_bench lambda ($commit)"
+
+# engine/README.md's tour: the one-layer transformer's step 2 (tests/tools/tour_test.cpp draws the same and compares).
+"$BUILD/engine_train" --model transformer_lm --layers 1 --hidden 64 --heads 2 --ffn 256 --vocab 512 --positions 128 \
+  --seq 128 --batch 4 --dropout 0 --attention-dropout 0 --device meta --steps 2 \
+  --timeline tools/bench/plots/tour_timeline.svg > /dev/null
+echo "updated README.md, tools/bench/plots/lambda_meta.svg and models/README.md from engine_bench lambda ($commit),"
+echo "and tools/bench/plots/tour_timeline.svg from engine_train"
