@@ -21,13 +21,14 @@ using engine::Category;
 using engine::Phase;
 
 void Model::set_precision(Precision p, bool keep_masters) {
-  ENGINE_CHECK(optimizer_->step_count() == 0, "set_precision: the model has already taken a step");
+  for (ops::Optimizer* o : optimizers())
+    ENGINE_CHECK(o->step_count() == 0, "set_precision: the model has already taken a step");
   precision_ = p;
 #ifdef ENGINE_CUDA
   engine::cuda::set_allow_tf32(p == Precision::tf32);  // process-wide: the last model built decides
 #endif
   if (compute_dtype() != engine::DType::f32)
-    lower_parameters(module(), keep_masters ? optimizer_.get() : nullptr, compute_dtype());
+    lower_parameters(module(), keep_masters ? optimizers() : std::vector<ops::Optimizer*>{}, compute_dtype());
 }
 
 bool TransformerDims::any() const {
@@ -59,6 +60,12 @@ void TransformerDims::apply(const std::string& model, int64_t* layers_, int64_t*
                ": each head gets hidden / heads channels; choose --hidden a multiple of --heads");
   const double p[] = {*dropout_, attention_dropout_ ? *attention_dropout_ : 0.0};
   for (double v : p) ENGINE_CHECK(v >= 0 && v < 1, model, ": a dropout probability of ", v, " is not in [0, 1)");
+}
+
+Tensor Model::master_weight(const std::string& name) {
+  for (ops::Optimizer* o : optimizers())
+    if (o->holds(name)) return o->master_weight(name);
+  return Tensor();
 }
 
 void Model::use_optimizer(const std::string& name) {

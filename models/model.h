@@ -128,8 +128,11 @@ class Model {
   // optimizer's own (PyTorch's) defaults otherwise. create_model() calls it before set_precision, when
   // ModelConfig::optimizer names one; after a step it is an Error.
   void use_optimizer(const std::string& name);
-  // Every optimizer the model owns (one today; a GAN will own one per network).
+  // Every optimizer the model owns (one; a GAN one per network, each over its own parameters).
   virtual std::vector<ops::Optimizer*> optimizers() { return {optimizer_.get()}; }
+  // The f32 master weight of parameter `name` under mixed precision, from whichever optimizer updates it; undefined
+  // when it has none (fp32, a frozen parameter, inference).
+  Tensor master_weight(const std::string& name);
 
   // Gradient accumulation: every train_step runs `k` micro-batches of the model's batch, each a forward and a
   // backward pass from its loss / k (the gradients add up in the parameters' .grad), then one optimizer update; the

@@ -36,7 +36,8 @@ engine::DType compute_dtype(Precision p) {
   }
 }
 
-void lower_parameters(const graph::Module& module, ops::Optimizer* optimizer, engine::DType dtype) {
+void lower_parameters(const graph::Module& module, const std::vector<ops::Optimizer*>& optimizers,
+                      engine::DType dtype) {
   graph::NoGrad no_grad;
   std::set<const engine::TensorImpl*> done;  // a tied weight appears once per module that holds it
   for (auto& [name, p] : module.named_parameters()) {
@@ -57,7 +58,10 @@ void lower_parameters(const graph::Module& module, ops::Optimizer* optimizer, en
     impl->dtype = dtype;
     impl->offset = low.offset();
     impl->strides = low.strides();
-    if (optimizer) optimizer->set_master_weight(name, master);  // else the f32 storage is freed here
+    ops::Optimizer* owner = nullptr;  // the optimizer that updates this parameter, if any
+    for (ops::Optimizer* o : optimizers)
+      if (!owner && o->holds(name)) owner = o;
+    if (owner) owner->set_master_weight(name, master);  // else (frozen, or inference) the f32 storage is freed here
   }
 }
 

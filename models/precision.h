@@ -34,10 +34,11 @@ Precision precision_from_name(const std::string& name);  // else an Error listin
 engine::DType compute_dtype(Precision p);
 
 // Casts every floating parameter of `module` to `dtype` in place (the Tensor handles the module, its
-// optimizer and any tied module share now hold the low-precision copy) and gives `optimizer` the original
-// f32 tensor as the master weight; with no optimizer (inference) the f32 tensor is freed. Done once, after the
-// model is built and before its first step.
-void lower_parameters(const graph::Module& module, ops::Optimizer* optimizer, engine::DType dtype);
+// optimizer and any tied module share now hold the low-precision copy) and gives the optimizer that updates it
+// (the first of `optimizers` that holds its name: a GAN has one per network) the original f32 tensor as the
+// master weight; a parameter no optimizer holds (a frozen network, or inference: no optimizers) keeps only its
+// low-precision copy and the f32 tensor is freed. Done once, after the model is built and before its first step.
+void lower_parameters(const graph::Module& module, const std::vector<ops::Optimizer*>& optimizers, engine::DType dtype);
 
 // fp16 dynamic loss scaling (torch.cuda.amp.GradScaler's defaults).
 struct LossScaler {

@@ -15,6 +15,7 @@
 #include "models/translation/unsupmt.h"
 #include "models/vision/deeplabv3.h"
 #include "models/vision/nasnet.h"
+#include "models/vision/pix2pixhd.h"
 #include "models/vision/yolov3.h"
 
 namespace models {
@@ -47,6 +48,11 @@ const std::vector<ModelEntry>& registry() {
        "DeepLabv3 on PASCAL VOC 513x513: ResNet-101 output stride 16 (multi-grid 1/2/4), ASPP 6/12/18 + image pooling, "
        "21 classes (sizes voc, torchvision, tiny)",
        [](const ModelConfig& c) { return std::unique_ptr<Model>(new vision::DeepLabV3(c)); }},
+      {"pix2pixhd",
+       "pix2pixHD on Cityscapes 2048x1024: LocalEnhancer G (global 9 ResNet blocks at 1024 + local 3 at 64), 3 "
+       "PatchGAN "
+       "D with feature matching, frozen VGG19 perceptual loss; one step = G's Adam then D's (sizes 1024p, tiny)",
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new vision::Pix2PixHD(c)); }},
       {"yolov3",
        "YOLOv3 on MSCOCO 608x608: Darknet-53 + 3 YOLO scales (19/38/76), 9 anchors, 80 classes, darknet's loss with "
        "on-device targets from 100 box slots (sizes coco, tiny)",

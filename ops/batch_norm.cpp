@@ -13,6 +13,7 @@
 #include "ops/norm.h"
 #include "ops/op.h"
 #include "ops/reduce.h"
+#include "ops/view.h"
 
 namespace ops {
 
@@ -201,6 +202,123 @@ BatchNormGrads batch_norm_backward(const Tensor& g_in, const Tensor& x_in, const
                            });
   }
   return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Instance norm: batch norm of each sample (ops/batch_norm.h).
+
+namespace {
+
+void check_instance_input(const char* op, const Tensor& x) {
+  check_floating(op, "x", x);
+  ENGINE_CHECK(x.dim() >= 3 && x.size(-1) > 0, op, ": x must be [N, ..., C] (channels last, e.g. NHWC) with at least ",
+               "3 dimensions and C > 0, got ", engine::shape_str(x.shape()));
+  ENGINE_CHECK(x.numel() / (x.size(0) * x.size(-1)) > 1, op,
+               ": instance statistics need more than 1 value per sample and channel, got x ",
+               engine::shape_str(x.shape()));
+}
+
+// Sample n of a contiguous [N, ..., C] tensor as the contiguous [S, C] block the batch-norm kernels take, and row n
+// of an [N, C] statistics tensor as a [C].
+Tensor sample_rows(const Tensor& t, int64_t n) {
+  const int64_t C = t.size(-1), S = t.numel() / (t.size(0) * C);
+  return Tensor::view_of(t, {S, C}, {C, 1}, t.offset() + n * S * C);
+}
+Tensor sample_stats(const Tensor& t, int64_t n) {
+  return Tensor::view_of(t, {t.size(1)}, {1}, t.offset() + n * t.size(1));
+}
+
+// Rule of instance_norm_backward: normalization_double_backward with the statistics of x seen as [N, S, C] over S.
+Grads instance_norm_double_backward(Node& n, const Tensor& hx, double eps) {
+  Tensor x_in = n.saved(1);
+  const int64_t N = x_in.size(0), C = x_in.size(-1), S = x_in.numel() / (N * C);
+  Tensor g = reshape(n.saved(0), {N, S, C}), x = reshape(x_in, {N, S, C});
+  Tensor xc = sub(x, mean(x, {1}, true));  // [N, 1, C] statistics
+  Tensor r = rsqrt(add(mean(mul(xc, xc), {1}, true), eps));
+  Grads d = normalization_double_backward(g, Tensor(), r, mul(xc, r), {1}, double(S), true, reshape(hx, {N, S, C}),
+                                          Tensor(), Tensor(), {n.needs_input_grad(0), n.needs_input_grad(1), false});
+  for (size_t i = 0; i < 2; i++)
+    if (d[i].defined()) d[i] = reshape(d[i], x_in.shape());
+  return {d[0], d[1]};
+}
+
+}  // namespace
+
+Tensor instance_norm(const Tensor& x_in, double eps) {
+  const char* name = "instance_norm";
+  OpScope scope(name);
+  check_instance_input(name, x_in);
+  ENGINE_CHECK(eps >= 0, name, ": eps must be >= 0, got ", eps);
+  Tensor x = contiguous(x_in);  // [N, ..., C]
+  const int64_t N = x.size(0), C = x.size(-1), S = x.numel() / (N * C), chunks = batch_norm_chunks(S);
+  Tensor y = empty_like(x);                              // [N, ..., C]
+  Tensor mean = new_empty(x, {N, C}, stats_dtype(x));    // [N, C]
+  Tensor invstd = new_empty(x, {N, C}, stats_dtype(x));  // [N, C]
+  // The GPU's chunk partials [P, 2, C] of one sample, reused sample after sample (one stream: in order), on every
+  // device alike so that meta predicts the GPU.
+  Tensor workspace = new_empty(x, {chunks, 2, C}, stats_dtype(x));
+  run_kernel(
+      name, y,
+      [&] {
+        for (int64_t n = 0; n < N; n++) {
+          Tensor xs = sample_rows(x, n), m = sample_stats(mean, n), r = sample_stats(invstd, n);
+          cpu::batch_norm_stats(xs, chunks, eps, 0.0, m, r, Tensor(), Tensor());
+          cpu::batch_norm_normalize(xs, m, r, Tensor(), Tensor(), sample_rows(y, n));
+        }
+      },
+      CUDA_KERNEL(for (int64_t n = 0; n < N; n++) {
+        Tensor xs = sample_rows(x, n), m = sample_stats(mean, n), r = sample_stats(invstd, n);
+        cuda::batch_norm_stats(xs, eps, 0.0, m, r, Tensor(), Tensor(), workspace);
+        cuda::batch_norm_normalize(xs, m, r, Tensor(), Tensor(), sample_rows(y, n));
+      }));
+  workspace = Tensor();
+  engine::count_op(name, 7.0 * double(x.numel()), double(2 * x.nbytes() + y.nbytes()));
+  if (graph::any_requires_grad({x})) {
+    graph::record(name, {x}, {y}, {x, mean, invstd}, [eps](Node& n, const Grads& g) -> Grads {
+      return {instance_norm_backward(g[0], n.saved(0), n.saved(1), n.saved(2), eps)};
+    });
+  }
+  return y;
+}
+
+Tensor instance_norm_backward(const Tensor& g_in, const Tensor& x_in, const Tensor& mean, const Tensor& invstd,
+                              double eps) {
+  const char* name = "instance_norm_backward";
+  OpScope scope(name);
+  check_instance_input(name, x_in);
+  check_floating(name, "g", g_in);
+  check_same_dtype(name, g_in, x_in);
+  check_same_device(name, g_in, x_in);
+  ENGINE_CHECK(g_in.shape() == x_in.shape(), name, ": gradient g ", engine::shape_str(g_in.shape()), " and x ",
+               engine::shape_str(x_in.shape()), " must have the same shape");
+  const int64_t N = x_in.size(0), C = x_in.size(-1), S = x_in.numel() / (N * C), chunks = batch_norm_chunks(S);
+  for (const auto& [arg, t] : {std::pair<const char*, const Tensor&>{"mean", mean}, {"invstd", invstd}}) {
+    check_defined(name, arg, t);
+    check_dtype(name, arg, t, stats_dtype(x_in));
+    check_same_device(name, x_in, t);
+    ENGINE_CHECK(t.dim() == 2 && t.size(0) == N && t.size(1) == C && t.is_contiguous(), name, ": ", arg,
+                 " must be a contiguous [", N, ", ", C, "] for x ", engine::shape_str(x_in.shape()), ", got ",
+                 engine::shape_str(t.shape()));
+  }
+  Tensor g = contiguous(g_in), x = contiguous(x_in);
+  Tensor dx = empty_like(x);                                        // [N, ..., C]
+  Tensor workspace = new_empty(x, {chunks, 2, C}, stats_dtype(x));  // one sample's column sums, reused
+  run_kernel(
+      name, x,
+      [&] {
+        for (int64_t n = 0; n < N; n++)
+          cpu::batch_norm_backward(sample_rows(g, n), sample_rows(x, n), Tensor(), sample_stats(mean, n),
+                                   sample_stats(invstd, n), true, chunks, sample_rows(dx, n), Tensor(), Tensor());
+      },
+      CUDA_KERNEL(for (int64_t n = 0; n < N; n++) cuda::batch_norm_backward(
+          sample_rows(g, n), sample_rows(x, n), Tensor(), sample_stats(mean, n), sample_stats(invstd, n), true,
+          sample_rows(dx, n), Tensor(), Tensor(), workspace)));
+  workspace = Tensor();
+  engine::count_op(name, 11.0 * double(x.numel()), double(3 * g.nbytes() + 2 * x.nbytes()));
+  if (graph::any_requires_grad({g, x}))
+    graph::record(name, {g, x}, {dx}, {g, x},
+                  [eps](Node& n, const Grads& h) -> Grads { return instance_norm_double_backward(n, h[0], eps); });
+  return dx;
 }
 
 }  // namespace ops

@@ -57,6 +57,19 @@ BatchNormGrads batch_norm_backward(const Tensor& g, const Tensor& x, const Tenso
                                    const Tensor& invstd, bool batch_stats, double eps,
                                    std::array<bool, 3> output_mask);
 
+// Instance normalization (PyTorch's InstanceNorm2d with affine=False and track_running_stats=False, as pix2pixHD
+// uses it): x [N, ..., C] channels last (NHWC images), statistics per sample and channel over the middle dimensions,
+//       y[n] = (x[n] - mean[n]) * invstd[n],   mean, var (biased) of x[n]'s column c,   invstd = 1 / sqrt(var + eps)
+// It is batch normalization of each sample on its own, and runs as exactly that: sample n of a contiguous x is the
+// contiguous [S, C] block at n S C (S = numel / (N C)), given to the batch-norm kernels as it is, one sample after
+// another, with the same fixed chunks (batch_norm_chunks(S)) and one [P, 2, C] workspace, so it is deterministic
+// and as fast per sample as batch norm. Saved for backward: x and mean, invstd [N, C] (stats dtype). Backward
+// (instance_norm_backward, one op): per sample, batch norm's dx with batch statistics and no weight; its rule
+// (double backward) is normalization_double_backward over the middle dimensions of x seen as [N, S, C].
+Tensor instance_norm(const Tensor& x, double eps = 1e-5);
+// g, x [N, ..., C]; mean, invstd [N, C] as instance_norm saved them. Returns dx.
+Tensor instance_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& invstd, double eps);
+
 // The fixed row chunks of the statistics and of the backward's column sums: about 256 or more rows each, at
 // most 256 chunks (a [256, 2, C] f32 workspace is 4 MiB at C = 2048). A function of M alone, never of the GPU.
 inline int64_t batch_norm_chunks(int64_t rows) {

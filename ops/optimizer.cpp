@@ -59,6 +59,12 @@ Tensor Optimizer::master_weight(const std::string& name) const {
   return Tensor();
 }
 
+bool Optimizer::holds(const std::string& name) const {
+  for (const Entry& e : entries_)
+    if (e.name == name) return true;
+  return false;
+}
+
 bool Optimizer::decays(const std::string& name) const {
   for (const Entry& e : entries_)
     if (e.name == name) return e.decay;

@@ -80,6 +80,7 @@ class Optimizer {
   // its slots are f32. Called by models/precision.cpp when it lowers the parameters.
   void set_master_weight(const std::string& name, const Tensor& master);
   Tensor master_weight(const std::string& name) const;  // undefined without one
+  bool holds(const std::string& name) const;            // whether parameter `name` is one of this optimizer's
   // Multiplies every gradient by `scale` inside the update (fp16 loss scaling divides by the loss scale
   // there instead of in a separate pass); 1 by default.
   void set_grad_scale(double scale) { grad_scale_ = scale; }

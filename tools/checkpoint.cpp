@@ -82,6 +82,19 @@ std::string listed(const std::vector<std::string>& names) {
   return s;
 }
 
+// Optimizer k's metadata keys in a checkpoint: its own for the first, prefixed "optimizers.<k>." after it.
+std::string optimizer_key(size_t k, const std::string& key_name) {
+  return k == 0 ? key_name : str("optimizers.", k, ".", key_name);
+}
+Metadata optimizer_metadata(const Metadata& m, size_t k) {
+  if (k == 0) return m;
+  Metadata out;
+  const std::string prefix = optimizer_key(k, "");
+  for (const auto& [key_name, value] : m)
+    if (key_name.rfind(prefix, 0) == 0) out[key_name.substr(prefix.size())] = value;
+  return out;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------
@@ -91,16 +104,22 @@ void save_checkpoint(const std::string& path, models::Model& model, const models
   ENGINE_CHECK(params.empty() || params.front().second.device().type() != engine::DeviceType::meta, "--save ", path,
                ": the model is on the meta device, which holds shapes and no values: there is nothing to save "
                "(run on cpu or cuda to save a checkpoint)");
-  ops::OptimizerState optimizer = model.optimizer().state();
   std::vector<std::pair<std::string, Tensor>> tensors = params;
   for (auto& b : model.module().named_buffers()) tensors.push_back(b);
-  for (auto& s : optimizer.tensors) tensors.push_back(s);
+  // Every optimizer's state (a GAN has one per network): tensors under their parameters' names, metadata keys
+  // prefixed "optimizers.<k>." from the second optimizer on (optimizer_metadata reads them back).
+  Metadata metadata;
+  const std::vector<ops::Optimizer*> optimizers = model.optimizers();
+  for (size_t k = 0; k < optimizers.size(); k++) {
+    ops::OptimizerState state = optimizers[k]->state();
+    for (auto& s : state.tensors) tensors.push_back(s);
+    for (const auto& [key_name, value] : state.metadata) metadata[optimizer_key(k, key_name)] = value;
+  }
   std::set<std::string> seen;
   for (const auto& [name, t] : tensors)
     ENGINE_CHECK(seen.insert(name).second, "--save ", path, ": two tensors are named '", name,
                  "' (an optimizer state name equals a parameter's or buffer's)");
 
-  Metadata metadata = optimizer.metadata;
   metadata[kMarker] = "1";
   for (const auto& f : kTextFields) metadata[key(f.flag)] = config.*f.member;
   models::ModelConfig saved_config = config;
@@ -131,7 +150,7 @@ void export_hf(const std::string& dir, models::Model& model) {
   check_hf_exportable(model, dir);
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (auto& [name, p] : model.module().named_parameters()) {
-    Tensor master = model.optimizer().master_weight(name);
+    Tensor master = model.master_weight(name);
     tensors.push_back({name, master.defined() ? master : p});
   }
   for (auto& b : model.module().named_buffers()) tensors.push_back(b);
@@ -207,7 +226,7 @@ CheckpointLoad load_checkpoint(const std::string& path, models::Model& model, bo
     {
       graph::NoGrad no_grad;
       for (const std::string& name : loaded) {
-        Tensor master = model.optimizer().master_weight(name);
+        Tensor master = model.master_weight(name);
         auto it = weights.find(name);
         if (master.defined() && it != weights.end()) ops::copy_(master, it->second);
       }
@@ -216,9 +235,11 @@ CheckpointLoad load_checkpoint(const std::string& path, models::Model& model, bo
     if (!result.engine_checkpoint) return result;
 
     if (with_optimizer && !rest.empty()) {
-      model.optimizer().load_state(rest, metadata);
+      const std::vector<ops::Optimizer*> optimizers = model.optimizers();
+      for (size_t k = 0; k < optimizers.size(); k++) optimizers[k]->load_state(rest, optimizer_metadata(metadata, k));
       result.optimizer_restored = true;
-      for (const auto& [name, t] : model.optimizer().state().tensors) rest.erase(name);
+      for (ops::Optimizer* o : optimizers)
+        for (const auto& [name, t] : o->state().tensors) rest.erase(name);
       std::vector<std::string> unknown;
       for (const auto& [name, t] : rest) unknown.push_back(name);
       ENGINE_CHECK(unknown.empty(), "the checkpoint has ", unknown.size(),

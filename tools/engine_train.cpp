@@ -267,14 +267,21 @@ class Transcript {
 };
 
 // The line under the model's summary: parameters, precision, device, arena and where its size came from.
+// "adamw", or one name per optimizer ("adam + adam" for a GAN's G and D).
+std::string optimizer_names(models::Model& model) {
+  std::string names;
+  for (ops::Optimizer* o : model.optimizers()) names += (names.empty() ? "" : " + ") + std::string(o->name());
+  return names;
+}
+
 std::string header_line(models::Model& model, const engine::Device& device, const std::string& capacity_note,
                         bool inference) {
   const bool meta = device.type() == engine::DeviceType::meta;
   return engine::str("parameters ", model.module().num_parameters(), " (",
                      format_bytes(device.ledger().live_bytes(engine::Category::param)), ") | precision ",
                      models::precision_name(model.precision()), " | optimizer ",
-                     inference ? "none (inference)" : model.optimizer().name(), " | device ", device.name(),
-                     " | arena ", format_bytes(device.capacity()), capacity_note,
+                     inference ? "none (inference)" : optimizer_names(model), " | device ", device.name(), " | arena ",
+                     format_bytes(device.capacity()), capacity_note,
                      device.outside_arena() > 0 ? " | outside the arena: " + format_bytes(device.outside_arena()) +
                                                       " (CUDA context and libraries, before the arena)"
                                                 : std::string(),

@@ -126,7 +126,7 @@ void png_read_memory(png_structp png, png_bytep out, png_size_t count) {
 
 }  // namespace
 
-Image decode_png(const std::string& bytes, const std::string& source) {
+Image decode_png(const std::string& bytes, const std::string& source, bool keep_16_bits) {
   ENGINE_CHECK(bytes.size() >= 8 && png_sig_cmp(reinterpret_cast<png_const_bytep>(bytes.data()), 0, 8) == 0,
                "PNG '", source, "': not a PNG file (bad signature)");
   auto image = std::make_unique<Image>();
@@ -150,7 +150,11 @@ Image decode_png(const std::string& bytes, const std::string& source) {
   png_read_info(png, info);
   const int colour = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
   image->source_bits = depth;
-  if (depth == 16) png_set_strip_16(png);
+  const bool wide = depth == 16 && keep_16_bits;
+  if (depth == 16 && !wide) png_set_strip_16(png);
+  const uint16_t one = 1;
+  const bool little_endian = *reinterpret_cast<const uint8_t*>(&one) == 1;
+  if (wide && little_endian) png_set_swap(png);  // PNG stores 16-bit samples big-endian: to the host's order
   if (depth < 8) {
     if (colour == PNG_COLOR_TYPE_PALETTE) png_set_packing(png);  // one index per byte, values unchanged
     else png_set_expand_gray_1_2_4_to_8(png);
@@ -159,13 +163,21 @@ Image decode_png(const std::string& bytes, const std::string& source) {
   png_read_update_info(png, info);
   image->height = png_get_image_height(png, info), image->width = png_get_image_width(png, info);
   image->channels = png_get_channels(png, info);
-  const size_t row_bytes = png_get_rowbytes(png, info);
-  if (row_bytes != size_t(image->width * image->channels)) png_error(png, "unexpected row size after unpacking");
+  const size_t row_bytes = png_get_rowbytes(png, info), sample_bytes = wide ? 2 : 1;
+  if (row_bytes != size_t(image->width * image->channels) * sample_bytes)
+    png_error(png, "unexpected row size after unpacking");
   if (uint64_t(row_bytes) * uint64_t(image->height) > kMaxImageBytes)  // a corrupt header's sizes
     png_error(png, "the image is over the 1 GiB an image may decode to");
-  image->pixels.resize(size_t(image->height) * row_bytes);
+  unsigned char* base = nullptr;
+  if (wide) {
+    image->wide.resize(size_t(image->height * image->width * image->channels));
+    base = reinterpret_cast<unsigned char*>(image->wide.data());
+  } else {
+    image->pixels.resize(size_t(image->height) * row_bytes);
+    base = image->pixels.data();
+  }
   rows->resize(size_t(image->height));
-  for (int64_t y = 0; y < image->height; y++) (*rows)[size_t(y)] = image->pixels.data() + size_t(y) * row_bytes;
+  for (int64_t y = 0; y < image->height; y++) (*rows)[size_t(y)] = base + size_t(y) * row_bytes;
   png_read_image(png, rows->data());
   png_read_end(png, nullptr);
   png_destroy_read_struct(&png, &info, nullptr);
@@ -175,11 +187,12 @@ Image decode_png(const std::string& bytes, const std::string& source) {
 // ---------------------------------------------------------------------------------------------------
 // Files and channels
 
-Image read_image(const std::string& path) {
+Image read_image(const std::string& path, bool keep_16_bits) {
   const std::string bytes = engine::read_file(path, "image", 256 * engine::kMiB);
   const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
   if (bytes.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return decode_jpeg(bytes, path);
-  if (bytes.size() >= 4 && b[0] == 0x89 && b[1] == 'P' && b[2] == 'N' && b[3] == 'G') return decode_png(bytes, path);
+  if (bytes.size() >= 4 && b[0] == 0x89 && b[1] == 'P' && b[2] == 'N' && b[3] == 'G')
+    return decode_png(bytes, path, keep_16_bits);
   throw engine::Error(engine::str("image '", path, "': neither a JPEG nor a PNG file (", bytes.size(),
                                   " bytes, unknown signature); replace it with a JPEG or PNG"));
 }

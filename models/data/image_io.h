@@ -3,8 +3,9 @@
 //
 // Decoders return uint8 [H, W, C]. JPEGs always come back as RGB (grey JPEGs are expanded, CMYK is an error).
 // PNGs keep their colour type: palette PNGs give their palette INDICES (1 channel; what VOC label maps store),
-// grey 1 channel, grey + alpha 2, RGB 3, RGBA 4; 16-bit samples are reduced to 8 and 1/2/4-bit ones unpacked
-// (palette: still indices; grey: scaled to 0..255 by libpng). A corrupt, truncated or unsupported file is an
+// grey 1 channel, grey + alpha 2, RGB 3, RGBA 4; 16-bit samples are reduced to 8 (or, asked for, kept whole in
+// Image::wide: Cityscapes' instance maps hold ids like 26001) and 1/2/4-bit ones unpacked (palette: still indices;
+// grey: scaled to 0..255 by libpng). A corrupt, truncated or unsupported file is an
 // engine::Error naming the file and what was wrong: both libraries report through a longjmp to the decoder
 // (never exit()), and libjpeg's "corrupt data" warnings (a truncated file is one) are errors too.
 //
@@ -26,14 +27,21 @@ struct Image {
   int64_t height = 0, width = 0, channels = 0;
   std::vector<uint8_t> pixels;  // [height, width, channels]
   int source_bits = 8;          // bits per channel in the file (a 16-bit PNG's values are reduced to 8 bits)
+  std::vector<uint16_t> wide;   // instead of pixels: a 16-bit PNG decoded with keep_16_bits, its full values
   uint8_t at(int64_t y, int64_t x, int64_t c = 0) const { return pixels[size_t((y * width + x) * channels + c)]; }
+  // Sample (y, x, c) whatever the depth: wide's value for a 16-bit PNG kept whole, else pixels'.
+  uint32_t value(int64_t y, int64_t x, int64_t c = 0) const {
+    const size_t i = size_t((y * width + x) * channels + c);
+    return wide.empty() ? pixels[i] : wide[i];
+  }
 };
 
 // `source` names the data (a file name) in errors.
 Image decode_jpeg(const std::string& bytes, const std::string& source);
-Image decode_png(const std::string& bytes, const std::string& source);
+Image decode_png(const std::string& bytes, const std::string& source, bool keep_16_bits = false);
 // Reads a file and decodes it by its signature (JPEG FF D8 FF, PNG 89 'PNG'); anything else is an Error.
-Image read_image(const std::string& path);
+// keep_16_bits: a 16-bit PNG's samples go to Image::wide unreduced.
+Image read_image(const std::string& path, bool keep_16_bits = false);
 // 3 channels: grey is repeated, alpha dropped (images the models read are RGB).
 Image to_rgb(Image image);
 

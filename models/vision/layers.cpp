@@ -35,6 +35,26 @@ Tensor Conv2d::forward(const Tensor& x) const {
   return ops::conv2d(x, weight, bias, params);
 }
 
+ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& o) : options(o) {
+  ENGINE_CHECK(
+      o.in > 0 && o.out > 0 && o.kernel > 0 && o.stride > 0 && o.output_padding >= 0 && o.output_padding < o.stride,
+      "ConvTranspose2d: in ", o.in, ", out ", o.out, ", kernel ", o.kernel, " and stride ", o.stride,
+      " must be positive and output_padding ", o.output_padding, " below the stride");
+  params.stride_h = params.stride_w = o.stride;
+  params.pad_h = params.pad_w = o.padding;
+  const int64_t fan_in = o.out * o.kernel * o.kernel;  // PyTorch's fan_in of a [in, out, k, k] weight
+  weight = register_parameter("weight", nn::init_tensor({o.in, o.kernel, o.kernel, o.out}, o.init, fan_in));
+  if (o.bias) {
+    nn::Init bias_init = o.init.kind == nn::Init::Kind::pytorch_default ? o.init : nn::Init{nn::Init::Kind::zeros};
+    bias = register_parameter("bias", nn::init_tensor({o.out}, bias_init, fan_in));
+  }
+}
+
+Tensor ConvTranspose2d::forward(const Tensor& x) const {
+  auto s = scope();
+  return ops::conv_transpose2d(x, weight, bias, params, options.output_padding, options.output_padding);
+}
+
 Tensor Conv2d::forward(const Tensor& x, const ops::Conv2dParams& p) const {
   ENGINE_CHECK(p.groups == params.groups, "Conv2d: called with groups ", p.groups, " but the layer has ",
                params.groups);

@@ -39,6 +39,24 @@ class Conv2d : public graph::Module {
   Tensor bias;    // [out] or undefined
 };
 
+// PyTorch's ConvTranspose2d (ops::conv_transpose2d): weight [in, KH, KW, out] (PyTorch's [in, out, KH, KW]
+// permuted as load_torch_weights permutes every 4-D weight), output (H - 1) stride - 2 padding + kernel +
+// output_padding; groups 1.
+struct ConvTranspose2dOptions {
+  int64_t in = 0, out = 0, kernel = 1, stride = 1, padding = 0, output_padding = 0;
+  bool bias = true;
+  nn::Init init = {};  // pytorch_default: uniform(+-1/sqrt(fan_in)), fan_in = out * k * k as PyTorch computes it
+};
+class ConvTranspose2d : public graph::Module {
+ public:
+  explicit ConvTranspose2d(const ConvTranspose2dOptions& o);
+  Tensor forward(const Tensor& x) const;  // [N, H, W, in] -> [N, Ho, Wo, out]
+  ConvTranspose2dOptions options;
+  ops::Conv2dParams params;
+  Tensor weight;  // [in, KH, KW, out]
+  Tensor bias;    // [out] or undefined
+};
+
 // torchvision's ResNet initialization of a convolution: kaiming_normal_(mode="fan_out", nonlinearity="relu"),
 // i.e. normal(0, sqrt(2 / (out * KH * KW))).
 nn::Init kaiming_normal_fan_out(int64_t out, int64_t kernel);

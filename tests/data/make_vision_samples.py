@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""make_vision_samples.py: writes the tiny VOC-style, COCO-style and ImageNet-style sets under tests/data/ that the
-vision data readers (models/data/segmentation.*, detection.*, classification.*) and their tests
-(tests/models/vision_data_test.cpp, classification_data_test.cpp) use.
+"""make_vision_samples.py: writes the tiny VOC-style, COCO-style, ImageNet-style and Cityscapes-style sets under
+tests/data/ that the vision data readers (models/data/segmentation.*, detection.*, classification.*, cityscapes.*)
+and their tests (tests/models/vision_data_test.cpp, classification_data_test.cpp, cityscapes_data_test.cpp) use.
 
 Everything is flat colours on known rectangles (the ImageNet-style images: ramps of one colour), so the tests can
 state what a decoder must return without running this script: the colours and rectangles below are repeated in
@@ -10,8 +10,8 @@ the test. JPEGs are written at quality
 ring by up to ~20 levels); label maps are palette PNGs
 (VOC's format: the pixel values are the class indices) except one grey PNG, so both kinds are read.
 
-    /tmp/venv/bin/python tests/data/make_vision_samples.py [voc] [coco] [imagenet]   # Pillow + numpy; no name:
-                                                                                      # rewrites every set
+    /tmp/venv/bin/python tests/data/make_vision_samples.py [voc] [coco] [imagenet] [cityscapes]   # Pillow + numpy;
+                                                                                  # no name: rewrites every set
 """
 import json
 import os
@@ -138,6 +138,34 @@ def imagenet():
         f.write("not an image: the reader ignores files that are not .jpg, .jpeg or .png\n")
 
 
+# Cityscapes-style: label ids (pix2pixhd --size tiny has 5 classes: 0-4) and instance ids (16-bit, class * 1000 + k
+# for objects) as Cityscapes stores them, images one flat colour per class (PNG: exact).
+CITY_COLOURS = [(10, 10, 10), (128, 64, 128), (70, 70, 70), (0, 0, 142), (220, 20, 60)]
+# key -> (width, height, [(class, instance, left, top, right, bottom)] half-open, later ones on top); background 1
+CITY_IMAGES = {
+    "testcity_000000_000001": (128, 64, [(2, 2, 0, 0, 128, 16), (3, 3001, 10, 30, 40, 60), (3, 3002, 40, 30, 70, 60)]),
+    "testcity_000000_000002": (160, 80, [(4, 4001, 20, 20, 60, 70)]),
+}
+
+
+def cityscapes():
+    root = os.path.join(HERE, "cityscapes_sample")
+    for key, (w, h, rects) in CITY_IMAGES.items():
+        label = np.full((h, w), 1, np.uint8)
+        inst = np.full((h, w), 1, np.uint16)
+        for cls, iid, l, t, r, b in rects:
+            label[t:b, l:r] = cls
+            inst[t:b, l:r] = iid
+        image = np.array(CITY_COLOURS, np.uint8)[label]
+        img_dir = os.path.join(root, "leftImg8bit", "train", "testcity")
+        gt_dir = os.path.join(root, "gtFine", "train", "testcity")
+        os.makedirs(img_dir, exist_ok=True)
+        os.makedirs(gt_dir, exist_ok=True)
+        Image.fromarray(image, "RGB").save(os.path.join(img_dir, key + "_leftImg8bit.png"))
+        Image.fromarray(label, "L").save(os.path.join(gt_dir, key + "_gtFine_labelIds.png"))
+        Image.fromarray(inst).save(os.path.join(gt_dir, key + "_gtFine_instanceIds.png"))
+
+
 if __name__ == "__main__":
-    for name in sys.argv[1:] or ["voc", "coco", "imagenet"]:
-        {"voc": voc, "coco": coco, "imagenet": imagenet}[name]()
+    for name in sys.argv[1:] or ["voc", "coco", "imagenet", "cityscapes"]:
+        {"voc": voc, "coco": coco, "imagenet": imagenet, "cityscapes": cityscapes}[name]()

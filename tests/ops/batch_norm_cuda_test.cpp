@@ -189,3 +189,74 @@ TEST(BatchNormCuda, DISABLED_Bandwidth) {
     }
   }
 }
+
+// Instance norm (batch norm of each sample, ops/batch_norm.h): outputs and dx against the cpu, its backward op's
+// rule, the ledger against meta.
+TEST(InstanceNormCuda, MatchesCpu) {
+  for (DType dt : kFloats) {
+    for (const Case& c : {Case{"one chunk", {2, 7, 9, 64}}, Case{"18 chunks a sample", {3, 65, 65, 48}},
+                          Case{"scalar channels", {2, 11, 13, 3}}}) {
+      std::string what = engine::str("instance_norm ", engine::dtype_name(dt), " ", c.layout);
+      const int64_t S = rows_of(c.shape) / c.shape[0];
+      expect_cuda_matches_cpu(
+          what, [](const std::vector<Tensor>& in) { return ops::instance_norm(in[0]); },
+          {cpu_input(c.shape, dt, x_low(dt), x_high(dt), true)}, sum_tolerance(dt, S));
+    }
+  }
+}
+
+TEST(InstanceNormCuda, BackwardOpAndItsRuleMatchCpu) {
+  for (DType dt : {DType::f32, DType::f64}) {
+    const Shape shape{2, 33, 33, 12};
+    auto f = [](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+      Tensor mean, invstd;
+      {
+        graph::NoGrad ng;
+        const DType st = in[1].dtype() == DType::f64 ? DType::f64 : DType::f32;
+        Tensor xs = ops::to(in[1], st);
+        Tensor mu = ops::mean(xs, {1, 2}, true), xc = ops::sub(xs, mu);
+        mean = ops::contiguous(ops::reshape(mu, {2, -1}));
+        invstd =
+            ops::contiguous(ops::reshape(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {1, 2}), 1e-5)), {2, -1}));
+      }
+      return {ops::instance_norm_backward(in[0], in[1], mean, invstd, 1e-5)};
+    };
+    testutil::expect_cuda_matches_cpu_multi(
+        engine::str("instance_norm_backward ", engine::dtype_name(dt)), f,
+        {cpu_input(shape, dt, -1, 1, true), cpu_input(shape, dt, x_low(dt), x_high(dt), true)},
+        sum_tolerance(dt, 33 * 33));
+  }
+}
+
+TEST(InstanceNormCuda, LedgerMatchesMeta) {
+  testutil::expect_cuda_ledger_matches_meta([] {
+    Tensor x = ops::rand({2, 17, 17, 32}, -2, 2, DType::f32).set_requires_grad(true);
+    graph::backward(ops::sum(ops::mul(ops::instance_norm(ops::instance_norm(x)), x)));
+  });
+}
+
+// Not run by default: pix2pixHD's largest instance norms (batch 1): the local enhancer's 1024 x 2048 x 32 and
+// 512 x 1024 x 64, the global generator's 256 x 512 x 128 and its 64 x 128 x 1024 ResNet blocks. Bytes as for
+// batch norm (forward 3 passes of x, backward 5).
+TEST(InstanceNormCuda, DISABLED_Bandwidth) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (Shape s :
+         {Shape{1, 1024, 2048, 32}, Shape{1, 512, 1024, 64}, Shape{1, 256, 512, 128}, Shape{1, 64, 128, 1024}}) {
+      Tensor x = testutil::to_cuda(cpu_input(s, dt, -2, 2));
+      Tensor g = testutil::to_cuda(cpu_input(s, dt, -1, 1));
+      const double bytes = double(x.nbytes());
+      testutil::measure_bandwidth(
+          engine::str("instance_norm forward ", engine::dtype_name(dt), " ", engine::shape_str(s)), 3 * bytes,
+          [&] { ops::instance_norm(x); });
+      Tensor mean, invstd;
+      {
+        engine::DeviceGuard guard(testutil::cuda_device());
+        mean = ops::zeros({1, s.back()});
+        invstd = ops::ones({1, s.back()});
+      }
+      testutil::measure_bandwidth(
+          engine::str("instance_norm backward ", engine::dtype_name(dt), " ", engine::shape_str(s)), 5 * bytes,
+          [&] { ops::instance_norm_backward(g, x, mean, invstd, 1e-5); });
+    }
+  }
+}

@@ -265,3 +265,85 @@ TEST(BatchNorm, MetaAllocatesLikeCpu) {
     graph::backward(ops::sum(ops::mul(z, x)));
   });
 }
+
+// Instance norm: batch norm of each sample on its own (ops/batch_norm.h).
+TEST(InstanceNorm, MatchesLoopsPerSampleAndChannel) {
+  const double eps = 1e-5;
+  const int64_t N = 3, C = 6;
+  Tensor x = ops::rand({N, 5, 4, C}, -2, 3, DType::f64);
+  Tensor y = ops::instance_norm(x, eps);
+  ASSERT_EQ(y.shape(), x.shape());
+  const std::vector<double> xv = x.to_double(), yv = y.to_double();
+  const size_t per = xv.size() / size_t(N);
+  for (int64_t n = 0; n < N; n++) {
+    std::vector<double> xs(xv.begin() + n * per, xv.begin() + (n + 1) * per);
+    ChannelStats s = channel_stats(xs, C);
+    std::vector<double> want = normalize(xs, s.mean, s.var, {}, {}, C, eps);
+    std::vector<double> got(yv.begin() + n * per, yv.begin() + (n + 1) * per);
+    expect_all_near(got, want, 1e-12, "instance_norm");
+  }
+  // f32 storage, many row chunks per sample (S = 40000 rows: 157 chunks), against the f64 result.
+  Tensor big = ops::rand({2, 200, 200, 3}, -1, 2, DType::f64);
+  Tensor y32 = ops::to(ops::instance_norm(ops::to(big, DType::f32)), DType::f64), y64 = ops::instance_norm(big);
+  expect_all_near(y32.to_double(), y64.to_double(), 1e-5, "instance_norm f32, many chunks");
+}
+
+TEST(InstanceNorm, SavesInputMeanAndInvstd) {
+  Tensor x = rand_input({2, 4, 4, 8}, -2, 2).set_requires_grad(true);
+  Tensor y = ops::instance_norm(x);
+  ASSERT_TRUE(y.grad_fn());
+  ASSERT_EQ(y.grad_fn()->saved_tensors.size(), 3u);
+  EXPECT_EQ(y.grad_fn()->saved(1).shape(), (Shape{2, 8}));
+  EXPECT_EQ(y.grad_fn()->saved(2).shape(), (Shape{2, 8}));
+}
+
+TEST(InstanceNorm, GradAndDoubleBackward) {
+  Tensor x = rand_input({2, 3, 2, 3}, -2, 2);
+  testutil::Fn f = [](const std::vector<Tensor>& in) { return ops::instance_norm(in[0], 1e-5); };
+  testutil::expect_gradcheck(f, {x});
+  testutil::expect_double_backward(f, {x});
+}
+
+TEST(InstanceNorm, BackwardOpIsDifferentiable) {
+  const double eps = 1e-5;
+  Tensor g = rand_input({2, 3, 2, 2}), x = rand_input({2, 3, 2, 2}, -2, 2);
+  testutil::Fn f = [eps](const std::vector<Tensor>& in) {
+    Tensor mean, invstd;
+    {  // the statistics as the forward saves them: constants of the op (its rule recomputes them from x)
+      graph::NoGrad ng;
+      Tensor xd = in[1].detach();
+      Tensor mu = ops::mean(xd, {1, 2}, false), xc = ops::sub(xd, ops::mean(xd, {1, 2}, true));
+      mean = ops::contiguous(mu);
+      invstd = ops::contiguous(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {1, 2}, false), eps)));
+    }
+    return ops::instance_norm_backward(in[0], in[1], mean, invstd, eps);
+  };
+  testutil::expect_gradcheck(f, {g, x});
+  testutil::expect_double_backward(f, {g, x});
+}
+
+TEST(InstanceNorm, Errors) {
+  try {
+    ops::instance_norm(ops::zeros({4, 6}));
+    FAIL() << "expected an error";
+  } catch (const engine::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[N, ..., C]"), std::string::npos) << e.what();
+  }
+  try {
+    ops::instance_norm(ops::zeros({2, 1, 1, 6}));
+    FAIL() << "expected an error";
+  } catch (const engine::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 1 value per sample"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ops::instance_norm(ops::zeros({2, 3, 3, 6}), -1.0), engine::Error);
+  Tensor x = ops::zeros({2, 3, 3, 6});
+  EXPECT_THROW(ops::instance_norm_backward(x, x, ops::zeros({2, 5}), ops::ones({2, 6}), 1e-5), engine::Error);
+}
+
+TEST(InstanceNorm, MetaAllocatesLikeCpu) {
+  testutil::expect_meta_allocates_like_cpu([] {
+    Tensor x = ops::rand({2, 5, 7, 8}).set_requires_grad(true);
+    Tensor y = ops::instance_norm(ops::instance_norm(x));
+    graph::backward(ops::sum(ops::mul(y, x)));
+  });
+}

@@ -48,7 +48,13 @@ TEST_P(SteadyState, TheAnswerTrainsTheWholeRunAndTheNextBatchFails) {
   tools::MaxBatchOptions options;
   options.limit = int64_t(1) << 20;  // transformer_lm's small sequences pass the default limit in bf16
   tools::MaxBatchResult r = tools::find_max_batch(c, engine::DeviceType::meta, kArena, options);
-  ASSERT_GT(r.largest_fit, 0) << "nothing fits " << engine::format_bytes(kArena);
+  if (r.largest_fit == 0) {  // an answer too: pix2pixhd's fp32 step at 2048 x 1024 needs more than this arena
+    ASSERT_GT(r.first_fail, 0);
+    c.batch = r.first_fail;
+    EXPECT_NE(run_steps(c, 2), "") << "batch " << r.first_fail << " was said not to fit "
+                                   << engine::format_bytes(kArena) << ", but it trains";
+    return;
+  }
   ASSERT_GT(r.first_fail, 0) << "the search limit fit: nothing to check";
   EXPECT_EQ(r.first_fail, r.largest_fit + 1);
   const tools::MaxBatchProbe* fail = nullptr;

@@ -13,6 +13,7 @@
 #include "engine/io.h"
 #include "engine/rng.h"
 #include "engine/safetensors.h"
+#include "models/data/cityscapes.h"
 #include "models/data/detection.h"
 #include "models/data/glue.h"
 #include "models/data/image_io.h"
@@ -94,6 +95,8 @@ std::vector<FormatSample> format_samples() {
       {InputFormat::vocab, "vocab", file_text("tests/data/bert/vocab.txt")},
       {InputFormat::jpeg, "jpeg", file_text("tests/data/voc_sample/JPEGImages/2007_000001.jpg")},
       {InputFormat::png, "png", file_text("tests/data/voc_sample/SegmentationClass/2007_000001.png")},
+      {InputFormat::png16, "png16",
+       file_text("tests/data/cityscapes_sample/gtFine/train/testcity/testcity_000000_000001_gtFine_instanceIds.png")},
       {InputFormat::coco_json, "coco_json", file_text("tests/data/coco_sample/annotations/instances_train2017.json")},
       {InputFormat::byte_data, "byte_data", file_text("tests/data/bert/bytes_sample.txt")},
   };
@@ -159,6 +162,13 @@ void read_input(InputFormat format, const std::string& bytes, const std::string&
       SegmentationSet voc(set, 5);
       Image image, label;
       voc.load(0, image, label);
+      return;
+    }
+    case InputFormat::png16: {  // as the first instance map of the Cityscapes sample: decoded whole, checked
+      const std::string set = sample_copy(dir, "cityscapes_sample");
+      write_bytes(set + "/gtFine/train/testcity/testcity_000000_000001_gtFine_instanceIds.png", bytes);
+      CityscapesSet cityscapes(set, 5);
+      cityscapes.batch(2, 64, 128, 1, 1);
       return;
     }
     case InputFormat::coco_json: {

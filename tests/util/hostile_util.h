@@ -12,16 +12,17 @@
 namespace testutil {
 
 enum class InputFormat {
-  checkpoint,   // an engine checkpoint (safetensors), loaded into a tiny transformer_lm
-  batch_file,   // a safetensors batch for engine_train --batch-file
-  squad_json,   // SQuAD 1.1 JSON
-  glue_tsv,     // a GLUE task's train.tsv (RTE's columns)
-  token_file,   // a translation token file (one sentence of ids per line)
-  vocab,        // a WordPiece vocabulary
-  jpeg,         // an image, as the VOC and COCO readers decode it
-  png,          // a label map, as the VOC reader decodes and checks it
-  coco_json,    // COCO instances JSON (with the sample's images)
-  byte_data,    // the masked LM's raw byte data
+  checkpoint,  // an engine checkpoint (safetensors), loaded into a tiny transformer_lm
+  batch_file,  // a safetensors batch for engine_train --batch-file
+  squad_json,  // SQuAD 1.1 JSON
+  glue_tsv,    // a GLUE task's train.tsv (RTE's columns)
+  token_file,  // a translation token file (one sentence of ids per line)
+  vocab,       // a WordPiece vocabulary
+  jpeg,        // an image, as the VOC and COCO readers decode it
+  png,         // a label map, as the VOC reader decodes and checks it
+  png16,       // a 16-bit instance map, as the Cityscapes reader (pix2pixhd --data) decodes and checks it
+  coco_json,   // COCO instances JSON (with the sample's images)
+  byte_data,   // the masked LM's raw byte data
 };
 
 struct FormatSample {
