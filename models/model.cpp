@@ -205,6 +205,33 @@ StepResult Model::train_step(int64_t step) {
   return r;
 }
 
+bool Model::update_network(ops::Optimizer& opt, const graph::Module& net, const Tensor& loss, const std::string& name,
+                           StepResult& r) {
+  const bool scaled = precision_ == Precision::fp16;
+  const double scale = loss_scaler_.scale;
+  opt.zero_grad();
+  {
+    engine::MemoryScope s("update_" + name);  // the gradient sums of this backward
+    graph::backward(scaled ? ops::mul(loss, scale) : loss);
+  }
+  engine::PhaseScope phase(Phase::optimizer);
+  bool finite = true;
+  if (scaled) {
+    finite = std::isfinite(ops::grad_norm(net.parameters()) / scale);
+    opt.set_grad_scale(1.0 / scale);
+  }
+  if (finite) {
+    if (schedule_ && &opt == optimizer_.get()) opt.set_lr(schedule_->lr(opt.step_count()));
+    opt.step();
+  } else {
+    opt.allocate_state();  // the layout as if the update had run (Optimizer::allocate_state)
+    r.details.push_back(
+        engine::str("fp16: ", name, "'s gradients overflowed at loss scale ", scale, ": its update skipped"));
+  }
+  opt.zero_grad();
+  return finite;
+}
+
 StepResult Model::eval_step(int64_t step) {
   module().eval();
   graph::NoGrad ng;

@@ -53,6 +53,7 @@ struct ModelConfig {
   int64_t accumulate = 1;  // micro-batches per optimizer step (Model::set_accumulation)
   int64_t generate = 0;    // decoder LMs under --inference: tokens decoded per eval step (ModelEntry::generates)
   int64_t prefill_tokens = 8192;  // prompt tokens per prefill pass when generating (0: the whole batch at once)
+  int64_t r1_every = 1;           // stylegan: the R1 penalty on every k-th D step (lazy regularization; 1: v1)
   bool inference = false;  // the model will only run eval steps: bf16/fp16 keep no f32 masters (set_precision)
   std::string optimizer;   // "" : the model's recipe; else a name of ops::optimizer_names() (Model::use_optimizer)
   uint64_t seed = 1;
@@ -173,6 +174,14 @@ class Model {
   // The fixed batch when one is set, else make_batch(step); and loss() with a clear error when a fixed batch
   // lacks a tensor the model reads.
   Batch next_batch(int64_t step);
+  // One network's update in a step of several (a GAN's G or D, each with its own optimizer `opt` over `net`'s
+  // parameters): opt's zero_grad (dropping what an earlier backward left in them), backward from `loss` (times the
+  // loss scale under fp16; allocations owned by "update_<name>"), then in the optimizer phase the update, or under
+  // fp16 when net's gradients overflowed the optimizer's allocate_state instead (a line in r.details), then
+  // zero_grad. Returns whether the gradients were finite (always true but under fp16); the caller moves the loss
+  // scale once per step (loss_scaler_.update of every update's answer).
+  bool update_network(ops::Optimizer& opt, const graph::Module& net, const Tensor& loss, const std::string& name,
+                      StepResult& r);
   // Micro-batch j (0-based) of step `step` under accumulation: next_batch of its own step number, or slice j of
   // the fixed batch; next_batch(step) itself when there is no accumulation.
   Batch micro_batch(int64_t step, int64_t j);

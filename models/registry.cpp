@@ -16,6 +16,7 @@
 #include "models/vision/deeplabv3.h"
 #include "models/vision/nasnet.h"
 #include "models/vision/pix2pixhd.h"
+#include "models/vision/stylegan.h"
 #include "models/vision/yolov3.h"
 
 namespace models {
@@ -53,6 +54,11 @@ const std::vector<ModelEntry>& registry() {
        "PatchGAN "
        "D with feature matching, frozen VGG19 perceptual loss; one step = G's Adam then D's (sizes 1024p, tiny)",
        [](const ModelConfig& c) { return std::unique_ptr<Model>(new vision::Pix2PixHD(c)); }},
+      {"stylegan",
+       "StyleGAN v1 on FFHQ 1024x1024: mapping 8 x 512, style-modulated synthesis from a 4x4 constant (18 layers, "
+       "noise, "
+       "blur), D_basic with minibatch stddev, logistic losses + R1 (gamma 10); D step then G step (sizes 1024, tiny)",
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new vision::StyleGAN(c)); }},
       {"yolov3",
        "YOLOv3 on MSCOCO 608x608: Darknet-53 + 3 YOLO scales (19/38/76), 9 anchors, 80 classes, darknet's loss with "
        "on-device targets from 100 box slots (sizes coco, tiny)",

@@ -38,6 +38,8 @@ const char* unary_name(UnaryOp op) {
     case UnaryOp::gelu_tanh: return "gelu_tanh";
     case UnaryOp::pow: return "pow";
     case UnaryOp::erf: return "erf";
+    case UnaryOp::softplus:
+      return "softplus";
   }
   return "unary";
 }
@@ -201,6 +203,7 @@ Tensor gelu(const Tensor& x) { return unary(UnaryOp::gelu, x); }
 Tensor gelu_tanh(const Tensor& x) { return unary(UnaryOp::gelu_tanh, x); }
 Tensor pow(const Tensor& x, double exponent) { return unary(UnaryOp::pow, x, exponent); }
 Tensor erf(const Tensor& x) { return unary(UnaryOp::erf, x); }
+Tensor softplus(const Tensor& x) { return unary(UnaryOp::softplus, x); }
 
 // ---------------------------------------------------------------------------------------------------
 // Comparisons

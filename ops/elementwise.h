@@ -46,6 +46,7 @@ Tensor gelu(const Tensor& x);       // erf form (BERT, XLM)
 Tensor gelu_tanh(const Tensor& x);  // tanh approximation
 Tensor pow(const Tensor& x, double exponent);
 Tensor erf(const Tensor& x);
+Tensor softplus(const Tensor& x);  // log(1 + exp(x)), overflow-free (StyleGAN's logistic losses)
 
 // --- comparisons (no gradient; result dtype bool, 1 or 0) -------------------------------------------
 Tensor compare(CompareOp op, const Tensor& x, double c);

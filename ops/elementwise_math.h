@@ -13,13 +13,20 @@
 namespace ops {
 
 enum class UnaryOp : uint8_t {
-  affine,      // alpha * x + beta
-  exp, log, sqrt, rsqrt, tanh, sigmoid, relu,
+  affine,  // alpha * x + beta
+  exp,
+  log,
+  sqrt,
+  rsqrt,
+  tanh,
+  sigmoid,
+  relu,
   leaky_relu,  // slope alpha
   gelu,        // x * Phi(x), erf form
   gelu_tanh,   // tanh approximation
   pow,         // x ^ alpha
   erf,
+  softplus,  // log(1 + exp(x)), as max(x, 0) + log1p(exp(-|x|)) (no overflow); f' = sigmoid(x)
 };
 
 // True when backward needs the output y rather than the input x.
@@ -48,6 +55,8 @@ template <typename A> ENGINE_HD A unary_f(UnaryOp op, A x, A alpha, A beta) {
     }
     case UnaryOp::pow: return std::pow(x, alpha);
     case UnaryOp::erf: return std::erf(x);
+    case UnaryOp::softplus:
+      return (x > A(0) ? x : A(0)) + std::log1p(std::exp(-(x > A(0) ? x : -x)));
   }
   return A(0);
 }
@@ -78,6 +87,8 @@ template <typename A> ENGINE_HD A unary_df(UnaryOp op, A s, A alpha, A beta) {
     }
     case UnaryOp::pow: return alpha * std::pow(s, alpha - one);
     case UnaryOp::erf: return A(1.12837916709551257390) * std::exp(-s * s);
+    case UnaryOp::softplus:
+      return one / (one + std::exp(-s));
   }
   return A(0);
 }
@@ -109,6 +120,10 @@ template <typename A> ENGINE_HD A unary_d2f(UnaryOp op, A s, A alpha, A beta) {
     }
     case UnaryOp::pow: return alpha * (alpha - one) * std::pow(s, alpha - A(2));
     case UnaryOp::erf: return A(-2.25675833419102514780) * s * std::exp(-s * s);
+    case UnaryOp::softplus: {
+      const A sig = one / (one + std::exp(-s));
+      return sig * (one - sig);
+    }
   }
   return A(0);
 }

@@ -43,6 +43,7 @@ constexpr CountField kCountFields[] = {
     {"batch", [](models::ModelConfig& c) -> int64_t& { return c.batch; }},
     {"tokens", [](models::ModelConfig& c) -> int64_t& { return c.tokens; }},
     {"accumulate", [](models::ModelConfig& c) -> int64_t& { return c.accumulate; }},
+    {"r1-every", [](models::ModelConfig& c) -> int64_t& { return c.r1_every; }},
     {"layers", [](models::ModelConfig& c) -> int64_t& { return c.dims.layers; }},
     {"hidden", [](models::ModelConfig& c) -> int64_t& { return c.dims.hidden; }},
     {"heads", [](models::ModelConfig& c) -> int64_t& { return c.dims.heads; }},

@@ -38,6 +38,7 @@ std::vector<std::pair<std::string, std::string>> config_settings(const models::M
   const auto dims = dims_settings(c);
   s.insert(s.end(), dims.begin(), dims.end());
   s.insert(s.end(), {{"accumulate", c.accumulate > 1 ? std::to_string(c.accumulate) : ""},
+                     {"r1-every", c.r1_every > 1 ? std::to_string(c.r1_every) : ""},
                      {"generate", count(c.generate)},
                      {"prefill-tokens", c.prefill_tokens == 8192 ? "" : std::to_string(c.prefill_tokens)},
                      {"precision", unless(c.precision, "fp32")},

@@ -198,6 +198,8 @@ void add_flags(tools::Flags& flags) {
                  "category and why it exists and when it died, then the step's peak (small configs)");
   flags.add_bool("find-max-batch", "find the largest batch that fits the arena (2 steps per probe) and stop");
   flags.add_int("accumulate", 1, "gradient accumulation: micro-batches of --batch per optimizer step");
+  flags.add_int("r1-every", 1,
+                "stylegan: the R1 penalty on every N-th D step only, weighted N (StyleGAN2's lazy regularization)");
   flags.add_int("global-batch", 0,
                 "with --find-max-batch: the largest micro-batch for this global batch (the whole "
                 "batch in one step if it fits, else micro-batches with --accumulate)");
@@ -237,6 +239,9 @@ models::ModelConfig config_of(const tools::Flags& flags) {
   config.task = flags.str("task");
   tools::read_shape_flags(flags, config);
   config.accumulate = flags.integer("accumulate");
+  config.r1_every = flags.integer("r1-every");
+  ENGINE_CHECK(!flags.given("r1-every") || config.name == "stylegan",
+               "engine_train: --r1-every is stylegan's (its R1 penalty); ", config.name, " has none");
   config.generate = flags.integer("generate");
   config.prefill_tokens = flags.integer("prefill-tokens");
   config.inference = flags.on("inference");

@@ -434,37 +434,11 @@ StepResult Pix2PixHD::train_step(int64_t step) {
     l = losses(batch);
     result.items = items(batch);
   }
-  // train.py: G's update from loss_G (its backward also reaches D's weights through D(fake)), then D's. fp16: both
-  // backward passes from the loss times the one loss scale (as apex's amp with one loss scaler); each update is
-  // skipped if its network's gradients overflowed, and the scale moves once per step.
-  const bool scaled = precision_ == Precision::fp16;
-  const double scale = loss_scaler_.scale;
-  bool finite = true;
-  auto update = [&](ops::Optimizer& opt, const graph::Module& net, const Tensor& loss, const char* name) {
-    opt.zero_grad();  // D's: drops what loss_G's backward left in it
-    {
-      engine::MemoryScope s(engine::str("update_", name));  // the gradient sums of this backward
-      graph::backward(scaled ? ops::mul(loss, scale) : loss);
-    }
-    engine::PhaseScope phase(engine::Phase::optimizer);
-    bool apply = true;
-    if (scaled) {
-      apply = std::isfinite(ops::grad_norm(net.parameters()) / scale);
-      finite = finite && apply;
-      opt.set_grad_scale(1.0 / scale);
-    }
-    if (apply) {
-      opt.step();
-    } else {
-      opt.allocate_state();  // the layout as if the update had run (Optimizer::allocate_state)
-      result.details.push_back(
-          engine::str("fp16: ", name, "'s gradients overflowed at loss scale ", scale, ": its update skipped"));
-    }
-    opt.zero_grad();
-  };
-  update(*optimizer_, *net_->netG, l.loss_g, "G");
-  update(*optimizer_d_, *net_->netD, l.loss_d, "D");
-  if (scaled) loss_scaler_.update(finite);
+  // train.py: G's update from loss_G (its backward also reaches D's weights through D(fake)), then D's (its
+  // zero_grad drops those). fp16: both backward passes from the loss times the one loss scale (apex amp's default).
+  bool finite = update_network(*optimizer_, *net_->netG, l.loss_g, "G", result);
+  finite = update_network(*optimizer_d_, *net_->netD, l.loss_d, "D", result) && finite;
+  if (precision_ == Precision::fp16) loss_scaler_.update(finite);
   const std::pair<const char*, const Tensor*> named[] = {
       {"G_GAN", &l.g_gan},   {"G_GAN_Feat", &l.g_feat}, {"G_VGG", &l.g_vgg},  {"D_real", &l.d_real},
       {"D_fake", &l.d_fake}, {"loss_G", &l.loss_g},     {"loss_D", &l.loss_d}};

@@ -57,6 +57,7 @@ const UnaryCase kUnary[] = {
     {"gelu_tanh", ops::UnaryOp::gelu_tanh, 0, 0, -3, 3, true},
     {"pow", ops::UnaryOp::pow, 2.5, 0, 0.5, 2, true},
     {"erf", ops::UnaryOp::erf, 0, 0, -2, 2, true},
+    {"softplus", ops::UnaryOp::softplus, 0, 0, -3, 3, true},
 };
 
 }  // namespace

@@ -84,6 +84,7 @@ TEST(Elementwise, UnaryGradAndDoubleBackward) {
       {"gelu_tanh", [](const Tensor& x) { return ops::gelu_tanh(x); }, -2, 2},
       {"pow", [](const Tensor& x) { return ops::pow(x, 2.5); }, 0.5, 2},
       {"erf", [](const Tensor& x) { return ops::erf(x); }, -2, 2},
+      {"softplus", [](const Tensor& x) { return ops::softplus(x); }, -3, 3},
       {"affine", [](const Tensor& x) { return ops::add(ops::mul(x, -1.5), 0.25); }, -2, 2},
   };
   for (const auto& c : cases) {
@@ -126,4 +127,19 @@ TEST(Elementwise, InPlaceRefusesTensorsThatNeedGrad) {
   ops::add_(y, x, 2.0);
   std::vector<double> xv = x.to_double(), yv = y.to_double();
   for (int i = 0; i < 3; i++) EXPECT_DOUBLE_EQ(yv[i], 1 + 2 * xv[i]);
+}
+
+// softplus = log(1 + exp(x)) without overflow at large |x| (StyleGAN's logistic losses see scores of any size).
+TEST(Elementwise, SoftplusIsStableAtLargeMagnitudes) {
+  Tensor x = ops::from_vector(std::vector<double>{-800, -30, -1, 0, 1, 30, 800}, {7}, DType::f64);
+  const std::vector<double> y = ops::softplus(x).to_double(), xs = x.to_double();
+  for (size_t i = 0; i < xs.size(); i++) {
+    const double want = xs[i] > 0 ? xs[i] + std::log1p(std::exp(-xs[i])) : std::log1p(std::exp(xs[i]));
+    EXPECT_NEAR(y[i], want, 1e-12 * std::max(1.0, std::fabs(want))) << xs[i];
+    EXPECT_TRUE(std::isfinite(y[i]));
+  }
+  EXPECT_NEAR(y[3], std::log(2.0), 1e-15);
+  Tensor f32 = ops::softplus(ops::from_vector(std::vector<double>{-200, 200}, {2}, DType::f32));
+  EXPECT_EQ(f32.to_double()[1], 200.0);
+  EXPECT_GE(f32.to_double()[0], 0.0);
 }

@@ -1,0 +1,176 @@
+// stylegan_test.cpp: StyleGAN v1 on the cpu and meta: the 1024 networks' parameter counts from the architecture
+// (term by term here: the paper's 26.2 M and 23.1 M), the R1 penalty's double backward through a whole (tiny, f64)
+// discriminator against finite differences, the fused resampling convs against their unfused definitions, the tiny
+// model training (both losses finite and moving, G's moving average following G), meta making the cpu's
+// allocations, and --r1-every's saving on the steps without the penalty.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/device.h"
+#include "graph/autograd.h"
+#include "graph/module.h"
+#include "models/registry.h"
+#include "models/vision/stylegan.h"
+#include "ops/elementwise.h"
+#include "ops/factory.h"
+#include "ops/reduce.h"
+#include "ops/resample.h"
+#include "tests/util/gradcheck_util.h"
+
+using engine::Device;
+using engine::DeviceType;
+using engine::DType;
+using engine::Tensor;
+using models::vision::StyleGAN;
+using models::vision::StyleGANConfig;
+
+namespace {
+
+StyleGANConfig config(const std::string& size, int64_t r1_every = 1) {
+  models::ModelConfig c;
+  c.name = "stylegan";
+  c.size = size;
+  c.r1_every = r1_every;
+  return StyleGANConfig::from(c);
+}
+
+int64_t count(const graph::Module& m) {
+  int64_t n = 0;
+  for (const Tensor& p : m.parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace
+
+TEST(StyleGAN, ParameterCountsAt1024FromTheArchitecture) {
+  auto device = Device::create(DeviceType::meta, size_t(1) << 40);
+  engine::DeviceGuard guard(device);
+  StyleGAN model(config("1024"));
+  auto nf = [](int64_t stage) { return std::min<int64_t>(8192 >> stage, 512); };
+  const int64_t w = 512;
+  // Mapping: 8 dense 512 -> 512 with biases.
+  int64_t g = 8 * (512 * 512 + 512);
+  // Synthesis: per layer its conv (none for the constant, which is 4 x 4 x 512), noise strengths and biases (C each)
+  // and the style dense w -> 2C with its bias; ToRGB 1x1 to 3 with bias.
+  auto layer = [&](int64_t conv, int64_t c) { return conv + c + c + w * 2 * c + 2 * c; };
+  g += layer(16 * nf(1), nf(1)) + layer(9 * nf(1) * nf(1), nf(1));
+  for (int64_t res = 3; res <= 10; res++)
+    g += layer(9 * nf(res - 2) * nf(res - 1), nf(res - 1)) + layer(9 * nf(res - 1) * nf(res - 1), nf(res - 1));
+  g += nf(9) * 3 + 3;
+  EXPECT_EQ(count(*model.net().G), g);
+  EXPECT_EQ(g, 26212019);  // the paper's 26.2 M
+  // D: FromRGB 1x1, per resolution 1024 ... 8 two 3x3 convs, then the 4x4 conv on C + 1 maps, dense 16C -> 512, -> 1.
+  int64_t d = 3 * nf(9) + nf(9);
+  for (int64_t res = 10; res >= 3; res--)
+    d += 9 * nf(res - 1) * nf(res - 1) + nf(res - 1) + 9 * nf(res - 1) * nf(res - 2) + nf(res - 2);
+  d += 9 * (nf(1) + 1) * nf(1) + nf(1) + 16 * nf(1) * nf(0) + nf(0) + nf(0) + 1;
+  EXPECT_EQ(count(*model.net().D), d);
+  EXPECT_EQ(d, 23077137);  // the paper's 23.1 M
+  EXPECT_EQ(model.config().num_layers(), 18);
+}
+
+// R1 = |dD(x)/dx|^2: its gradient in x is a second derivative of the whole discriminator (every op's double
+// backward: convs, the fused downscaling conv, blur, leaky ReLU, minibatch stddev, dense), checked against finite
+// differences of R1 itself in f64.
+TEST(StyleGAN, TheR1PenaltysDoubleBackwardThroughTheDiscriminator) {
+  StyleGANConfig c = config("tiny");
+  c.resolution = 8;  // one 8x8 block: all of D's ops, few parameters
+  graph::ParameterDtypeScope f64(DType::f64);
+  models::vision::StyleGANDiscriminator D(c);
+  Tensor x = testutil::rand_input({4, 8, 8, 3});
+  testutil::Fn r1 = [&D](const std::vector<Tensor>& in) {
+    // The finite differences evaluate R1 itself, which needs the first backward: gradients on, x a leaf.
+    const bool outer = in[0].requires_grad();
+    graph::EnableGrad on(true);
+    Tensor xin = outer ? in[0] : in[0].detach().set_requires_grad(true);
+    Tensor g = graph::grad({ops::sum(D.forward(xin))}, {xin}, {}, outer)[0];
+    return ops::sum(ops::mul(g, g));
+  };
+  testutil::expect_gradcheck(r1, {x});
+}
+
+// The fused resampling convs (from 128 up) against their definitions (f64). Down: the stride-2 conv with the averaged
+// 4x4 kernel is the 3x3 conv then the 2x2 average, exactly. Up: the transposed conv with the summed 4x4 kernel (as
+// StyleGAN builds it, unflipped) is nearest upsampling then the 3x3 conv of the kernel turned by 180 degrees, exactly.
+TEST(StyleGAN, FusedResamplingConvsEqualTheirDefinitions) {
+  graph::ParameterDtypeScope f64(DType::f64);
+  models::vision::EqualizedConv conv(5, 6, 3, std::sqrt(2.0)), turned(5, 6, 3, std::sqrt(2.0));
+  {
+    graph::NoGrad ng;
+    std::vector<double> w = conv.weight.to_double(), r(w.size());  // [6, 3, 3, 5]
+    for (int64_t o = 0; o < 6; o++)
+      for (int64_t y = 0; y < 3; y++)
+        for (int64_t x = 0; x < 3; x++)
+          for (int64_t i = 0; i < 5; i++)
+            r[size_t(((o * 3 + (2 - y)) * 3 + (2 - x)) * 5 + i)] = w[size_t(((o * 3 + y) * 3 + x) * 5 + i)];
+    ops::copy_(turned.weight, ops::from_vector(r, {6, 3, 3, 5}, DType::f64));
+  }
+  Tensor x = ops::rand({2, 8, 8, 5}, -1, 1, DType::f64);
+  auto expect_equal = [](const Tensor& a, const Tensor& b, const char* what) {
+    ASSERT_EQ(a.shape(), b.shape()) << what;
+    const std::vector<double> av = a.to_double(), bv = b.to_double();
+    for (size_t i = 0; i < av.size(); i++) EXPECT_NEAR(av[i], bv[i], 1e-10) << what << " element " << i;
+  };
+  expect_equal(conv.conv_up(x, true), turned.conv_up(x, false), "up");
+  expect_equal(conv.conv_down(x, true), conv.conv_down(x, false), "down");
+}
+
+TEST(StyleGAN, TinyTrainsOnCpu) {
+  auto device = Device::create(DeviceType::cpu, size_t(1) << 32);
+  engine::DeviceGuard guard(device);
+  StyleGAN model(config("tiny"));
+  const Tensor g0 = model.net().G->mapping_layers[0]->weight;
+  const std::vector<double> before = g0.to_double(), gs_before = model.gs()[0].second.to_double();
+  EXPECT_EQ(before, gs_before) << "Gs starts as G";
+  std::vector<models::StepResult> steps;
+  for (int64_t s = 1; s <= 4; s++) steps.push_back(model.train_step(s));
+  for (const auto& r : steps) {
+    EXPECT_TRUE(std::isfinite(r.losses.at("loss_D")) && std::isfinite(r.losses.at("loss_G")));
+    EXPECT_GT(r.losses.at("R1"), 0.0);
+  }
+  EXPECT_NE(steps[0].losses.at("loss_D"), steps[3].losses.at("loss_D"));
+  // Gs moves toward G by (1 - beta) per step: it has left its start, and stays closer to it than G.
+  const std::vector<double> after = g0.to_double(), gs_after = model.gs()[0].second.to_double();
+  double moved_g = 0, moved_gs = 0;
+  for (size_t i = 0; i < after.size(); i++) {
+    moved_g += std::fabs(after[i] - before[i]);
+    moved_gs += std::fabs(gs_after[i] - gs_before[i]);
+  }
+  EXPECT_GT(moved_gs, 0.0);
+  EXPECT_LT(moved_gs, moved_g);
+}
+
+TEST(StyleGAN, MetaMakesTheCpusAllocations) {
+  std::string csv[2];
+  int i = 0;
+  for (DeviceType t : {DeviceType::cpu, DeviceType::meta}) {
+    auto device = Device::create(t, size_t(1) << 32);
+    engine::DeviceGuard guard(device);
+    StyleGAN model(config("tiny"));
+    for (int64_t s = 1; s <= 2; s++) model.train_step(s);
+    csv[i++] = device->ledger().events_csv();
+  }
+  EXPECT_EQ(csv[0], csv[1]);
+}
+
+// --r1-every 4: steps 2-4 skip the penalty (and its double backward), step 5 has it; the peak of a step without it is
+// lower; the probe schedule reaches the first penalized step after the optimizer state exists.
+TEST(StyleGAN, LazyR1SavesMemoryOnTheStepsWithoutIt) {
+  auto step_peaks = [](int64_t every) {
+    auto device = Device::create(DeviceType::meta, size_t(1) << 40);
+    engine::DeviceGuard guard(device);
+    StyleGAN model(config("tiny", every));
+    std::vector<size_t> peaks;
+    for (int64_t s = 1; s <= 5; s++) {
+      device->ledger().reset_peak();
+      model.train_step(s);
+      peaks.push_back(device->ledger().peak_bytes());
+    }
+    EXPECT_EQ(model.probe_schedule().back(), every + 1);
+    return peaks;
+  };
+  const std::vector<size_t> every = step_peaks(1), lazy = step_peaks(4);
+  EXPECT_LT(lazy[2], every[2]) << "step 3: no R1 with --r1-every 4";
+  EXPECT_EQ(lazy[4], every[4]) << "step 5: R1 again, the same step";
+}
