@@ -6,7 +6,10 @@
 #ifdef ENGINE_CUDA
 #include "ops/cuda/dropout.h"
 #endif
+#include "ops/elementwise.h"
+#include "ops/factory.h"
 #include "ops/op.h"
+#include "ops/reduce.h"
 
 namespace ops {
 
@@ -72,6 +75,44 @@ Tensor drop_path_mask_apply(const Tensor& g, double keep_prob, uint64_t seed, ui
   check_probability("drop_path_mask_apply", keep_prob);
   return apply_dropout("drop_path_mask_apply", "drop_path_mask_apply", g, 1 - keep_prob, seed, offset,
                        sample_elements(g));
+}
+
+Tensor add_noise(const Tensor& x, const Tensor& strength) {
+  const char* name = "add_noise";
+  OpScope scope(name);
+  check_floating(name, "x", x);
+  check_same_dtype(name, x, strength);
+  check_same_device(name, x, strength);
+  ENGINE_CHECK(x.dim() >= 2 && strength.dim() == 1 && strength.size(0) == x.size(-1), name, ": strength must be [",
+               x.size(-1), "] for x ", engine::shape_str(x.shape()), " (channels last), got ",
+               engine::shape_str(strength.shape()));
+  engine::Shape noise_shape = x.shape();
+  noise_shape.back() = 1;
+  const engine::Generator at = engine::generator();  // the draw's (seed, offset): backward draws again from here
+  auto draw = [noise_shape, dtype = x.dtype(), device = x.device_ptr()] {
+    return randn(noise_shape, 0, 1, dtype, device);
+  };
+  Tensor y;
+  {
+    graph::NoGrad no_grad;  // one node for the whole op, saving nothing
+    y = add(x, mul(draw(), strength));
+  }
+  if (graph::any_requires_grad({x, strength})) {
+    graph::record(name, {x, strength}, {y}, {}, [at, draw](Node& n, const Grads& g) -> Grads {
+      Tensor dstrength;
+      if (n.needs_input_grad(1)) {
+        const engine::Generator now = engine::generator();
+        engine::generator() = at;
+        Tensor noise = draw();
+        engine::generator() = now;
+        std::vector<int64_t> dims(size_t(g[0].dim() - 1));
+        for (size_t i = 0; i < dims.size(); i++) dims[i] = int64_t(i);
+        dstrength = sum(mul(g[0], noise), dims);
+      }
+      return {g[0], dstrength};
+    });
+  }
+  return y;
 }
 
 }  // namespace ops

@@ -33,4 +33,11 @@ Tensor dropout_mask_apply(const Tensor& g, double p, uint64_t seed, uint64_t off
 Tensor drop_path(const Tensor& x, double keep_prob, bool training = true);
 Tensor drop_path_mask_apply(const Tensor& g, double keep_prob, uint64_t seed, uint64_t offset);
 
+// StyleGAN's noise input: y = x + n * strength for x [N, ..., C], strength [C], n [N, ..., 1] standard normal drawn
+// by ops::randn from the default generator. Like dropout's masks, n is not kept: the node saves the generator's
+// state at the draw and backward draws n again from it (the same Philox numbers on every device) for
+// d strength = sum over N, ... of g * n (written with ops: differentiable again); dx = g. The draw is freed when the
+// forward ends, so the op's activation cost is 0 bytes (a multiply would keep n for strength's gradient).
+Tensor add_noise(const Tensor& x, const Tensor& strength);
+
 }  // namespace ops

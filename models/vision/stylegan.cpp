@@ -10,6 +10,7 @@
 #include "models/vision/deeplabv3.h"
 #include "ops/batch_norm.h"
 #include "ops/conv.h"
+#include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
 #include "ops/matmul.h"
@@ -175,10 +176,9 @@ Tensor SynthesisLayer::forward(const Tensor& x_in, const Tensor& w) const {
   } else {
     x = conv->conv(x_in);
   }
-  const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
-  // Noise: one normal draw per pixel, every channel scaled by its own learned strength.
-  Tensor noise = ops::randn({N, H, W, 1}, 0, 1, x.dtype(), x.device_ptr());
-  x = ops::add(ops::add(x, ops::mul(noise, noise_strength)), bias);
+  const int64_t N = x.size(0), C = x.size(3);
+  // Noise: one normal draw per pixel, every channel scaled by its own learned strength (drawn again in backward).
+  x = ops::add(ops::add_noise(x, noise_strength), bias);
   x = ops::instance_norm(lrelu(x), 1e-8);
   Tensor st = ops::reshape(style->forward(w), {N, 1, 1, 2 * C});  // StyleMod: scale then shift
   return ops::add(ops::mul(x, ops::add(ops::slice(st, 3, 0, C), 1.0)), ops::slice(st, 3, C, 2 * C));

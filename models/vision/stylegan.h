@@ -5,7 +5,8 @@
 //   G_synthesis   a learned constant [4, 4, 512], then per resolution 4 ... 1024 two layers (18 in all): the first
 //                 upsamples (nearest x2 + 3x3 conv below 128, the fused transposed conv with the 4x4 kernel summed
 //                 from the 3x3 one from 128 up) and blurs ([1, 2, 1]^2 / 16, depthwise), the second is a 3x3 conv;
-//                 every layer ends with noise (one [N, H, W, 1] normal draw times a learned per-channel strength),
+//                 every layer ends with noise (ops::add_noise: one [N, H, W, 1] normal draw times a learned strength
+//                 per channel, drawn again in backward),
 //                 bias, leaky ReLU 0.2, instance norm (eps 1e-8) and the style modulation x (1 + s0) + s1 from a
 //                 dense of w; ToRGB (1x1 conv) at 1024. Channels min(8192 / 2^stage, 512): 512 up to 32x32, then
 //                 256, 128, 64, 32, 16.

@@ -174,3 +174,59 @@ TEST(StyleGAN, LazyR1SavesMemoryOnTheStepsWithoutIt) {
   EXPECT_LT(lazy[2], every[2]) << "step 3: no R1 with --r1-every 4";
   EXPECT_EQ(lazy[4], every[4]) << "step 5: R1 again, the same step";
 }
+
+// G's path, second derivatives included (f64, tiny widths): a synthesis layer of each kind (the constant, a conv, an
+// upsampling one: noise, bias, leaky ReLU, instance norm, style modulation) in x and w, and the mapping network
+// (pixel norm, equalized dense) in z; D's first derivatives in its input (R1's gradient).
+TEST(StyleGAN, EveryLayerHasFirstAndSecondDerivatives) {
+  graph::ParameterDtypeScope f64(DType::f64);
+  StyleGANConfig c = config("tiny");
+  c.resolution = 8;
+  using Kind = models::vision::SynthesisLayer::Kind;
+  for (Kind kind : {Kind::constant, Kind::conv, Kind::up}) {
+    SCOPED_TRACE(int(kind));
+    models::vision::SynthesisLayer layer(kind, 3, 4, 6, kind == Kind::up);
+    Tensor x = testutil::rand_input({2, 4, 4, 3}), w = testutil::rand_input({2, 6});
+    const engine::Generator at = engine::generator();
+    const bool constant = kind == Kind::constant;  // no input: only w
+    testutil::Fn f = [&layer, at, constant](const std::vector<Tensor>& in) {
+      engine::generator() = at;  // the same noise every call
+      return constant ? layer.forward(Tensor(), in[0]) : layer.forward(in[0], in[1]);
+    };
+    const std::vector<Tensor> inputs = constant ? std::vector<Tensor>{w} : std::vector<Tensor>{x, w};
+    testutil::expect_gradcheck(f, inputs);
+    testutil::expect_double_backward(f, inputs);
+  }
+  models::vision::StyleGANGenerator G(c);
+  testutil::Fn map = [&G](const std::vector<Tensor>& in) { return G.mapping(in[0]); };
+  Tensor z = testutil::rand_input({3, c.latent});
+  testutil::expect_gradcheck(map, {z});
+  testutil::expect_double_backward(map, {z});
+  models::vision::StyleGANDiscriminator D(c);
+  testutil::Fn d = [&D](const std::vector<Tensor>& in) { return D.forward(in[0]); };
+  testutil::expect_gradcheck(d, {testutil::rand_input({4, 8, 8, 3})});
+}
+
+// 200 steps of the tiny model: no NaN, both losses move; and two runs from one seed are the same run.
+TEST(StyleGAN, TwoHundredStepsWithoutNaNAndSeeded) {
+  std::vector<double> runs[2];
+  for (int run = 0; run < 2; run++) {
+    auto device = Device::create(DeviceType::cpu, size_t(1) << 32);
+    engine::DeviceGuard guard(device);
+    StyleGAN model(config("tiny"));
+    const int steps = run == 0 ? 200 : 3;
+    double d_min = 1e30, d_max = -1e30;
+    for (int64_t s = 1; s <= steps; s++) {
+      models::StepResult r = model.train_step(s);
+      for (const auto& [name, v] : r.losses) ASSERT_TRUE(std::isfinite(v)) << name << " at step " << s;
+      d_min = std::min(d_min, r.losses.at("loss_D")), d_max = std::max(d_max, r.losses.at("loss_D"));
+      if (s <= 3) {
+        for (const auto& [name, v] : r.losses) runs[run].push_back(v);
+      }
+    }
+    if (run == 0) {
+      EXPECT_GT(d_max - d_min, 0.1);
+    }
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+}

@@ -192,3 +192,32 @@ TEST(DropPath, GradAndDoubleBackwardWithFixedGenerator) {
   testutil::expect_gradcheck(f, {x});
   testutil::expect_double_backward(f, {x});
 }
+
+// StyleGAN's noise input: y - x is the generator's normal draw [N, H, W, 1] times the strength per channel; the node
+// keeps nothing and backward draws the same numbers again.
+TEST(AddNoise, IsTheGeneratorsDrawTimesTheStrengthAndSavesNothing) {
+  using engine::DType;
+  Tensor x = testutil::rand_input({2, 3, 4, 5}), s = testutil::rand_input({5}, 0.5, 1.5);
+  const engine::Generator at = engine::generator();
+  Tensor y = ops::add_noise(x, s);
+  const engine::Generator after = engine::generator();
+  engine::generator() = at;
+  const std::vector<double> n = ops::randn({2, 3, 4, 1}, 0, 1, DType::f64).to_double();
+  engine::generator() = after;
+  const std::vector<double> xv = x.to_double(), yv = y.to_double(), sv = s.to_double();
+  for (size_t i = 0; i < yv.size(); i++) EXPECT_NEAR(yv[i] - xv[i], n[i / 5] * sv[i % 5], 1e-12);
+  ASSERT_TRUE(y.grad_fn());
+  EXPECT_TRUE(y.grad_fn()->saved_tensors.empty());
+  // Gradients against finite differences (the generator rewound before each call, so every call draws the same
+  // noise), and again through the backward's own graph.
+  testutil::Fn f = [at](const std::vector<Tensor>& in) {
+    engine::generator() = at;
+    return ops::add_noise(in[0], in[1]);
+  };
+  testutil::expect_gradcheck(f, {x, s});
+  testutil::expect_double_backward(f, {x, s});
+  testutil::expect_meta_allocates_like_cpu([] {
+    Tensor a = ops::rand({2, 4, 4, 3}).set_requires_grad(true), b = ops::ones({3}).set_requires_grad(true);
+    graph::backward(ops::sum(ops::mul(ops::add_noise(a, b), a)));
+  });
+}
