@@ -7,10 +7,12 @@
 #include <stdlib.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <set>
 
 #include "engine/device.h"
+#include "engine/safetensors.h"
 #include "graph/autograd.h"
 #include "models/registry.h"
 #include "models/vision/pix2pixhd.h"
@@ -243,4 +245,43 @@ TEST(Pix2PixHD, LoadsEachNetworksOwnStateDict) {
   for (size_t i = 0; i < pa.size(); i++) EXPECT_EQ(pa[i].second.to_double(), pb[i].second.to_double()) << pa[i].first;
   std::map<std::string, Tensor> unknown = {{"encoder.weight", ops::zeros({2})}};
   EXPECT_THROW(b.load_weights(unknown), engine::Error);
+}
+
+// Parity with PyTorch (tests/data/pix2pixhd_reference.safetensors, written by tools/bench/pix2pixhd_parity.py: NVIDIA's
+// networks at the tiny shapes and torchvision's VGG19 layers, same weights and batch, float64): the fake image, the
+// five losses of pix2pixHD_model.forward within 1e-4 (the bound; fp32 here against float64), and each
+// VGG19 slice of the real image.
+TEST(Pix2PixHD, MatchesPyTorchWithTheSameWeightsAndBatch) {
+  auto device = Device::create(DeviceType::cpu, size_t(1) << 32);
+  engine::DeviceGuard guard(device);
+  Pix2PixHD model(config("tiny"));
+  std::map<std::string, Tensor> file = engine::load_safetensors("tests/data/pix2pixhd_reference.safetensors", device);
+  std::map<std::string, Tensor> weights;
+  models::Batch batch;
+  for (const auto& [name, t] : file) {
+    if (name.rfind("batch.", 0) == 0) batch[name.substr(6)] = t;
+    if (name.rfind("net", 0) == 0 || name.rfind("vgg.", 0) == 0) weights[name] = t;
+  }
+  EXPECT_EQ(model.load_weights(weights).size(), model.net().named_parameters().size());
+  auto close = [](const Tensor& got, const Tensor& want, double tol, const std::string& what) {
+    ASSERT_EQ(got.shape(), want.shape()) << what;
+    const std::vector<double> g = got.to_double(), w = want.to_double();
+    double worst = 0;
+    for (size_t i = 0; i < g.size(); i++)
+      worst = std::max(worst, std::fabs(g[i] - w[i]) / std::max(1.0, std::fabs(w[i])));
+    EXPECT_LE(worst, tol) << what;
+    std::printf("%s: worst relative difference from PyTorch float64 %.2e\n", what.c_str(), worst);
+  };
+  Pix2PixHD::Losses l = model.losses(batch);
+  close(model.net().netG->forward(model.encode_input(batch)), file.at("expected.fake"), 1e-5, "fake image");
+  const std::pair<const char*, const Tensor*> losses[] = {{"G_GAN", &l.g_gan},
+                                                          {"G_GAN_Feat", &l.g_feat},
+                                                          {"G_VGG", &l.g_vgg},
+                                                          {"D_real", &l.d_real},
+                                                          {"D_fake", &l.d_fake}};
+  for (const auto& [name, t] : losses) close(*t, file.at(std::string("expected.") + name), 1e-4, name);
+  const std::vector<Tensor> slices = model.net().vgg->forward(batch.at("images"));
+  ASSERT_EQ(slices.size(), 5u);
+  for (size_t k = 0; k < slices.size(); k++)
+    close(slices[k], file.at("expected.vgg" + std::to_string(k)), 1e-5, "vgg slice " + std::to_string(k));
 }
