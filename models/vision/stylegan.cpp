@@ -366,7 +366,29 @@ Tensor StyleGAN::generate(const Tensor& z, bool mix, std::mt19937_64& rng) {
 Tensor StyleGAN::loss(const Batch& batch) {
   std::mt19937_64 rng(config_.seed);
   Tensor z = ops::randn({config_.batch, config_.latent}, 0, 1, compute_dtype());
-  return ops::mean(ops::softplus(ops::neg(net_->D->forward(generate(z, false, rng)))));
+  return generator_loss(generate(z, false, rng));
+}
+
+Tensor StyleGAN::discriminator_loss(const Tensor& images, const Tensor& fake, bool r1, Tensor* r1_penalty) {
+  const auto& c = config_;
+  Tensor real = r1 ? images.detach().set_requires_grad(true) : images;
+  Tensor fake_scores = net_->D->forward(fake), real_scores = net_->D->forward(real);
+  Tensor per_sample = ops::add(ops::softplus(fake_scores), ops::softplus(ops::neg(real_scores)));  // [N, 1]
+  if (r1) {
+    Tensor grad;
+    {
+      engine::MemoryScope g("r1");  // the gradient graph: its memory, and the second backward through it
+      grad = graph::grad({ops::sum(real_scores)}, {real}, {}, true)[0];
+    }
+    Tensor penalty = ops::reshape(ops::sum(ops::mul(grad, grad), {1, 2, 3}), {real.size(0), 1});  // [N, 1]
+    per_sample = ops::add(per_sample, ops::mul(penalty, c.r1_gamma * 0.5 * double(c.r1_every)));
+    if (r1_penalty) *r1_penalty = penalty;
+  }
+  return ops::mean(per_sample);
+}
+
+Tensor StyleGAN::generator_loss(const Tensor& fake) {
+  return ops::mean(ops::softplus(ops::neg(net_->D->forward(fake))));
 }
 
 StepResult StyleGAN::train_step(int64_t step) {
@@ -394,21 +416,7 @@ StepResult StyleGAN::train_step(int64_t step) {
       fake = generate(ops::randn({c.batch, c.latent}, 0, 1, dt), true, rng);
     }
     engine::MemoryScope s("D_step");
-    Tensor real = batch.at("images");
-    if (r1) real = real.detach().set_requires_grad(true);
-    Tensor fake_scores = net_->D->forward(fake), real_scores = net_->D->forward(real);
-    Tensor per_sample = ops::add(ops::softplus(fake_scores), ops::softplus(ops::neg(real_scores)));  // [N, 1]
-    if (r1) {
-      Tensor grad;
-      {
-        engine::MemoryScope g("r1");  // the gradient graph: its memory, and the second backward through it
-        grad = graph::grad({ops::sum(real_scores)}, {real}, {}, true)[0];
-      }
-      r1_penalty = ops::sum(ops::mul(grad, grad), {1, 2, 3}, true);  // [N, 1]
-      per_sample =
-          ops::add(per_sample, ops::mul(ops::reshape(r1_penalty, {c.batch, 1}), c.r1_gamma * 0.5 * double(c.r1_every)));
-    }
-    d_loss = ops::mean(per_sample);
+    d_loss = discriminator_loss(batch.at("images"), fake, r1, &r1_penalty);
   }
   bool finite = update_network(*optimizer_d_, *net_->D, d_loss, "D", result);
   {  // Gs = lerp(G, Gs, beta) (f32, from G's masters under mixed precision)
@@ -426,8 +434,7 @@ StepResult StyleGAN::train_step(int64_t step) {
   {
     engine::PhaseScope phase(engine::Phase::forward);
     engine::MemoryScope s("G_step");
-    Tensor fake = generate(ops::randn({c.batch, c.latent}, 0, 1, dt), true, rng);
-    g_loss = ops::mean(ops::softplus(ops::neg(net_->D->forward(fake))));
+    g_loss = generator_loss(generate(ops::randn({c.batch, c.latent}, 0, 1, dt), true, rng));
   }
   finite = update_network(*optimizer_, *net_->G, g_loss, "G", result) && finite;
   optimizer_d_->zero_grad();

@@ -158,6 +158,10 @@ class StyleGAN : public Model {
   // G's images for latents z [N, latent], with style mixing when `mix` (training); updates dlatent_avg.
   Tensor generate(const Tensor& z, bool mix, std::mt19937_64& rng);
   Tensor loss(const Batch& batch) override;  // the G loss on fresh latents (eval steps)
+  // D's loss on real images and G's (graph-free) fake ones: mean softplus(D(fake)) + softplus(-D(real)), with R1
+  // ((gamma / 2) |dD(real)/dreal|^2, times r1_every) when `r1`; the penalty per sample [N, 1] into *r1_penalty.
+  Tensor discriminator_loss(const Tensor& real, const Tensor& fake, bool r1, Tensor* r1_penalty = nullptr);
+  Tensor generator_loss(const Tensor& fake);  // mean softplus(-D(fake))
 
  protected:
   int64_t items(const Batch& batch) const override { return batch.at("images").size(0); }

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "engine/device.h"
+#include "engine/safetensors.h"
 #include "graph/autograd.h"
 #include "graph/module.h"
 #include "models/registry.h"
@@ -229,4 +231,52 @@ TEST(StyleGAN, TwoHundredStepsWithoutNaNAndSeeded) {
     }
   }
   EXPECT_EQ(runs[0], runs[1]);
+}
+
+// Parity with PyTorch (tests/data/stylegan_reference.safetensors, written by tools/bench/stylegan_parity.py: NVlabs'
+// networks at the tiny widths at 128 x 128, where the fused resampling convs run; same weights and inputs, float64):
+// G's images, D's scores, the R1 penalty, both losses, the gradient of D's loss in two D weights and that of R1
+// alone (the second backward only) in two more.
+TEST(StyleGAN, MatchesPyTorchWithTheSameWeights) {
+  auto device = Device::create(DeviceType::cpu, size_t(1) << 32);
+  engine::DeviceGuard guard(device);
+  StyleGANConfig c = config("tiny");
+  c.resolution = 128;
+  StyleGAN model(c);
+  std::map<std::string, Tensor> file = engine::load_safetensors("tests/data/stylegan_reference.safetensors", device);
+  std::map<std::string, Tensor> weights;
+  for (const auto& [name, t] : file)
+    if (name.rfind("G.", 0) == 0 || name.rfind("D.", 0) == 0) weights[name] = t;
+  EXPECT_EQ(model.load_weights(weights).size(),
+            model.net().named_parameters().size() + model.net().named_buffers().size());
+  auto close = [](const Tensor& got, const Tensor& want, double tol, const std::string& what) {
+    ASSERT_EQ(engine::numel_of(got.shape()), engine::numel_of(want.shape())) << what;
+    const std::vector<double> g = got.to_double(), w = want.to_double();
+    double scale = 0, worst = 0;
+    for (double v : w) scale = std::max(scale, std::fabs(v));
+    for (size_t i = 0; i < g.size(); i++) worst = std::max(worst, std::fabs(g[i] - w[i]) / std::max(scale, 1e-30));
+    EXPECT_LE(worst, tol) << what;
+    std::printf("%s: worst difference from PyTorch float64 %.2e of its largest value\n", what.c_str(), worst);
+  };
+  std::mt19937_64 rng(1);
+  Tensor fake = model.generate(file.at("input.z"), false, rng);
+  close(fake, file.at("expected.fake"), 1e-5, "G's images");
+  const Tensor real = file.at("input.real");
+  {
+    Tensor fake_scores = model.net().D->forward(fake), real_scores = model.net().D->forward(real);
+    close(fake_scores, file.at("expected.fake_scores"), 1e-5, "D(fake)");
+    close(real_scores, file.at("expected.real_scores"), 1e-5, "D(real)");
+  }
+  Tensor r1;
+  Tensor loss_d = model.discriminator_loss(real, fake.detach(), true, &r1);
+  close(r1, file.at("expected.R1"), 1e-4, "R1");
+  close(loss_d, file.at("expected.loss_D"), 1e-5, "loss_D");
+  close(model.generator_loss(fake), file.at("expected.loss_G"), 1e-5, "loss_G");
+  const auto& D = *model.net().D;
+  std::vector<Tensor> g = graph::grad({loss_d}, {D.dense0->weight, D.from_rgb->weight}, {}, false, true);
+  close(g[0], file.at("expected.dD.Dense0"), 1e-4, "dloss_D/dDense0");
+  close(g[1], file.at("expected.dD.FromRGB"), 1e-4, "dloss_D/dFromRGB");
+  std::vector<Tensor> h = graph::grad({ops::sum(r1)}, {D.dense0->weight, D.blocks[0].conv1->weight});
+  close(h[0], file.at("expected.dR1.Dense0"), 1e-4, "dR1/dDense0");
+  close(h[1], file.at("expected.dR1.Conv1_down128"), 1e-4, "dR1/dConv1_down (fused, 128)");
 }

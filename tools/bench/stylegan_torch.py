@@ -25,10 +25,12 @@ import torch.nn.functional as F
 from torch_bench import fits_by_running, max_batch, release, time_steps
 
 SQRT2 = math.sqrt(2)
+# The network's widths (stylegan_parity.py sets the engine's tiny ones): latent = dlatent = mapping width.
+SHAPE = {"latent": 512, "mapping_layers": 8, "fmap_base": 8192, "fmap_max": 512}
 
 
 def nf(stage):
-    return min(8192 >> stage, 512)
+    return min(SHAPE["fmap_base"] >> stage, SHAPE["fmap_max"])
 
 
 class EqLinear(nn.Module):
@@ -70,6 +72,11 @@ class EqConv(nn.Module):
         return F.conv2d(x, w, stride=2, padding=1)
 
 
+def wide(x):
+    """Statistics in f32 at least (StyleGAN casts fp16 to f32 for them); f64 stays f64 (the parity reference)."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
 def blur(x):
     c = x.shape[1]
     k = torch.tensor([1.0, 2.0, 1.0], device=x.device, dtype=x.dtype)
@@ -87,7 +94,7 @@ class SynthLayer(nn.Module):
             self.conv = EqConv(i, o, 3, bias=False)
         self.noise_strength = nn.Parameter(torch.zeros(o))
         self.bias = nn.Parameter(torch.zeros(o))
-        self.style = EqLinear(512, 2 * o, gain=1.0)
+        self.style = EqLinear(SHAPE["latent"], 2 * o, gain=1.0)
 
     def forward(self, x, w):
         if self.kind == "const":
@@ -99,7 +106,7 @@ class SynthLayer(nn.Module):
         n, c, h, wd = x.shape
         x = x + torch.randn(n, 1, h, wd, device=x.device, dtype=x.dtype) * self.noise_strength.view(1, -1, 1, 1)
         x = F.leaky_relu(x + self.bias.view(1, -1, 1, 1), 0.2)
-        x = F.instance_norm(x.float(), eps=1e-8).to(x.dtype)
+        x = F.instance_norm(wide(x), eps=1e-8).to(x.dtype)
         s = self.style(w).view(n, 2, c, 1, 1)
         return x * (s[:, 0] + 1) + s[:, 1]
 
@@ -107,7 +114,8 @@ class SynthLayer(nn.Module):
 class Generator(nn.Module):
     def __init__(self, res):
         super().__init__()
-        self.mapping = nn.ModuleList([EqLinear(512, 512, lrmul=0.01) for _ in range(8)])
+        z = SHAPE["latent"]
+        self.mapping = nn.ModuleList([EqLinear(z, z, lrmul=0.01) for _ in range(SHAPE["mapping_layers"])])
         layers = [SynthLayer("const", 0, nf(1)), SynthLayer("conv", nf(1), nf(1))]
         for r in range(3, int(math.log2(res)) + 1):
             layers += [SynthLayer("up", nf(r - 2), nf(r - 1), fused=2 ** r >= 128),
@@ -157,7 +165,7 @@ class Discriminator(nn.Module):
         g = min(4, n)
         while n % g:
             g -= 1
-        y = x.float().view(g, -1, c, h, w)
+        y = wide(x).view(g, -1, c, h, w)
         y = torch.sqrt((y - y.mean(0, keepdim=True)).pow(2).mean(0) + 1e-8).mean([1, 2, 3])
         y = y.to(x.dtype).view(1, -1, 1, 1, 1).expand(g, -1, 1, h, w).reshape(n, 1, h, w)
         x = act(self.conv4.conv(torch.cat([x, y], 1)), self.conv4)
@@ -181,7 +189,7 @@ def run_config(batch, steps, warmup):
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
             with torch.no_grad():
-                fake = G(torch.randn(batch, 512, device=dev), True)
+                fake = G(torch.randn(batch, SHAPE["latent"], device=dev), True)
             x = real.detach().requires_grad_(True)
             real_scores, fake_scores = D(x), D(fake)
             (grad,) = torch.autograd.grad(real_scores.sum(), x, create_graph=True)
@@ -194,7 +202,7 @@ def run_config(batch, steps, warmup):
             for s, p in zip(Gs, G.parameters()):
                 s.lerp_(p, 1 - beta)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-            loss_g = F.softplus(-D(G(torch.randn(batch, 512, device=dev), True))).mean()
+            loss_g = F.softplus(-D(G(torch.randn(batch, SHAPE["latent"], device=dev), True))).mean()
         opt_g.zero_grad(set_to_none=True)
         loss_g.backward()
         opt_g.step()
