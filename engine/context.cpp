@@ -12,6 +12,8 @@ const char* phase_name(Phase p) {
     case Phase::generate: return "generate";
     case Phase::recompute:
       return "recompute";
+    case Phase::backward2:
+      return "backward2";
     default: return "?";
   }
 }

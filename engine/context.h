@@ -11,8 +11,10 @@
 
 namespace engine {
 
-// recompute: a forward pass rerun inside backward (graph::recompute, activation checkpointing).
-enum class Phase : uint8_t { setup, forward, backward, optimizer, generate, recompute, kCount };
+// recompute: a forward pass rerun inside backward (graph::recompute, activation checkpointing). backward2: the
+// second-order backward, the rules of nodes that a backward pass itself recorded (create_graph: a gradient penalty
+// such as StyleGAN's R1 backpropagated through the gradient it took).
+enum class Phase : uint8_t { setup, forward, backward, optimizer, generate, recompute, backward2, kCount };
 const char* phase_name(Phase p);
 
 // Why a block exists (see ledger.h for the meaning of each).

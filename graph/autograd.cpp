@@ -126,6 +126,8 @@ std::shared_ptr<Node> record(const char* name, const std::vector<Tensor>& inputs
   node->scope = engine::current_scope();
   node->rule = std::move(rule);
   node->sequence = ++g_node_sequence;
+  const engine::Phase now = engine::context().phase;
+  node->second_order = now == engine::Phase::backward || now == engine::Phase::backward2;
   for (const Tensor& in : inputs) {
     Edge e;
     if (in.defined() && in.requires_grad()) {
@@ -350,6 +352,7 @@ class BackwardPass {
     std::vector<Tensor> input_grads;
     {
       NodeContext context(*node);
+      engine::PhaseScope order(node->second_order ? engine::Phase::backward2 : engine::Phase::backward);
       input_grads = node->apply(grads);
     }
     grads.clear();

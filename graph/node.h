@@ -56,6 +56,7 @@ struct Node : std::enable_shared_from_this<Node> {
   std::vector<SavedTensor> saved_tensors;
   Rule rule;
   int64_t sequence = 0;        // creation order: later nodes run first in backward
+  bool second_order = false;   // recorded while a backward pass ran (create_graph): its rule runs in Phase::backward2
 
   // The i-th saved tensor (outputs re-attached to this node while grad mode is on).
   Tensor saved(size_t i);

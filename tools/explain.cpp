@@ -200,7 +200,7 @@ std::string memory_timeline_svg(const engine::Ledger& ledger, int64_t from_seq, 
              ": held through the whole window, not drawn (", names, ")</text>\n");
   }
   // Phases: shaded bands with their names.
-  const char* shades[] = {"#f4f4f4", "#e8f0fb", "#fbeee8", "#eef8ea", "#f6eefa", "#fdf6e0"};
+  const char* shades[] = {"#f4f4f4", "#e8f0fb", "#fbeee8", "#eef8ea", "#f6eefa", "#fdf6e0", "#f9e3e3"};
   static_assert(sizeof(shades) / sizeof(shades[0]) == size_t(engine::Phase::kCount), "a shade per phase");
   size_t start = 0;
   for (size_t i = 1; i <= points.size(); i++)

@@ -18,8 +18,9 @@
 //                 sqrt 2, 1 for the style denses and ToRGB); biases zero, times lrmul.
 //   losses        G: softplus(-D(G(z))) (non-saturating logistic); D: softplus(D(G(z))) + softplus(-D(x)) + the R1
 //                 penalty (gamma / 2) |dD(x)/dx|^2 (gamma 10), means over the batch. R1 is a backward pass with
-//                 create_graph through D, whose own backward (the second) then runs through the first: its memory
-//                 is owned by "r1" (the gradient graph) in the report.
+//                 create_graph through D, whose own backward (the second) then runs through the first: the
+//                 gradient graph is owned by "D_step.r1", and the rules it recorded run in the ledger's phase
+//                 backward2 (the second-order backward) beside D's first-order rules (backward).
 //   step          training_loop.py's: the D step (G's images made without a graph, style mixing as in training),
 //                 the moving average Gs of G's weights updated, then the G step (its backward reaches D's weights
 //                 too: dropped at once). Adam lr 0.003, betas (0, 0.99), eps 1e-8 for both; style mixing with

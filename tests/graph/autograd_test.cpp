@@ -2,6 +2,7 @@
 // ledger), NoGrad, retain_graph, grad() without accumulation, recompute, and the Module tree.
 #include <gtest/gtest.h>
 
+#include "engine/device.h"
 #include "engine/rng.h"
 #include "graph/autograd.h"
 #include "graph/module.h"
@@ -124,4 +125,34 @@ TEST(Module, DottedNamesAndParamCategory) {
   EXPECT_EQ(m.num_parameters(), 15);
   EXPECT_EQ(dev->ledger().live_bytes(Category::param), 3u * 256u);
   EXPECT_TRUE(named[1].second.requires_grad());
+}
+
+// A backward pass through a gradient (create_graph: R1, gradient penalties) runs the rules of the nodes the first
+// backward recorded in Phase::backward2, the first-order nodes in Phase::backward: the ledger tells the two apart.
+TEST(Autograd, TheSecondOrderBackwardHasItsOwnPhase) {
+  auto device = engine::Device::create(engine::DeviceType::cpu, size_t(1) << 24);
+  engine::DeviceGuard guard(device);
+  Tensor x = testutil::rand_input({64});
+  Tensor y = ops::exp(ops::mul(x, x));
+  Tensor g = graph::grad({ops::sum(y)}, {x}, {}, true)[0];  // its nodes are recorded inside that backward
+  const int64_t from = device->ledger().sequence();
+  graph::backward(ops::sum(ops::mul(g, g)));
+  bool first = false, second = false;
+  for (const engine::BlockInfo& b : device->ledger().history())
+    if (b.alloc_seq > from) {
+      first |= b.phase == engine::Phase::backward;
+      second |= b.phase == engine::Phase::backward2;
+    }
+  EXPECT_TRUE(first) << "exp's and mul's own rules (first-order nodes) in backward";
+  EXPECT_TRUE(second) << "the rules of the nodes the first backward recorded in backward2";
+  EXPECT_STREQ(engine::phase_name(engine::Phase::backward2), "backward2");
+  // A plain backward has none.
+  Tensor z = testutil::rand_input({64});
+  const int64_t from2 = device->ledger().sequence();
+  graph::backward(ops::sum(ops::exp(z)));
+  for (const engine::BlockInfo& b : device->ledger().history()) {
+    if (b.alloc_seq > from2) {
+      EXPECT_NE(b.phase, engine::Phase::backward2);
+    }
+  }
 }
