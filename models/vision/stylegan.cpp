@@ -7,6 +7,7 @@
 
 #include "engine/error.h"
 #include "graph/autograd.h"
+#include "models/data/image_set.h"
 #include "models/vision/deeplabv3.h"
 #include "ops/batch_norm.h"
 #include "ops/conv.h"
@@ -51,8 +52,7 @@ StyleGANConfig StyleGANConfig::from(const ModelConfig& c) {
   }
   ENGINE_CHECK(c.recompute == "none", "stylegan: --recompute ", c.recompute, " is not available (the R1 penalty's ",
                "double backward cannot run through a recomputed region); use --recompute none");
-  ENGINE_CHECK(c.data.empty(), "stylegan: --data is not read (FFHQ is not available here); it trains on seeded ",
-               "synthetic images");
+  s.data = c.data;
   ENGINE_CHECK(c.r1_every >= 1 && c.r1_every <= 1000000, "stylegan: --r1-every ", c.r1_every,
                " must be 1 (every D step, StyleGAN v1) to 1000000");
   if (c.batch) s.batch = c.batch;
@@ -295,6 +295,8 @@ void StyleGAN::build() {
   const auto& c = config_;
   ENGINE_CHECK(c.resolution >= 8 && (int64_t(1) << c.log2_resolution()) == c.resolution, "stylegan: resolution ",
                c.resolution, " must be a power of two, at least 8");
+  // --data: listed and checked now (on meta too), before anything is allocated.
+  if (!c.data.empty()) reader_ = std::make_shared<data::ImageSet>(c.data);
   engine::manual_seed(c.seed);
   net_ = std::make_shared<StyleGANNet>(c);
   net_->tag_memory();
@@ -326,7 +328,8 @@ std::string StyleGAN::summary() const {
                      c.resolution, "x", c.resolution, " (", c.num_layers(), " styles; G ", count(*net_->G),
                      " parameters), D_basic (", count(*net_->D), "), R1 gamma ", c.r1_gamma,
                      c.r1_every > 1 ? engine::str(" every ", c.r1_every, " D steps") : std::string(), ", style mixing ",
-                     c.style_mixing, ", batch ", c.batch, " | data: seeded synthetic images");
+                     c.style_mixing, ", batch ", c.batch,
+                     " | data: ", reader_ ? reader_->describe() : std::string("seeded synthetic images"));
 }
 
 std::vector<int64_t> StyleGAN::probe_schedule() const {
@@ -337,6 +340,13 @@ std::vector<int64_t> StyleGAN::probe_schedule() const {
 
 Batch StyleGAN::make_batch(int64_t step) {
   const auto& c = config_;
+  if (reader_) {  // decoded on the host; meta: zeros of the same shape
+    auto dev = engine::default_device();
+    const std::vector<float> images = dev->type() == engine::DeviceType::meta
+                                          ? std::vector<float>(size_t(c.batch * c.resolution * c.resolution * 3))
+                                          : reader_->batch(c.batch, c.resolution, c.seed, step);
+    return {{"images", ops::from_vector(images, {c.batch, c.resolution, c.resolution, 3}, compute_dtype(), dev)}};
+  }
   ops::PaintedImages b =
       synthetic_segmentation(c.batch, c.resolution, 5, 255, c.seed, step, compute_dtype(), engine::default_device());
   return {{"images", b.images}};

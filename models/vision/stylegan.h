@@ -28,7 +28,8 @@
 //                 (beta 0.995). Gs: beta 0.5^(N / 10000) (G_smoothing_kimg 10), f32 copies in the optimizer
 //                 category. --r1-every K: the penalty on every K-th D step only, weighted K (lazy regularization,
 //                 as StyleGAN2 does); K = 1 is v1.
-//   data          seeded synthetic images painted on the device (rectangles of colours: synthetic_segmentation).
+//   data          seeded synthetic images painted on the device (rectangles of colours: synthetic_segmentation), or
+//                 --data DIR, an image folder such as FFHQ's (models/data/image_set.h: resized, mirrored, [-1, 1]).
 // Sizes: 1024 (the study's, default, batch 4) and tiny (32 x 32, narrow, for tests).
 #pragma once
 #include <memory>
@@ -38,6 +39,10 @@
 
 #include "models/model.h"
 #include "models/vision/layers.h"
+
+namespace models::data {
+class ImageSet;
+}
 
 namespace models::vision {
 
@@ -50,6 +55,7 @@ struct StyleGANConfig {
   double style_mixing = 0.9, r1_gamma = 10, dlatent_avg_beta = 0.995;
   int64_t r1_every = 1;
   uint64_t seed = 1;
+  std::string data;  // --data: an image folder (models/data/image_set.h: FFHQ-style); empty: synthetic images
   int64_t log2_resolution() const;
   int64_t num_layers() const { return 2 * log2_resolution() - 2; }
   int64_t nf(int64_t stage) const;  // feature maps at a stage: min(fmap_base / 2^stage, fmap_max)
@@ -174,6 +180,7 @@ class StyleGAN : public Model {
   std::shared_ptr<StyleGANNet> net_;
   std::unique_ptr<ops::Optimizer> optimizer_d_;     // optimizer_ is G's
   std::vector<std::pair<std::string, Tensor>> gs_;  // Gs: G's moving average, f32, `optimizer` category
+  std::shared_ptr<const data::ImageSet> reader_;    // --data; null: synthetic
 };
 
 }  // namespace models::vision

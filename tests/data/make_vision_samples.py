@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""make_vision_samples.py: writes the tiny VOC-style, COCO-style, ImageNet-style and Cityscapes-style sets under
-tests/data/ that the vision data readers (models/data/segmentation.*, detection.*, classification.*, cityscapes.*)
-and their tests (tests/models/vision_data_test.cpp, classification_data_test.cpp, cityscapes_data_test.cpp) use.
+"""make_vision_samples.py: writes the tiny VOC-style, COCO-style, ImageNet-style, Cityscapes-style and FFHQ-style
+sets under tests/data/ that the vision data readers (models/data/segmentation.*, detection.*, classification.*,
+cityscapes.*, image_set.*) and their tests (tests/models/vision_data_test.cpp, classification_data_test.cpp,
+cityscapes_data_test.cpp, image_set_test.cpp) use.
 
 Everything is flat colours on known rectangles (the ImageNet-style images: ramps of one colour), so the tests can
 state what a decoder must return without running this script: the colours and rectangles below are repeated in
@@ -10,7 +11,7 @@ the test. JPEGs are written at quality
 ring by up to ~20 levels); label maps are palette PNGs
 (VOC's format: the pixel values are the class indices) except one grey PNG, so both kinds are read.
 
-    /tmp/venv/bin/python tests/data/make_vision_samples.py [voc] [coco] [imagenet] [cityscapes]   # Pillow + numpy;
+    /tmp/venv/bin/python tests/data/make_vision_samples.py [voc] [coco] [imagenet] [cityscapes] [ffhq]   # Pillow + numpy;
                                                                                   # no name: rewrites every set
 """
 import json
@@ -166,6 +167,28 @@ def cityscapes():
         Image.fromarray(inst).save(os.path.join(gt_dir, key + "_gtFine_instanceIds.png"))
 
 
+# FFHQ-style: unlabeled images in a numbered sub-folder, each half one colour and half another (left | right), so a
+# mirrored one reads as the colours swapped; one grey PNG; all PNG (exact values).
+FFHQ_IMAGES = {  # name -> (size, left colour, right colour, mode)
+    "00000/00000.png": (32, (250, 10, 10), (10, 250, 10), "RGB"),
+    "00000/00001.png": (32, (10, 10, 250), (250, 250, 10), "RGB"),
+    "00000/00002.png": (48, (200, 200, 200), (40, 40, 40), "L"),
+}
+
+
+def ffhq():
+    root = os.path.join(HERE, "ffhq_sample")
+    for name, (size, left, right, mode) in FFHQ_IMAGES.items():
+        image = np.zeros((size, size, 3), np.uint8)
+        image[:, : size // 2] = left
+        image[:, size // 2:] = right
+        path = os.path.join(root, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        Image.fromarray(image[:, :, 0] if mode == "L" else image, mode).save(path)
+    with open(os.path.join(root, "LICENSE.txt"), "w") as f:
+        f.write("not an image: the reader lists only .png, .jpg and .jpeg files\n")
+
+
 if __name__ == "__main__":
-    for name in sys.argv[1:] or ["voc", "coco", "imagenet", "cityscapes"]:
-        {"voc": voc, "coco": coco, "imagenet": imagenet, "cityscapes": cityscapes}[name]()
+    for name in sys.argv[1:] or ["voc", "coco", "imagenet", "cityscapes", "ffhq"]:
+        {"voc": voc, "coco": coco, "imagenet": imagenet, "cityscapes": cityscapes, "ffhq": ffhq}[name]()
