@@ -127,6 +127,12 @@ Batch Model::micro_batch(int64_t step, int64_t j) {
   return micro;
 }
 
+Batch Model::input_batch(int64_t step, int64_t micro) {
+  engine::CategoryScope input(Category::input);
+  engine::MemoryScope owner("batch");
+  return micro >= 0 ? micro_batch(step, micro) : next_batch(step);
+}
+
 Tensor Model::batch_loss(const Batch& batch) {
   if (fixed_batch_.empty()) return loss(batch);
   try {
@@ -151,12 +157,7 @@ StepResult Model::train_step(int64_t step) {
     Tensor l;
     {
       engine::PhaseScope phase(Phase::forward);
-      Batch batch;
-      {
-        engine::CategoryScope input(Category::input);
-        engine::MemoryScope owner("batch");
-        batch = micro_batch(step, j);
-      }
+      Batch batch = input_batch(step, j);
       l = batch_loss(batch);
       r.items += items(batch);
     }
@@ -236,12 +237,7 @@ StepResult Model::eval_step(int64_t step) {
   module().eval();
   graph::NoGrad ng;
   engine::PhaseScope phase(Phase::forward);
-  Batch batch;
-  {
-    engine::CategoryScope input(Category::input);
-    engine::MemoryScope owner("batch");
-    batch = next_batch(step);
-  }
+  Batch batch = input_batch(step);
   StepResult r;
   r.loss = batch_loss(batch).item();
   r.losses["loss"] = r.loss;

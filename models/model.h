@@ -185,6 +185,9 @@ class Model {
   // Micro-batch j (0-based) of step `step` under accumulation: next_batch of its own step number, or slice j of
   // the fixed batch; next_batch(step) itself when there is no accumulation.
   Batch micro_batch(int64_t step, int64_t j);
+  // next_batch(step) (micro >= 0: micro_batch(step, micro)) with its tensors tagged `input` and owned by "batch":
+  // how every step takes its batch.
+  Batch input_batch(int64_t step, int64_t micro = -1);
   Tensor batch_loss(const Batch& batch);
 
   std::unique_ptr<ops::Optimizer> optimizer_;

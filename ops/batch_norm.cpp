@@ -47,6 +47,15 @@ void check_input(const char* op, const Tensor& x) {
                "(channels last, e.g. NHWC), got ", engine::shape_str(x.shape()));
 }
 
+// A backward op's upstream gradient g: floating, x's dtype, device and shape.
+void check_gradient(const char* op, const Tensor& g, const Tensor& x) {
+  check_floating(op, "g", g);
+  check_same_dtype(op, g, x);
+  check_same_device(op, g, x);
+  ENGINE_CHECK(g.shape() == x.shape(), op, ": gradient g ", engine::shape_str(g.shape()), " and x ",
+               engine::shape_str(x.shape()), " must have the same shape");
+}
+
 // Every dimension but the channels: the ones the statistics reduce.
 std::vector<int64_t> row_dims(const Tensor& x) {
   std::vector<int64_t> dims(size_t(x.dim() - 1));
@@ -157,11 +166,7 @@ BatchNormGrads batch_norm_backward(const Tensor& g_in, const Tensor& x_in, const
   const char* name = "batch_norm_backward";
   OpScope scope(name);
   check_input(name, x_in);
-  check_floating(name, "g", g_in);
-  check_same_dtype(name, g_in, x_in);
-  check_same_device(name, g_in, x_in);
-  ENGINE_CHECK(g_in.shape() == x_in.shape(), name, ": gradient g ", engine::shape_str(g_in.shape()), " and x ",
-               engine::shape_str(x_in.shape()), " must have the same shape");
+  check_gradient(name, g_in, x_in);
   check_channel_param(name, "weight", weight, x_in);
   check_stats(name, "mean", mean, x_in);
   check_stats(name, "invstd", invstd, x_in);
@@ -286,11 +291,7 @@ Tensor instance_norm_backward(const Tensor& g_in, const Tensor& x_in, const Tens
   const char* name = "instance_norm_backward";
   OpScope scope(name);
   check_instance_input(name, x_in);
-  check_floating(name, "g", g_in);
-  check_same_dtype(name, g_in, x_in);
-  check_same_device(name, g_in, x_in);
-  ENGINE_CHECK(g_in.shape() == x_in.shape(), name, ": gradient g ", engine::shape_str(g_in.shape()), " and x ",
-               engine::shape_str(x_in.shape()), " must have the same shape");
+  check_gradient(name, g_in, x_in);
   const int64_t N = x_in.size(0), C = x_in.size(-1), S = x_in.numel() / (N * C), chunks = batch_norm_chunks(S);
   for (const auto& [arg, t] : {std::pair<const char*, const Tensor&>{"mean", mean}, {"invstd", invstd}}) {
     check_defined(name, arg, t);

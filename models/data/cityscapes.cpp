@@ -92,7 +92,6 @@ CityscapesBatch CityscapesSet::batch(int64_t n, int64_t height, int64_t width, u
     float* img = b.images.data() + j * pixels * 3;
     for (int64_t y = 0; y < height; y++) {
       const int64_t sy = resize_nearest(y, image.height, height);
-      const double fy = resize_source(y, image.height, height);
       for (int64_t x = 0; x < width; x++) {
         const int64_t ox = flip ? width - 1 - x : x;  // the output column this source column lands in
         const int64_t sx = resize_nearest(x, image.width, width);
@@ -101,14 +100,9 @@ CityscapesBatch CityscapesSet::batch(int64_t n, int64_t height, int64_t width, u
                      "); the model has ", classes_, " classes (ids 0 to ", classes_ - 1, ")");
         lab[y * width + ox] = float(id);
         ins[y * width + ox] = float(inst.value(sy, sx));
-        const bool same = image.height == height && image.width == width;
-        const double fx = resize_source(x, image.width, width);
-        for (int64_t c = 0; c < 3; c++) {
-          const float v = same ? float(image.at(y, x, c)) : sample_bilinear(image, fy, fx, c);
-          img[(y * width + ox) * 3 + c] = (v / 255.f - 0.5f) / 0.5f;
-        }
       }
     }
+    resample_rgb(image, height, width, flip, img);
   });
   return b;
 }

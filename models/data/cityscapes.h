@@ -11,7 +11,8 @@
 //              above the label count, or three files of different sizes, is an Error naming the file.
 //   transform  each resized to the model's W x H (nearest for both maps, pixel-centre bilinear for the image:
 //              image_io.h; none at Cityscapes' own 2048 x 1024, pix2pixHD's 1024p), flipped left to right with
-//              probability 0.5 (all three alike), the image mapped to [-1, 1] by (x / 255 - 0.5) / 0.5.
+//              probability 0.5 (all three alike), the image mapped to [-1, 1] by v / 127.5 - 1 (image_io.h's
+//              resample_rgb).
 //   order      an epoch is a permutation of the keys seeded by (seed, epoch); step k >= 1 takes positions
 //              (k - 1) N ... k N - 1 of the endless sequence of epochs; item i's flip is the first draw of its own
 //              generator item_rng(seed, position), so a batch does not depend on the decoding threads.

@@ -2,7 +2,6 @@
 #include "models/data/classification.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -30,15 +29,6 @@ int64_t randint(std::mt19937_64& rng, int64_t lo, int64_t hi) { return lo + int6
 
 // Python's round() of a non-negative value: to nearest, ties to even (nearbyint in the default rounding mode).
 int64_t round_half_even(double v) { return int64_t(std::nearbyint(v)); }
-
-// ImageFolder's test: the name ends in one of the extensions, compared in lower case.
-bool is_image_name(const std::string& name) {
-  std::string lower = name;
-  for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-  for (const std::string ext : {".jpg", ".jpeg", ".png"})
-    if (lower.size() > ext.size() && lower.compare(lower.size() - ext.size(), ext.size(), ext) == 0) return true;
-  return false;
-}
 
 struct Entry {
   std::string name;

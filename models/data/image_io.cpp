@@ -7,6 +7,7 @@
 #include "models/data/image_io.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <csetjmp>
 #include <cstdio>
@@ -225,6 +226,27 @@ float sample_bilinear(const Image& image, double y, double x, int64_t c) {
   const float top = image.at(y0, x0, c) * (1 - fx) + image.at(y0, x1, c) * fx;
   const float bottom = image.at(y1, x0, c) * (1 - fx) + image.at(y1, x1, c) * fx;
   return top * (1 - fy) + bottom * fy;
+}
+
+bool is_image_name(const std::string& name) {
+  std::string lower = name;
+  for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  for (const std::string ext : {".jpg", ".jpeg", ".png"})
+    if (lower.size() > ext.size() && lower.compare(lower.size() - ext.size(), ext.size(), ext) == 0) return true;
+  return false;
+}
+
+void resample_rgb(const Image& image, int64_t height, int64_t width, bool mirror, float* out) {
+  const bool same = image.height == height && image.width == width;
+  for (int64_t y = 0; y < height; y++) {
+    const double fy = resize_source(y, image.height, height);
+    for (int64_t x = 0; x < width; x++) {
+      const double fx = resize_source(x, image.width, width);
+      float* px = out + (y * width + (mirror ? width - 1 - x : x)) * 3;
+      for (int64_t c = 0; c < 3; c++)
+        px[c] = (same ? float(image.at(y, x, c)) : sample_bilinear(image, fy, fx, c)) / 127.5f - 1.f;
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -56,9 +56,16 @@ inline double resize_source(int64_t i, int64_t src, int64_t dst) {
 int64_t resize_nearest(int64_t i, int64_t src, int64_t dst);
 // Bilinear value of channel c at source position (y, x), edges clamped (replicated).
 float sample_bilinear(const Image& image, double y, double x, int64_t c);
+// An RGB `image` at height x width into out [height, width, 3] as v / 127.5 - 1 (the [-1, 1] of pix2pixHD's and
+// StyleGAN's images), mirrored left to right when `mirror`: pixel-centre bilinear sampling, or the pixels
+// themselves when the size is the image's own.
+void resample_rgb(const Image& image, int64_t height, int64_t width, bool mirror, float* out);
 
 // ---------------------------------------------------------------------------------------------------
 // Shared by the vision sets (segmentation.h, detection.h)
+
+// Whether a file name ends in .jpg, .jpeg or .png, in any case (ImageFolder's test; the image folders' too).
+bool is_image_name(const std::string& name);
 
 // ImageNet's statistics, for every vision data set here (jfzhang95's Normalize; deeplabv3 and yolov3 alike).
 constexpr float kImageNetMean[3] = {0.485f, 0.456f, 0.406f}, kImageNetStd[3] = {0.229f, 0.224f, 0.225f};

@@ -2,25 +2,11 @@
 #include "models/data/image_set.h"
 
 #include <algorithm>
-#include <cctype>
 #include <filesystem>
 
 #include "engine/error.h"
 
 namespace models::data {
-
-namespace {
-
-bool is_image_name(std::string name) {
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-  for (const char* ext : {".png", ".jpg", ".jpeg"}) {
-    const std::string e = ext;
-    if (name.size() > e.size() && name.compare(name.size() - e.size(), e.size(), e) == 0) return true;
-  }
-  return false;
-}
-
-}  // namespace
 
 ImageSet::ImageSet(const std::string& dir) : dir_(dir) {
   namespace fs = std::filesystem;
@@ -50,20 +36,7 @@ std::vector<float> ImageSet::batch(int64_t n, int64_t size, uint64_t seed, int64
   parallel_for(n, [&](int64_t j) {
     const Image image = to_rgb(read_image(paths_[size_t(ids[size_t(j)])]));
     std::mt19937_64 rng = item_rng(seed, (step - 1) * n + j);
-    const bool mirror = uniform01(rng) < 0.5;
-    const bool same = image.height == size && image.width == size;
-    float* dst = out.data() + j * size * size * 3;
-    for (int64_t y = 0; y < size; y++) {
-      const double fy = resize_source(y, image.height, size);
-      for (int64_t x = 0; x < size; x++) {
-        const double fx = resize_source(x, image.width, size);
-        const int64_t ox = mirror ? size - 1 - x : x;
-        for (int64_t c = 0; c < 3; c++) {
-          const float v = same ? float(image.at(y, x, c)) : sample_bilinear(image, fy, fx, c);
-          dst[(y * size + ox) * 3 + c] = v / 127.5f - 1.f;
-        }
-      }
-    }
+    resample_rgb(image, size, size, uniform01(rng) < 0.5, out.data() + j * size * size * 3);  // mirrored or not
   });
   return out;
 }

@@ -2,7 +2,6 @@
 // two-optimizer step (see pix2pixhd.h).
 #include "models/vision/pix2pixhd.h"
 
-#include <cmath>
 #include <random>
 
 #include "engine/error.h"
@@ -12,7 +11,6 @@
 #include "ops/elementwise.h"
 #include "ops/factory.h"
 #include "ops/loss.h"
-#include "ops/optim.h"
 #include "ops/optimizer.h"
 #include "ops/pool.h"
 #include "ops/resample.h"
@@ -268,16 +266,11 @@ void Pix2PixHD::build() {
 
 std::string Pix2PixHD::summary() const {
   const auto& c = config_;
-  auto count = [](const graph::Module& m) {
-    int64_t n = 0;
-    for (const Tensor& p : m.parameters()) n += p.numel();
-    return n;
-  };
   return engine::str("pix2pixhd: LocalEnhancer G (global ngf ", c.ngf * 2, ", ", c.n_downsample_global,
                      " downsamplings, ", c.n_blocks_global, " + ", c.n_blocks_local, " ResNet blocks; ",
-                     count(*net_->netG), " parameters), ", c.num_d, " PatchGAN D (ndf ", c.ndf, "; ",
-                     count(*net_->netD), " parameters), frozen VGG19 (", count(*net_->vgg), "); ", c.label_nc,
-                     " classes + edges, ", c.width, "x", c.height, ", batch ", c.batch,
+                     net_->netG->num_parameters(), " parameters), ", c.num_d, " PatchGAN D (ndf ", c.ndf, "; ",
+                     net_->netD->num_parameters(), " parameters), frozen VGG19 (", net_->vgg->num_parameters(), "); ",
+                     c.label_nc, " classes + edges, ", c.width, "x", c.height, ", batch ", c.batch,
                      c.recompute_blocks ? ", ResNet blocks recomputed in backward" : "",
                      " | data: ", reader_ ? reader_->describe() : std::string("synthetic label maps and images"));
 }
@@ -425,12 +418,7 @@ StepResult Pix2PixHD::train_step(int64_t step) {
   Losses l;
   {
     engine::PhaseScope phase(engine::Phase::forward);
-    Batch batch;
-    {
-      engine::CategoryScope input(engine::Category::input);
-      engine::MemoryScope owner("batch");
-      batch = next_batch(step);
-    }
+    Batch batch = input_batch(step);
     l = losses(batch);
     result.items = items(batch);
   }

@@ -319,14 +319,9 @@ void StyleGAN::build() {
 
 std::string StyleGAN::summary() const {
   const auto& c = config_;
-  auto count = [](const graph::Module& m) {
-    int64_t n = 0;
-    for (const Tensor& p : m.parameters()) n += p.numel();
-    return n;
-  };
   return engine::str("stylegan: mapping ", c.mapping_layers, " x ", c.mapping_fmaps, ", synthesis 4x4 to ",
-                     c.resolution, "x", c.resolution, " (", c.num_layers(), " styles; G ", count(*net_->G),
-                     " parameters), D_basic (", count(*net_->D), "), R1 gamma ", c.r1_gamma,
+                     c.resolution, "x", c.resolution, " (", c.num_layers(), " styles; G ", net_->G->num_parameters(),
+                     " parameters), D_basic (", net_->D->num_parameters(), "), R1 gamma ", c.r1_gamma,
                      c.r1_every > 1 ? engine::str(" every ", c.r1_every, " D steps") : std::string(), ", style mixing ",
                      c.style_mixing, ", batch ", c.batch,
                      " | data: ", reader_ ? reader_->describe() : std::string("seeded synthetic images"));
@@ -412,12 +407,7 @@ StepResult StyleGAN::train_step(int64_t step) {
   // The D step: G's images without a graph, D on them and on the reals; R1 through create_graph.
   {
     engine::PhaseScope phase(engine::Phase::forward);
-    Batch batch;
-    {
-      engine::CategoryScope input(engine::Category::input);
-      engine::MemoryScope owner("batch");
-      batch = next_batch(step);
-    }
+    Batch batch = input_batch(step);
     result.items = items(batch);
     Tensor fake;
     {

@@ -41,12 +41,6 @@ Pix2PixHDConfig config(const std::string& size) {
 
 int64_t conv(int64_t in, int64_t out, int64_t k) { return out * in * k * k + out; }  // weight + bias
 
-int64_t count(const graph::Module& m) {
-  int64_t n = 0;
-  for (const Tensor& p : m.parameters()) n += p.numel();
-  return n;
-}
-
 }  // namespace
 
 TEST(Pix2PixHD, FullSizeParameterCountsFromTheArchitecture) {
@@ -59,12 +53,12 @@ TEST(Pix2PixHD, FullSizeParameterCountsFromTheArchitecture) {
   for (int64_t ch = 64; ch < 1024; ch *= 2) g += conv(ch, ch * 2, 3) + conv(ch * 2, ch, 3);  // down and up
   g += 9 * 2 * conv(1024, 1024, 3);
   g += conv(36, 32, 7) + conv(32, 64, 3) + 3 * 2 * conv(64, 64, 3) + conv(64, 32, 3) + conv(32, 3, 7);
-  EXPECT_EQ(count(*model.net().netG), g);
+  EXPECT_EQ(model.net().netG->num_parameters(), g);
   // D: 3 scales of 39 -> 64 -> 128 -> 256 -> 512 -> 1, 4x4.
   const int64_t d = 3 * (conv(39, 64, 4) + conv(64, 128, 4) + conv(128, 256, 4) + conv(256, 512, 4) + conv(512, 1, 4));
-  EXPECT_EQ(count(*model.net().netD), d);
+  EXPECT_EQ(model.net().netD->num_parameters(), d);
   // VGG19's features (torchvision: 20,024,384 parameters in 16 convs) less the three after relu5_1 (512 -> 512).
-  EXPECT_EQ(count(*model.net().vgg), 20024384 - 3 * conv(512, 512, 3));
+  EXPECT_EQ(model.net().vgg->num_parameters(), 20024384 - 3 * conv(512, 512, 3));
   // NVIDIA's state-dict names (and torchvision's for VGG).
   std::set<std::string> names;
   for (const auto& [name, p] : model.net().named_parameters()) names.insert(name);
