@@ -7,9 +7,12 @@
 #      beside tools/bench/pix2pixhd_torch.py and stylegan_torch.py (each written from its architecture,
 #      channels_last, cudnn.benchmark, autocast for bf16);
 #   3. the max batch under the 2020 cards' arenas on the GPU itself, beside meta's answer for the same --gpu.
-# Usage on the GPU machine: BIN=build/carry OUT=$OUT tools/bench/gans_gpu.sh [tests] [speed] [maxbatch]
+#   4. variants: PyTorch's stylegan under each memory format and blur (its fastest setup is the reference);
+#   5. batch8: the engine's stylegan at batch 8; 6. profile: both sides' time by kernel, bf16.
+# Usage on the GPU machine: BIN=build/carry OUT=$OUT tools/bench/gans_gpu.sh [tests] [speed] [maxbatch] [variants]
+#   [batch8] [profile]   (all six take more than one 600 s call: tests+speed, then variants, then the rest)
 set -uo pipefail
-PARTS=${*:-tests speed maxbatch}
+PARTS=${*:-tests speed maxbatch variants batch8 profile}
 want() { [[ " $PARTS " == *" $1 "* ]]; }
 BIN=${BIN:-build}
 OUT=${OUT:-/tmp/gans_gpu}
@@ -34,6 +37,37 @@ if want speed; then
       timeout 150 python3 "tools/bench/${name}_torch.py" --precision "$p" 2>&1 | tail -1 |
         tee "$OUT/torch_${name}_$p.log"
     done
+  done
+fi
+if want variants; then
+  # PyTorch's stylegan step took 6-7 s at batch 4 (2026-12-01): find its fastest setup before comparing with it.
+  echo "== stylegan: PyTorch variants (memory format x blur), 3 timed steps each"
+  for p in fp32 bf16; do
+    for fmt in channels_last contiguous; do
+      for b in depthwise planes; do
+        timeout 120 python3 tools/bench/stylegan_torch.py --precision "$p" --memory-format "$fmt" --blur "$b" \
+          --steps 3 --warmup 1 2>&1 | tail -1 | tee "$OUT/torch_stylegan_${p}_${fmt}_$b.log"
+      done
+    done
+  done
+fi
+if want batch8; then
+  echo "== stylegan --batch 8: engine (the PyTorch side: run variants first, then its fastest at --batch 8)"
+  for p in fp32 bf16; do
+    timeout 150 "$BIN/engine_train" --model stylegan --batch 8 --device cuda --steps 6 --precision "$p" \
+      > "$OUT/engine_stylegan8_$p.log" 2>&1
+    echo "engine stylegan b8 $p | $(grep -E '^step 6|rror' "$OUT/engine_stylegan8_$p.log" | tail -1)"
+  done
+fi
+if want profile; then
+  echo "== where the time goes, bf16: the engine's --profile and torch.profiler's top kernels"
+  for model in "pix2pixhd --batch 1" "stylegan --batch 4"; do
+    name=${model%% *}
+    # shellcheck disable=SC2086
+    timeout 100 "$BIN/engine_train" --model $model --device cuda --steps 3 --precision bf16 --profile \
+      > "$OUT/profile_engine_$name.log" 2>&1
+    timeout 150 python3 "tools/bench/${name}_torch.py" --precision bf16 --profile --warmup 1 \
+      > "$OUT/profile_torch_$name.log" 2>&1
   done
 fi
 if want maxbatch; then

@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_bench import fits_by_running, max_batch, release, time_steps
+from torch_bench import fits_by_running, max_batch, profile_step, release, time_steps
 
 
 def conv(i, o, k, s=1, p=0):
@@ -180,6 +180,8 @@ def run_config(batch, steps, warmup):
         opt_d.step()
 
     try:
+        if ARGS.profile:
+            return profile_step(step, warmup)
         return time_steps(step, steps, warmup)
     finally:
         del G, D, V, opt_g, opt_d
@@ -195,6 +197,9 @@ def main():
         lo = max_batch(fits_by_running(lambda b: run_config(b, steps=0, warmup=2)), ARGS.max_batch_cap_gib)
         print(f"{name} {ARGS.precision} | max batch {lo} under {ARGS.max_batch_cap_gib} GiB", flush=True)
         return
+    if ARGS.profile:
+        run_config(ARGS.batch, ARGS.steps, ARGS.warmup)
+        return
     dt, peak = run_config(ARGS.batch, ARGS.steps, ARGS.warmup)
     print(f"{name} batch {ARGS.batch} {ARGS.precision} | {ARGS.batch / dt:.2f} img/s | {dt * 1000:.1f} ms | "
           f"peak {peak:.2f} GiB", flush=True)
@@ -209,6 +214,7 @@ if __name__ == "__main__":
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--max-batch-cap-gib", type=float, default=0)
+    p.add_argument("--profile", action="store_true", help="print the top CUDA kernels of one step instead")
     p.add_argument("--tiny", action="store_true", help="the engine's --size tiny networks")
     ARGS = p.parse_args()
     ARGS.classes, ARGS.ngf, ARGS.n_down, ARGS.n_blocks, ARGS.n_local, ARGS.ndf = 35, 32, 4, 9, 3, 64

@@ -12,6 +12,7 @@ through autocast. Not the same: PyTorch keeps its caching allocator's free block
 
 Prints: torch stylegan R batch B precision | img/s | ms | peak GiB
 Usage: python3 tools/bench/stylegan_torch.py --batch 4 --precision fp32|tf32|bf16 [--resolution 1024]
+       [--blur depthwise|planes] [--memory-format channels_last|contiguous] [--profile]
        python3 tools/bench/stylegan_torch.py --precision fp32 --max-batch-cap-gib 22.81
 """
 import argparse
@@ -22,9 +23,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_bench import fits_by_running, max_batch, release, time_steps
+from torch_bench import fits_by_running, max_batch, profile_step, release, time_steps
 
 SQRT2 = math.sqrt(2)
+BLUR = "depthwise"  # --blur: how blur() runs the filter (main sets it; stylegan_parity.py keeps the default)
 # The network's widths (stylegan_parity.py sets the engine's tiny ones): latent = dlatent = mapping width.
 SHAPE = {"latent": 512, "mapping_layers": 8, "fmap_base": 8192, "fmap_max": 512}
 
@@ -78,9 +80,14 @@ def wide(x):
 
 
 def blur(x):
-    c = x.shape[1]
+    """The [1,2,1] x [1,2,1] / 16 filter on every channel. --blur depthwise: one grouped conv (groups = channels), as
+    NVlabs' reference; --blur planes: every (image, channel) plane as its own 1-channel image of one conv, for when
+    cuDNN's grouped kernels are slow at these sizes (pytorch/pytorch#34977 shows them 100x off in channels_last)."""
+    n, c, h, w = x.shape
     k = torch.tensor([1.0, 2.0, 1.0], device=x.device, dtype=x.dtype)
     k = (k[:, None] * k[None, :]) / 16
+    if BLUR == "planes":
+        return F.conv2d(x.reshape(n * c, 1, h, w), k.view(1, 1, 3, 3), padding=1).view(n, c, h, w)
     return F.conv2d(x, k.expand(c, 1, 3, 3), padding=1, groups=c)
 
 
@@ -178,12 +185,13 @@ def run_config(batch, steps, warmup):
     res = ARGS.resolution
     G, D = Generator(res).to(dev), Discriminator(res).to(dev)
     Gs = [p.detach().clone() for p in G.parameters()]
+    fmt = torch.channels_last if ARGS.memory_format == "channels_last" else torch.contiguous_format
     for m in (G, D):
-        m.to(memory_format=torch.channels_last).train()
+        m.to(memory_format=fmt).train()
     opt_g = torch.optim.Adam(G.parameters(), lr=0.003, betas=(0.0, 0.99), eps=1e-8)
     opt_d = torch.optim.Adam(D.parameters(), lr=0.003, betas=(0.0, 0.99), eps=1e-8)
     amp = ARGS.precision == "bf16"
-    real = (torch.rand(batch, 3, res, res, device=dev) * 2 - 1).to(memory_format=torch.channels_last)
+    real = (torch.rand(batch, 3, res, res, device=dev) * 2 - 1).to(memory_format=fmt)
     beta = 0.5 ** (batch / 10000)
 
     def step():
@@ -209,6 +217,8 @@ def run_config(batch, steps, warmup):
         opt_d.zero_grad(set_to_none=True)
 
     try:
+        if ARGS.profile:
+            return profile_step(step, warmup)
         return time_steps(step, steps, warmup)
     finally:
         del G, D, Gs, opt_g, opt_d, real
@@ -219,11 +229,16 @@ def main():
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = ARGS.precision == "tf32"
     torch.backends.cudnn.allow_tf32 = ARGS.precision == "tf32"
+    global BLUR
+    BLUR = ARGS.blur
     random.seed(1)
-    name = f"torch stylegan {ARGS.resolution}"
+    name = f"torch stylegan {ARGS.resolution} ({ARGS.memory_format}, blur {ARGS.blur})"
     if ARGS.max_batch_cap_gib > 0:
         lo = max_batch(fits_by_running(lambda b: run_config(b, steps=0, warmup=2)), ARGS.max_batch_cap_gib)
         print(f"{name} {ARGS.precision} | max batch {lo} under {ARGS.max_batch_cap_gib} GiB", flush=True)
+        return
+    if ARGS.profile:
+        run_config(ARGS.batch, ARGS.steps, ARGS.warmup)
         return
     dt, peak = run_config(ARGS.batch, ARGS.steps, ARGS.warmup)
     print(f"{name} batch {ARGS.batch} {ARGS.precision} | {ARGS.batch / dt:.2f} img/s | {dt * 1000:.1f} ms | "
@@ -238,5 +253,8 @@ if __name__ == "__main__":
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--max-batch-cap-gib", type=float, default=0)
+    p.add_argument("--blur", default="depthwise", choices=["depthwise", "planes"])
+    p.add_argument("--memory-format", default="channels_last", choices=["channels_last", "contiguous"])
+    p.add_argument("--profile", action="store_true", help="print the top CUDA kernels of one step instead")
     ARGS = p.parse_args()
     main()

@@ -21,6 +21,18 @@ def time_steps(step, steps, warmup):
     return (time.perf_counter() - t0) / max(steps, 1), torch.cuda.max_memory_allocated() / 2**30
 
 
+def profile_step(step, warmup, top=20):
+    """Runs step() `warmup` times, then once under torch.profiler; prints the `top` CUDA kernels by total GPU time
+    (what bounds the PyTorch side, to compare with the engine's --profile)."""
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=top, max_name_column_width=90), flush=True)
+
+
 def release():
     """Frees what a finished or failed configuration left in PyTorch's caching allocator."""
     gc.collect()
