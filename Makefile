@@ -53,6 +53,10 @@ LIB_OBJ  := $(LIB_CPP:%.cpp=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.cu.o)
 # A thin archive: it refers to the objects by path, so ops/attention.o and models/nn/attention.o coexist.
 LIB      := $(BUILD)/libengine.a
 
+# cpu ranks' collectives: Gloo, in a plugin the engine loads when a cpu world has several ranks (engine/dist.h), so
+# that no program depends on libgloo (and its hiredis and ibverbs) otherwise.
+GLOO_PLUGIN := $(BUILD)/libengine_gloo.so
+
 TOOLS    := $(patsubst tools/%.cpp,$(BUILD)/%,$(wildcard tools/engine_*.cpp))
 TOOL_LIB_CPP := $(filter-out tools/engine_%.cpp,$(wildcard tools/*.cpp))
 # Data the programs carry inside them, so that they read nothing outside the binary: the 2020 study's table
@@ -71,7 +75,7 @@ GTEST_LIBS    := -lgtest -lpthread
 ifeq ($(filter -j%,$(MAKEFLAGS)),)
 MAKEFLAGS += -j$(shell nproc)
 endif
-all: deps $(LIB) $(TOOLS)
+all: deps $(LIB) $(TOOLS) $(GLOO_PLUGIN)
 
 # ---- dependencies ---------------------------------------------------------------------------------
 # Installs what is missing when run as root on Debian/Ubuntu; otherwise stops with the exact command.
@@ -82,6 +86,7 @@ deps:
 	[ -f /usr/include/jpeglib.h ] || missing="$$missing libjpeg62-turbo-dev"; \
 	[ -f /usr/include/png.h ] || missing="$$missing libpng-dev"; \
 	[ -f /usr/include/zlib.h ] || missing="$$missing zlib1g-dev"; \
+	[ -f /usr/include/gloo/allreduce.h ] || missing="$$missing libgloo-dev"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing:$$missing"; \
@@ -109,6 +114,10 @@ $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
+$(GLOO_PLUGIN): engine/gloo/gloo_communicator.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -fPIC -shared $< -o $@ -lgloo
+
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcsTP $@ $^
@@ -132,9 +141,10 @@ LIB_HEADERS := $(wildcard engine/*.h engine/cuda/*.h graph/*.h ops/*.h ops/cpu/*
                           models/*/*.h)
 PC_CFLAGS := -std=c++17 -fopenmp -I$${includedir} -I$(EIGEN_INC)$(if $(filter 1,$(CUDA)),$(if $(CUDA_DEVICE), \
              -DENGINE_CUDA) -I$(CUDA_HOME)/include)
-install: $(LIB)
+install: $(LIB) $(GLOO_PLUGIN)
 	@test -n "$(PREFIX)" || { echo "make install: PREFIX is empty"; exit 1; }
 	mkdir -p $(PREFIX)/lib/pkgconfig $(PREFIX)/include/engine
+	cp $(GLOO_PLUGIN) $(PREFIX)/lib/libengine_gloo.so.tmp && mv $(PREFIX)/lib/libengine_gloo.so.tmp $(PREFIX)/lib/libengine_gloo.so
 	rm -f $(PREFIX)/lib/libengine.a.tmp && ar qc $(PREFIX)/lib/libengine.a.tmp $(LIB_OBJ) && \
 	  ranlib $(PREFIX)/lib/libengine.a.tmp && mv $(PREFIX)/lib/libengine.a.tmp $(PREFIX)/lib/libengine.a
 	for h in $(LIB_HEADERS); do mkdir -p $(PREFIX)/include/engine/$$(dirname $$h) && \
@@ -160,7 +170,7 @@ examples: $(EXAMPLES)
 # ---- programs -------------------------------------------------------------------------------------
 # With nvcc present, `make test` also builds (without running) the CUDA tests, so that CI compiles every CUDA
 # source, the tests included. It also builds and runs the example applications against an installed copy.
-test: deps $(BUILD)/engine_tests $(TOOLS) $(if $(filter 1,$(CUDA)),$(BUILD)/engine_cuda_tests)
+test: deps $(BUILD)/engine_tests $(TOOLS) $(GLOO_PLUGIN) $(if $(filter 1,$(CUDA)),$(BUILD)/engine_cuda_tests)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BUILD)/engine_tests $(TEST_ARGS)
 	$(MAKE) --no-print-directory examples
 
@@ -175,7 +185,7 @@ SANITIZE_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sani
 SANITIZE_TEST_ARGS ?= --gtest_filter=-*SteadyState*:Docs.*
 test-sanitize: deps
 	$(MAKE) BUILD=build-sanitize CUDA=0 OPT=-O1 EXTRA_FLAGS="$(SANITIZE_FLAGS)" \
-	  build-sanitize/engine_tests build-sanitize/engine_train build-sanitize/engine_bench
+	  build-sanitize/engine_tests build-sanitize/engine_train build-sanitize/engine_bench build-sanitize/libengine_gloo.so
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=1 \
 	  build-sanitize/engine_tests $(SANITIZE_TEST_ARGS)
 

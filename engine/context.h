@@ -18,7 +18,7 @@ enum class Phase : uint8_t { setup, forward, backward, optimizer, generate, reco
 const char* phase_name(Phase p);
 
 // Why a block exists (see ledger.h for the meaning of each).
-enum class Category : uint8_t { param, grad, optimizer, activation, temp, workspace, input, kv_cache, kCount };
+enum class Category : uint8_t { param, grad, optimizer, activation, temp, workspace, input, kv_cache, comm, kCount };
 constexpr int kNumCategories = int(Category::kCount);
 const char* category_name(Category c);
 

@@ -22,6 +22,8 @@ const char* category_name(Category c) {
     case Category::input: return "input";
     case Category::kv_cache:
       return "kv_cache";
+    case Category::comm:
+      return "comm";
     default: return "?";
   }
 }

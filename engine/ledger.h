@@ -9,6 +9,7 @@
 //     temp        everything else that lives within an op or a step (outputs not saved, scratch)
 //     workspace   library workspaces (cuBLASLt) input       the batch (token ids, images, labels)
 //     kv_cache    a decoder's attention keys and values kept for generation (models/nn/attention.h KVCache)
+//     comm        communication buffers: data parallel's gradient buckets (graph/data_parallel.h)
 //   A block may change category once it exists: an op output starts as `temp` and becomes `activation`
 //   when a backward node saves it (retag).
 // * Counters: live bytes now and at peak, in total and per category (each category's own peak), the

@@ -200,6 +200,8 @@ std::shared_ptr<Node> record_optional(const char* name, const std::vector<Tensor
 
 namespace {
 
+thread_local LeafGradHook leaf_grad_hook;
+
 struct ByLatest {
   bool operator()(const Node* a, const Node* b) const { return a->sequence < b->sequence; }
 };
@@ -281,7 +283,13 @@ class BackwardPass {
       for (const Edge& e : n->next) {
         if (!e.node) continue;
         dependencies_[e.node.get()]++;
-        if (keep_.emplace(e.node.get(), e.node).second) stack.push_back(e.node.get());
+        if (keep_.emplace(e.node.get(), e.node).second) {
+          stack.push_back(e.node.get());
+          // A leaf has one AccumulateGrad node per op that used it: its .grad is complete after the last one.
+          if (leaf_grad_hook)
+            if (auto* acc = dynamic_cast<AccumulateGrad*>(e.node.get()))
+              if (auto leaf = acc->leaf.lock()) pending_leaf_nodes_[leaf.get()]++;
+        }
       }
     }
   }
@@ -331,8 +339,11 @@ class BackwardPass {
       c = c.defined() ? ops::add(c, grads[0]) : grads[0];
     } else if (o_.accumulate) {
       engine::context().op = nullptr;
-      engine::CategoryScope cs(Category::grad);
-      acc.apply(grads);
+      {
+        engine::CategoryScope cs(Category::grad);
+        acc.apply(grads);
+      }
+      if (leaf_grad_hook && leaf && --pending_leaf_nodes_[leaf.get()] == 0) leaf_grad_hook(leaf.get());
     }
   }
 
@@ -378,6 +389,7 @@ class BackwardPass {
   std::vector<Tensor> captured_;
   std::unordered_map<Node*, std::vector<Tensor>> buffers_;  // gradient buffers, one slot per node output
   std::unordered_map<Node*, int> dependencies_;
+  std::unordered_map<const engine::TensorImpl*, int> pending_leaf_nodes_;  // AccumulateGrad nodes yet to run
   std::unordered_map<Node*, std::shared_ptr<Node>> keep_;
   std::priority_queue<Node*, std::vector<Node*>, ByLatest> ready_;
 };
@@ -389,6 +401,11 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& roots, const std::ve
 }
 
 }  // namespace
+
+LeafGradHookScope::LeafGradHookScope(LeafGradHook hook) : saved_(std::move(leaf_grad_hook)) {
+  leaf_grad_hook = std::move(hook);
+}
+LeafGradHookScope::~LeafGradHookScope() { leaf_grad_hook = std::move(saved_); }
 
 void backward(const Tensor& root, const Tensor& grad_root, bool create_graph, bool retain_graph) {
   backward(std::vector<Tensor>{root}, std::vector<Tensor>{grad_root}, create_graph, retain_graph);

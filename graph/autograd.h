@@ -65,6 +65,22 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                          const std::vector<Tensor>& grad_outputs = {}, bool create_graph = false,
                          bool retain_graph = false);
 
+// Gradient readiness (data parallel, graph/data_parallel.h): while a LeafGradHook is installed, backward() calls it
+// once per leaf as soon as that leaf's .grad is complete for the pass (after the last of its accumulations: a leaf
+// used by several ops has one AccumulateGrad node per use), with the leaf.
+// grad() (which accumulates nothing) never calls it. One hook per thread; the scope restores the previous one.
+using LeafGradHook = std::function<void(const engine::TensorImpl* leaf)>;
+class LeafGradHookScope {
+ public:
+  explicit LeafGradHookScope(LeafGradHook hook);
+  ~LeafGradHookScope();
+  LeafGradHookScope(const LeafGradHookScope&) = delete;
+  LeafGradHookScope& operator=(const LeafGradHookScope&) = delete;
+
+ private:
+  LeafGradHook saved_;
+};
+
 // Activation checkpointing.
 using RecomputeFn = std::function<Tensor(const std::vector<Tensor>&)>;
 Tensor recompute(const RecomputeFn& fn, const std::vector<Tensor>& inputs);

@@ -7,6 +7,7 @@
 
 #include "engine/context.h"
 #include "engine/format.h"
+#include "engine/rng.h"
 #include "graph/autograd.h"
 #include "ops/elementwise.h"
 #include "ops/optimizer.h"
@@ -101,7 +102,7 @@ void Model::set_fixed_batch(Batch batch) {
   fixed_batch_ = std::move(batch);
 }
 
-Batch Model::next_batch(int64_t step) { return fixed_batch_.empty() ? make_batch(step) : fixed_batch_; }
+Batch Model::next_batch(int64_t step) { return micro_batch(step, 0); }
 
 void Model::set_accumulation(int64_t k) {
   ENGINE_CHECK(k >= 1 && k <= 4096, "--accumulate ", k,
@@ -113,18 +114,71 @@ void Model::set_accumulation(int64_t k) {
 }
 
 Batch Model::micro_batch(int64_t step, int64_t j) {
-  if (accumulate_ == 1) return next_batch(step);
-  if (fixed_batch_.empty()) return make_batch((step - 1) * accumulate_ + j + 1);
+  const int64_t parts = world_ * accumulate_, part = rank_ * accumulate_ + j;
+  if (fixed_batch_.empty()) return make_batch((step - 1) * parts + part + 1);
+  if (parts == 1) return fixed_batch_;
   Batch micro;
   for (const auto& [name, t] : fixed_batch_) {
     const int64_t rows = t.dim() > 0 ? t.size(0) : 0;
-    ENGINE_CHECK(rows % accumulate_ == 0 && rows > 0, "--accumulate ", accumulate_, ": the fixed batch's tensor '",
-                 name, "' has ", rows, " rows, which do not split into ", accumulate_,
-                 " equal micro-batches; give a batch whose size is a multiple of --accumulate");
-    const int64_t n = rows / accumulate_;
-    micro[name] = ops::contiguous(ops::slice(t, 0, j * n, (j + 1) * n));
+    ENGINE_CHECK(rows % parts == 0 && rows > 0, "the fixed batch's tensor '", name, "' has ", rows,
+                 " rows, which do not split into ", parts,
+                 world_ > 1 ? engine::str(" equal parts (", world_, " ranks x ", accumulate_, " micro-batches)")
+                            : std::string(" equal micro-batches"),
+                 "; give a batch whose size is a multiple of --accumulate", world_ > 1 ? " x the world size" : "");
+    const int64_t n = rows / parts;
+    micro[name] = ops::contiguous(ops::slice(t, 0, part * n, (part + 1) * n));
   }
   return micro;
+}
+
+void Model::set_data_parallel(std::shared_ptr<engine::dist::Communicator> comm, size_t bucket_bytes) {
+  ENGINE_CHECK(comm, "set_data_parallel: no communicator");
+  for (ops::Optimizer* o : optimizers())
+    ENGINE_CHECK(o->step_count() == 0, "set_data_parallel: the model has already taken a step");
+  ENGINE_CHECK(!comm_, "set_data_parallel: already set");
+  if (comm->world_size() == 1) return;
+  const std::string why = why_not_data_parallel();
+  ENGINE_CHECK(why.empty(), "this model cannot train data parallel yet: ", why, "; run it with one rank");
+  comm_ = std::move(comm);
+  rank_ = comm_->rank();
+  world_ = comm_->world_size();
+  const auto params = module().named_parameters();
+  graph::broadcast_parameters(*comm_, params);
+  for (ops::Optimizer* o : optimizers()) {
+    ops::NamedTensors mine, masters;
+    for (const auto& [name, p] : params) {
+      if (!o->holds(name)) continue;
+      mine.push_back({name, p});
+      if (Tensor m = o->master_weight(name); m.defined()) masters.push_back({name, m});
+    }
+    graph::broadcast_parameters(*comm_, masters);
+    reducers_.emplace_back(o, std::make_unique<graph::GradientReducer>(comm_, mine, bucket_bytes));
+  }
+  // Rank r's own random stream (dropout masks, noise): a distinct Philox key per rank; rank 0 keeps the seed.
+  if (rank_ > 0) engine::generator().seed += uint64_t(rank_) * 0x9E3779B97F4A7C15ull;
+}
+
+void Model::backward_for(const ops::Optimizer& opt, const std::function<void()>& backward) {
+  for (auto& [o, reducer] : reducers_)
+    if (o == &opt) return reducer->reduce_during(backward);
+  backward();
+}
+
+void Model::average_over_ranks(StepResult& r) const {
+  if (!comm_) return;
+  std::vector<double> v = {r.loss, double(r.items)};
+  for (const auto& [name, x] : r.losses) v.push_back(x);
+  comm_->all_reduce_host(v);
+  r.loss = v[0] / world_;
+  r.items = int64_t(v[1] + 0.5);
+  size_t k = 2;
+  for (auto& [name, x] : r.losses) x = v[k++] / world_;
+}
+
+std::vector<const graph::GradientReducer*> Model::reducers() const {
+  std::vector<const graph::GradientReducer*> out;
+  for (const auto& [o, reducer] : reducers_) out.push_back(reducer.get());
+  return out;
 }
 
 Batch Model::input_batch(int64_t step, int64_t micro) {
@@ -164,7 +218,11 @@ StepResult Model::train_step(int64_t step) {
     // fp16: backward from loss x scale, so that small gradients stay above f16's smallest normal. Accumulation:
     // from loss / k, so that the summed gradients are those of the mean over the k micro-batches.
     const double factor = (scaled ? loss_scaler_.scale : 1.0) / double(accumulate_);
-    graph::backward(factor != 1 ? ops::mul(l, factor) : l);
+    auto backward = [&] { graph::backward(factor != 1 ? ops::mul(l, factor) : l); };
+    if (j == accumulate_ - 1)
+      backward_for(*optimizer_, backward);
+    else
+      backward();
     if (!loss_sum.defined()) {
       loss_sum = l;
     } else {
@@ -213,7 +271,7 @@ bool Model::update_network(ops::Optimizer& opt, const graph::Module& net, const 
   opt.zero_grad();
   {
     engine::MemoryScope s("update_" + name);  // the gradient sums of this backward
-    graph::backward(scaled ? ops::mul(loss, scale) : loss);
+    backward_for(opt, [&] { graph::backward(scaled ? ops::mul(loss, scale) : loss); });
   }
   engine::PhaseScope phase(Phase::optimizer);
   bool finite = true;

@@ -8,11 +8,14 @@
 // A model's constructor builds its Module tree, calls module().tag_memory() (parameters are then owned by
 // their dotted names in the ledger), and creates its optimizer and schedule.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/dist.h"
+#include "graph/data_parallel.h"
 #include "graph/module.h"
 #include "models/precision.h"
 #include "ops/lr_schedule.h"
@@ -164,6 +167,26 @@ class Model {
   void set_fixed_batch(Batch batch);  // an empty batch, or one with an empty tensor, is an Error
   virtual bool supports_fixed_batch() const { return true; }
 
+  // Data parallel (graph/data_parallel.h): this model becomes rank comm->rank() of comm->world_size() = W. Rank 0's
+  // parameters (and f32 masters) are copied to the others now; every optimizer's gradients are averaged over the
+  // ranks in buckets of `bucket_bytes` during the backward before its update; rank r > 0 draws its random numbers
+  // (dropout, noise) from its own seed. Data: rank r's micro-batch j of step s reads the data of step
+  // ((s - 1) W + r) k + j + 1 (k = accumulation; a fixed batch is split into W k slices, r k + j being this one's),
+  // so the W ranks together read what one process reads with --accumulate W k, and its mean gradient is theirs.
+  // Call it once, before the first step; a world of one changes nothing.
+  void set_data_parallel(std::shared_ptr<engine::dist::Communicator> comm,
+                         size_t bucket_bytes = graph::kDefaultBucketBytes);
+  // Why this model cannot train data parallel ("" when it can): every rank's step must run the same parameters'
+  // backward through Model::backward_for, as data parallel needs.
+  virtual std::string why_not_data_parallel() const { return ""; }
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
+  // The step's losses as their mean over the ranks and its items as their sum (the report's global figures); the
+  // identity in a world of one.
+  void average_over_ranks(StepResult& r) const;
+  // The gradient buckets of every optimizer (empty in a world of one), for the report.
+  std::vector<const graph::GradientReducer*> reducers() const;
+
  protected:
   // The batch for `step` (tensors are tagged `input` by the caller).
   virtual Batch make_batch(int64_t step) = 0;
@@ -182,13 +205,16 @@ class Model {
   // scale once per step (loss_scaler_.update of every update's answer).
   bool update_network(ops::Optimizer& opt, const graph::Module& net, const Tensor& loss, const std::string& name,
                       StepResult& r);
-  // Micro-batch j (0-based) of step `step` under accumulation: next_batch of its own step number, or slice j of
-  // the fixed batch; next_batch(step) itself when there is no accumulation.
+  // Micro-batch j (0-based) of step `step` on this rank: the data of its own step number (set_data_parallel), or
+  // its slice of the fixed batch (the whole batch in a world of one without accumulation).
   Batch micro_batch(int64_t step, int64_t j);
   // next_batch(step) (micro >= 0: micro_batch(step, micro)) with its tensors tagged `input` and owned by "batch":
   // how every step takes its batch.
   Batch input_batch(int64_t step, int64_t micro = -1);
   Tensor batch_loss(const Batch& batch);
+  // The backward pass `backward` of the last micro-batch before `opt`'s update: with data parallel, run with opt's
+  // gradient buckets reduced as they complete (GradientReducer::reduce_during); else just run.
+  void backward_for(const ops::Optimizer& opt, const std::function<void()>& backward);
 
   std::unique_ptr<ops::Optimizer> optimizer_;
   std::unique_ptr<ops::LrSchedule> schedule_;  // may be null: constant lr
@@ -197,6 +223,9 @@ class Model {
   LossScaler loss_scaler_;                     // fp16 only
   Batch fixed_batch_;                          // empty: make_batch's data
   int64_t accumulate_ = 1;                     // micro-batches per step
+  std::shared_ptr<engine::dist::Communicator> comm_;  // null: a world of one
+  int rank_ = 0, world_ = 1;
+  std::vector<std::pair<const ops::Optimizer*, std::unique_ptr<graph::GradientReducer>>> reducers_;
 };
 
 }  // namespace models

@@ -213,7 +213,7 @@ std::string scale_stacked_svg(const ScaleResult& r) {
     if (p.fits) xs.push_back(double(p.x)), top = std::max(top, double(p.peak) / double(1 << 30));
   // Bottom to top: what does not grow first (parameters, optimizer, gradients), then what does.
   for (Category k : {Category::param, Category::optimizer, Category::grad, Category::input, Category::workspace,
-                     Category::kv_cache, Category::temp, Category::activation}) {
+                     Category::comm, Category::kv_cache, Category::temp, Category::activation}) {
     SvgSeries s{engine::category_name(k), xs, {}, category_color(engine::category_name(k)), false, true};
     bool any = false;
     for (const auto& p : r.points)

@@ -16,11 +16,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "engine/context.h"
 #include "engine/counters.h"
 #include "engine/device.h"
+#include "engine/dist.h"
 #include "engine/format.h"
 #include "engine/io.h"
 #include "engine/json.h"
@@ -32,6 +34,7 @@
 #include "tools/explain.h"
 #include "tools/flags.h"
 #include "tools/gpu_profiles.h"
+#include "tools/launcher.h"
 #include "tools/max_batch.h"
 #include "tools/oom_remedies.h"
 #include "tools/progress.h"
@@ -218,6 +221,14 @@ void add_flags(tools::Flags& flags) {
                    "the timeline's x axis: allocation order, or the device's time (cpu: the host clock; cuda: CUDA "
                    "events on the engine's stream; not on meta)");
   flags.add_string("report", "", "write the run's header, step lines and memory tables as markdown");
+  flags.add_int("nproc", 1,
+                "data parallel on this host: run N ranks (processes) of one world, each with its part of the "
+                "global batch (--batch per rank) and its own arena and ledger; cpu ranks use Gloo. Rank 0 prints and "
+                "saves; the other ranks write their --json/--report/--timeline/--trace as FILE.rank<r>");
+  flags.add_int("world-size", 0,
+                "on meta: predict one rank of a data-parallel world of N ranks (its gradient buckets; no "
+                "communication). Ranks started by a launcher read RANK and WORLD_SIZE instead (engine/dist.h)");
+  flags.add_int("bucket-mb", 25, "data parallel: the gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb)");
   flags.add_string("json", "", "write the run as JSON: config, header, every step, the peak (its moment, by "
                                "category, module and op); tools/README.md shows an example");
 }
@@ -369,6 +380,7 @@ double run_steps(models::Model& model, engine::Device& device, const RunOptions&
     const int64_t skipped_before = model.loss_scaler().skipped;
     models::StepResult r = o.inference ? model.eval_step(step) : model.train_step(step);
     device.synchronize();
+    model.average_over_ranks(r);  // data parallel: the world's loss and items
     if (!o.inference && !meta && !std::isfinite(r.loss) && model.loss_scaler().skipped == skipped_before)
       throw engine::Error(non_finite_report(step, r, model, o.save, o.export_hf));
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -399,6 +411,19 @@ double run_steps(models::Model& model, engine::Device& device, const RunOptions&
 }
 
 // The step in which the run's peak was reached: the first whose line shows the final peak (0: building the model).
+// "data parallel: rank 0 of 4 (gloo) | gradient buckets: 3 (25 MiB cap), 93.77 MiB in all (category comm)".
+std::string data_parallel_line(const models::Model& model) {
+  size_t n = 0, bytes = 0;
+  std::string backend;
+  for (const graph::GradientReducer* r : model.reducers()) {
+    backend = r->communicator().backend();
+    for (const auto& b : r->buckets()) n++, bytes += b.buffer.nbytes();
+  }
+  return str("data parallel: rank ", model.rank(), " of ", model.world_size(), " (", backend,
+             ") | gradient buckets: ", n, ", ", format_bytes(bytes),
+             " in all (category comm) | the loss and items are the world's");
+}
+
 int64_t step_of_peak(const std::vector<StepRecord>& records) {
   for (const StepRecord& r : records)
     if (r.peak_bytes == records.back().peak_bytes) return r.step;
@@ -464,6 +489,32 @@ int run(int argc, char** argv) {
                                      tools::gpu_profile_names());
   add_flags(flags);
   if (!flags.parse(argc, argv)) return 0;
+  if (flags.integer("nproc") != 1) {
+    ENGINE_CHECK(flags.integer("nproc") > 1, "engine_train: --nproc ", flags.integer("nproc"),
+                 " must be 1 or more ranks");
+    ENGINE_CHECK(flags.str("device") == "cpu", "engine_train: --nproc runs cpu ranks (Gloo); for --device ",
+                 flags.str("device"),
+                 (flags.str("device") == "meta" ? " use --world-size N: one meta process "
+                                                  "predicts every rank"
+                                                : " ranks need NCCL, not driven yet"));
+    ENGINE_CHECK(std::getenv("RANK") == nullptr,
+                 "engine_train: --nproc inside a launched rank (RANK is set): give one or the other");
+    return tools::launch_ranks(int(flags.integer("nproc")),
+                               tools::without_flag(std::vector<std::string>(argv + 1, argv + argc), "nproc"));
+  }
+  const engine::dist::WorldSpec world = engine::dist::world_from_environment();
+  ENGINE_CHECK(flags.integer("world-size") >= 0 && flags.integer("world-size") <= (1 << 20),
+               "engine_train: --world-size ", flags.integer("world-size"), " must be 1 to 2^20 ranks");
+  ENGINE_CHECK(flags.integer("world-size") <= 1 || flags.str("device") == "meta",
+               "engine_train: --world-size predicts a world on the meta device; to train one, start the ranks with "
+               "--nproc N (cpu) or a launcher that sets RANK and WORLD_SIZE");
+  const int world_size = flags.integer("world-size") > 1 ? int(flags.integer("world-size")) : world.world_size;
+  ENGINE_CHECK(flags.integer("bucket-mb") >= 1 && flags.integer("bucket-mb") <= (1 << 20), "engine_train: --bucket-mb ",
+               flags.integer("bucket-mb"), " must be 1 or more");
+  // Rank r > 0 writes its files beside rank 0's, as FILE.rank<r>; it saves no checkpoint (rank 0's is the world's).
+  auto rank_path = [&](const std::string& path) {
+    return world.rank == 0 || path.empty() ? path : path + ".rank" + std::to_string(world.rank);
+  };
   models::ModelConfig config = config_of(flags);
   const std::string load = flags.str("load"), save = flags.str("save"), export_hf = flags.str("export-hf");
   std::string from_checkpoint;
@@ -477,6 +528,11 @@ int run(int argc, char** argv) {
   size_t capacity = arena_capacity(flags, type, &capacity_note);
   ENGINE_CHECK(!(flags.on("find-max-batch") && flags.given("batch-file")),
                "engine_train: --find-max-batch varies the batch size; it cannot read a fixed --batch-file");
+  ENGINE_CHECK(world_size == 1 || !flags.on("find-max-batch"),
+               "engine_train: --find-max-batch for a data-parallel world is not there yet; find the batch of one "
+               "rank without --world-size and add its gradient buckets (the run's comm category)");
+  ENGINE_CHECK(world_size == 1 || !flags.on("inference"),
+               "engine_train: --inference runs one process; data parallel is for training");
   if (flags.on("find-max-batch")) return find_max_batch(config, flags, type, capacity, capacity_note);
 
   // Output paths are checked now, not after the run (a checkpoint that cannot be written is a lost run).
@@ -504,6 +560,10 @@ int run(int argc, char** argv) {
   if (!export_hf.empty()) tools::check_hf_exportable(*model, export_hf);
   tools::CheckpointLoad loaded;
   if (!load.empty()) loaded = tools::load_checkpoint(load, *model, !o.inference);
+  if (world_size > 1)
+    model->set_data_parallel(type == engine::DeviceType::meta ? engine::dist::meta_world(world_size, world.rank)
+                                                              : engine::dist::connect(world, *device),
+                             size_t(flags.integer("bucket-mb")) << 20);
   const std::string batch_file = flags.str("batch-file");
   if (!batch_file.empty()) {
     ENGINE_CHECK(model->supports_fixed_batch(), "engine_train: --batch-file: ", config.name,
@@ -517,6 +577,7 @@ int run(int argc, char** argv) {
   Transcript out(o.inference ? "eval" : "training", flags.integer("steps"));
   out.say(model->summary());
   out.say(header_line(*model, *device, capacity_note, o.inference));
+  if (world_size > 1) out.say(data_parallel_line(*model));
   if (!from_checkpoint.empty())
     out.say("config from the checkpoint (the command line did not give these):" + from_checkpoint);
   if (!load.empty())
@@ -571,24 +632,24 @@ int run(int argc, char** argv) {
   if (flags.on("explain"))
     out.say(tools::explain_markdown(device->ledger(), explain_seq, explain_live,
                                     str("Step ", o.last, " explained: every allocation and free in order")));
-  if (!flags.str("report").empty()) engine::write_file_atomic(flags.str("report"), out.text());
+  if (!flags.str("report").empty()) engine::write_file_atomic(rank_path(flags.str("report")), out.text());
   if (!flags.str("timeline").empty())
     engine::write_file_atomic(
-        flags.str("timeline"),
+        rank_path(flags.str("timeline")),
         tools::memory_timeline_svg(
             device->ledger(), explain_seq,
             str(config.name, " on ", device->name(), ", step ", o.last, ": live bytes by category"),
             timed ? device->event_times() : std::vector<std::pair<int64_t, double>>{}));
   if (!flags.str("json").empty())
-    engine::write_file_atomic(flags.str("json"), run_json(config, *model, *device, capacity_note, o, records, peak,
-                                                          peak_step));
+    engine::write_file_atomic(rank_path(flags.str("json")),
+                              run_json(config, *model, *device, capacity_note, o, records, peak, peak_step));
   if (!flags.str("trace").empty())  // counter tracks per category, phase and module slices (tools/trace_export.h)
-    engine::write_file_atomic(flags.str("trace"), tools::chrome_trace_json(device->ledger(), config.name));
-  if (!save.empty()) {
+    engine::write_file_atomic(rank_path(flags.str("trace")), tools::chrome_trace_json(device->ledger(), config.name));
+  if (!save.empty() && world.rank == 0) {
     tools::save_checkpoint(save, *model, config, o.last);
     std::printf("saved %s after step %lld\n", save.c_str(), (long long)o.last);
   }
-  if (!export_hf.empty()) {
+  if (!export_hf.empty() && world.rank == 0) {
     tools::export_hf(export_hf, *model);
     std::printf("exported %s/model.safetensors and %s/config.json (Hugging Face transformers) after step %lld\n",
                 export_hf.c_str(), export_hf.c_str(), (long long)o.last);

@@ -44,6 +44,8 @@ std::string why(const BlockInfo& b) {
       return "the GEMM library's workspace: made once, kept";
     case Category::kv_cache:
       return "a key/value cache for generation: made at the longest length, kept while decoding";
+    case Category::comm:
+      return "a data-parallel gradient bucket: made with the model, kept for the run";
     default:
       return b.reason.empty() ? "a temporary: freed as soon as nothing uses it" : "a temporary (" + b.reason + ")";
   }

@@ -18,8 +18,9 @@ const std::vector<std::string>& svg_palette() {
 
 std::string category_color(const std::string& category) {
   static const std::vector<std::pair<std::string, std::string>> colors = {
-      {"param", "#4e79a7"}, {"grad", "#76b7b2"},      {"optimizer", "#59a14f"}, {"activation", "#e15759"},
-      {"temp", "#f28e2c"},  {"workspace", "#af7aa1"}, {"input", "#9c755f"},     {"kv_cache", "#edc949"}};
+      {"param", "#4e79a7"},      {"grad", "#76b7b2"},     {"optimizer", "#59a14f"},
+      {"activation", "#e15759"}, {"temp", "#f28e2c"},     {"workspace", "#af7aa1"},
+      {"input", "#9c755f"},      {"kv_cache", "#edc949"}, {"comm", "#ff9da7"}};
   for (const auto& [name, color] : colors)
     if (name == category) return color;
   return "#bab0ab";

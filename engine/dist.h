@@ -1,0 +1,79 @@
+// dist.h: ranks and their collectives (several processes training one model: data parallel).
+//
+// A world is `world_size` processes, one per GPU (or per cpu rank), each with its own device, arena and ledger.
+// A Communicator is this process's membership: its rank and the collectives it takes part in. Every rank must
+// call the same collectives in the same order (as in NCCL, Gloo and MPI). Backends:
+//   gloo    cpu tensors, through Gloo (Facebook's collective library, the one PyTorch uses for cpu): its TCP
+//           transport and a file-store rendezvous. Gloo is a shared library with its own dependencies, so the
+//           engine loads it on first use from the plugin build/libengine_gloo.so (engine/gloo/): the programs
+//           run without it on machines that need no cpu ranks.
+//   meta    the meta device's: no values move, so a collective is a no-op; the world size is what the ranks'
+//           shard sizes and buffers are computed from. Ranks are symmetric, so one meta process predicts
+//           every rank of a world of any size.
+//   single  world size 1 on any device: every collective is the identity.
+// (NCCL for cuda ranks is the next backend: the same interface on the engine's stream.)
+//
+// How a process learns its place: the environment torchrun and Slurm launchers set (RANK, WORLD_SIZE,
+// LOCAL_RANK) plus ENGINE_STORE_DIR, a directory every rank can reach where the rendezvous files are written
+// (engine_train --nproc N sets all of them for the N processes it starts; MASTER_ADDR alone is not enough, as
+// Gloo ships no TCP store: give ENGINE_STORE_DIR on a shared file system for ranks on several hosts).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/device.h"
+#include "engine/tensor.h"
+
+namespace engine::dist {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual const char* backend() const = 0;  // "gloo", "meta", "single"
+  // In place: every rank's `t` becomes the elementwise sum of all ranks' (f32, f64, bf16 or f16; contiguous,
+  // on this rank's device). The order of the additions is the backend's (Gloo: a ring), the same on every rank.
+  virtual void all_reduce_sum(const Tensor& t) = 0;
+  // In place: every rank's `t` becomes rank `root`'s.
+  virtual void broadcast(const Tensor& t, int root) = 0;
+  // Host values summed over the ranks (a step's loss and item count for the report): no arena allocation.
+  virtual void all_reduce_host(std::vector<double>& values) = 0;
+  virtual void barrier() = 0;
+};
+
+// Where this process stands in a world, from the environment (all fields at their defaults when RANK and
+// WORLD_SIZE are not set: a world of one).
+struct WorldSpec {
+  int rank = 0, world_size = 1, local_rank = 0;
+  std::string store_dir;  // ENGINE_STORE_DIR: the rendezvous directory shared by the ranks
+  std::string host;       // ENGINE_HOST: the address other ranks reach this one at (default: this host's name;
+                          // engine_train --nproc sets 127.0.0.1)
+};
+// Reads RANK, WORLD_SIZE, LOCAL_RANK, ENGINE_STORE_DIR and ENGINE_HOST; a malformed or inconsistent value is an
+// Error naming the variable and the fix.
+WorldSpec world_from_environment();
+
+// This process's communicator for `spec` on `device`: single for a world of one, meta on the meta device (no
+// communication: the spec's world size only), gloo on cpu. cuda ranks are refused for now, with the reason.
+std::shared_ptr<Communicator> connect(const WorldSpec& spec, const Device& device);
+// A meta communicator of `world_size` ranks, this one being `rank` (engine_train --device meta --world-size N).
+std::shared_ptr<Communicator> meta_world(int world_size, int rank = 0);
+
+// What the Gloo plugin implements (engine/gloo/gloo_communicator.cpp): collectives on host memory. The plugin links
+// Gloo and nothing of the engine; connect() wraps it in a Communicator of Tensors.
+class HostCollectives {
+ public:
+  enum Kind { f32, f64, bf16, f16 };
+  virtual ~HostCollectives() = default;
+  virtual void all_reduce_sum(void* data, size_t count, Kind kind) = 0;
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+};
+// The plugin's entry point: a connected world, or null with the reason in *error.
+using GlooConnectFn = HostCollectives* (*)(int rank, int world_size, const char* store_dir, const char* host,
+                                           std::string* error);
+constexpr const char* kGlooConnectSymbol = "engine_gloo_connect";
+
+}  // namespace engine::dist

@@ -1,0 +1,103 @@
+// data_parallel.cpp: gradient buckets reduced over the ranks as backward completes them.
+#include "graph/data_parallel.h"
+
+#include <map>
+
+#include "engine/context.h"
+#include "engine/error.h"
+#include "engine/format.h"
+#include "graph/autograd.h"
+#include "ops/elementwise.h"
+#include "ops/factory.h"
+#include "ops/view.h"
+
+namespace graph {
+
+using engine::Category;
+using engine::Tensor;
+
+GradientReducer::GradientReducer(std::shared_ptr<engine::dist::Communicator> comm, const ops::NamedTensors& params,
+                                 size_t bucket_bytes)
+    : comm_(std::move(comm)) {
+  ENGINE_CHECK(bucket_bytes > 0, "data parallel: a bucket size of 0 bytes; give --bucket-mb 1 or more");
+  for (const auto& [name, p] : params)
+    if (p.requires_grad()) params_.push_back({name, p});
+  bucket_of_.assign(params_.size(), 0);
+  // Reverse registration order, one open bucket per dtype, closed when the next parameter would overflow it.
+  std::map<engine::DType, size_t> open;  // dtype -> index into buckets_
+  std::vector<size_t> bytes;             // per bucket
+  for (size_t k = params_.size(); k-- > 0;) {
+    const Tensor& p = params_[k].second;
+    const size_t nb = p.nbytes();
+    auto it = open.find(p.dtype());
+    if (it == open.end() || bytes[it->second] + nb > bucket_bytes) {
+      buckets_.emplace_back();
+      bytes.push_back(0);
+      it = open.insert_or_assign(p.dtype(), buckets_.size() - 1).first;
+    }
+    Bucket& b = buckets_[it->second];
+    b.offsets.push_back(b.params.empty() ? 0 : b.offsets.back() + params_[b.params.back()].second.numel());
+    b.params.push_back(k);
+    bytes[it->second] += nb;
+    bucket_of_[k] = it->second;
+  }
+  engine::CategoryScope category(Category::comm);
+  for (size_t i = 0; i < buckets_.size(); i++) {
+    Bucket& b = buckets_[i];
+    const Tensor& last = params_[b.params.back()].second;
+    engine::MemoryScope owner(engine::str("data_parallel.bucket", i));
+    b.buffer = Tensor::empty({b.offsets.back() + last.numel()}, last.dtype(), last.device_ptr());
+  }
+}
+
+void GradientReducer::reduce_during(const std::function<void()>& backward) {
+  std::map<const engine::TensorImpl*, size_t> index;
+  for (size_t k = 0; k < params_.size(); k++) index[params_[k].second.impl()] = k;
+  {
+    LeafGradHookScope hook([&](const engine::TensorImpl* leaf) {
+      auto it = index.find(leaf);
+      if (it == index.end()) return;  // another network's parameter (a GAN's G step reaches D's weights)
+      Bucket& b = buckets_[bucket_of_[it->second]];
+      if (++b.ready == b.params.size() && !b.reduced) reduce(b);
+    });
+    backward();
+  }
+  finish();
+}
+
+void GradientReducer::finish() {
+  for (Bucket& b : buckets_)
+    if (!b.reduced) reduce(b);
+  for (Bucket& b : buckets_) b.ready = 0, b.reduced = false;
+}
+
+void GradientReducer::reduce(Bucket& b) {
+  NoGrad no_grad;
+  std::vector<Tensor> views;
+  for (size_t j = 0; j < b.params.size(); j++) {
+    const Tensor& p = params_[b.params[j]].second;
+    Tensor view = ops::reshape(ops::slice(b.buffer, 0, b.offsets[j], b.offsets[j] + p.numel()), p.shape());
+    const Tensor g = p.grad();
+    if (g.defined())
+      ops::copy_(view, g);
+    else
+      ops::fill_(view, 0.0);
+    views.push_back(view);
+  }
+  comm_->all_reduce_sum(b.buffer);
+  if (comm_->world_size() > 1) ops::mul_(b.buffer, 1.0 / comm_->world_size());
+  for (size_t j = 0; j < b.params.size(); j++) {
+    const Tensor g = params_[b.params[j]].second.grad();
+    if (g.defined()) ops::copy_(g, views[j]);
+  }
+  b.reduced = true;
+}
+
+void broadcast_parameters(engine::dist::Communicator& comm, const ops::NamedTensors& params) {
+  for (const auto& [name, p] : params) {
+    ENGINE_CHECK(p.is_contiguous(), "broadcast_parameters: ", name, " is not contiguous");
+    comm.broadcast(p, 0);
+  }
+}
+
+}  // namespace graph

@@ -1,0 +1,70 @@
+// data_parallel.h: data parallel training's gradient reduction (what PyTorch's DistributedDataParallel Reducer does).
+//
+// Every rank holds the whole model and runs forward and backward on its own part of the global batch; before the
+// update, every gradient becomes the mean over the ranks, so every rank applies the same update and the parameters
+// stay identical (they start identical: broadcast_parameters copies rank 0's).
+//
+// Buckets: the parameters of one optimizer are grouped in reverse registration order (the order backward tends to
+// complete them) into buckets of at most `bucket_bytes` (25 MiB by default, as DDP's bucket_cap_mb) and one dtype;
+// each bucket is one flat buffer of the arena, allocated with the reducer (category `comm`, owner
+// "data_parallel.bucket<i>") and kept for the run: the ledger shows it, as DDP's buckets take memory beside .grad.
+// During backward (graph::LeafGradHookScope), a bucket is reduced as soon as every gradient in it is complete:
+// the gradients are copied into it, summed over the ranks (Communicator::all_reduce_sum), divided by the world
+// size and copied back. (On cpu the sum runs there and then; overlap with the rest of backward needs a second
+// stream, the cuda backend's.) finish() reduces the buckets backward did not complete: a parameter without a
+// gradient in this pass counts as zero, and keeps no gradient.
+//
+// Which rank reads which data is the model's (models/model.h, Model::set_data_parallel).
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/dist.h"
+#include "engine/tensor.h"
+#include "ops/optim.h"
+
+namespace graph {
+
+constexpr size_t kDefaultBucketBytes = size_t(25) << 20;
+
+class GradientReducer {
+ public:
+  // `params`: one optimizer's (name, parameter) pairs in registration order; those that do not require grad are
+  // left out.
+  GradientReducer(std::shared_ptr<engine::dist::Communicator> comm, const ops::NamedTensors& params,
+                  size_t bucket_bytes = kDefaultBucketBytes);
+
+  // Runs `backward` (one backward pass of the step's last micro-batch) with each bucket reduced as soon as its
+  // gradients are complete, then finish().
+  void reduce_during(const std::function<void()>& backward);
+  // Reduces every bucket not yet reduced in this step (after a backward that ran without the hook, or whose
+  // buckets were not all completed), so that every gradient is the mean over the ranks. Idempotent per step.
+  void finish();
+
+  struct Bucket {
+    std::vector<size_t> params;  // indices into the reducer's parameters, in the bucket's order
+    std::vector<int64_t> offsets;
+    engine::Tensor buffer;  // flat, the bucket's dtype
+    size_t ready = 0;       // gradients complete in this pass
+    bool reduced = false;   // in this step
+  };
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  const engine::dist::Communicator& communicator() const { return *comm_; }
+
+ private:
+  void on_ready(const engine::TensorImpl* leaf);
+  void reduce(Bucket& b);
+
+  std::shared_ptr<engine::dist::Communicator> comm_;
+  std::vector<std::pair<std::string, engine::Tensor>> params_;
+  std::vector<size_t> bucket_of_;  // per parameter
+  std::vector<Bucket> buckets_;
+};
+
+// Copies rank 0's values of every parameter to the other ranks (DDP does this when it wraps a model), so that the
+// ranks start from the same weights whatever their seeds.
+void broadcast_parameters(engine::dist::Communicator& comm, const ops::NamedTensors& params);
+
+}  // namespace graph

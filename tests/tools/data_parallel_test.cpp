@@ -1,0 +1,198 @@
+// data_parallel_test.cpp: data parallel over Gloo, run as a user runs it (engine_train --nproc N, cpu ranks), against
+// the single process that reads the same data: --accumulate N (the N ranks read the data of the N micro-batches of
+// one step, Model::set_data_parallel). And every rank's ledger against the meta device's prediction of that rank
+// (--device meta --world-size N), byte for byte; the gradient buckets; the errors a user meets.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "engine/device.h"
+#include "engine/dist.h"
+#include "engine/io.h"
+#include "engine/json.h"
+#include "engine/safetensors.h"
+#include "models/registry.h"
+#include "tests/tools/shell_util.h"
+#include "tests/util/temp_dir.h"
+
+namespace {
+
+using testutil::shell;
+
+const std::string kTrain = testutil::program("engine_train");
+
+// The "loss X" pieces of the step lines, in order.
+std::vector<std::string> step_losses(const std::string& out) {
+  std::vector<std::string> v;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("step ", 0) == 0) {
+      const size_t at = line.find("| loss ") + 7;
+      v.push_back(line.substr(at, line.find(" |", at) - at));
+    }
+  return v;
+}
+
+std::map<std::string, engine::Tensor> load(const std::string& path) {
+  return engine::load_safetensors(path, engine::Device::create(engine::DeviceType::cpu, size_t(1) << 30));
+}
+
+// Batch norm's running statistics are each rank's own (as in DDP without buffer broadcast): left out.
+bool is_running_statistic(const std::string& name) {
+  return name.find("running_") != std::string::npos || name.find("num_batches") != std::string::npos;
+}
+
+// The run's peak, each step's peak and the peak's bytes by category, from --json (numbers by their literal text).
+std::string ledger_of(const std::string& json_path) {
+  const engine::json::Value v =
+      engine::json::parse_json(engine::read_file(json_path, "--json", size_t(1) << 26), json_path);
+  std::ostringstream os;
+  const engine::json::Value& peak = v.at("peak", json_path);
+  os << "peak " << peak.at("bytes", json_path).text << " |";
+  for (const auto& s : v.at("steps", json_path).items) os << " " << s.at("peak_bytes", json_path).text;
+  for (const auto& [k, b] : peak.at("by_category", json_path).members) os << " | " << k << " " << b.text;
+  return os.str();
+}
+
+}  // namespace
+
+// Two ranks each with batch 2 against one process with --accumulate 2 (the same four images per step): yolov3 has no
+// dropout and no tied weights, so every gradient is the same sum of the same two f32 numbers (a micro-batch's
+// backward from loss / 2 is the rank's backward halved, exactly; Gloo's sum of two values is one addition), and
+// the weights and the momentum after three steps are equal bit for bit.
+TEST(DataParallel, TwoRanksTrainExactlyAsOneProcessAccumulatingTwo) {
+  testutil::TempDir dir;
+  const std::string common = kTrain + " --model yolov3 --size tiny --batch 2 --steps 3 --seed 5";
+  const auto [rc_dp, out_dp] = shell(common + " --nproc 2 --save " + dir.file("dp.safetensors"));
+  ASSERT_EQ(rc_dp, 0) << out_dp;
+  EXPECT_NE(out_dp.find("data parallel: rank 0 of 2 (gloo)"), std::string::npos) << out_dp;
+  const auto [rc_acc, out_acc] = shell(common + " --accumulate 2 --save " + dir.file("acc.safetensors"));
+  ASSERT_EQ(rc_acc, 0) << out_acc;
+  EXPECT_EQ(step_losses(out_dp), step_losses(out_acc)) << out_dp << out_acc;
+  const auto dp = load(dir.file("dp.safetensors")), acc = load(dir.file("acc.safetensors"));
+  ASSERT_EQ(dp.size(), acc.size());
+  int compared = 0;
+  for (const auto& [name, t] : acc) {
+    if (is_running_statistic(name)) continue;
+    ASSERT_TRUE(dp.count(name)) << name;
+    EXPECT_EQ(dp.at(name).to_host_bytes(), t.to_host_bytes()) << name;
+    compared++;
+  }
+  EXPECT_GT(compared, 100);
+}
+
+// Four ranks: Gloo's ring adds the four gradients in another order than accumulation does (((g0 + g1) + g2) + g3),
+// so they may differ in the last bits. The bound: each sum of four is within 3 u (|g0| + ... + |g3|) of the exact
+// one (u = 2^-24), so the two means differ by at most 6 u times the mean of |g_i|; the momentum after one SGD step
+// is the mean gradient plus weight decay (identical weights), so we check |dp - acc| <= 6 u * 4 * max |acc| per
+// tensor, with |g_i| <= 4 max|mean| assumed (no heavy cancellation: these are image gradients of one sign mostly).
+TEST(DataParallel, FourRanksMatchAccumulationWithinTheSummationBound) {
+  testutil::TempDir dir;
+  const std::string common = kTrain + " --model yolov3 --size tiny --batch 1 --steps 1 --seed 3";
+  const auto [rc_dp, out_dp] = shell(common + " --nproc 4 --save " + dir.file("dp.safetensors"));
+  ASSERT_EQ(rc_dp, 0) << out_dp;
+  const auto [rc_acc, out_acc] = shell(common + " --accumulate 4 --save " + dir.file("acc.safetensors"));
+  ASSERT_EQ(rc_acc, 0) << out_acc;
+  EXPECT_EQ(step_losses(out_dp), step_losses(out_acc));  // the step's loss: the same four images, same weights
+  const auto dp = load(dir.file("dp.safetensors")), acc = load(dir.file("acc.safetensors"));
+  const double u = std::ldexp(1.0, -24);
+  int buffers = 0;
+  for (const auto& [name, t] : acc) {
+    if (name.find("momentum_buffer") == std::string::npos) continue;
+    const std::vector<double> a = t.to_double(), d = dp.at(name).to_double();
+    double top = 0, worst = 0;
+    for (size_t i = 0; i < a.size(); i++)
+      top = std::max(top, std::fabs(a[i])), worst = std::max(worst, std::fabs(a[i] - d[i]));
+    EXPECT_LE(worst, 6 * u * 4 * top + 1e-30) << name;
+    buffers++;
+  }
+  EXPECT_GT(buffers, 50);
+}
+
+// Every rank's ledger (its --json: step peaks, the peak by category, the gradient buckets in `comm`) equals what
+// the meta device predicts for one rank of that world, byte for byte: BERT at two and three ranks, and StyleGAN
+// (two optimizers, each with its buckets; R1's double backward) at two.
+TEST(DataParallel, EveryRanksLedgerIsMetasPredictionForThatWorld) {
+  testutil::TempDir dir;
+  const std::pair<std::string, int> runs[] = {{"bert_base", 2}, {"bert_base", 3}, {"stylegan", 2}};
+  for (const auto& [model, world] : runs) {
+    const std::string common = kTrain + " --model " + model + " --size tiny --steps 2 --bucket-mb 1";
+    const std::string j = dir.file(model + "_cpu" + std::to_string(world) + ".json");
+    const auto [rc, out] = shell(common + " --nproc " + std::to_string(world) + " --json " + j);
+    ASSERT_EQ(rc, 0) << out;
+    const std::string m = dir.file(model + "_meta" + std::to_string(world) + ".json");
+    const auto [rc_m, out_m] = shell(common + " --device meta --world-size " + std::to_string(world) + " --json " + m);
+    ASSERT_EQ(rc_m, 0) << out_m;
+    const std::string predicted = ledger_of(m);
+    EXPECT_NE(predicted.find("comm "), std::string::npos) << predicted;
+    EXPECT_EQ(ledger_of(j), predicted) << model << ": rank 0 of " << world;
+    for (int r = 1; r < world; r++)
+      EXPECT_EQ(ledger_of(j + ".rank" + std::to_string(r)), predicted) << model << ": rank " << r << " of " << world;
+  }
+}
+
+// The buckets: reverse registration order, one dtype each, at most the cap unless one parameter is larger, every
+// trainable parameter in exactly one; their bytes are the gradients' bytes, in category comm.
+TEST(DataParallel, BucketsHoldEveryGradientOnceInReverseOrderUnderTheCap) {
+  auto device = engine::Device::create(engine::DeviceType::meta, size_t(1) << 36);
+  engine::DeviceGuard guard(device);
+  models::ModelConfig c;
+  c.name = "bert_base";
+  c.size = "tiny";
+  auto model = models::create_model(c);
+  const size_t cap = 64 << 10;
+  model->set_data_parallel(engine::dist::meta_world(8, 3), cap);
+  EXPECT_EQ(model->rank(), 3);
+  EXPECT_EQ(model->world_size(), 8);
+  ASSERT_EQ(model->reducers().size(), 1u);
+  const auto params = model->module().named_parameters();
+  std::vector<int> seen(params.size(), 0);
+  size_t total = 0, last = params.size();
+  for (const auto& b : model->reducers()[0]->buckets()) {
+    size_t bytes = 0;
+    for (size_t k : b.params) {
+      seen[k]++;
+      bytes += params[k].second.nbytes();
+      EXPECT_LT(k, last) << "reverse order";
+      last = k;
+    }
+    EXPECT_TRUE(bytes <= cap || b.params.size() == 1) << bytes;
+    EXPECT_EQ(b.buffer.nbytes(), bytes);
+    total += bytes;
+  }
+  for (size_t k = 0; k < params.size(); k++) EXPECT_EQ(seen[k], 1) << params[k].first;
+  // The arena rounds each block up to its 256-byte alignment (engine/allocator.h).
+  const size_t live = device->ledger().live_bytes(engine::Category::comm), n = model->reducers()[0]->buckets().size();
+  EXPECT_GE(live, total);
+  EXPECT_LT(live, total + 256 * n);
+  EXPECT_GT(model->reducers()[0]->buckets().size(), 3u);
+}
+
+TEST(DataParallel, ErrorsNameTheProblemAndTheFix) {
+  struct Case {
+    std::string args, expect;
+  };
+  const std::vector<Case> cases = {
+      {"--model yolov3 --size tiny --nproc 2 --device meta", "use --world-size N"},
+      {"--model yolov3 --size tiny --world-size 2", "--world-size predicts a world on the meta device"},
+      {"--model mtdnn --size tiny --nproc 2", "cannot train data parallel yet: the ranks' batches would belong"},
+      {"--model unsupmt --size tiny --device meta --world-size 2", "cannot train data parallel yet"},
+      {"--model yolov3 --size tiny --device meta --world-size 4 --find-max-batch", "not there yet"},
+      {"--model yolov3 --size tiny --nproc 0", "must be 1 or more ranks"},
+      {"--model yolov3 --size tiny --device meta --world-size 2 --bucket-mb 0", "--bucket-mb 0 must be 1 or more"},
+  };
+  for (const Case& c : cases) {
+    const auto [rc, out] = shell(kTrain + " " + c.args);
+    EXPECT_NE(rc, 0) << c.args;
+    EXPECT_NE(out.find(c.expect), std::string::npos) << c.args << "\n" << out;
+  }
+  // A rank without the rendezvous directory, as a hand-made launch would be.
+  const auto [rc, out] = shell("RANK=0 WORLD_SIZE=2 " + kTrain + " --model yolov3 --size tiny");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("ENGINE_STORE_DIR is not set"), std::string::npos) << out;
+  const auto [rc2, out2] = shell("RANK=3 WORLD_SIZE=2 ENGINE_STORE_DIR=/tmp " + kTrain + " --model yolov3 --size tiny");
+  EXPECT_NE(rc2, 0);
+  EXPECT_NE(out2.find("RANK=3 is not an integer from 0 to 1"), std::string::npos) << out2;
+}
