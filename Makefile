@@ -114,7 +114,7 @@ $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-$(GLOO_PLUGIN): engine/gloo/gloo_communicator.cpp
+$(GLOO_PLUGIN): engine/gloo/gloo_communicator.cpp | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -fPIC -shared $< -o $@ -lgloo
 

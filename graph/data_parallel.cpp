@@ -1,6 +1,7 @@
 // data_parallel.cpp: gradient buckets reduced over the ranks as backward completes them.
 #include "graph/data_parallel.h"
 
+#include <algorithm>
 #include <map>
 
 #include "engine/context.h"
@@ -17,11 +18,23 @@ using engine::Category;
 using engine::Tensor;
 
 GradientReducer::GradientReducer(std::shared_ptr<engine::dist::Communicator> comm, const ops::NamedTensors& params,
-                                 size_t bucket_bytes)
-    : comm_(std::move(comm)) {
+                                 size_t bucket_bytes, int zero_stage)
+    : comm_(std::move(comm)), zero_stage_(zero_stage) {
   ENGINE_CHECK(bucket_bytes > 0, "data parallel: a bucket size of 0 bytes; give --bucket-mb 1 or more");
+  ENGINE_CHECK(zero_stage >= 0 && zero_stage <= 2, "--zero ", zero_stage,
+               ": stages 0 (plain data parallel), 1 (optimizer state sharded) and 2 (gradients too) are there; "
+               "stage 3 (parameters sharded) is not yet");
   for (const auto& [name, p] : params)
     if (p.requires_grad()) params_.push_back({name, p});
+  // ZeRO's shards: contiguous ranges, rank r's ending where the running bytes pass (r + 1) / W of the total.
+  size_t total = 0, run = 0;
+  for (const auto& np : params_) total += np.second.nbytes();
+  const int world = comm_->world_size();
+  for (const auto& np : params_) {
+    const size_t mid = run + np.second.nbytes() / 2;  // the parameter goes where its middle byte falls
+    owner_.push_back(total ? int(std::min<size_t>(size_t(world) - 1, mid * size_t(world) / total)) : 0);
+    run += np.second.nbytes();
+  }
   bucket_of_.assign(params_.size(), 0);
   // Reverse registration order, one open bucket per dtype, closed when the next parameter would overflow it.
   std::map<engine::DType, size_t> open;  // dtype -> index into buckets_
@@ -87,10 +100,33 @@ void GradientReducer::reduce(Bucket& b) {
   comm_->all_reduce_sum(b.buffer);
   if (comm_->world_size() > 1) ops::mul_(b.buffer, 1.0 / comm_->world_size());
   for (size_t j = 0; j < b.params.size(); j++) {
-    const Tensor g = params_[b.params[j]].second.grad();
-    if (g.defined()) ops::copy_(g, views[j]);
+    Tensor p = params_[b.params[j]].second;
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (zero_stage_ >= 2 && owner_[b.params[j]] != comm_->rank())
+      p.set_grad(Tensor());  // another rank's to use
+    else
+      ops::copy_(g, views[j]);
   }
   b.reduced = true;
+}
+
+bool GradientReducer::owns(const std::string& name) const {
+  for (size_t k = 0; k < params_.size(); k++)
+    if (params_[k].first == name) return zero_stage_ == 0 || owner_[k] == comm_->rank();
+  return true;  // not a trainable parameter of this optimizer
+}
+
+std::vector<std::string> GradientReducer::shard() const {
+  std::vector<std::string> names;
+  for (size_t k = 0; k < params_.size(); k++)
+    if (zero_stage_ == 0 || owner_[k] == comm_->rank()) names.push_back(params_[k].first);
+  return names;
+}
+
+void GradientReducer::broadcast_updated() {
+  if (zero_stage_ == 0) return;
+  for (size_t k = 0; k < params_.size(); k++) comm_->broadcast(params_[k].second, owner_[k]);
 }
 
 void broadcast_parameters(engine::dist::Communicator& comm, const ops::NamedTensors& params) {

@@ -14,6 +14,13 @@
 // stream, the cuda backend's.) finish() reduces the buckets backward did not complete: a parameter without a
 // gradient in this pass counts as zero, and keeps no gradient.
 //
+// ZeRO (Rajbhandari et al. 2020), by whole parameters: the parameters are split into W contiguous ranges of about
+// equal bytes in registration order, range r being rank r's shard. Stage 1: each rank's optimizer updates only
+// its shard (its state and f32 masters: 1/W of them; Optimizer::shard), then every parameter is broadcast from its
+// owner (broadcast_updated). Stage 2 also drops the gradients of other ranks' parameters as soon as their bucket
+// is reduced, so that a rank keeps 1/W of the gradients (the sum is an all-reduce, as DDP's: the memory is ZeRO-2's,
+// the traffic twice a reduce-scatter's). Stage 3 (parameters sharded) is not there yet.
+//
 // Which rank reads which data is the model's (models/model.h, Model::set_data_parallel).
 #pragma once
 #include <functional>
@@ -34,7 +41,7 @@ class GradientReducer {
   // `params`: one optimizer's (name, parameter) pairs in registration order; those that do not require grad are
   // left out.
   GradientReducer(std::shared_ptr<engine::dist::Communicator> comm, const ops::NamedTensors& params,
-                  size_t bucket_bytes = kDefaultBucketBytes);
+                  size_t bucket_bytes = kDefaultBucketBytes, int zero_stage = 0);
 
   // Runs `backward` (one backward pass of the step's last micro-batch) with each bucket reduced as soon as its
   // gradients are complete, then finish().
@@ -52,6 +59,12 @@ class GradientReducer {
   };
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const engine::dist::Communicator& communicator() const { return *comm_; }
+  int zero_stage() const { return zero_stage_; }
+  // ZeRO: whether this rank updates parameter `name` (always true at stage 0), and the parameters it does.
+  bool owns(const std::string& name) const;
+  std::vector<std::string> shard() const;
+  // ZeRO: after this rank's update of its shard, every parameter becomes its owner's (a broadcast each).
+  void broadcast_updated();
 
  private:
   void on_ready(const engine::TensorImpl* leaf);
@@ -60,6 +73,8 @@ class GradientReducer {
   std::shared_ptr<engine::dist::Communicator> comm_;
   std::vector<std::pair<std::string, engine::Tensor>> params_;
   std::vector<size_t> bucket_of_;  // per parameter
+  std::vector<int> owner_;         // per parameter: the rank that updates it (ZeRO)
+  int zero_stage_ = 0;
   std::vector<Bucket> buckets_;
 };
 

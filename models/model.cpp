@@ -131,7 +131,7 @@ Batch Model::micro_batch(int64_t step, int64_t j) {
   return micro;
 }
 
-void Model::set_data_parallel(std::shared_ptr<engine::dist::Communicator> comm, size_t bucket_bytes) {
+void Model::set_data_parallel(std::shared_ptr<engine::dist::Communicator> comm, size_t bucket_bytes, int zero_stage) {
   ENGINE_CHECK(comm, "set_data_parallel: no communicator");
   for (ops::Optimizer* o : optimizers())
     ENGINE_CHECK(o->step_count() == 0, "set_data_parallel: the model has already taken a step");
@@ -142,6 +142,7 @@ void Model::set_data_parallel(std::shared_ptr<engine::dist::Communicator> comm, 
   comm_ = std::move(comm);
   rank_ = comm_->rank();
   world_ = comm_->world_size();
+  zero_stage_ = zero_stage;
   const auto params = module().named_parameters();
   graph::broadcast_parameters(*comm_, params);
   for (ops::Optimizer* o : optimizers()) {
@@ -152,7 +153,9 @@ void Model::set_data_parallel(std::shared_ptr<engine::dist::Communicator> comm, 
       if (Tensor m = o->master_weight(name); m.defined()) masters.push_back({name, m});
     }
     graph::broadcast_parameters(*comm_, masters);
-    reducers_.emplace_back(o, std::make_unique<graph::GradientReducer>(comm_, mine, bucket_bytes));
+    auto reducer = std::make_unique<graph::GradientReducer>(comm_, mine, bucket_bytes, zero_stage);
+    if (zero_stage >= 1) o->shard([&](const std::string& name) { return reducer->owns(name); });
+    reducers_.emplace_back(o, std::move(reducer));
   }
   // Rank r's own random stream (dropout masks, noise): a distinct Philox key per rank; rank 0 keeps the seed.
   if (rank_ > 0) engine::generator().seed += uint64_t(rank_) * 0x9E3779B97F4A7C15ull;
@@ -162,6 +165,19 @@ void Model::backward_for(const ops::Optimizer& opt, const std::function<void()>&
   for (auto& [o, reducer] : reducers_)
     if (o == &opt) return reducer->reduce_during(backward);
   backward();
+}
+
+void Model::after_update(const ops::Optimizer& opt) {
+  for (auto& [o, reducer] : reducers_)
+    if (o == &opt) reducer->broadcast_updated();
+}
+
+double Model::grad_norm(const std::vector<Tensor>& params) const {
+  const double local = ops::grad_norm(params);
+  if (!comm_ || zero_stage_ < 2) return local;
+  std::vector<double> squares = {local * local};
+  comm_->all_reduce_host(squares);
+  return std::sqrt(squares[0]);
 }
 
 void Model::average_over_ranks(StepResult& r) const {
@@ -239,7 +255,7 @@ StepResult Model::train_step(int64_t step) {
     double grad_scale = 1;
     if (scaled || clip_norm_ > 0) {
       const double unscale = scaled ? 1.0 / loss_scaler_.scale : 1.0;
-      const double norm = ops::grad_norm(module().parameters()) * unscale;
+      const double norm = grad_norm(module().parameters()) * unscale;
       grad_scale = unscale;
       if (clip_norm_ > 0 && norm > clip_norm_) grad_scale *= clip_norm_ / (norm + 1e-6);
       if (scaled) {
@@ -254,6 +270,7 @@ StepResult Model::train_step(int64_t step) {
       optimizer_->set_grad_scale(grad_scale);
       if (schedule_) optimizer_->set_lr(schedule_->lr(optimizer_->step_count()));
       optimizer_->step();
+      after_update(*optimizer_);
     } else {
       optimizer_->allocate_state();  // the layout as if the update had run (see Optimizer::allocate_state)
     }
@@ -276,12 +293,13 @@ bool Model::update_network(ops::Optimizer& opt, const graph::Module& net, const 
   engine::PhaseScope phase(Phase::optimizer);
   bool finite = true;
   if (scaled) {
-    finite = std::isfinite(ops::grad_norm(net.parameters()) / scale);
+    finite = std::isfinite(grad_norm(net.parameters()) / scale);
     opt.set_grad_scale(1.0 / scale);
   }
   if (finite) {
     if (schedule_ && &opt == optimizer_.get()) opt.set_lr(schedule_->lr(opt.step_count()));
     opt.step();
+    after_update(opt);
   } else {
     opt.allocate_state();  // the layout as if the update had run (Optimizer::allocate_state)
     r.details.push_back(

@@ -173,9 +173,12 @@ class Model {
   // (dropout, noise) from its own seed. Data: rank r's micro-batch j of step s reads the data of step
   // ((s - 1) W + r) k + j + 1 (k = accumulation; a fixed batch is split into W k slices, r k + j being this one's),
   // so the W ranks together read what one process reads with --accumulate W k, and its mean gradient is theirs.
+  // ZeRO stage 1 or 2 shards each optimizer's state (and, at 2, the gradients) by whole parameters
+  // (graph/data_parallel.h): rank r updates its shard and broadcasts it after every update.
   // Call it once, before the first step; a world of one changes nothing.
   void set_data_parallel(std::shared_ptr<engine::dist::Communicator> comm,
-                         size_t bucket_bytes = graph::kDefaultBucketBytes);
+                         size_t bucket_bytes = graph::kDefaultBucketBytes, int zero_stage = 0);
+  int zero_stage() const { return zero_stage_; }
   // Why this model cannot train data parallel ("" when it can): every rank's step must run the same parameters'
   // backward through Model::backward_for, as data parallel needs.
   virtual std::string why_not_data_parallel() const { return ""; }
@@ -215,6 +218,11 @@ class Model {
   // The backward pass `backward` of the last micro-batch before `opt`'s update: with data parallel, run with opt's
   // gradient buckets reduced as they complete (GradientReducer::reduce_during); else just run.
   void backward_for(const ops::Optimizer& opt, const std::function<void()>& backward);
+  // After `opt`'s update under ZeRO: every parameter from the rank that updated it (GradientReducer::broadcast_updated).
+  void after_update(const ops::Optimizer& opt);
+  // The L2 norm of the gradients of `params` over the whole world: under ZeRO-2 each rank holds its shard's only, so
+  // the squares are summed over the ranks; else ops::grad_norm.
+  double grad_norm(const std::vector<Tensor>& params) const;
 
   std::unique_ptr<ops::Optimizer> optimizer_;
   std::unique_ptr<ops::LrSchedule> schedule_;  // may be null: constant lr
@@ -224,7 +232,7 @@ class Model {
   Batch fixed_batch_;                          // empty: make_batch's data
   int64_t accumulate_ = 1;                     // micro-batches per step
   std::shared_ptr<engine::dist::Communicator> comm_;  // null: a world of one
-  int rank_ = 0, world_ = 1;
+  int rank_ = 0, world_ = 1, zero_stage_ = 0;
   std::vector<std::pair<const ops::Optimizer*, std::unique_ptr<graph::GradientReducer>>> reducers_;
 };
 

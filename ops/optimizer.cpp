@@ -109,7 +109,7 @@ void Optimizer::step() {
   std::vector<Group> groups;
   for (Entry& e : entries_) {
     Tensor g = e.param.grad();
-    if (!g.defined()) continue;
+    if (!g.defined() || !e.owned) continue;
     if (!e.has_state) allocate_slots(e);
     e.steps++;
     const double weight_decay = e.decay ? weight_decay_ : 0.0;
@@ -130,13 +130,22 @@ void Optimizer::step() {
 void Optimizer::allocate_state() {
   graph::NoGrad no_grad;
   for (Entry& e : entries_)
-    if (e.param.grad().defined() && !e.has_state) allocate_slots(e);
+    if (e.param.grad().defined() && e.owned && !e.has_state) allocate_slots(e);
+}
+
+void Optimizer::shard(const std::function<bool(const std::string&)>& owned) {
+  for (Entry& e : entries_) {
+    if (owned(e.name)) continue;
+    ENGINE_CHECK(!e.has_state, "shard: ", e.name, " already has optimizer state; shard before the first step");
+    e.owned = false;
+    e.master = Tensor();  // its memory goes back to the arena
+  }
 }
 
 std::vector<std::string> Optimizer::params_without_state() const {
   std::vector<std::string> names;
   for (const Entry& e : entries_)
-    if (e.param.requires_grad() && !e.has_state) names.push_back(e.name);
+    if (e.param.requires_grad() && e.owned && !e.has_state) names.push_back(e.name);
   return names;
 }
 
@@ -149,6 +158,7 @@ OptimizerState Optimizer::state() const {
   s.metadata["optimizer"] = name_;
   s.metadata["optimizer.step"] = std::to_string(step_count_);
   for (const Entry& e : entries_) {
+    if (!e.owned) continue;
     if (e.master.defined()) s.tensors.emplace_back(e.name + ".master", e.master);  // from the start
     if (e.steps == 0) continue;
     s.metadata["optimizer.step." + e.name] = std::to_string(e.steps);

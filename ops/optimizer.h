@@ -81,6 +81,10 @@ class Optimizer {
   void set_master_weight(const std::string& name, const Tensor& master);
   Tensor master_weight(const std::string& name) const;  // undefined without one
   bool holds(const std::string& name) const;            // whether parameter `name` is one of this optimizer's
+  // ZeRO (graph/data_parallel.h): from now on only the parameters for which owned(name) is true are updated here,
+  // with their state and f32 masters; the others' masters are dropped and they never get state (another rank
+  // updates each and broadcasts it). zero_grad still drops every gradient; state() holds this rank's shard only.
+  void shard(const std::function<bool(const std::string&)>& owned);
   // Multiplies every gradient by `scale` inside the update (fp16 loss scaling divides by the loss scale
   // there instead of in a separate pass); 1 by default.
   void set_grad_scale(double scale) { grad_scale_ = scale; }
@@ -110,6 +114,7 @@ class Optimizer {
     bool has_state = false;     // slots allocated (an optimizer may have none: SGD without momentum)
     int64_t steps = 0;
     bool decay = true;
+    bool owned = true;  // false: another rank's shard (ZeRO), not updated here
   };
   void allocate_slots(Entry& e) const;
   static void set_master_weight_unchecked(Entry& e, const Tensor& master);

@@ -229,6 +229,10 @@ void add_flags(tools::Flags& flags) {
                 "on meta: predict one rank of a data-parallel world of N ranks (its gradient buckets; no "
                 "communication). Ranks started by a launcher read RANK and WORLD_SIZE instead (engine/dist.h)");
   flags.add_int("bucket-mb", 25, "data parallel: the gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb)");
+  flags.add_choice("zero", "0", {"0", "1", "2", "3"},
+                   "data parallel with ZeRO: 1 shards the optimizer state and f32 masters over the ranks, 2 the "
+                   "gradients too (by whole parameters; graph/data_parallel.h); 3 is not there yet");
+  flags.add_int("rank", 0, "with --world-size on meta: the rank to predict (ranks differ under --zero)");
   flags.add_string("json", "", "write the run as JSON: config, header, every step, the peak (its moment, by "
                                "category, module and op); tools/README.md shows an example");
 }
@@ -411,17 +415,24 @@ double run_steps(models::Model& model, engine::Device& device, const RunOptions&
 }
 
 // The step in which the run's peak was reached: the first whose line shows the final peak (0: building the model).
-// "data parallel: rank 0 of 4 (gloo) | gradient buckets: 3 (25 MiB cap), 93.77 MiB in all (category comm)".
-std::string data_parallel_line(const models::Model& model) {
+// "data parallel: rank 0 of 4 (gloo) | gradient buckets: 3, 93.77 MiB in all (category comm) | ZeRO-1: ...".
+std::string data_parallel_line(models::Model& model) {
   size_t n = 0, bytes = 0;
   std::string backend;
   for (const graph::GradientReducer* r : model.reducers()) {
     backend = r->communicator().backend();
     for (const auto& b : r->buckets()) n++, bytes += b.buffer.nbytes();
   }
+  std::string zero;
+  if (model.zero_stage() > 0) {
+    size_t mine = 0, all = 0;
+    for (const graph::GradientReducer* r : model.reducers()) mine += r->shard().size();
+    for (const auto& np : model.module().named_parameters()) all += np.second.requires_grad();
+    zero = str(" | ZeRO-", model.zero_stage(), ": this rank updates ", mine, " of ", all, " parameters");
+  }
   return str("data parallel: rank ", model.rank(), " of ", model.world_size(), " (", backend,
-             ") | gradient buckets: ", n, ", ", format_bytes(bytes),
-             " in all (category comm) | the loss and items are the world's");
+             ") | gradient buckets: ", n, ", ", format_bytes(bytes), " in all (category comm)", zero,
+             " | the loss and items are the world's");
 }
 
 int64_t step_of_peak(const std::vector<StepRecord>& records) {
@@ -509,6 +520,19 @@ int run(int argc, char** argv) {
                "engine_train: --world-size predicts a world on the meta device; to train one, start the ranks with "
                "--nproc N (cpu) or a launcher that sets RANK and WORLD_SIZE");
   const int world_size = flags.integer("world-size") > 1 ? int(flags.integer("world-size")) : world.world_size;
+  const int zero = std::stoi(flags.str("zero"));
+  ENGINE_CHECK(zero == 0 || world_size > 1, "engine_train: --zero ", zero,
+               " shards over the ranks of a data-parallel world: give --nproc N (cpu) or --world-size N (meta)");
+  ENGINE_CHECK(zero < 3,
+               "engine_train: --zero 3 (parameters sharded, gathered per layer) is not there yet; "
+               "--zero 2 shards the optimizer state and the gradients");
+  ENGINE_CHECK(zero == 0 || (flags.str("save").empty() && flags.str("load").empty()),
+               "engine_train: --save and --load with --zero: sharded checkpoints are not there yet (each rank holds "
+               "only its shard of the optimizer state); save without --zero");
+  const int meta_rank = int(flags.integer("rank"));
+  ENGINE_CHECK(!flags.given("rank") ||
+                   (flags.integer("world-size") > 1 && meta_rank >= 0 && meta_rank < flags.integer("world-size")),
+               "engine_train: --rank ", meta_rank, " is a rank of the meta prediction of --world-size N: 0 to N - 1");
   ENGINE_CHECK(flags.integer("bucket-mb") >= 1 && flags.integer("bucket-mb") <= (1 << 20), "engine_train: --bucket-mb ",
                flags.integer("bucket-mb"), " must be 1 or more");
   // Rank r > 0 writes its files beside rank 0's, as FILE.rank<r>; it saves no checkpoint (rank 0's is the world's).
@@ -561,9 +585,10 @@ int run(int argc, char** argv) {
   tools::CheckpointLoad loaded;
   if (!load.empty()) loaded = tools::load_checkpoint(load, *model, !o.inference);
   if (world_size > 1)
-    model->set_data_parallel(type == engine::DeviceType::meta ? engine::dist::meta_world(world_size, world.rank)
-                                                              : engine::dist::connect(world, *device),
-                             size_t(flags.integer("bucket-mb")) << 20);
+    model->set_data_parallel(type == engine::DeviceType::meta
+                                 ? engine::dist::meta_world(world_size, flags.given("rank") ? meta_rank : world.rank)
+                                 : engine::dist::connect(world, *device),
+                             size_t(flags.integer("bucket-mb")) << 20, zero);
   const std::string batch_file = flags.str("batch-file");
   if (!batch_file.empty()) {
     ENGINE_CHECK(model->supports_fixed_batch(), "engine_train: --batch-file: ", config.name,
