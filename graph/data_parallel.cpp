@@ -2,6 +2,7 @@
 #include "graph/data_parallel.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "engine/context.h"
@@ -10,6 +11,7 @@
 #include "graph/autograd.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
+#include "ops/optim.h"
 #include "ops/view.h"
 
 namespace graph {
@@ -26,14 +28,22 @@ GradientReducer::GradientReducer(std::shared_ptr<engine::dist::Communicator> com
                "stage 3 (parameters sharded) is not yet");
   for (const auto& [name, p] : params)
     if (p.requires_grad()) params_.push_back({name, p});
-  // ZeRO's shards: contiguous ranges, rank r's ending where the running bytes pass (r + 1) / W of the total.
-  size_t total = 0, run = 0;
-  for (const auto& np : params_) total += np.second.nbytes();
+  // ZeRO's shards: rank r owns elements [r T / W, (r + 1) T / W) of the parameters laid end to end.
+  int64_t total = 0;
+  for (const auto& np : params_) total += np.second.numel();
   const int world = comm_->world_size();
-  for (const auto& np : params_) {
-    const size_t mid = run + np.second.nbytes() / 2;  // the parameter goes where its middle byte falls
-    owner_.push_back(total ? int(std::min<size_t>(size_t(world) - 1, mid * size_t(world) / total)) : 0);
-    run += np.second.nbytes();
+  auto bound = [&](int r) { return int64_t((__int128)total * r / world); };
+  has_mine_.assign(params_.size(), false);
+  int64_t at = 0;
+  for (size_t k = 0; k < params_.size(); k++) {
+    const int64_t n = params_[k].second.numel();
+    for (int r = 0; r < world; r++) {
+      const int64_t lo = std::max(at, bound(r)), hi = std::min(at + n, bound(r + 1));
+      if (lo >= hi) continue;
+      pieces_.push_back({k, lo - at, hi - at, r});
+      if (r == comm_->rank()) has_mine_[k] = true;
+    }
+    at += n;
   }
   bucket_of_.assign(params_.size(), 0);
   // Reverse registration order, one open bucket per dtype, closed when the next parameter would overflow it.
@@ -103,30 +113,61 @@ void GradientReducer::reduce(Bucket& b) {
     Tensor p = params_[b.params[j]].second;
     const Tensor g = p.grad();
     if (!g.defined()) continue;
-    if (zero_stage_ >= 2 && owner_[b.params[j]] != comm_->rank())
-      p.set_grad(Tensor());  // another rank's to use
+    if (zero_stage_ >= 2 && !has_mine_[b.params[j]])
+      p.set_grad(Tensor());  // other ranks update it
     else
       ops::copy_(g, views[j]);
   }
   b.reduced = true;
 }
 
-bool GradientReducer::owns(const std::string& name) const {
-  for (size_t k = 0; k < params_.size(); k++)
-    if (params_[k].first == name) return zero_stage_ == 0 || owner_[k] == comm_->rank();
-  return true;  // not a trainable parameter of this optimizer
+std::pair<int64_t, int64_t> GradientReducer::range_of(const std::string& name) const {
+  for (size_t k = 0; k < params_.size(); k++) {
+    if (params_[k].first != name) continue;
+    if (zero_stage_ == 0) return {0, params_[k].second.numel()};
+    for (const Piece& p : pieces_)
+      if (p.param == k && p.owner == comm_->rank()) return {p.begin, p.end};
+    return {0, 0};
+  }
+  return {-1, -1};  // not one of this reducer's parameters
 }
 
 std::vector<std::string> GradientReducer::shard() const {
   std::vector<std::string> names;
   for (size_t k = 0; k < params_.size(); k++)
-    if (zero_stage_ == 0 || owner_[k] == comm_->rank()) names.push_back(params_[k].first);
+    if (zero_stage_ == 0 || has_mine_[k]) names.push_back(params_[k].first);
   return names;
+}
+
+int64_t GradientReducer::shard_elements() const {
+  int64_t n = 0;
+  for (size_t k = 0; k < params_.size(); k++) {
+    const auto [begin, end] = range_of(params_[k].first);
+    n += end - begin;
+  }
+  return n;
 }
 
 void GradientReducer::broadcast_updated() {
   if (zero_stage_ == 0) return;
-  for (size_t k = 0; k < params_.size(); k++) comm_->broadcast(params_[k].second, owner_[k]);
+  NoGrad no_grad;
+  for (const Piece& p : pieces_)
+    comm_->broadcast(ops::slice(ops::flatten(params_[p.param].second), 0, p.begin, p.end), p.owner);
+}
+
+double GradientReducer::global_grad_norm() const {
+  NoGrad no_grad;
+  std::vector<Tensor> mine;
+  for (const Piece& p : pieces_) {
+    if (p.owner != comm_->rank()) continue;
+    const Tensor g = params_[p.param].second.grad();
+    if (g.defined()) mine.push_back(ops::slice(ops::flatten(g), 0, p.begin, p.end));
+  }
+  std::vector<double> sum = {0.0};
+  if (!mine.empty())
+    for (double s : ops::squared_norms(mine).to_double()) sum[0] += s;
+  comm_->all_reduce_host(sum);
+  return std::sqrt(sum[0]);
 }
 
 void broadcast_parameters(engine::dist::Communicator& comm, const ops::NamedTensors& params) {

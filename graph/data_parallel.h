@@ -14,12 +14,14 @@
 // stream, the cuda backend's.) finish() reduces the buckets backward did not complete: a parameter without a
 // gradient in this pass counts as zero, and keeps no gradient.
 //
-// ZeRO (Rajbhandari et al. 2020), by whole parameters: the parameters are split into W contiguous ranges of about
-// equal bytes in registration order, range r being rank r's shard. Stage 1: each rank's optimizer updates only
-// its shard (its state and f32 masters: 1/W of them; Optimizer::shard), then every parameter is broadcast from its
-// owner (broadcast_updated). Stage 2 also drops the gradients of other ranks' parameters as soon as their bucket
-// is reduced, so that a rank keeps 1/W of the gradients (the sum is an all-reduce, as DDP's: the memory is ZeRO-2's,
-// the traffic twice a reduce-scatter's). Stage 3 (parameters sharded) is not there yet.
+// ZeRO (Rajbhandari et al. 2020), as DeepSpeed partitions: the parameters, flattened and laid end to end in
+// registration order (T elements), are cut into W equal ranges, [r T / W, (r + 1) T / W) being rank r's shard; a
+// parameter across a boundary is shared by two ranks, each updating its piece. Stage 1: each rank's optimizer
+// updates only its pieces (their state and f32 masters: 1/W of them; Optimizer::shard), then every piece is
+// broadcast from its owner (broadcast_updated). Stage 2 also drops, as soon as their bucket is reduced, the
+// gradients of the parameters this rank has no piece of, so that it keeps about 1/W of the gradients (the sum is an
+// all-reduce, as DDP's: the memory is ZeRO-2's, the traffic twice a reduce-scatter's), and the gradient norm is
+// summed over the ranks' pieces. Stage 3 (parameters sharded) is not there yet.
 //
 // Which rank reads which data is the model's (models/model.h, Model::set_data_parallel).
 #pragma once
@@ -60,11 +62,15 @@ class GradientReducer {
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const engine::dist::Communicator& communicator() const { return *comm_; }
   int zero_stage() const { return zero_stage_; }
-  // ZeRO: whether this rank updates parameter `name` (always true at stage 0), and the parameters it does.
-  bool owns(const std::string& name) const;
+  // ZeRO: the piece [begin, end) of flattened parameter `name` this rank updates (all of it at stage 0 and for a
+  // name that is not one of the reducer's), and the parameters it has a piece of.
+  std::pair<int64_t, int64_t> range_of(const std::string& name) const;
   std::vector<std::string> shard() const;
-  // ZeRO: after this rank's update of its shard, every parameter becomes its owner's (a broadcast each).
+  int64_t shard_elements() const;  // the elements of this rank's pieces (all of them at stage 0)
+  // ZeRO: after the ranks' updates of their shards, every piece becomes its owner's (a broadcast each).
   void broadcast_updated();
+  // ZeRO-2: the L2 norm of the world's gradients: the squares of this rank's pieces, summed over the ranks.
+  double global_grad_norm() const;
 
  private:
   void on_ready(const engine::TensorImpl* leaf);
@@ -73,7 +79,13 @@ class GradientReducer {
   std::shared_ptr<engine::dist::Communicator> comm_;
   std::vector<std::pair<std::string, engine::Tensor>> params_;
   std::vector<size_t> bucket_of_;  // per parameter
-  std::vector<int> owner_;         // per parameter: the rank that updates it (ZeRO)
+  struct Piece {
+    size_t param;
+    int64_t begin, end;
+    int owner;
+  };
+  std::vector<Piece> pieces_;   // ZeRO: every parameter's pieces, by owner
+  std::vector<bool> has_mine_;  // per parameter: whether this rank updates a piece of it
   int zero_stage_ = 0;
   std::vector<Bucket> buckets_;
 };

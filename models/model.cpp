@@ -154,7 +154,7 @@ void Model::set_data_parallel(std::shared_ptr<engine::dist::Communicator> comm, 
     }
     graph::broadcast_parameters(*comm_, masters);
     auto reducer = std::make_unique<graph::GradientReducer>(comm_, mine, bucket_bytes, zero_stage);
-    if (zero_stage >= 1) o->shard([&](const std::string& name) { return reducer->owns(name); });
+    if (zero_stage >= 1) o->shard([&](const std::string& name) { return reducer->range_of(name); });
     reducers_.emplace_back(o, std::move(reducer));
   }
   // Rank r's own random stream (dropout masks, noise): a distinct Philox key per rank; rank 0 keeps the seed.
@@ -172,12 +172,11 @@ void Model::after_update(const ops::Optimizer& opt) {
     if (o == &opt) reducer->broadcast_updated();
 }
 
-double Model::grad_norm(const std::vector<Tensor>& params) const {
-  const double local = ops::grad_norm(params);
-  if (!comm_ || zero_stage_ < 2) return local;
-  std::vector<double> squares = {local * local};
-  comm_->all_reduce_host(squares);
-  return std::sqrt(squares[0]);
+double Model::grad_norm(const ops::Optimizer& opt, const std::vector<Tensor>& params) const {
+  if (zero_stage_ >= 2)
+    for (const auto& [o, reducer] : reducers_)
+      if (o == &opt) return reducer->global_grad_norm();
+  return ops::grad_norm(params);
 }
 
 void Model::average_over_ranks(StepResult& r) const {
@@ -255,7 +254,7 @@ StepResult Model::train_step(int64_t step) {
     double grad_scale = 1;
     if (scaled || clip_norm_ > 0) {
       const double unscale = scaled ? 1.0 / loss_scaler_.scale : 1.0;
-      const double norm = grad_norm(module().parameters()) * unscale;
+      const double norm = grad_norm(*optimizer_, module().parameters()) * unscale;
       grad_scale = unscale;
       if (clip_norm_ > 0 && norm > clip_norm_) grad_scale *= clip_norm_ / (norm + 1e-6);
       if (scaled) {
@@ -293,7 +292,7 @@ bool Model::update_network(ops::Optimizer& opt, const graph::Module& net, const 
   engine::PhaseScope phase(Phase::optimizer);
   bool finite = true;
   if (scaled) {
-    finite = std::isfinite(grad_norm(net.parameters()) / scale);
+    finite = std::isfinite(grad_norm(opt, net.parameters()) / scale);
     opt.set_grad_scale(1.0 / scale);
   }
   if (finite) {

@@ -218,11 +218,13 @@ class Model {
   // The backward pass `backward` of the last micro-batch before `opt`'s update: with data parallel, run with opt's
   // gradient buckets reduced as they complete (GradientReducer::reduce_during); else just run.
   void backward_for(const ops::Optimizer& opt, const std::function<void()>& backward);
-  // After `opt`'s update under ZeRO: every parameter from the rank that updated it (GradientReducer::broadcast_updated).
+  // After `opt`'s update under ZeRO: every piece of a parameter from the rank that updated it
+  // (GradientReducer::broadcast_updated).
   void after_update(const ops::Optimizer& opt);
-  // The L2 norm of the gradients of `params` over the whole world: under ZeRO-2 each rank holds its shard's only, so
-  // the squares are summed over the ranks; else ops::grad_norm.
-  double grad_norm(const std::vector<Tensor>& params) const;
+  // The L2 norm of the gradients of `params`, those `opt` updates, over the whole world: under ZeRO-2 each rank
+  // holds its shard's only, so the squares of the ranks' pieces are summed (GradientReducer::global_grad_norm);
+  // else ops::grad_norm.
+  double grad_norm(const ops::Optimizer& opt, const std::vector<Tensor>& params) const;
 
   std::unique_ptr<ops::Optimizer> optimizer_;
   std::unique_ptr<ops::LrSchedule> schedule_;  // may be null: constant lr

@@ -10,6 +10,7 @@
 #include "ops/elementwise.h"
 #include "ops/factory.h"
 #include "ops/op.h"
+#include "ops/view.h"
 
 namespace ops {
 
@@ -88,7 +89,7 @@ void Optimizer::allocate_slots(Entry& e) const {
   engine::MemoryScope owner(e.name);
   OpScope op(name_);
   e.slots.clear();
-  for (const Slot& slot : slots_for(e.param.shape()))
+  for (const Slot& slot : slots_for(e.state_shape()))
     e.slots.push_back(
         full(slot.shape, slot.initial, e.master.defined() ? e.master.dtype() : e.param.dtype(), e.param.device_ptr()));
   e.has_state = true;
@@ -115,13 +116,15 @@ void Optimizer::step() {
     const double weight_decay = e.decay ? weight_decay_ : 0.0;
     if (!g.is_contiguous()) {
       engine::MemoryScope owner(e.name);
-      update({ParamUpdate{e.param, contiguous(g), e.slots, e.master, grad_scale_}}, weight_decay, e.steps);
+      update({ParamUpdate{e.piece(e.param), e.piece(contiguous(g)), e.slots, e.master, grad_scale_}}, weight_decay,
+             e.steps);
       continue;
     }
+    g = e.piece(g);
     auto group = std::find_if(groups.begin(), groups.end(),
                               [&](const Group& gr) { return gr.weight_decay == weight_decay && gr.steps == e.steps; });
     if (group == groups.end()) group = groups.insert(groups.end(), Group{weight_decay, e.steps, {}});
-    group->updates.push_back(ParamUpdate{e.param, g, e.slots, e.master, grad_scale_});
+    group->updates.push_back(ParamUpdate{e.piece(e.param), g, e.slots, e.master, grad_scale_});
   }
   for (const Group& group : groups) update(group.updates, group.weight_decay, group.steps);
   step_count_++;
@@ -133,12 +136,34 @@ void Optimizer::allocate_state() {
     if (e.param.grad().defined() && e.owned && !e.has_state) allocate_slots(e);
 }
 
-void Optimizer::shard(const std::function<bool(const std::string&)>& owned) {
+Tensor Optimizer::Entry::piece(const Tensor& t) const { return end < 0 ? t : slice(flatten(t), 0, begin, end); }
+
+engine::Shape Optimizer::Entry::state_shape() const { return end < 0 ? param.shape() : engine::Shape{end - begin}; }
+
+void Optimizer::shard(const std::function<std::pair<int64_t, int64_t>(const std::string&)>& range) {
+  ENGINE_CHECK(std::string(name_) != "adafactor",
+               "ZeRO: adafactor's factored state needs whole matrices, which "
+               "ZeRO's pieces of parameters are not; use --zero 0 or another optimizer");
+  graph::NoGrad no_grad;
   for (Entry& e : entries_) {
-    if (owned(e.name)) continue;
+    const auto [begin, end] = range(e.name);
+    if (begin < 0) continue;  // not one of the shards' parameters: updated whole
     ENGINE_CHECK(!e.has_state, "shard: ", e.name, " already has optimizer state; shard before the first step");
-    e.owned = false;
-    e.master = Tensor();  // its memory goes back to the arena
+    ENGINE_CHECK(begin >= 0 && begin <= end && end <= e.param.numel(), "shard: ", e.name, " has ", e.param.numel(),
+                 " elements, not a piece [", begin, ", ", end, ")");
+    if (begin == end) {
+      e.owned = false;
+      e.master = Tensor();  // its memory goes back to the arena
+      continue;
+    }
+    if (begin == 0 && end == e.param.numel()) continue;
+    e.begin = begin;
+    e.end = end;
+    if (e.master.defined()) {
+      engine::CategoryScope category(engine::Category::optimizer);
+      Tensor piece = clone(slice(flatten(e.master), 0, begin, end));  // a block of its own; the whole is freed
+      set_master_weight_unchecked(e, piece);
+    }
   }
 }
 

@@ -81,10 +81,12 @@ class Optimizer {
   void set_master_weight(const std::string& name, const Tensor& master);
   Tensor master_weight(const std::string& name) const;  // undefined without one
   bool holds(const std::string& name) const;            // whether parameter `name` is one of this optimizer's
-  // ZeRO (graph/data_parallel.h): from now on only the parameters for which owned(name) is true are updated here,
-  // with their state and f32 masters; the others' masters are dropped and they never get state (another rank
-  // updates each and broadcasts it). zero_grad still drops every gradient; state() holds this rank's shard only.
-  void shard(const std::function<bool(const std::string&)>& owned);
+  // ZeRO (graph/data_parallel.h): from now on this optimizer updates only elements [begin, end) of each flattened
+  // parameter, range(name) = {begin, end}: its state and f32 master are of that piece only (the master's piece is
+  // copied out, the whole freed); a parameter with an empty range gets no state and loses its master (other ranks
+  // update it and broadcast the result); {-1, -1}: all of it. zero_grad still drops every gradient. Not for
+  // Adafactor (its factored state needs whole matrices).
+  void shard(const std::function<std::pair<int64_t, int64_t>(const std::string&)>& range);
   // Multiplies every gradient by `scale` inside the update (fp16 loss scaling divides by the loss scale
   // there instead of in a separate pass); 1 by default.
   void set_grad_scale(double scale) { grad_scale_ = scale; }
@@ -115,6 +117,9 @@ class Optimizer {
     int64_t steps = 0;
     bool decay = true;
     bool owned = true;  // false: another rank's shard (ZeRO), not updated here
+    int64_t begin = 0, end = -1;          // ZeRO: the piece of the flattened parameter updated here; end < 0: all of it
+    Tensor piece(const Tensor& t) const;  // t's elements [begin, end) (t itself when the entry is whole)
+    engine::Shape state_shape() const;
   };
   void allocate_slots(Entry& e) const;
   static void set_master_weight_unchecked(Entry& e, const Tensor& master);

@@ -426,9 +426,12 @@ std::string data_parallel_line(models::Model& model) {
   std::string zero;
   if (model.zero_stage() > 0) {
     size_t mine = 0, all = 0;
-    for (const graph::GradientReducer* r : model.reducers()) mine += r->shard().size();
-    for (const auto& np : model.module().named_parameters()) all += np.second.requires_grad();
-    zero = str(" | ZeRO-", model.zero_stage(), ": this rank updates ", mine, " of ", all, " parameters");
+    int64_t elements = 0, total = 0;
+    for (const graph::GradientReducer* r : model.reducers()) mine += r->shard().size(), elements += r->shard_elements();
+    for (const auto& np : model.module().named_parameters())
+      if (np.second.requires_grad()) all++, total += np.second.numel();
+    zero = str(" | ZeRO-", model.zero_stage(), ": this rank updates ", elements, " of ", total, " elements (pieces of ",
+               mine, " of ", all, " parameters)");
   }
   return str("data parallel: rank ", model.rank(), " of ", model.world_size(), " (", backend,
              ") | gradient buckets: ", n, ", ", format_bytes(bytes), " in all (category comm)", zero,
@@ -490,6 +493,16 @@ std::string run_json(const models::ModelConfig& config, models::Model& model, co
     for (const auto& [key, t] : *groups) os << (k++ ? ", " : "") << quote(key) << ": " << t.bytes;
     os << "}";
   }
+  os << "},\n \"category_peaks\": {";  // each category's own peak over the run (they need not coincide)
+  for (int k = 0, n = 0; k < engine::kNumCategories; k++)
+    if (l.peak_bytes(engine::Category(k)) > 0)
+      os << (n++ ? ", " : "") << quote(engine::category_name(engine::Category(k))) << ": "
+         << l.peak_bytes(engine::Category(k));
+  os << "},\n \"live_at_end\": {";  // what outlives the steps: parameters, optimizer state, buckets, caches
+  for (int k = 0, n = 0; k < engine::kNumCategories; k++)
+    if (l.live_bytes(engine::Category(k)) > 0)
+      os << (n++ ? ", " : "") << quote(engine::category_name(engine::Category(k))) << ": "
+         << l.live_bytes(engine::Category(k));
   os << "}\n}\n";
   return os.str();
 }

@@ -154,7 +154,7 @@ TEST(DataParallel, ZeroStagesOneAndTwoTrainAsPlainDataParallel) {
 }
 
 // Under ZeRO the ranks differ (each holds its shard's optimizer state), and meta predicts each with --rank; the
-// shards' optimizer bytes at the peak add up to plain data parallel's.
+// shards' optimizer bytes at the peak add up to plain data parallel's, but for the arena's rounding.
 TEST(DataParallel, ZeroShardsTheOptimizerStateAndMetaPredictsEachRank) {
   testutil::TempDir dir;
   const std::string common = kTrain + " --model bert_base --size tiny --steps 2";
@@ -179,7 +179,11 @@ TEST(DataParallel, ZeroShardsTheOptimizerStateAndMetaPredictsEachRank) {
     const long long a = optimizer_bytes(j), b = optimizer_bytes(j + ".rank1");
     EXPECT_GT(a, 0);
     EXPECT_GT(b, 0);
-    EXPECT_EQ(a + b, optimizer_bytes(dir.file("dp.json"))) << "--zero " << zero;
+    // The parameter across the two shards' boundary has its Adam moments in two pieces, four blocks where the whole
+    // had two, each rounded up to the arena's 256 bytes: at most 4 x 256 bytes more than the whole state.
+    const long long whole = optimizer_bytes(dir.file("dp.json"));
+    EXPECT_GE(a + b, whole) << "--zero " << zero;
+    EXPECT_LE(a + b, whole + 4 * 256) << "--zero " << zero;
   }
 }
 
