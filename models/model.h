@@ -59,6 +59,12 @@ struct ModelConfig {
   int64_t r1_every = 1;           // stylegan: the R1 penalty on every k-th D step (lazy regularization; 1: v1)
   bool inference = false;  // the model will only run eval steps: bf16/fp16 keep no f32 masters (set_precision)
   std::string optimizer;   // "" : the model's recipe; else a name of ops::optimizer_names() (Model::use_optimizer)
+  // Data parallel: the model is rank `rank` of a world of `world_size` (Model::set_data_parallel) with ZeRO stage
+  // `zero` and gradient buckets of `bucket_mb` MiB. On the meta device create_model sets the world up itself (one
+  // rank predicted, no communication: the max-batch finder's probes are ranks of that world too); ranks that
+  // communicate are connected by their program (engine_train: Gloo on cpu), which calls set_data_parallel.
+  int world_size = 1, rank = 0, zero = 0;
+  int64_t bucket_mb = 25;
   uint64_t seed = 1;
 };
 

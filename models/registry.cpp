@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <optional>
+#include "engine/dist.h"
 
+#include "engine/dist.h"
 #include "engine/error.h"
 #include "models/bert/pretraining.h"
 #include "models/bert/squad.h"
@@ -125,6 +127,9 @@ std::unique_ptr<Model> create_model(const ModelConfig& config) {
       if (!config.optimizer.empty()) model->use_optimizer(config.optimizer);
       model->set_accumulation(config.accumulate);
       model->set_precision(precision, /*keep_masters=*/!config.inference);
+      if (config.world_size > 1 && engine::default_device()->type() == engine::DeviceType::meta)
+        model->set_data_parallel(engine::dist::meta_world(config.world_size, config.rank),
+                                 size_t(config.bucket_mb) << 20, config.zero);
       return model;
     }
   std::string valid;

@@ -46,7 +46,11 @@ std::vector<std::pair<std::string, std::string>> config_settings(const models::M
                      {"recompute", unless(c.recompute, "none")},
                      {"optimizer", c.optimizer},
                      {"data", c.data},
-                     {"seed", c.seed == 1 ? std::string() : std::to_string(c.seed)}});
+                     {"seed", c.seed == 1 ? std::string() : std::to_string(c.seed)},
+                     {"world-size", c.world_size > 1 ? std::to_string(c.world_size) : ""},
+                     {"rank", c.rank > 0 ? std::to_string(c.rank) : ""},
+                     {"zero", c.zero > 0 ? std::to_string(c.zero) : ""},
+                     {"bucket-mb", c.world_size > 1 && c.bucket_mb != 25 ? std::to_string(c.bucket_mb) : ""}});
   return s;
 }
 

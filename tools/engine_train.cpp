@@ -553,6 +553,11 @@ int run(int argc, char** argv) {
     return world.rank == 0 || path.empty() ? path : path + ".rank" + std::to_string(world.rank);
   };
   models::ModelConfig config = config_of(flags);
+  // The world: on meta the config's (create_model predicts one rank); cpu ranks are connected below.
+  config.world_size = world_size;
+  config.rank = flags.given("rank") ? meta_rank : world.rank;
+  config.zero = zero;
+  config.bucket_mb = flags.integer("bucket-mb");
   const std::string load = flags.str("load"), save = flags.str("save"), export_hf = flags.str("export-hf");
   std::string from_checkpoint;
   if (!load.empty())
@@ -565,9 +570,9 @@ int run(int argc, char** argv) {
   size_t capacity = arena_capacity(flags, type, &capacity_note);
   ENGINE_CHECK(!(flags.on("find-max-batch") && flags.given("batch-file")),
                "engine_train: --find-max-batch varies the batch size; it cannot read a fixed --batch-file");
-  ENGINE_CHECK(world_size == 1 || !flags.on("find-max-batch"),
-               "engine_train: --find-max-batch for a data-parallel world is not there yet; find the batch of one "
-               "rank without --world-size and add its gradient buckets (the run's comm category)");
+  ENGINE_CHECK(world_size == 1 || !flags.on("find-max-batch") || flags.str("device") == "meta",
+               "engine_train: --find-max-batch of a data-parallel world runs on meta (--device meta --world-size N): "
+               "its probes are ranks of that world; cpu ranks would have to probe in step with each other");
   ENGINE_CHECK(world_size == 1 || !flags.on("inference"),
                "engine_train: --inference runs one process; data parallel is for training");
   if (flags.on("find-max-batch")) return find_max_batch(config, flags, type, capacity, capacity_note);
@@ -597,11 +602,8 @@ int run(int argc, char** argv) {
   if (!export_hf.empty()) tools::check_hf_exportable(*model, export_hf);
   tools::CheckpointLoad loaded;
   if (!load.empty()) loaded = tools::load_checkpoint(load, *model, !o.inference);
-  if (world_size > 1)
-    model->set_data_parallel(type == engine::DeviceType::meta
-                                 ? engine::dist::meta_world(world_size, flags.given("rank") ? meta_rank : world.rank)
-                                 : engine::dist::connect(world, *device),
-                             size_t(flags.integer("bucket-mb")) << 20, zero);
+  if (world_size > 1 && type != engine::DeviceType::meta)  // (meta: create_model set up the predicted rank)
+    model->set_data_parallel(engine::dist::connect(world, *device), size_t(config.bucket_mb) << 20, zero);
   const std::string batch_file = flags.str("batch-file");
   if (!batch_file.empty()) {
     ENGINE_CHECK(model->supports_fixed_batch(), "engine_train: --batch-file: ", config.name,
