@@ -133,8 +133,6 @@ Batch Model::micro_batch(int64_t step, int64_t j) {
 
 void Model::set_data_parallel(std::shared_ptr<engine::dist::Communicator> comm, size_t bucket_bytes, int zero_stage) {
   ENGINE_CHECK(comm, "set_data_parallel: no communicator");
-  for (ops::Optimizer* o : optimizers())
-    ENGINE_CHECK(o->step_count() == 0, "set_data_parallel: the model has already taken a step");
   ENGINE_CHECK(!comm_, "set_data_parallel: already set");
   if (comm->world_size() == 1) return;
   const std::string why = why_not_data_parallel();
@@ -177,6 +175,12 @@ double Model::grad_norm(const ops::Optimizer& opt, const std::vector<Tensor>& pa
     for (const auto& [o, reducer] : reducers_)
       if (o == &opt) return reducer->global_grad_norm();
   return ops::grad_norm(params);
+}
+
+ops::OptimizerState Model::checkpoint_state(ops::Optimizer& opt) const {
+  if (!comm_ || zero_stage_ == 0) return opt.state();
+  return opt.full_state([&](const Tensor& t) { comm_->all_reduce_sum(t); },
+                        [&](std::vector<double>& v) { comm_->all_reduce_host(v); });
 }
 
 void Model::average_over_ranks(StepResult& r) const {

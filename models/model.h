@@ -181,7 +181,8 @@ class Model {
   // so the W ranks together read what one process reads with --accumulate W k, and its mean gradient is theirs.
   // ZeRO stage 1 or 2 shards each optimizer's state (and, at 2, the gradients) by whole parameters
   // (graph/data_parallel.h): rank r updates its shard and broadcasts it after every update.
-  // Call it once, before the first step; a world of one changes nothing.
+  // Call it once, before this process's first step (after loading a checkpoint, which every rank loads alike, is
+  // fine); a world of one changes nothing.
   void set_data_parallel(std::shared_ptr<engine::dist::Communicator> comm,
                          size_t bucket_bytes = graph::kDefaultBucketBytes, int zero_stage = 0);
   int zero_stage() const { return zero_stage_; }
@@ -193,6 +194,10 @@ class Model {
   // The step's losses as their mean over the ranks and its items as their sum (the report's global figures); the
   // identity in a world of one.
   void average_over_ranks(StepResult& r) const;
+  // `opt`'s state for a checkpoint: under ZeRO the whole state of the world, assembled from the ranks' shards (a
+  // collective: every rank calls it, and every rank holds the whole when it returns), the same as plain data
+  // parallel's; else opt.state(). A checkpoint of any world loads into any other (Optimizer::shard reshards it).
+  ops::OptimizerState checkpoint_state(ops::Optimizer& opt) const;
   // The gradient buckets of every optimizer (empty in a world of one), for the report.
   std::vector<const graph::GradientReducer*> reducers() const;
 

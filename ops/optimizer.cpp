@@ -148,21 +148,25 @@ void Optimizer::shard(const std::function<std::pair<int64_t, int64_t>(const std:
   for (Entry& e : entries_) {
     const auto [begin, end] = range(e.name);
     if (begin < 0) continue;  // not one of the shards' parameters: updated whole
-    ENGINE_CHECK(!e.has_state, "shard: ", e.name, " already has optimizer state; shard before the first step");
+    ENGINE_CHECK(e.owned && e.end < 0, "shard: ", e.name, " is sharded already");
     ENGINE_CHECK(begin >= 0 && begin <= end && end <= e.param.numel(), "shard: ", e.name, " has ", e.param.numel(),
                  " elements, not a piece [", begin, ", ", end, ")");
     if (begin == end) {
       e.owned = false;
       e.master = Tensor();  // its memory goes back to the arena
+      e.slots.clear();
+      e.has_state = false;
       continue;
     }
     if (begin == 0 && end == e.param.numel()) continue;
     e.begin = begin;
     e.end = end;
-    if (e.master.defined()) {
-      engine::CategoryScope category(engine::Category::optimizer);
-      Tensor piece = clone(slice(flatten(e.master), 0, begin, end));  // a block of its own; the whole is freed
-      set_master_weight_unchecked(e, piece);
+    // Each piece a block of its own (a clone, not a view), so that the whole is freed.
+    engine::CategoryScope category(engine::Category::optimizer);
+    if (e.master.defined()) set_master_weight_unchecked(e, clone(slice(flatten(e.master), 0, begin, end)));
+    for (Tensor& s : e.slots) {
+      s = clone(slice(flatten(s), 0, begin, end));
+      s.storage()->set_owner(e.name + "/" + name_);
     }
   }
 }
@@ -189,6 +193,45 @@ OptimizerState Optimizer::state() const {
     s.metadata["optimizer.step." + e.name] = std::to_string(e.steps);
     const std::vector<Slot> slots = slots_for(e.param.shape());
     for (size_t k = 0; k < e.slots.size(); k++) s.tensors.emplace_back(e.name + "." + slots[k].name, e.slots[k]);
+  }
+  return s;
+}
+
+OptimizerState Optimizer::full_state(const std::function<void(const Tensor&)>& assemble,
+                                     const std::function<void(std::vector<double>&)>& assemble_counts) const {
+  const bool sharded =
+      std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return !e.owned || e.end >= 0; });
+  // Every rank takes part in the same collectives whether or not its own entries are sharded.
+  std::vector<double> flags = {sharded ? 1.0 : 0.0};
+  assemble_counts(flags);
+  if (flags[0] == 0) return state();
+  graph::NoGrad no_grad;
+  // Step counts: each piece's owner has the parameter's count (the owners of one parameter agree); others 0.
+  std::vector<double> steps, owners;
+  for (const Entry& e : entries_) steps.push_back(e.owned ? double(e.steps) : 0), owners.push_back(e.owned ? 1 : 0);
+  assemble_counts(steps);
+  assemble_counts(owners);
+  OptimizerState s;
+  s.metadata["optimizer"] = name_;
+  s.metadata["optimizer.step"] = std::to_string(step_count_);
+  auto whole = [&](const Entry& e, const Tensor& mine, DType dtype) {
+    Tensor t = zeros(e.param.shape(), dtype, e.param.device_ptr());
+    if (e.owned && mine.defined()) copy_(e.piece(t), mine);
+    assemble(t);
+    return t;
+  };
+  for (size_t i = 0; i < entries_.size(); i++) {
+    const Entry& e = entries_[i];
+    // A lowered parameter (bf16/f16) has an f32 master on its owners: assembled as such.
+    const bool has_master = e.param.dtype() != DType::f32 && engine::is_floating(e.param.dtype());
+    if (has_master) s.tensors.emplace_back(e.name + ".master", whole(e, e.master, DType::f32));
+    const int64_t n = owners[i] > 0 ? int64_t(steps[i] / owners[i] + 0.5) : 0;
+    if (n == 0) continue;
+    s.metadata["optimizer.step." + e.name] = std::to_string(n);
+    const std::vector<Slot> slots = slots_for(e.param.shape());
+    for (size_t k = 0; k < slots.size(); k++)
+      s.tensors.emplace_back(e.name + "." + slots[k].name, whole(e, k < e.slots.size() ? e.slots[k] : Tensor(),
+                                                                 has_master ? DType::f32 : e.param.dtype()));
   }
   return s;
 }

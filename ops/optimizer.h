@@ -85,8 +85,16 @@ class Optimizer {
   // parameter, range(name) = {begin, end}: its state and f32 master are of that piece only (the master's piece is
   // copied out, the whole freed); a parameter with an empty range gets no state and loses its master (other ranks
   // update it and broadcast the result); {-1, -1}: all of it. zero_grad still drops every gradient. Not for
-  // Adafactor (its factored state needs whole matrices).
+  // Adafactor (its factored state needs whole matrices). State that exists already (a checkpoint loaded whole) is
+  // cut to the pieces the same way: resharding a world's checkpoint into any world size.
   void shard(const std::function<std::pair<int64_t, int64_t>(const std::string&)>& range);
+  // The state as one unsharded optimizer's (a sharded world's checkpoint, the same as plain data parallel's): every
+  // rank calls it, in the same order. `assemble(t)` turns a tensor that holds this rank's pieces, zeros elsewhere,
+  // into the whole on every rank (a sum over the ranks); `assemble_counts` the same for host numbers. The whole
+  // state is built one tensor at a time and kept: every rank holds it all when this returns (the caller writes it
+  // from one rank). Without shards it is state().
+  OptimizerState full_state(const std::function<void(const Tensor&)>& assemble,
+                            const std::function<void(std::vector<double>&)>& assemble_counts) const;
   // Multiplies every gradient by `scale` inside the update (fp16 loss scaling divides by the loss scale
   // there instead of in a separate pass); 1 by default.
   void set_grad_scale(double scale) { grad_scale_ = scale; }

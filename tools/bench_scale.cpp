@@ -65,6 +65,7 @@ std::vector<int64_t> parse_points(const std::string& spec, const std::string& fl
 // The analytic law
 
 AnalyticLaw bert_activation_law(const models::ModelConfig& config, ScaleAxis axis, int64_t batch, int64_t seq) {
+  if (axis == ScaleAxis::world) return {};  // activations do not depend on the world size
   AnalyticLaw law;
   const std::string& m = config.name;
   if (m != "bert_base" && m != "bert_squad" && m != "mtdnn") return law;
@@ -120,7 +121,7 @@ ScaleResult run_scale(const ScaleOptions& o) {
   ScaleResult r;
   r.model = o.config.name;
   r.options = o;
-  r.axis_name = o.axis == ScaleAxis::seq ? "seq" : "batch";
+  r.axis_name = o.axis == ScaleAxis::seq ? "seq" : o.axis == ScaleAxis::batch ? "batch" : "world";
   const engine::Generator saved_generator = engine::generator();
   int64_t fixed_batch = 0, fixed_seq = 0;
   for (size_t i = 0; i < o.points.size(); i++) {
@@ -129,6 +130,8 @@ ScaleResult run_scale(const ScaleOptions& o) {
     ScalePoint p;
     p.x = o.points[i];
     if (o.axis == ScaleAxis::seq) c.seq = p.x;
+    else if (o.axis == ScaleAxis::world)
+      c.world_size = int(p.x), c.rank = 0;
     else (counts_tokens(c) ? c.tokens : c.batch) = p.x;
     auto device = engine::Device::create(o.device, o.capacity);
     {
@@ -169,7 +172,10 @@ ScaleResult run_scale(const ScaleOptions& o) {
   }
   engine::generator() = saved_generator;
   r.fixed = o.axis == ScaleAxis::seq ? str("batch ", fixed_batch, " ", unit_word(r.unit))
-                                     : fixed_seq ? str("seq ", fixed_seq) : std::string("the model's default length");
+            : o.axis == ScaleAxis::world
+                ? str("batch ", fixed_batch, " ", unit_word(r.unit), " per rank, ZeRO-", o.config.zero)
+            : fixed_seq ? str("seq ", fixed_seq)
+                        : std::string("the model's default length");
   r.analytic = bert_activation_law(o.config, o.axis, fixed_batch, fixed_seq);
   fit_scale(r);
   // The law is an estimate; for a batch sweep the max batch itself is cheap to probe (meta predicts the GPU
@@ -192,9 +198,10 @@ void fit_scale(ScaleResult& r) {
   r.fits.clear();
   r.gpus.clear();
   const int degree = o.axis == ScaleAxis::seq ? 2 : 1;
-  std::vector<double> xs;
+  const bool world = o.axis == ScaleAxis::world;
+  std::vector<double> xs;  // the law's variable: x, or 1 / N for the world axis
   for (const auto& p : r.points)
-    if (p.fits) xs.push_back(double(p.x));
+    if (p.fits) xs.push_back(world ? 1.0 / double(p.x) : double(p.x));
   ENGINE_CHECK(int(xs.size()) >= degree + 1, "engine_bench scale: only ", xs.size(), " of ", r.points.size(),
                " points fit the arena; a ", degree == 2 ? "quadratic" : "linear", " law needs ", degree + 1,
                " (use a shorter range or a larger --memory)");
@@ -218,8 +225,15 @@ void fit_scale(ScaleResult& r) {
     GpuLimit lim;
     lim.gpu = g.name;
     lim.capacity = gpu_arena_capacity(g);
-    lim.max_x = solve_for_capacity(r.fits.front().fit, double(lim.capacity));
-    lim.extrapolated = lim.max_x > xs.back();
+    if (world) {  // the smallest N with a + b / N <= capacity
+      const PolyFit& f = r.fits.front().fit;
+      const double room = double(lim.capacity) - f.coef[0];
+      lim.max_x = room <= 0 ? -1 : f.coef[1] <= 0 ? 1 : std::max(1.0, std::ceil(f.coef[1] / room - 1e-9));
+      lim.extrapolated = lim.max_x > double(r.points.back().x);
+    } else {
+      lim.max_x = solve_for_capacity(r.fits.front().fit, double(lim.capacity));
+      lim.extrapolated = lim.max_x > xs.back();
+    }
     r.gpus.push_back(lim);
   }
 }

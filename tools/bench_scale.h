@@ -20,7 +20,10 @@
 
 namespace tools {
 
-enum class ScaleAxis { seq, batch };
+// world: the memory of one rank of a data-parallel world of N ranks (meta predicts rank 0 with no communication;
+// config.zero sets the ZeRO stage), whose law is a + b / N (the sharded part falls as 1 / N): fitted in 1 / N, and
+// the card limit is the smallest N whose rank fits.
+enum class ScaleAxis { seq, batch, world };
 
 struct ScaleOptions {
   models::ModelConfig config;   // the fixed part (name, size, batch or seq, precision, attention, recompute)

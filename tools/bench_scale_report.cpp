@@ -46,10 +46,13 @@ std::string num(double v) {
 
 std::string gib(double bytes) { return engine::format_fixed(bytes / double(1 << 30), 2); }
 
-const char* x_letter(const ScaleResult& r) { return r.options.axis == ScaleAxis::seq ? "L" : "B"; }
+const char* x_letter(const ScaleResult& r) {
+  return r.options.axis == ScaleAxis::seq ? "L" : r.options.axis == ScaleAxis::batch ? "B" : "N";
+}
 
 std::string law_text(const ScaleResult& r, const PolyFit& f) {
   std::string x = x_letter(r);
+  if (r.options.axis == ScaleAxis::world) return str(gib(f.coef[0]), " GiB + ", gib(f.coef[1]), " GiB / N");
   std::string s = str(gib(f.coef[0]), " GiB + ", num(f.coef[1]), " bytes·", x);
   if (f.degree == 2) s += str(" + ", num(f.coef[2]), " bytes·", x, "²");
   return s;
@@ -62,12 +65,54 @@ std::string config_text(const ScaleResult& r) {
 }
 
 std::string x_label(const ScaleResult& r) {
+  if (r.options.axis == ScaleAxis::world) return "world size N (ranks), one rank's memory";
   return r.options.axis == ScaleAxis::seq ? "sequence length L (tokens)" : "batch B (" + unit_word(r.unit) + ")";
+}
+
+// The world axis's report: the points, the laws a + b / N, the smallest world per card.
+std::string world_markdown(const ScaleResult& r) {
+  std::ostringstream os;
+  os << "## Memory of one rank of " << r.model << " against the world size (" << config_text(r) << ")\n\n"
+     << r.summary << "\n\nLive bytes of rank 0 at its step's peak, by category (GiB; " << r.options.steps
+     << " training steps per point; the meta device predicts the rank with no communication; N = 1 is one process, "
+        "without data parallel's buckets):\n\n| N | fits | peak |";
+  std::vector<int> used;
+  for (int k = 0; k < kNumCategories; k++) {
+    bool any = false;
+    for (const auto& p : r.points) any |= p.at_peak[size_t(k)] > 0;
+    if (any) used.push_back(k), os << " " << engine::category_name(Category(k)) << " |";
+  }
+  os << "\n|---:|:---|---:|";
+  for (size_t i = 0; i < used.size(); i++) os << "---:|";
+  os << "\n";
+  for (const auto& p : r.points) {
+    os << "| " << p.x << " | " << (p.fits ? "yes" : "no") << " | " << gib(double(p.peak)) << " |";
+    for (int k : used) os << " " << gib(double(p.at_peak[size_t(k)])) << " |";
+    os << "\n";
+  }
+  os << "\n### Fitted laws: bytes = a + b / N (least squares in 1 / N over the points that fit)\n\n"
+        "| memory | a (GiB: what every rank holds whole) | b (GiB: what is sharded over the N ranks) | largest "
+        "residual |\n|---|---:|---:|---:|\n";
+  for (const auto& f : r.fits)
+    os << "| " << f.name << " | " << gib(f.fit.coef[0]) << " | " << gib(f.fit.coef[1]) << " | "
+       << engine::format_bytes(size_t(std::max(0.0, f.fit.max_residual))) << " |\n";
+  os << "\n### Smallest world per GPU (the total law = the card's arena; not probed)\n\n| gpu | arena | smallest N "
+        "|\n|---|---:|---:|\n";
+  for (const auto& g : r.gpus)
+    os << "| " << g.gpu << " | " << engine::format_bytes(g.capacity) << " | "
+       << (g.max_x < 0 ? std::string("none (what every rank holds whole is larger)")
+                       : str(int64_t(g.max_x), g.extrapolated ? " (extrapolated)" : ""))
+       << " |\n";
+  os << "\nextrapolated: beyond the largest N measured. A rank's memory falls as 1 / N only in the sharded states "
+        "(ZeRO-1: the optimizer state and f32 masters; ZeRO-2: the gradients too); activations, parameters and the "
+        "gradient buckets stay whole on every rank.\n";
+  return os.str();
 }
 
 }  // namespace
 
 std::string scale_markdown(const ScaleResult& r) {
+  if (r.options.axis == ScaleAxis::world) return world_markdown(r);
   std::ostringstream os;
   const bool seq = r.options.axis == ScaleAxis::seq;
   const std::string x = x_letter(r);
@@ -241,7 +286,7 @@ std::string scale_stacked_svg(const ScaleResult& r) {
 
 std::string scale_fit_svg(const ScaleResult& r) {
   SvgChart c;
-  const bool seq = r.options.axis == ScaleAxis::seq;
+  const bool seq = r.options.axis == ScaleAxis::seq, world = r.options.axis == ScaleAxis::world;
   c.title = str(r.model, ": measured memory and the fitted law");
   c.subtitle = config_text(r);
   c.x.label = x_label(r);
@@ -256,7 +301,14 @@ std::string scale_fit_svg(const ScaleResult& r) {
       act_measured.x.push_back(double(p.x)),
           act_measured.y.push_back(double(p.own_peak[size_t(Category::activation)]) / double(1 << 30));
     }
-  SvgSeries fitted{seq ? "fit a + b·L + c·L² (total)" : "fit a + b·B (total)", {}, {}, "#222222", true, false};
+  SvgSeries fitted{seq     ? "fit a + b·L + c·L² (total)"
+                   : world ? "fit a + b / N (total)"
+                           : "fit a + b·B (total)",
+                   {},
+                   {},
+                   "#222222",
+                   true,
+                   false};
   SvgSeries linear{"a + b·L: the total without its quadratic term", {}, {}, "#59a14f", true, false};
   SvgSeries analytic{seq ? "analytic: layers' activations b·L + c·L² (Korthikanti)"
                          : "analytic: layers' activations b·B (Korthikanti)",
@@ -268,7 +320,7 @@ std::string scale_fit_svg(const ScaleResult& r) {
   double x0 = measured.x.front(), x1 = measured.x.back();
   for (int i = 0; i <= 40; i++) {
     double x = x0 + (x1 - x0) * i / 40.0;
-    fitted.x.push_back(x), fitted.y.push_back(total.at(x) / double(1 << 30));
+    fitted.x.push_back(x), fitted.y.push_back((world ? total.at(1 / x) : total.at(x)) / double(1 << 30));
     linear.x.push_back(x), linear.y.push_back((total.coef[0] + total.coef[1] * x) / double(1 << 30));
     analytic.x.push_back(x), analytic.y.push_back((r.analytic.b * x + r.analytic.c * x * x) / double(1 << 30));
   }

@@ -112,7 +112,7 @@ void save_checkpoint(const std::string& path, models::Model& model, const models
   Metadata metadata;
   const std::vector<ops::Optimizer*> optimizers = model.optimizers();
   for (size_t k = 0; k < optimizers.size(); k++) {
-    ops::OptimizerState state = optimizers[k]->state();
+    ops::OptimizerState state = model.checkpoint_state(*optimizers[k]);  // under ZeRO: assembled from the ranks
     for (auto& s : state.tensors) tensors.push_back(s);
     for (const auto& [key_name, value] : state.metadata) metadata[optimizer_key(k, key_name)] = value;
   }
@@ -130,7 +130,7 @@ void save_checkpoint(const std::string& path, models::Model& model, const models
   metadata[key("step")] = std::to_string(step);
   metadata[key("generator.seed")] = std::to_string(engine::generator().seed);
   metadata[key("generator.offset")] = std::to_string(engine::generator().offset);
-  engine::save_safetensors(path, tensors, metadata);
+  if (model.rank() == 0) engine::save_safetensors(path, tensors, metadata);  // the world's checkpoint: rank 0's
 }
 
 // ---------------------------------------------------------------------------------------------------

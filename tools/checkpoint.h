@@ -25,7 +25,8 @@
 namespace tools {
 
 // Writes the model's weights, its optimizer state and the run's metadata. Refuses a model on a meta
-// device (it has no values to save).
+// device (it has no values to save). Data parallel: every rank calls it (under ZeRO the optimizer state is
+// assembled from the ranks' shards: Model::checkpoint_state) and rank 0 writes the file, the same as one process's.
 void save_checkpoint(const std::string& path, models::Model& model, const models::ModelConfig& config,
                      int64_t step);
 

@@ -3,6 +3,7 @@
 //   engine_bench lambda [--device meta|cuda] [--out DIR]          every model x every card of lambda2020.csv
 //   engine_bench scale --model bert_base --seq 128:512            memory vs sequence length, fitted laws
 //   engine_bench scale --model bert_base --batch 1:64 --seq 128   memory vs batch size
+//   engine_bench scale --model bert_base --world-size 1:64 --zero 0,1,2   one rank's memory vs world size
 //   engine_bench trace --model bert_base --seq 128 --batch 8      Chrome trace + PyTorch memory_viz snapshot
 //   engine_bench diff --model bert_base --seq 512 -- --attention flash   where two configs' peaks differ
 //
@@ -11,11 +12,13 @@
 // parts live in tools/bench_*.h, tools/svg_plot.h and
 // tools/trace_export.h. Errors (unknown model, bad range, out of memory in a trace) are one clear message
 // and a non-zero exit status (2; 3 for out of memory).
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <unistd.h>
 #include <memory>
+#include <sstream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -187,13 +190,58 @@ int lambda(int argc, char** argv) {
   return 0;
 }
 
+// engine_bench scale --world-size RANGE [--zero 0,1,2]: one sweep per stage, one rank of each world on meta.
+int scale_world(const tools::Flags& f, const std::string& world) {
+  ENGINE_CHECK(f.str("device") == "meta",
+               "--world-size: one rank of a world is predicted on the meta device "
+               "(cpu ranks train with engine_train --nproc N)");
+  std::vector<int> stages;
+  std::stringstream list(f.str("zero"));
+  for (std::string z; std::getline(list, z, ',');) {
+    ENGINE_CHECK(z == "0" || z == "1" || z == "2", "--zero ", f.str("zero"),
+                 ": a list of the stages 0, 1 and 2 (e.g. 0,1,2)");
+    stages.push_back(std::stoi(z));
+  }
+  ENGINE_CHECK(!stages.empty(), "--zero: give at least one stage (0, 1 or 2)");
+  const std::string dir = output_dir(f);
+  for (int zero : stages) {
+    tools::ScaleOptions o;
+    o.config = model_config(f);
+    o.config.zero = zero;
+    if (!f.str("seq").empty()) o.config.seq = std::stoll(f.str("seq"));
+    if (!f.str("batch").empty()) o.config.batch = std::stoll(f.str("batch"));
+    o.steps = int(f.integer("steps"));
+    o.axis = tools::ScaleAxis::world;
+    o.points = tools::parse_points(world, "world-size");
+    o.capacity = f.given("memory") ? engine::parse_bytes(f.str("memory")) : size_t(1) << 40;
+    const std::string stem =
+        "scale_" + o.config.name + "_world_zero" + std::to_string(zero) + config_suffix(o.config, "");
+    tools::ProgressBar bar("scale " + o.config.name + " ZeRO-" + std::to_string(zero), int64_t(o.points.size()));
+    o.on_point = [&](size_t done, size_t, const std::string& note) { bar.update(int64_t(done), note); };
+    tools::ScaleResult r = tools::run_scale(o);
+    bar.clear();
+    const std::string md = tools::scale_markdown(r);
+    std::printf("%s\n", md.c_str());
+    std::printf("wrote %s, %s, %s, %s, %s\n", write(dir, stem + ".md", md).c_str(),
+                write(dir, stem + ".csv", tools::scale_csv(r)).c_str(),
+                write(dir, stem + ".json", tools::scale_json(r)).c_str(),
+                write(dir, stem + "_stacked.svg", tools::scale_stacked_svg(r)).c_str(),
+                write(dir, stem + "_fit.svg", tools::scale_fit_svg(r)).c_str());
+  }
+  return 0;
+}
+
 int scale(int argc, char** argv) {
-  tools::Flags f("engine_bench scale", "Memory per category against sequence length (--seq RANGE) or batch size "
-                                       "(--batch RANGE), fitted laws, the longest sequence per GPU, plots.\n"
-                                       "RANGE: A:B (half-octave steps), A:B:STEP or A,B,C.");
+  tools::Flags f("engine_bench scale",
+                 "Memory per category against sequence length (--seq RANGE), batch size "
+                 "(--batch RANGE) or, for one rank of a data-parallel world, world size "
+                 "(--world-size RANGE, with --zero), fitted laws, the limit per GPU, plots.\n"
+                 "RANGE: A:B (half-octave steps), A:B:STEP or A,B,C.");
   add_model_flags(f);
   f.add_string("seq", "", "a RANGE to sweep, or one sequence length (default: the model's)");
   f.add_string("batch", "", "a RANGE to sweep, or one batch size (sequences, images or tokens)");
+  f.add_string("world-size", "", "a RANGE of world sizes: one rank's memory under data parallel (meta only)");
+  f.add_string("zero", "0", "with --world-size: the ZeRO stages, one sweep each (e.g. 0,1,2)");
   f.add_choice("device", "meta", {"meta", "cpu", "cuda"}, "where to run each point");
   f.add_string("memory", "", "arena capacity per point (default: 1 TiB on meta; cuda: free memory less a reserve)");
   f.add_string("out", "bench_out", "directory for the reports and plots");
@@ -203,9 +251,11 @@ int scale(int argc, char** argv) {
             "(the KV cache then appears as its own category)");
   if (!f.parse(argc, argv)) return 0;
   auto is_range = [](const std::string& s) { return s.find_first_of(":,") != std::string::npos; };
-  const std::string seq = f.str("seq"), batch = f.str("batch");
-  ENGINE_CHECK(is_range(seq) != is_range(batch), is_range(seq) ? "give a range to --seq or to --batch, not both"
-                                                                : "give a range to sweep: --seq A:B or --batch A:B");
+  const std::string seq = f.str("seq"), batch = f.str("batch"), world = f.str("world-size");
+  const int ranges = int(is_range(seq)) + int(is_range(batch)) + int(!world.empty());
+  ENGINE_CHECK(ranges == 1, ranges > 1 ? "give one range to sweep: --seq, --batch or --world-size, not several"
+                                       : "give a range to sweep: --seq A:B, --batch A:B or --world-size A:B");
+  if (!world.empty()) return scale_world(f, world);
   tools::ScaleOptions o;
   o.config = model_config(f);
   o.config.inference = o.inference = f.on("inference");

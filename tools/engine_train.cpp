@@ -539,9 +539,6 @@ int run(int argc, char** argv) {
   ENGINE_CHECK(zero < 3,
                "engine_train: --zero 3 (parameters sharded, gathered per layer) is not there yet; "
                "--zero 2 shards the optimizer state and the gradients");
-  ENGINE_CHECK(zero == 0 || (flags.str("save").empty() && flags.str("load").empty()),
-               "engine_train: --save and --load with --zero: sharded checkpoints are not there yet (each rank holds "
-               "only its shard of the optimizer state); save without --zero");
   const int meta_rank = int(flags.integer("rank"));
   ENGINE_CHECK(!flags.given("rank") ||
                    (flags.integer("world-size") > 1 && meta_rank >= 0 && meta_rank < flags.integer("world-size")),
@@ -573,6 +570,9 @@ int run(int argc, char** argv) {
   ENGINE_CHECK(world_size == 1 || !flags.on("find-max-batch") || flags.str("device") == "meta",
                "engine_train: --find-max-batch of a data-parallel world runs on meta (--device meta --world-size N): "
                "its probes are ranks of that world; cpu ranks would have to probe in step with each other");
+  ENGINE_CHECK(world_size == 1 || type != engine::DeviceType::meta || load.empty(),
+               "engine_train: --load with --world-size on meta: the prediction of a rank starts from a fresh model; "
+               "drop --load (the checkpoint's weights do not change any rank's memory)");
   ENGINE_CHECK(world_size == 1 || !flags.on("inference"),
                "engine_train: --inference runs one process; data parallel is for training");
   if (flags.on("find-max-batch")) return find_max_batch(config, flags, type, capacity, capacity_note);
@@ -685,7 +685,7 @@ int run(int argc, char** argv) {
                               run_json(config, *model, *device, capacity_note, o, records, peak, peak_step));
   if (!flags.str("trace").empty())  // counter tracks per category, phase and module slices (tools/trace_export.h)
     engine::write_file_atomic(rank_path(flags.str("trace")), tools::chrome_trace_json(device->ledger(), config.name));
-  if (!save.empty() && world.rank == 0) {
+  if (!save.empty()) {  // every rank: under ZeRO the state is assembled from all of them; rank 0 writes
     tools::save_checkpoint(save, *model, config, o.last);
     std::printf("saved %s after step %lld\n", save.c_str(), (long long)o.last);
   }

@@ -378,7 +378,7 @@ TEST(EngineBench, ProgramWritesItsFilesAndReportsBadInput) {
   };
   for (const Bad& b : std::vector<Bad>{
            {"scale --model transformer_lm --seq 64:16", "--seq 64:16: the range is empty or backwards"},
-           {"scale --model transformer_lm --seq 16:64 --batch 1:4", "not both"},
+           {"scale --model transformer_lm --seq 16:64 --batch 1:4", "give one range to sweep"},
            {"scale --model transformer_lm", "give a range to sweep"},
            {"scale --model no_such_model --seq 16:64", "unknown model 'no_such_model': valid models are"},
            {"scale --model bert_base --seq 128:1024", "bert_base at seq 768"},
