@@ -579,7 +579,7 @@ int run(int argc, char** argv) {
 
   // Output paths are checked now, not after the run (a checkpoint that cannot be written is a lost run).
   for (const char* flag : {"save", "trace", "timeline", "report", "json"})
-    if (!flags.str(flag).empty()) engine::check_writable(flags.str(flag), std::string("--") + flag);
+    if (!flags.str(flag).empty()) engine::check_writable(rank_path(flags.str(flag)), std::string("--") + flag);
   const bool timed = flags.str("timeline-axis") == "time";
   ENGINE_CHECK(!timed || type != engine::DeviceType::meta,
                "engine_train: --timeline-axis time: the meta device computes nothing, so its events have no time; "

@@ -4,8 +4,10 @@
 // (--device meta --world-size N), byte for byte; the gradient buckets; the errors a user meets.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 
 #include "engine/device.h"
@@ -311,6 +313,23 @@ TEST(DataParallel, BucketsHoldEveryGradientOnceInReverseOrderUnderTheCap) {
   EXPECT_GE(live, total);
   EXPECT_LT(live, total + 256 * n);
   EXPECT_GT(model->reducers()[0]->buckets().size(), 3u);
+}
+
+// A rank that fails stops the world: rank 1 cannot write its --json (a folder stands at FILE.rank1), so it exits at
+// once; rank 0, which would otherwise wait for it in the rendezvous, is stopped by the launcher, which names the
+// failed rank and prints its last lines. Well under Gloo's ten-minute timeout.
+TEST(DataParallel, AFailedRankStopsTheOthersAndIsNamed) {
+  testutil::TempDir dir;
+  std::filesystem::create_directories(dir.file("run.json.rank1"));
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto [rc, out] =
+      shell(kTrain + " --model bert_base --size tiny --steps 50 --nproc 2 --json " + dir.file("run.json"));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("rank 1 failed (exit status 2); the other ranks were stopped"), std::string::npos) << out;
+  EXPECT_NE(out.find("--json"), std::string::npos) << out;  // rank 1's own error, among its last lines
+  EXPECT_LT(seconds, 60) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("run.json")));  // rank 0 wrote nothing half-done
 }
 
 TEST(DataParallel, ErrorsNameTheProblemAndTheFix) {
