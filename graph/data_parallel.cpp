@@ -20,12 +20,15 @@ using engine::Category;
 using engine::Tensor;
 
 GradientReducer::GradientReducer(std::shared_ptr<engine::dist::Communicator> comm, const ops::NamedTensors& params,
-                                 size_t bucket_bytes, int zero_stage)
-    : comm_(std::move(comm)), zero_stage_(zero_stage) {
+                                 size_t bucket_bytes, int zero_stage, bool bucket_view)
+    : comm_(std::move(comm)), zero_stage_(zero_stage), bucket_view_(bucket_view) {
   ENGINE_CHECK(bucket_bytes > 0, "data parallel: a bucket size of 0 bytes; give --bucket-mb 1 or more");
   ENGINE_CHECK(zero_stage >= 0 && zero_stage <= 2, "--zero ", zero_stage,
                ": stages 0 (plain data parallel), 1 (optimizer state sharded) and 2 (gradients too) are there; "
                "stage 3 (parameters sharded) is not yet");
+  ENGINE_CHECK(!bucket_view || zero_stage < 2,
+               "--bucket-view keeps every gradient inside its bucket, so ZeRO-2 could "
+               "not drop the other ranks' gradients: use it with --zero 0 or 1, or drop it");
   for (const auto& [name, p] : params)
     if (p.requires_grad()) params_.push_back({name, p});
   // ZeRO's shards: rank r owns elements [r T / W, (r + 1) T / W) of the parameters laid end to end.
@@ -64,12 +67,38 @@ GradientReducer::GradientReducer(std::shared_ptr<engine::dist::Communicator> com
     bytes[it->second] += nb;
     bucket_of_[k] = it->second;
   }
-  engine::CategoryScope category(Category::comm);
-  for (size_t i = 0; i < buckets_.size(); i++) {
-    Bucket& b = buckets_[i];
+  for (Bucket& b : buckets_) {
     const Tensor& last = params_[b.params.back()].second;
-    engine::MemoryScope owner(engine::str("data_parallel.bucket", i));
-    b.buffer = Tensor::empty({b.offsets.back() + last.numel()}, last.dtype(), last.device_ptr());
+    b.numel = b.offsets.back() + last.numel();
+    b.dtype = last.dtype();
+  }
+  const std::shared_ptr<engine::Device> device = params_.empty() ? nullptr : params_.front().second.device_ptr();
+  if (bucket_view_) {
+    engine::CategoryScope category(Category::grad);
+    for (size_t i = 0; i < buckets_.size(); i++) {
+      engine::MemoryScope owner(engine::str("data_parallel.bucket", i));
+      buckets_[i].buffer = Tensor::empty({buckets_[i].numel}, buckets_[i].dtype, device);
+    }
+  } else {
+    std::map<engine::DType, int64_t> largest;
+    for (const Bucket& b : buckets_) largest[b.dtype] = std::max(largest[b.dtype], b.numel);
+    engine::CategoryScope category(Category::comm);
+    for (const auto& [dtype, numel] : largest) {
+      engine::MemoryScope owner(engine::str("data_parallel.staging.", engine::dtype_name(dtype)));
+      staging_[dtype] = Tensor::empty({numel}, dtype, device);
+    }
+  }
+  if (bucket_view_) bind_views();
+}
+
+void GradientReducer::bind_views() {
+  NoGrad no_grad;
+  for (Bucket& b : buckets_) {
+    ops::fill_(b.buffer, 0.0);
+    for (size_t j = 0; j < b.params.size(); j++) {
+      Tensor p = params_[b.params[j]].second;
+      p.set_grad(ops::reshape(ops::slice(b.buffer, 0, b.offsets[j], b.offsets[j] + p.numel()), p.shape()));
+    }
   }
 }
 
@@ -94,28 +123,40 @@ void GradientReducer::finish() {
   for (Bucket& b : buckets_) b.ready = 0, b.reduced = false;
 }
 
+size_t GradientReducer::held_bytes() const {
+  size_t n = 0;
+  for (const Bucket& b : buckets_) n += b.buffer.defined() ? b.buffer.nbytes() : 0;
+  for (const auto& [dtype, t] : staging_) n += t.nbytes();
+  return n;
+}
+
 void GradientReducer::reduce(Bucket& b) {
   NoGrad no_grad;
+  const Tensor flat = bucket_view_ ? b.buffer : ops::slice(staging_.at(b.dtype), 0, 0, b.numel);
   std::vector<Tensor> views;
   for (size_t j = 0; j < b.params.size(); j++) {
     const Tensor& p = params_[b.params[j]].second;
-    Tensor view = ops::reshape(ops::slice(b.buffer, 0, b.offsets[j], b.offsets[j] + p.numel()), p.shape());
+    Tensor view = ops::reshape(ops::slice(flat, 0, b.offsets[j], b.offsets[j] + p.numel()), p.shape());
     const Tensor g = p.grad();
-    if (g.defined())
+    // Bucket views: backward accumulated into the bucket itself (unless something replaced the view: copied in).
+    const bool in_place = g.defined() && g.data_ptr() == view.data_ptr();
+    if (in_place) {
+    } else if (g.defined()) {
       ops::copy_(view, g);
-    else
+    } else {
       ops::fill_(view, 0.0);
+    }
     views.push_back(view);
   }
-  comm_->all_reduce_sum(b.buffer);
-  if (comm_->world_size() > 1) ops::mul_(b.buffer, 1.0 / comm_->world_size());
+  comm_->all_reduce_sum(flat);
+  if (comm_->world_size() > 1) ops::mul_(flat, 1.0 / comm_->world_size());
   for (size_t j = 0; j < b.params.size(); j++) {
     Tensor p = params_[b.params[j]].second;
     const Tensor g = p.grad();
     if (!g.defined()) continue;
     if (zero_stage_ >= 2 && !has_mine_[b.params[j]])
       p.set_grad(Tensor());  // other ranks update it
-    else
+    else if (g.data_ptr() != views[j].data_ptr())
       ops::copy_(g, views[j]);
   }
   b.reduced = true;

@@ -5,14 +5,15 @@
 // stay identical (they start identical: broadcast_parameters copies rank 0's).
 //
 // Buckets: the parameters of one optimizer are grouped in reverse registration order (the order backward tends to
-// complete them) into buckets of at most `bucket_bytes` (25 MiB by default, as DDP's bucket_cap_mb) and one dtype;
-// each bucket is one flat buffer of the arena, allocated with the reducer (category `comm`, owner
-// "data_parallel.bucket<i>") and kept for the run: the ledger shows it, as DDP's buckets take memory beside .grad.
-// During backward (graph::LeafGradHookScope), a bucket is reduced as soon as every gradient in it is complete:
-// the gradients are copied into it, summed over the ranks (Communicator::all_reduce_sum), divided by the world
-// size and copied back. (On cpu the sum runs there and then; overlap with the rest of backward needs a second
-// stream, the cuda backend's.) finish() reduces the buckets backward did not complete: a parameter without a
-// gradient in this pass counts as zero, and keeps no gradient.
+// complete them) into buckets of at most `bucket_bytes` (25 MiB by default, as DDP's bucket_cap_mb) and one dtype
+// (a parameter larger than that is a bucket of its own). During backward (graph::LeafGradHookScope), a bucket is
+// reduced as soon as every gradient in it is complete: the gradients are copied into a flat staging buffer, summed
+// over the ranks (Communicator::all_reduce_sum), divided by the world size and copied back. On cpu the sum runs
+// there and then, so one staging buffer per dtype, the size of the largest bucket, serves every bucket: it is
+// allocated with the reducer (category `comm`, owner "data_parallel.staging.<dtype>") and kept. (PyTorch DDP keeps
+// a buffer per bucket, a second copy of all the gradients; overlap with the rest of backward, the cuda backend's
+// second stream, needs a buffer per bucket in flight.) finish() reduces the buckets backward did not complete: a
+// parameter without a gradient in this pass counts as zero, and keeps no gradient.
 //
 // ZeRO (Rajbhandari et al. 2020), as DeepSpeed partitions: the parameters, flattened and laid end to end in
 // registration order (T elements), are cut into W equal ranges, [r T / W, (r + 1) T / W) being rank r's shard; a
@@ -23,9 +24,17 @@
 // all-reduce, as DDP's: the memory is ZeRO-2's, the traffic twice a reduce-scatter's), and the gradient norm is
 // summed over the ranks' pieces. Stage 3 (parameters sharded) is not there yet.
 //
+// Bucket views (PyTorch DDP's gradient_as_bucket_view): each bucket has a flat buffer of its own (category `grad`,
+// owner "data_parallel.bucket<i>", kept), every parameter's .grad is a view into it, zeroed and put back after each
+// zero_grad (bind_views), so backward accumulates straight into the buckets: no copies in or out, no staging, but
+// every gradient exists for the whole run (forward included), where without views gradients exist only from their
+// backward to the update. Every parameter always has a gradient, zero when it got none in a step, as with DDP's
+// set_to_none=False. Not with ZeRO-2 (the gradients would stay whole in the buckets).
+//
 // Which rank reads which data is the model's (models/model.h, Model::set_data_parallel).
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,7 +52,7 @@ class GradientReducer {
   // `params`: one optimizer's (name, parameter) pairs in registration order; those that do not require grad are
   // left out.
   GradientReducer(std::shared_ptr<engine::dist::Communicator> comm, const ops::NamedTensors& params,
-                  size_t bucket_bytes = kDefaultBucketBytes, int zero_stage = 0);
+                  size_t bucket_bytes = kDefaultBucketBytes, int zero_stage = 0, bool bucket_view = false);
 
   // Runs `backward` (one backward pass of the step's last micro-batch) with each bucket reduced as soon as its
   // gradients are complete, then finish().
@@ -55,13 +64,20 @@ class GradientReducer {
   struct Bucket {
     std::vector<size_t> params;  // indices into the reducer's parameters, in the bucket's order
     std::vector<int64_t> offsets;
-    engine::Tensor buffer;  // flat, the bucket's dtype
+    int64_t numel = 0;
+    engine::DType dtype = engine::DType::f32;
+    engine::Tensor buffer;  // bucket views: the bucket's own flat buffer (the gradients); else undefined
     size_t ready = 0;       // gradients complete in this pass
     bool reduced = false;   // in this step
   };
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const engine::dist::Communicator& communicator() const { return *comm_; }
+  // The bytes the reducer holds: the staging buffers, or the buckets' own buffers with bucket views.
+  size_t held_bytes() const;
   int zero_stage() const { return zero_stage_; }
+  bool bucket_view() const { return bucket_view_; }
+  // Bucket views: zeroes the buckets and makes every parameter's .grad its view (after each zero_grad).
+  void bind_views();
   // ZeRO: the piece [begin, end) of flattened parameter `name` this rank updates (all of it at stage 0 and for a
   // name that is not one of the reducer's), and the parameters it has a piece of.
   std::pair<int64_t, int64_t> range_of(const std::string& name) const;
@@ -87,6 +103,8 @@ class GradientReducer {
   std::vector<Piece> pieces_;   // ZeRO: every parameter's pieces, by owner
   std::vector<bool> has_mine_;  // per parameter: whether this rank updates a piece of it
   int zero_stage_ = 0;
+  bool bucket_view_ = false;
+  std::map<engine::DType, engine::Tensor> staging_;  // without bucket views: one per dtype, the largest bucket's
   std::vector<Bucket> buckets_;
 };
 

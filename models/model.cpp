@@ -131,7 +131,8 @@ Batch Model::micro_batch(int64_t step, int64_t j) {
   return micro;
 }
 
-void Model::set_data_parallel(std::shared_ptr<engine::dist::Communicator> comm, size_t bucket_bytes, int zero_stage) {
+void Model::set_data_parallel(std::shared_ptr<engine::dist::Communicator> comm, size_t bucket_bytes, int zero_stage,
+                              bool bucket_view) {
   ENGINE_CHECK(comm, "set_data_parallel: no communicator");
   ENGINE_CHECK(!comm_, "set_data_parallel: already set");
   if (comm->world_size() == 1) return;
@@ -151,7 +152,8 @@ void Model::set_data_parallel(std::shared_ptr<engine::dist::Communicator> comm, 
       if (Tensor m = o->master_weight(name); m.defined()) masters.push_back({name, m});
     }
     graph::broadcast_parameters(*comm_, masters);
-    auto reducer = std::make_unique<graph::GradientReducer>(comm_, mine, bucket_bytes, zero_stage);
+    auto reducer = std::make_unique<graph::GradientReducer>(comm_, mine, bucket_bytes, zero_stage, bucket_view);
+    if (bucket_view) o->set_after_zero_grad([r = reducer.get()] { r->bind_views(); });
     if (zero_stage >= 1) o->shard([&](const std::string& name) { return reducer->range_of(name); });
     reducers_.emplace_back(o, std::move(reducer));
   }

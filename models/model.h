@@ -65,6 +65,7 @@ struct ModelConfig {
   // communicate are connected by their program (engine_train: Gloo on cpu), which calls set_data_parallel.
   int world_size = 1, rank = 0, zero = 0;
   int64_t bucket_mb = 25;
+  bool bucket_view = false;  // gradients as views into the buckets (DDP's gradient_as_bucket_view)
   uint64_t seed = 1;
 };
 
@@ -183,8 +184,10 @@ class Model {
   // (graph/data_parallel.h): rank r updates its shard and broadcasts it after every update.
   // Call it once, before this process's first step (after loading a checkpoint, which every rank loads alike, is
   // fine); a world of one changes nothing.
+  // bucket_view: every gradient a view into its bucket (graph/data_parallel.h), no second copy of the gradients.
   void set_data_parallel(std::shared_ptr<engine::dist::Communicator> comm,
-                         size_t bucket_bytes = graph::kDefaultBucketBytes, int zero_stage = 0);
+                         size_t bucket_bytes = graph::kDefaultBucketBytes, int zero_stage = 0,
+                         bool bucket_view = false);
   int zero_stage() const { return zero_stage_; }
   // Why this model cannot train data parallel ("" when it can): every rank's step must run the same parameters'
   // backward through Model::backward_for, as data parallel needs.

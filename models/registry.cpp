@@ -129,7 +129,7 @@ std::unique_ptr<Model> create_model(const ModelConfig& config) {
       model->set_precision(precision, /*keep_masters=*/!config.inference);
       if (config.world_size > 1 && engine::default_device()->type() == engine::DeviceType::meta)
         model->set_data_parallel(engine::dist::meta_world(config.world_size, config.rank),
-                                 size_t(config.bucket_mb) << 20, config.zero);
+                                 size_t(config.bucket_mb) << 20, config.zero, config.bucket_view);
       return model;
     }
   std::string valid;

@@ -180,6 +180,7 @@ std::vector<std::string> Optimizer::params_without_state() const {
 
 void Optimizer::zero_grad() {
   for (Entry& e : entries_) e.param.set_grad(Tensor());
+  if (after_zero_grad_) after_zero_grad_();
 }
 
 OptimizerState Optimizer::state() const {

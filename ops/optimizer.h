@@ -63,8 +63,10 @@ class Optimizer {
   // The trainable parameters (requires_grad) that have no state yet; empty once every one has been updated
   // (or allocate_state() saw its grad). The max-batch finder checks it at the end of every probe.
   std::vector<std::string> params_without_state() const;
-  // Drops every parameter's gradient: its memory goes back to the arena (PyTorch's set_to_none=True).
+  // Drops every parameter's gradient: its memory goes back to the arena (PyTorch's set_to_none=True). Then runs
+  // the hook of set_after_zero_grad, if any (data parallel's bucket views put zeroed views in their place).
   void zero_grad();
+  void set_after_zero_grad(std::function<void()> hook) { after_zero_grad_ = std::move(hook); }
   void set_lr(double lr) { lr_ = lr; }
   double lr() const { return lr_; }
   // step() calls so far (a parameter skipped for lack of a grad has its own, smaller count).
@@ -139,6 +141,7 @@ class Optimizer {
   double lr_, weight_decay_;
   double grad_scale_ = 1;
   int64_t step_count_ = 0;
+  std::function<void()> after_zero_grad_;
 };
 
 // ---------------------------------------------------------------------------------------------------

@@ -50,7 +50,8 @@ std::vector<std::pair<std::string, std::string>> config_settings(const models::M
                      {"world-size", c.world_size > 1 ? std::to_string(c.world_size) : ""},
                      {"rank", c.rank > 0 ? std::to_string(c.rank) : ""},
                      {"zero", c.zero > 0 ? std::to_string(c.zero) : ""},
-                     {"bucket-mb", c.world_size > 1 && c.bucket_mb != 25 ? std::to_string(c.bucket_mb) : ""}});
+                     {"bucket-mb", c.world_size > 1 && c.bucket_mb != 25 ? std::to_string(c.bucket_mb) : ""},
+                     {"bucket-view", c.world_size > 1 && c.bucket_view ? kSwitchOn : ""}});
   return s;
 }
 
@@ -66,7 +67,7 @@ std::vector<std::pair<std::string, std::string>> dims_settings(const models::Mod
 std::string config_flags(const models::ModelConfig& c) {
   std::string s = "--model " + c.name;
   for (const auto& [flag, value] : config_settings(c))
-    if (!value.empty()) s += " --" + flag + " " + value;
+    if (!value.empty()) s += " --" + flag + (value == kSwitchOn ? std::string() : " " + value);
   return s;
 }
 

@@ -13,7 +13,8 @@ namespace tools {
 
 // Every setting as (flag, value) in a fixed order, the value "" where the config keeps the model's default
 // (--size, --seq, --batch, --tokens, --task, --data, --optimizer, the dimensions) or the flag's (--precision fp32,
-// --attention naive, --recompute none, --seed 1).
+// --attention naive, --recompute none, --seed 1); kSwitchOn for a switch that is on (--bucket-view, written alone).
+constexpr const char* kSwitchOn = "on";
 std::vector<std::pair<std::string, std::string>> config_settings(const models::ModelConfig& config);
 
 // The transformer dimensions' part of config_settings (--layers ... --attention-dropout), in the same order.

@@ -232,6 +232,9 @@ void add_flags(tools::Flags& flags) {
   flags.add_choice("zero", "0", {"0", "1", "2", "3"},
                    "data parallel with ZeRO: 1 shards the optimizer state and f32 masters over the ranks, 2 the "
                    "gradients too (by whole parameters; graph/data_parallel.h); 3 is not there yet");
+  flags.add_bool("bucket-view",
+                 "data parallel: every gradient a view into its bucket (PyTorch DDP's "
+                 "gradient_as_bucket_view): no second copy of the gradients; not with --zero 2");
   flags.add_int("rank", 0, "with --world-size on meta: the rank to predict (ranks differ under --zero)");
   flags.add_string("json", "", "write the run as JSON: config, header, every step, the peak (its moment, by "
                                "category, module and op); tools/README.md shows an example");
@@ -419,9 +422,12 @@ double run_steps(models::Model& model, engine::Device& device, const RunOptions&
 std::string data_parallel_line(models::Model& model) {
   size_t n = 0, bytes = 0;
   std::string backend;
+  bool views = false;
   for (const graph::GradientReducer* r : model.reducers()) {
     backend = r->communicator().backend();
-    for (const auto& b : r->buckets()) n++, bytes += b.buffer.nbytes();
+    views = r->bucket_view();
+    n += r->buckets().size();
+    bytes += r->held_bytes();
   }
   std::string zero;
   if (model.zero_stage() > 0) {
@@ -434,8 +440,10 @@ std::string data_parallel_line(models::Model& model) {
                mine, " of ", all, " parameters)");
   }
   return str("data parallel: rank ", model.rank(), " of ", model.world_size(), " (", backend,
-             ") | gradient buckets: ", n, ", ", format_bytes(bytes), " in all (category comm)", zero,
-             " | the loss and items are the world's");
+             ") | gradient buckets: ", n, ", ", format_bytes(bytes),
+             views ? " (category grad: the gradients are views into them)"
+                   : " of staging, the largest bucket's size (category comm)",
+             zero, " | the loss and items are the world's");
 }
 
 int64_t step_of_peak(const std::vector<StepRecord>& records) {
@@ -555,6 +563,7 @@ int run(int argc, char** argv) {
   config.rank = flags.given("rank") ? meta_rank : world.rank;
   config.zero = zero;
   config.bucket_mb = flags.integer("bucket-mb");
+  config.bucket_view = flags.on("bucket-view");
   const std::string load = flags.str("load"), save = flags.str("save"), export_hf = flags.str("export-hf");
   std::string from_checkpoint;
   if (!load.empty())
@@ -603,7 +612,8 @@ int run(int argc, char** argv) {
   tools::CheckpointLoad loaded;
   if (!load.empty()) loaded = tools::load_checkpoint(load, *model, !o.inference);
   if (world_size > 1 && type != engine::DeviceType::meta)  // (meta: create_model set up the predicted rank)
-    model->set_data_parallel(engine::dist::connect(world, *device), size_t(config.bucket_mb) << 20, zero);
+    model->set_data_parallel(engine::dist::connect(world, *device), size_t(config.bucket_mb) << 20, zero,
+                             config.bucket_view);
   const std::string batch_file = flags.str("batch-file");
   if (!batch_file.empty()) {
     ENGINE_CHECK(model->supports_fixed_batch(), "engine_train: --batch-file: ", config.name,
