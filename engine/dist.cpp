@@ -157,10 +157,15 @@ WorldSpec world_from_environment() {
   s.local_rank = env_int("LOCAL_RANK", s.rank, 0, 1 << 20);
   s.store_dir = env_str("ENGINE_STORE_DIR");
   s.host = env_str("ENGINE_HOST");
+  const std::string addr = env_str("MASTER_ADDR");
+  if (s.store_dir.empty() && !addr.empty() && std::getenv("MASTER_PORT")) {
+    const int port = env_int("MASTER_PORT", 0, 1, 65535);
+    s.store_dir = str("tcp://", addr, ":", port);
+  }
   ENGINE_CHECK(s.world_size == 1 || !s.store_dir.empty(), "RANK=", s.rank, " WORLD_SIZE=", s.world_size,
-               ": ENGINE_STORE_DIR is not set. The ranks meet through files in a directory they all reach (Gloo has no "
-               "TCP store, so MASTER_ADDR and MASTER_PORT alone cannot be used): set ENGINE_STORE_DIR to a fresh "
-               "directory on a shared file system, the same for every rank, or start the ranks with "
+               ": neither ENGINE_STORE_DIR nor MASTER_ADDR and MASTER_PORT is set, so the ranks cannot meet. Set "
+               "MASTER_ADDR and MASTER_PORT to rank 0's host and a free port (as torchrun and Slurm scripts do), or "
+               "ENGINE_STORE_DIR to a fresh directory on a file system every rank reaches, or start the ranks with "
                "engine_train --nproc N on one host");
   return s;
 }

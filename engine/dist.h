@@ -13,10 +13,10 @@
 //   single  world size 1 on any device: every collective is the identity.
 // (NCCL for cuda ranks is the next backend: the same interface on the engine's stream.)
 //
-// How a process learns its place: the environment torchrun and Slurm launchers set (RANK, WORLD_SIZE,
-// LOCAL_RANK) plus ENGINE_STORE_DIR, a directory every rank can reach where the rendezvous files are written
-// (engine_train --nproc N sets all of them for the N processes it starts; MASTER_ADDR alone is not enough, as
-// Gloo ships no TCP store: give ENGINE_STORE_DIR on a shared file system for ranks on several hosts).
+// How a process learns its place: the environment torchrun and Slurm launchers set (RANK, WORLD_SIZE, LOCAL_RANK,
+// MASTER_ADDR and MASTER_PORT: rank 0 serves the rendezvous there, the Gloo plugin's TCP store), or ENGINE_STORE_DIR,
+// a directory every rank reaches where the rendezvous files are written (Gloo's file store; it wins when both are
+// set). engine_train --nproc N sets them for the N processes it starts on one host.
 #pragma once
 #include <memory>
 #include <string>
@@ -47,12 +47,12 @@ class Communicator {
 // WORLD_SIZE are not set: a world of one).
 struct WorldSpec {
   int rank = 0, world_size = 1, local_rank = 0;
-  std::string store_dir;  // ENGINE_STORE_DIR: the rendezvous directory shared by the ranks
+  std::string store_dir;  // ENGINE_STORE_DIR (the rendezvous directory), or "tcp://MASTER_ADDR:MASTER_PORT"
   std::string host;       // ENGINE_HOST: the address other ranks reach this one at (default: this host's name;
                           // engine_train --nproc sets 127.0.0.1)
 };
-// Reads RANK, WORLD_SIZE, LOCAL_RANK, ENGINE_STORE_DIR and ENGINE_HOST; a malformed or inconsistent value is an
-// Error naming the variable and the fix.
+// Reads RANK, WORLD_SIZE, LOCAL_RANK, ENGINE_STORE_DIR or MASTER_ADDR + MASTER_PORT, and ENGINE_HOST; a malformed
+// or inconsistent value is an Error naming the variable and the fix.
 WorldSpec world_from_environment();
 
 // This process's communicator for `spec` on `device`: single for a world of one, meta on the meta device (no

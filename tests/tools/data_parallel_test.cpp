@@ -3,6 +3,7 @@
 // one step, Model::set_data_parallel). And every rank's ledger against the meta device's prediction of that rank
 // (--device meta --world-size N), byte for byte; the gradient buckets; the errors a user meets.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -366,6 +367,27 @@ TEST(DataParallel, AFailedRankStopsTheOthersAndIsNamed) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("run.json")));  // rank 0 wrote nothing half-done
 }
 
+// Ranks started by another launcher, as on several nodes: each process gets RANK, WORLD_SIZE, MASTER_ADDR and
+// MASTER_PORT (rank 0 serves the rendezvous there); the run equals engine_train --nproc 2's, which meets through a
+// directory instead. Rank 1 starts first: it waits for rank 0's server.
+TEST(DataParallel, RanksMeetAtMasterAddrAndPortAsTorchrunSetsThem) {
+  testutil::TempDir dir;
+  const std::string port = std::to_string(20000 + getpid() % 20000);
+  const std::string args = " --model yolov3 --size tiny --batch 2 --steps 3";
+  auto rank = [&](int r) {
+    return "RANK=" + std::to_string(r) + " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port +
+           " ENGINE_HOST=127.0.0.1 OMP_NUM_THREADS=1 " + kTrain + args;
+  };
+  const auto [rc, out] =
+      shell("(" + rank(1) + " > " + dir.file("rank1.log") + " 2>&1 &) ; sleep 0.5; " + rank(0) + "; wait");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("data parallel: rank 0 of 2 (gloo)"), std::string::npos) << out;
+  const auto [rc2, reference] = shell(kTrain + args + " --nproc 2");
+  ASSERT_EQ(rc2, 0) << reference;
+  EXPECT_EQ(step_losses(out), step_losses(reference));
+  EXPECT_EQ(step_losses(out).size(), 3u);
+}
+
 TEST(DataParallel, ErrorsNameTheProblemAndTheFix) {
   struct Case {
     std::string args, expect;
@@ -391,7 +413,7 @@ TEST(DataParallel, ErrorsNameTheProblemAndTheFix) {
   // A rank without the rendezvous directory, as a hand-made launch would be.
   const auto [rc, out] = shell("RANK=0 WORLD_SIZE=2 " + kTrain + " --model yolov3 --size tiny");
   EXPECT_NE(rc, 0);
-  EXPECT_NE(out.find("ENGINE_STORE_DIR is not set"), std::string::npos) << out;
+  EXPECT_NE(out.find("neither ENGINE_STORE_DIR nor MASTER_ADDR and MASTER_PORT is set"), std::string::npos) << out;
   const auto [rc2, out2] = shell("RANK=3 WORLD_SIZE=2 ENGINE_STORE_DIR=/tmp " + kTrain + " --model yolov3 --size tiny");
   EXPECT_NE(rc2, 0);
   EXPECT_NE(out2.find("RANK=3 is not an integer from 0 to 1"), std::string::npos) << out2;
