@@ -69,13 +69,8 @@ std::string x_label(const ScaleResult& r) {
   return r.options.axis == ScaleAxis::seq ? "sequence length L (tokens)" : "batch B (" + unit_word(r.unit) + ")";
 }
 
-// The world axis's report: the points, the laws a + b / N, the smallest world per card.
-std::string world_markdown(const ScaleResult& r) {
-  std::ostringstream os;
-  os << "## Memory of one rank of " << r.model << " against the world size (" << config_text(r) << ")\n\n"
-     << r.summary << "\n\nLive bytes of rank 0 at its step's peak, by category (GiB; " << r.options.steps
-     << " training steps per point; the meta device predicts the rank with no communication; N = 1 is one process, "
-        "without data parallel's buckets):\n\n| N | fits | peak |";
+// The table of the points, each category's bytes at the step's peak (the columns after "| x | fits | peak |").
+void points_table(std::ostringstream& os, const ScaleResult& r) {
   std::vector<int> used;
   for (int k = 0; k < kNumCategories; k++) {
     bool any = false;
@@ -90,6 +85,16 @@ std::string world_markdown(const ScaleResult& r) {
     for (int k : used) os << " " << gib(double(p.at_peak[size_t(k)])) << " |";
     os << "\n";
   }
+}
+
+// The world axis's report: the points, the laws a + b / N, the smallest world per card.
+std::string world_markdown(const ScaleResult& r) {
+  std::ostringstream os;
+  os << "## Memory of one rank of " << r.model << " against the world size (" << config_text(r) << ")\n\n"
+     << r.summary << "\n\nLive bytes of rank 0 at its step's peak, by category (GiB; " << r.options.steps
+     << " training steps per point; the meta device predicts the rank with no communication; N = 1 is one process, "
+        "without data parallel's buckets):\n\n| N | fits | peak |";
+  points_table(os, r);
   os << "\n### Fitted laws: bytes = a + b / N (least squares in 1 / N over the points that fit)\n\n"
         "| memory | a (GiB: what every rank holds whole) | b (GiB: what is sharded over the N ranks) | largest "
         "residual |\n|---|---:|---:|---:|\n";
@@ -121,20 +126,7 @@ std::string scale_markdown(const ScaleResult& r) {
   os << "Live bytes at the step's peak, by category (GiB; " << r.options.steps
      << (r.options.inference ? (r.options.config.generate > 0 ? " decoding" : " eval") : " training")
      << " steps per point):\n\n| " << r.axis_name << " | fits | peak |";
-  std::vector<int> used;
-  for (int k = 0; k < kNumCategories; k++) {
-    bool any = false;
-    for (const auto& p : r.points) any |= p.at_peak[size_t(k)] > 0;
-    if (any) used.push_back(k), os << " " << engine::category_name(Category(k)) << " |";
-  }
-  os << "\n|---:|:---|---:|";
-  for (size_t i = 0; i < used.size(); i++) os << "---:|";
-  os << "\n";
-  for (const auto& p : r.points) {
-    os << "| " << p.x << " | " << (p.fits ? "yes" : "no") << " | " << gib(double(p.peak)) << " |";
-    for (int k : used) os << " " << gib(double(p.at_peak[size_t(k)])) << " |";
-    os << "\n";
-  }
+  points_table(os, r);
   os << "\n### Fitted laws: bytes = a + b·" << x << (seq ? " + c·" + x + "²" : "") << " (least squares over the "
      << "points that fit)\n\n| memory | a (GiB) | b (bytes per "
      << (seq ? "token" : unit_word(r.unit).substr(0, unit_word(r.unit).size() - 1)) << ") |"

@@ -190,6 +190,17 @@ int lambda(int argc, char** argv) {
   return 0;
 }
 
+// A sweep's markdown (also printed), CSV, JSON and both plots, as DIR/STEM.*.
+void write_scale_reports(const std::string& dir, const std::string& stem, const tools::ScaleResult& r) {
+  const std::string md = tools::scale_markdown(r);
+  std::printf("%s\n", md.c_str());
+  std::printf("wrote %s, %s, %s, %s, %s\n", write(dir, stem + ".md", md).c_str(),
+              write(dir, stem + ".csv", tools::scale_csv(r)).c_str(),
+              write(dir, stem + ".json", tools::scale_json(r)).c_str(),
+              write(dir, stem + "_stacked.svg", tools::scale_stacked_svg(r)).c_str(),
+              write(dir, stem + "_fit.svg", tools::scale_fit_svg(r)).c_str());
+}
+
 // engine_bench scale --world-size RANGE [--zero 0,1,2]: one sweep per stage, one rank of each world on meta.
 int scale_world(const tools::Flags& f, const std::string& world) {
   ENGINE_CHECK(f.str("device") == "meta",
@@ -220,13 +231,7 @@ int scale_world(const tools::Flags& f, const std::string& world) {
     o.on_point = [&](size_t done, size_t, const std::string& note) { bar.update(int64_t(done), note); };
     tools::ScaleResult r = tools::run_scale(o);
     bar.clear();
-    const std::string md = tools::scale_markdown(r);
-    std::printf("%s\n", md.c_str());
-    std::printf("wrote %s, %s, %s, %s, %s\n", write(dir, stem + ".md", md).c_str(),
-                write(dir, stem + ".csv", tools::scale_csv(r)).c_str(),
-                write(dir, stem + ".json", tools::scale_json(r)).c_str(),
-                write(dir, stem + "_stacked.svg", tools::scale_stacked_svg(r)).c_str(),
-                write(dir, stem + "_fit.svg", tools::scale_fit_svg(r)).c_str());
+    write_scale_reports(dir, stem, r);
   }
   return 0;
 }
@@ -283,13 +288,7 @@ int scale(int argc, char** argv) {
   o.on_point = [&](size_t done, size_t, const std::string& note) { bar.update(int64_t(done), note); };
   tools::ScaleResult r = tools::run_scale(o);
   bar.clear();
-  std::string md = tools::scale_markdown(r);
-  std::printf("%s\n", md.c_str());
-  std::printf("wrote %s, %s, %s, %s, %s\n", write(dir, stem + ".md", md).c_str(),
-              write(dir, stem + ".csv", tools::scale_csv(r)).c_str(),
-              write(dir, stem + ".json", tools::scale_json(r)).c_str(),
-              write(dir, stem + "_stacked.svg", tools::scale_stacked_svg(r)).c_str(),
-              write(dir, stem + "_fit.svg", tools::scale_fit_svg(r)).c_str());
+  write_scale_reports(dir, stem, r);
   return 0;
 }
 

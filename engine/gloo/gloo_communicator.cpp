@@ -6,8 +6,9 @@
 // interface of engine/dist.h.
 //
 // Rendezvous: Gloo's FileStore in the world's shared directory, or the TCP store below at MASTER_ADDR:MASTER_PORT
-// (each rank publishes its TCP address there, then every pair connects: Gloo's full mesh). Sums: Gloo's ring all-reduce for f32 and f64 with its own sum functions; bf16
-// and f16 through a sum that widens each pair to f32 and rounds back to nearest even, the same on every rank.
+// (each rank publishes its TCP address there, then every pair connects: Gloo's full mesh). Sums: Gloo's ring
+// all-reduce for f32 and f64 with its own sum functions; bf16 and f16 through a sum that widens each pair to f32 and
+// rounds back to nearest even, the same on every rank.
 #include <cstdint>
 #include <cstring>
 #include <memory>
