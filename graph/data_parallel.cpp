@@ -19,6 +19,11 @@ namespace graph {
 using engine::Category;
 using engine::Tensor;
 
+namespace {
+// Elements [begin, end) of t flattened: a view.
+Tensor flat_piece(const Tensor& t, int64_t begin, int64_t end) { return ops::slice(ops::flatten(t), 0, begin, end); }
+}  // namespace
+
 GradientReducer::GradientReducer(std::shared_ptr<engine::dist::Communicator> comm, const ops::NamedTensors& params,
                                  size_t bucket_bytes, int zero_stage, bool bucket_view)
     : comm_(std::move(comm)), zero_stage_(zero_stage), bucket_view_(bucket_view) {
@@ -30,7 +35,7 @@ GradientReducer::GradientReducer(std::shared_ptr<engine::dist::Communicator> com
                "--bucket-view keeps every gradient inside its bucket, so ZeRO-2 could "
                "not drop the other ranks' gradients: use it with --zero 0 or 1, or drop it");
   for (const auto& [name, p] : params)
-    if (p.requires_grad()) params_.push_back({name, p});
+    if (p.requires_grad()) index_[p.impl()] = params_.size(), params_.push_back({name, p});
   // ZeRO's shards: rank r owns elements [r T / W, (r + 1) T / W) of the parameters laid end to end.
   int64_t total = 0;
   for (const auto& np : params_) total += np.second.numel();
@@ -79,6 +84,7 @@ GradientReducer::GradientReducer(std::shared_ptr<engine::dist::Communicator> com
       engine::MemoryScope owner(engine::str("data_parallel.bucket", i));
       buckets_[i].buffer = Tensor::empty({buckets_[i].numel}, buckets_[i].dtype, device);
     }
+    bind_views();
   } else {
     std::map<engine::DType, int64_t> largest;
     for (const Bucket& b : buckets_) largest[b.dtype] = std::max(largest[b.dtype], b.numel);
@@ -88,27 +94,26 @@ GradientReducer::GradientReducer(std::shared_ptr<engine::dist::Communicator> com
       staging_[dtype] = Tensor::empty({numel}, dtype, device);
     }
   }
-  if (bucket_view_) bind_views();
+}
+
+Tensor GradientReducer::gradient_in(const Tensor& flat, const Bucket& b, size_t j) const {
+  const Tensor& p = params_[b.params[j]].second;
+  return ops::reshape(ops::slice(flat, 0, b.offsets[j], b.offsets[j] + p.numel()), p.shape());
 }
 
 void GradientReducer::bind_views() {
   NoGrad no_grad;
   for (Bucket& b : buckets_) {
     ops::fill_(b.buffer, 0.0);
-    for (size_t j = 0; j < b.params.size(); j++) {
-      Tensor p = params_[b.params[j]].second;
-      p.set_grad(ops::reshape(ops::slice(b.buffer, 0, b.offsets[j], b.offsets[j] + p.numel()), p.shape()));
-    }
+    for (size_t j = 0; j < b.params.size(); j++) params_[b.params[j]].second.set_grad(gradient_in(b.buffer, b, j));
   }
 }
 
 void GradientReducer::reduce_during(const std::function<void()>& backward) {
-  std::map<const engine::TensorImpl*, size_t> index;
-  for (size_t k = 0; k < params_.size(); k++) index[params_[k].second.impl()] = k;
   {
     LeafGradHookScope hook([&](const engine::TensorImpl* leaf) {
-      auto it = index.find(leaf);
-      if (it == index.end()) return;  // another network's parameter (a GAN's G step reaches D's weights)
+      auto it = index_.find(leaf);
+      if (it == index_.end()) return;  // another network's parameter (a GAN's G step reaches D's weights)
       Bucket& b = buckets_[bucket_of_[it->second]];
       if (++b.ready == b.params.size() && !b.reduced) reduce(b);
     });
@@ -135,18 +140,13 @@ void GradientReducer::reduce(Bucket& b) {
   const Tensor flat = bucket_view_ ? b.buffer : ops::slice(staging_.at(b.dtype), 0, 0, b.numel);
   std::vector<Tensor> views;
   for (size_t j = 0; j < b.params.size(); j++) {
-    const Tensor& p = params_[b.params[j]].second;
-    Tensor view = ops::reshape(ops::slice(flat, 0, b.offsets[j], b.offsets[j] + p.numel()), p.shape());
-    const Tensor g = p.grad();
-    // Bucket views: backward accumulated into the bucket itself (unless something replaced the view: copied in).
-    const bool in_place = g.defined() && g.data_ptr() == view.data_ptr();
-    if (in_place) {
-    } else if (g.defined()) {
-      ops::copy_(view, g);
-    } else {
-      ops::fill_(view, 0.0);
-    }
-    views.push_back(view);
+    views.push_back(gradient_in(flat, b, j));
+    const Tensor g = params_[b.params[j]].second.grad();
+    // With bucket views backward accumulated into the bucket itself (unless something replaced the view).
+    if (!g.defined())
+      ops::fill_(views[j], 0.0);
+    else if (g.data_ptr() != views[j].data_ptr())
+      ops::copy_(views[j], g);
   }
   comm_->all_reduce_sum(flat);
   if (comm_->world_size() > 1) ops::mul_(flat, 1.0 / comm_->world_size());
@@ -182,18 +182,15 @@ std::vector<std::string> GradientReducer::shard() const {
 
 int64_t GradientReducer::shard_elements() const {
   int64_t n = 0;
-  for (size_t k = 0; k < params_.size(); k++) {
-    const auto [begin, end] = range_of(params_[k].first);
-    n += end - begin;
-  }
+  for (const Piece& p : pieces_)
+    if (zero_stage_ == 0 || p.owner == comm_->rank()) n += p.end - p.begin;
   return n;
 }
 
 void GradientReducer::broadcast_updated() {
   if (zero_stage_ == 0) return;
   NoGrad no_grad;
-  for (const Piece& p : pieces_)
-    comm_->broadcast(ops::slice(ops::flatten(params_[p.param].second), 0, p.begin, p.end), p.owner);
+  for (const Piece& p : pieces_) comm_->broadcast(flat_piece(params_[p.param].second, p.begin, p.end), p.owner);
 }
 
 double GradientReducer::global_grad_norm() const {
@@ -202,7 +199,7 @@ double GradientReducer::global_grad_norm() const {
   for (const Piece& p : pieces_) {
     if (p.owner != comm_->rank()) continue;
     const Tensor g = params_[p.param].second.grad();
-    if (g.defined()) mine.push_back(ops::slice(ops::flatten(g), 0, p.begin, p.end));
+    if (g.defined()) mine.push_back(flat_piece(g, p.begin, p.end));
   }
   std::vector<double> sum = {0.0};
   if (!mine.empty())

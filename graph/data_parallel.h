@@ -89,11 +89,13 @@ class GradientReducer {
   double global_grad_norm() const;
 
  private:
-  void on_ready(const engine::TensorImpl* leaf);
   void reduce(Bucket& b);
+  // The gradient of the j-th parameter of bucket b inside `flat` (the bucket's buffer or the staging): a view.
+  engine::Tensor gradient_in(const engine::Tensor& flat, const Bucket& b, size_t j) const;
 
   std::shared_ptr<engine::dist::Communicator> comm_;
   std::vector<std::pair<std::string, engine::Tensor>> params_;
+  std::map<const engine::TensorImpl*, size_t> index_;  // a parameter's position in params_, for the backward hook
   std::vector<size_t> bucket_of_;  // per parameter
   struct Piece {
     size_t param;

@@ -114,7 +114,8 @@ void Model::set_accumulation(int64_t k) {
 }
 
 Batch Model::micro_batch(int64_t step, int64_t j) {
-  const int64_t parts = world_ * accumulate_, part = rank_ * accumulate_ + j;
+  const int world = world_size();
+  const int64_t parts = world * accumulate_, part = rank() * accumulate_ + j;
   if (fixed_batch_.empty()) return make_batch((step - 1) * parts + part + 1);
   if (parts == 1) return fixed_batch_;
   Batch micro;
@@ -122,9 +123,9 @@ Batch Model::micro_batch(int64_t step, int64_t j) {
     const int64_t rows = t.dim() > 0 ? t.size(0) : 0;
     ENGINE_CHECK(rows % parts == 0 && rows > 0, "the fixed batch's tensor '", name, "' has ", rows,
                  " rows, which do not split into ", parts,
-                 world_ > 1 ? engine::str(" equal parts (", world_, " ranks x ", accumulate_, " micro-batches)")
-                            : std::string(" equal micro-batches"),
-                 "; give a batch whose size is a multiple of --accumulate", world_ > 1 ? " x the world size" : "");
+                 world > 1 ? engine::str(" equal parts (", world, " ranks x ", accumulate_, " micro-batches)")
+                           : std::string(" equal micro-batches"),
+                 "; give a batch whose size is a multiple of --accumulate", world > 1 ? " x the world size" : "");
     const int64_t n = rows / parts;
     micro[name] = ops::contiguous(ops::slice(t, 0, part * n, (part + 1) * n));
   }
@@ -139,8 +140,6 @@ void Model::set_data_parallel(std::shared_ptr<engine::dist::Communicator> comm, 
   const std::string why = why_not_data_parallel();
   ENGINE_CHECK(why.empty(), "this model cannot train data parallel yet: ", why, "; run it with one rank");
   comm_ = std::move(comm);
-  rank_ = comm_->rank();
-  world_ = comm_->world_size();
   zero_stage_ = zero_stage;
   const auto params = module().named_parameters();
   graph::broadcast_parameters(*comm_, params);
@@ -158,25 +157,29 @@ void Model::set_data_parallel(std::shared_ptr<engine::dist::Communicator> comm, 
     reducers_.emplace_back(o, std::move(reducer));
   }
   // Rank r's own random stream (dropout masks, noise): a distinct Philox key per rank; rank 0 keeps the seed.
-  if (rank_ > 0) engine::generator().seed += uint64_t(rank_) * 0x9E3779B97F4A7C15ull;
+  engine::generator().seed += uint64_t(rank()) * 0x9E3779B97F4A7C15ull;
+}
+
+graph::GradientReducer* Model::reducer_for(const ops::Optimizer& opt) const {
+  for (const auto& [o, reducer] : reducers_)
+    if (o == &opt) return reducer.get();
+  return nullptr;
 }
 
 void Model::backward_for(const ops::Optimizer& opt, const std::function<void()>& backward) {
-  for (auto& [o, reducer] : reducers_)
-    if (o == &opt) return reducer->reduce_during(backward);
-  backward();
+  if (graph::GradientReducer* r = reducer_for(opt))
+    r->reduce_during(backward);
+  else
+    backward();
 }
 
 void Model::after_update(const ops::Optimizer& opt) {
-  for (auto& [o, reducer] : reducers_)
-    if (o == &opt) reducer->broadcast_updated();
+  if (graph::GradientReducer* r = reducer_for(opt)) r->broadcast_updated();
 }
 
 double Model::grad_norm(const ops::Optimizer& opt, const std::vector<Tensor>& params) const {
-  if (zero_stage_ >= 2)
-    for (const auto& [o, reducer] : reducers_)
-      if (o == &opt) return reducer->global_grad_norm();
-  return ops::grad_norm(params);
+  graph::GradientReducer* r = reducer_for(opt);
+  return r && zero_stage_ >= 2 ? r->global_grad_norm() : ops::grad_norm(params);
 }
 
 ops::OptimizerState Model::checkpoint_state(ops::Optimizer& opt) const {
@@ -190,10 +193,10 @@ void Model::average_over_ranks(StepResult& r) const {
   std::vector<double> v = {r.loss, double(r.items)};
   for (const auto& [name, x] : r.losses) v.push_back(x);
   comm_->all_reduce_host(v);
-  r.loss = v[0] / world_;
+  r.loss = v[0] / world_size();
   r.items = int64_t(v[1] + 0.5);
   size_t k = 2;
-  for (auto& [name, x] : r.losses) x = v[k++] / world_;
+  for (auto& [name, x] : r.losses) x = v[k++] / world_size();
 }
 
 std::vector<const graph::GradientReducer*> Model::reducers() const {

@@ -192,8 +192,8 @@ class Model {
   // Why this model cannot train data parallel ("" when it can): every rank's step must run the same parameters'
   // backward through Model::backward_for, as data parallel needs.
   virtual std::string why_not_data_parallel() const { return ""; }
-  int rank() const { return rank_; }
-  int world_size() const { return world_; }
+  int rank() const { return comm_ ? comm_->rank() : 0; }
+  int world_size() const { return comm_ ? comm_->world_size() : 1; }
   // The step's losses as their mean over the ranks and its items as their sum (the report's global figures); the
   // identity in a world of one.
   void average_over_ranks(StepResult& r) const;
@@ -232,6 +232,8 @@ class Model {
   // The backward pass `backward` of the last micro-batch before `opt`'s update: with data parallel, run with opt's
   // gradient buckets reduced as they complete (GradientReducer::reduce_during); else just run.
   void backward_for(const ops::Optimizer& opt, const std::function<void()>& backward);
+  // opt's gradient reducer (set_data_parallel), or null in a world of one.
+  graph::GradientReducer* reducer_for(const ops::Optimizer& opt) const;
   // After `opt`'s update under ZeRO: every piece of a parameter from the rank that updated it
   // (GradientReducer::broadcast_updated).
   void after_update(const ops::Optimizer& opt);
@@ -248,7 +250,7 @@ class Model {
   Batch fixed_batch_;                          // empty: make_batch's data
   int64_t accumulate_ = 1;                     // micro-batches per step
   std::shared_ptr<engine::dist::Communicator> comm_;  // null: a world of one
-  int rank_ = 0, world_ = 1, zero_stage_ = 0;
+  int zero_stage_ = 0;
   std::vector<std::pair<const ops::Optimizer*, std::unique_ptr<graph::GradientReducer>>> reducers_;
 };
 

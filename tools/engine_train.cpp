@@ -16,7 +16,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <sstream>
 
 #include "engine/context.h"
@@ -34,11 +33,11 @@
 #include "tools/explain.h"
 #include "tools/flags.h"
 #include "tools/gpu_profiles.h"
-#include "tools/launcher.h"
 #include "tools/max_batch.h"
 #include "tools/oom_remedies.h"
 #include "tools/progress.h"
 #include "tools/trace_export.h"
+#include "tools/world.h"
 
 namespace {
 
@@ -221,21 +220,7 @@ void add_flags(tools::Flags& flags) {
                    "the timeline's x axis: allocation order, or the device's time (cpu: the host clock; cuda: CUDA "
                    "events on the engine's stream; not on meta)");
   flags.add_string("report", "", "write the run's header, step lines and memory tables as markdown");
-  flags.add_int("nproc", 1,
-                "data parallel on this host: run N ranks (processes) of one world, each with its part of the "
-                "global batch (--batch per rank) and its own arena and ledger; cpu ranks use Gloo. Rank 0 prints and "
-                "saves; the other ranks write their --json/--report/--timeline/--trace as FILE.rank<r>");
-  flags.add_int("world-size", 0,
-                "on meta: predict one rank of a data-parallel world of N ranks (its gradient buckets; no "
-                "communication). Ranks started by a launcher read RANK and WORLD_SIZE instead (engine/dist.h)");
-  flags.add_int("bucket-mb", 25, "data parallel: the gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb)");
-  flags.add_choice("zero", "0", {"0", "1", "2", "3"},
-                   "data parallel with ZeRO: 1 shards the optimizer state and f32 masters over the ranks, 2 the "
-                   "gradients too (by whole parameters; graph/data_parallel.h); 3 is not there yet");
-  flags.add_bool("bucket-view",
-                 "data parallel: every gradient a view into its bucket (PyTorch DDP's "
-                 "gradient_as_bucket_view): no second copy of the gradients; not with --zero 2");
-  flags.add_int("rank", 0, "with --world-size on meta: the rank to predict (ranks differ under --zero)");
+  tools::add_world_flags(flags);
   flags.add_string("json", "", "write the run as JSON: config, header, every step, the peak (its moment, by "
                                "category, module and op); tools/README.md shows an example");
 }
@@ -418,34 +403,6 @@ double run_steps(models::Model& model, engine::Device& device, const RunOptions&
 }
 
 // The step in which the run's peak was reached: the first whose line shows the final peak (0: building the model).
-// "data parallel: rank 0 of 4 (gloo) | gradient buckets: 3, 93.77 MiB in all (category comm) | ZeRO-1: ...".
-std::string data_parallel_line(models::Model& model) {
-  size_t n = 0, bytes = 0;
-  std::string backend;
-  bool views = false;
-  for (const graph::GradientReducer* r : model.reducers()) {
-    backend = r->communicator().backend();
-    views = r->bucket_view();
-    n += r->buckets().size();
-    bytes += r->held_bytes();
-  }
-  std::string zero;
-  if (model.zero_stage() > 0) {
-    size_t mine = 0, all = 0;
-    int64_t elements = 0, total = 0;
-    for (const graph::GradientReducer* r : model.reducers()) mine += r->shard().size(), elements += r->shard_elements();
-    for (const auto& np : model.module().named_parameters())
-      if (np.second.requires_grad()) all++, total += np.second.numel();
-    zero = str(" | ZeRO-", model.zero_stage(), ": this rank updates ", elements, " of ", total, " elements (pieces of ",
-               mine, " of ", all, " parameters)");
-  }
-  return str("data parallel: rank ", model.rank(), " of ", model.world_size(), " (", backend,
-             ") | gradient buckets: ", n, ", ", format_bytes(bytes),
-             views ? " (category grad: the gradients are views into them)"
-                   : " of staging, the largest bucket's size (category comm)",
-             zero, " | the loss and items are the world's");
-}
-
 int64_t step_of_peak(const std::vector<StepRecord>& records) {
   for (const StepRecord& r : records)
     if (r.peak_bytes == records.back().peak_bytes) return r.step;
@@ -521,49 +478,10 @@ int run(int argc, char** argv) {
                                      tools::gpu_profile_names());
   add_flags(flags);
   if (!flags.parse(argc, argv)) return 0;
-  if (flags.integer("nproc") != 1) {
-    ENGINE_CHECK(flags.integer("nproc") > 1, "engine_train: --nproc ", flags.integer("nproc"),
-                 " must be 1 or more ranks");
-    ENGINE_CHECK(flags.str("device") == "cpu", "engine_train: --nproc runs cpu ranks (Gloo); for --device ",
-                 flags.str("device"),
-                 (flags.str("device") == "meta" ? " use --world-size N: one meta process "
-                                                  "predicts every rank"
-                                                : " ranks need NCCL, not driven yet"));
-    ENGINE_CHECK(std::getenv("RANK") == nullptr,
-                 "engine_train: --nproc inside a launched rank (RANK is set): give one or the other");
-    return tools::launch_ranks(int(flags.integer("nproc")),
-                               tools::without_flag(std::vector<std::string>(argv + 1, argv + argc), "nproc"));
-  }
-  const engine::dist::WorldSpec world = engine::dist::world_from_environment();
-  ENGINE_CHECK(flags.integer("world-size") >= 0 && flags.integer("world-size") <= (1 << 20),
-               "engine_train: --world-size ", flags.integer("world-size"), " must be 1 to 2^20 ranks");
-  ENGINE_CHECK(flags.integer("world-size") <= 1 || flags.str("device") == "meta",
-               "engine_train: --world-size predicts a world on the meta device; to train one, start the ranks with "
-               "--nproc N (cpu) or a launcher that sets RANK and WORLD_SIZE");
-  const int world_size = flags.integer("world-size") > 1 ? int(flags.integer("world-size")) : world.world_size;
-  const int zero = std::stoi(flags.str("zero"));
-  ENGINE_CHECK(zero == 0 || world_size > 1, "engine_train: --zero ", zero,
-               " shards over the ranks of a data-parallel world: give --nproc N (cpu) or --world-size N (meta)");
-  ENGINE_CHECK(zero < 3,
-               "engine_train: --zero 3 (parameters sharded, gathered per layer) is not there yet; "
-               "--zero 2 shards the optimizer state and the gradients");
-  const int meta_rank = int(flags.integer("rank"));
-  ENGINE_CHECK(!flags.given("rank") ||
-                   (flags.integer("world-size") > 1 && meta_rank >= 0 && meta_rank < flags.integer("world-size")),
-               "engine_train: --rank ", meta_rank, " is a rank of the meta prediction of --world-size N: 0 to N - 1");
-  ENGINE_CHECK(flags.integer("bucket-mb") >= 1 && flags.integer("bucket-mb") <= (1 << 20), "engine_train: --bucket-mb ",
-               flags.integer("bucket-mb"), " must be 1 or more");
-  // Rank r > 0 writes its files beside rank 0's, as FILE.rank<r>; it saves no checkpoint (rank 0's is the world's).
-  auto rank_path = [&](const std::string& path) {
-    return world.rank == 0 || path.empty() ? path : path + ".rank" + std::to_string(world.rank);
-  };
+  if (tools::nproc_given(flags)) return tools::launch_nproc(flags, argc, argv);
+  const tools::World world = tools::world_of(flags);
   models::ModelConfig config = config_of(flags);
-  // The world: on meta the config's (create_model predicts one rank); cpu ranks are connected below.
-  config.world_size = world_size;
-  config.rank = flags.given("rank") ? meta_rank : world.rank;
-  config.zero = zero;
-  config.bucket_mb = flags.integer("bucket-mb");
-  config.bucket_view = flags.on("bucket-view");
+  world.apply(config);  // on meta create_model predicts the rank; cpu ranks are connected below
   const std::string load = flags.str("load"), save = flags.str("save"), export_hf = flags.str("export-hf");
   std::string from_checkpoint;
   if (!load.empty())
@@ -576,19 +494,11 @@ int run(int argc, char** argv) {
   size_t capacity = arena_capacity(flags, type, &capacity_note);
   ENGINE_CHECK(!(flags.on("find-max-batch") && flags.given("batch-file")),
                "engine_train: --find-max-batch varies the batch size; it cannot read a fixed --batch-file");
-  ENGINE_CHECK(world_size == 1 || !flags.on("find-max-batch") || flags.str("device") == "meta",
-               "engine_train: --find-max-batch of a data-parallel world runs on meta (--device meta --world-size N): "
-               "its probes are ranks of that world; cpu ranks would have to probe in step with each other");
-  ENGINE_CHECK(world_size == 1 || type != engine::DeviceType::meta || load.empty(),
-               "engine_train: --load with --world-size on meta: the prediction of a rank starts from a fresh model; "
-               "drop --load (the checkpoint's weights do not change any rank's memory)");
-  ENGINE_CHECK(world_size == 1 || !flags.on("inference"),
-               "engine_train: --inference runs one process; data parallel is for training");
   if (flags.on("find-max-batch")) return find_max_batch(config, flags, type, capacity, capacity_note);
 
   // Output paths are checked now, not after the run (a checkpoint that cannot be written is a lost run).
   for (const char* flag : {"save", "trace", "timeline", "report", "json"})
-    if (!flags.str(flag).empty()) engine::check_writable(rank_path(flags.str(flag)), std::string("--") + flag);
+    if (!flags.str(flag).empty()) engine::check_writable(world.rank_path(flags.str(flag)), std::string("--") + flag);
   const bool timed = flags.str("timeline-axis") == "time";
   ENGINE_CHECK(!timed || type != engine::DeviceType::meta,
                "engine_train: --timeline-axis time: the meta device computes nothing, so its events have no time; "
@@ -611,9 +521,9 @@ int run(int argc, char** argv) {
   if (!export_hf.empty()) tools::check_hf_exportable(*model, export_hf);
   tools::CheckpointLoad loaded;
   if (!load.empty()) loaded = tools::load_checkpoint(load, *model, !o.inference);
-  if (world_size > 1 && type != engine::DeviceType::meta)  // (meta: create_model set up the predicted rank)
-    model->set_data_parallel(engine::dist::connect(world, *device), size_t(config.bucket_mb) << 20, zero,
-                             config.bucket_view);
+  if (world.world_size > 1 && type != engine::DeviceType::meta)  // (meta: create_model set up the predicted rank)
+    model->set_data_parallel(engine::dist::connect(world.env, *device), size_t(world.bucket_mb) << 20, world.zero,
+                             world.bucket_view);
   const std::string batch_file = flags.str("batch-file");
   if (!batch_file.empty()) {
     ENGINE_CHECK(model->supports_fixed_batch(), "engine_train: --batch-file: ", config.name,
@@ -627,7 +537,7 @@ int run(int argc, char** argv) {
   Transcript out(o.inference ? "eval" : "training", flags.integer("steps"));
   out.say(model->summary());
   out.say(header_line(*model, *device, capacity_note, o.inference));
-  if (world_size > 1) out.say(data_parallel_line(*model));
+  if (world.world_size > 1) out.say(tools::data_parallel_line(*model));
   if (!from_checkpoint.empty())
     out.say("config from the checkpoint (the command line did not give these):" + from_checkpoint);
   if (!load.empty())
@@ -682,24 +592,25 @@ int run(int argc, char** argv) {
   if (flags.on("explain"))
     out.say(tools::explain_markdown(device->ledger(), explain_seq, explain_live,
                                     str("Step ", o.last, " explained: every allocation and free in order")));
-  if (!flags.str("report").empty()) engine::write_file_atomic(rank_path(flags.str("report")), out.text());
+  if (!flags.str("report").empty()) engine::write_file_atomic(world.rank_path(flags.str("report")), out.text());
   if (!flags.str("timeline").empty())
     engine::write_file_atomic(
-        rank_path(flags.str("timeline")),
+        world.rank_path(flags.str("timeline")),
         tools::memory_timeline_svg(
             device->ledger(), explain_seq,
             str(config.name, " on ", device->name(), ", step ", o.last, ": live bytes by category"),
             timed ? device->event_times() : std::vector<std::pair<int64_t, double>>{}));
   if (!flags.str("json").empty())
-    engine::write_file_atomic(rank_path(flags.str("json")),
+    engine::write_file_atomic(world.rank_path(flags.str("json")),
                               run_json(config, *model, *device, capacity_note, o, records, peak, peak_step));
   if (!flags.str("trace").empty())  // counter tracks per category, phase and module slices (tools/trace_export.h)
-    engine::write_file_atomic(rank_path(flags.str("trace")), tools::chrome_trace_json(device->ledger(), config.name));
+    engine::write_file_atomic(world.rank_path(flags.str("trace")),
+                              tools::chrome_trace_json(device->ledger(), config.name));
   if (!save.empty()) {  // every rank: under ZeRO the state is assembled from all of them; rank 0 writes
     tools::save_checkpoint(save, *model, config, o.last);
     std::printf("saved %s after step %lld\n", save.c_str(), (long long)o.last);
   }
-  if (!export_hf.empty() && world.rank == 0) {
+  if (!export_hf.empty() && world.env.rank == 0) {
     tools::export_hf(export_hf, *model);
     std::printf("exported %s/model.safetensors and %s/config.json (Hugging Face transformers) after step %lld\n",
                 export_hf.c_str(), export_hf.c_str(), (long long)o.last);

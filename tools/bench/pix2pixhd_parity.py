@@ -22,7 +22,7 @@ import torch.nn.functional as F
 import torchvision
 from safetensors.torch import save_file
 
-from pix2pixhd_torch import LocalEnhancer, MultiscaleD
+from pix2pixhd_torch import LocalEnhancer, MultiscaleD, instance_edges
 
 CLASSES, H, W, N = 5, 64, 128, 2
 VGG_E = [64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M", 512, 512, 512, 512, "M"]
@@ -45,13 +45,7 @@ def batch(gen):
 
 def encode(labels, inst):
     one_hot = torch.zeros(N, CLASSES, H, W, dtype=torch.float64).scatter_(1, labels, 1.0)
-    e = torch.zeros_like(inst, dtype=torch.bool)
-    dw, dh = inst[..., 1:] != inst[..., :-1], inst[..., 1:, :] != inst[..., :-1, :]
-    e[..., 1:] |= dw
-    e[..., :-1] |= dw
-    e[..., 1:, :] |= dh
-    e[..., :-1, :] |= dh
-    return torch.cat([one_hot, e.double()], 1)
+    return torch.cat([one_hot, instance_edges(inst).double()], 1)
 
 
 def main():

@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_bench import fits_by_running, max_batch, profile_step, release, time_steps
+from torch_bench import add_run_args, measure, release, run_main
 
 
 def conv(i, o, k, s=1, p=0):
@@ -127,6 +127,18 @@ class Vgg19(nn.Module):
         return out
 
 
+def instance_edges(inst):
+    """pix2pixHD's instance boundary map (its get_edges): true where a pixel's instance id differs from that of a
+    horizontal or vertical neighbour."""
+    e = torch.zeros_like(inst, dtype=torch.bool)
+    dw, dh = inst[..., 1:] != inst[..., :-1], inst[..., 1:, :] != inst[..., :-1, :]
+    e[..., 1:] |= dw
+    e[..., :-1] |= dw
+    e[..., 1:, :] |= dh
+    e[..., :-1, :] |= dh
+    return e
+
+
 def run_config(batch, steps, warmup):
     dev = torch.device("cuda")
     labels = ARGS.classes
@@ -147,13 +159,7 @@ def run_config(batch, steps, warmup):
 
     def encode():
         one_hot = torch.zeros(batch, labels, H, W, device=dev).scatter_(1, label, 1.0)
-        e = torch.zeros_like(inst, dtype=torch.bool)
-        dw, dh = inst[..., 1:] != inst[..., :-1], inst[..., 1:, :] != inst[..., :-1, :]
-        e[..., 1:] |= dw
-        e[..., :-1] |= dw
-        e[..., 1:, :] |= dh
-        e[..., :-1, :] |= dh
-        return torch.cat([one_hot, e.float()], 1).to(memory_format=cl)
+        return torch.cat([one_hot, instance_edges(inst).float()], 1).to(memory_format=cl)
 
     def lsgan(preds, target):
         return sum(F.mse_loss(p[-1], torch.full_like(p[-1], target)) for p in preds)
@@ -180,41 +186,21 @@ def run_config(batch, steps, warmup):
         opt_d.step()
 
     try:
-        if ARGS.profile:
-            return profile_step(step, warmup)
-        return time_steps(step, steps, warmup)
+        return measure(step, steps, warmup, ARGS.profile)
     finally:
         del G, D, V, opt_g, opt_d
         release()
 
 
 def main():
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.allow_tf32 = ARGS.precision == "tf32"
-    torch.backends.cudnn.allow_tf32 = ARGS.precision == "tf32"
-    name = f"torch pix2pixhd {ARGS.width}x{ARGS.height}"
-    if ARGS.max_batch_cap_gib > 0:
-        lo = max_batch(fits_by_running(lambda b: run_config(b, steps=0, warmup=2)), ARGS.max_batch_cap_gib)
-        print(f"{name} {ARGS.precision} | max batch {lo} under {ARGS.max_batch_cap_gib} GiB", flush=True)
-        return
-    if ARGS.profile:
-        run_config(ARGS.batch, ARGS.steps, ARGS.warmup)
-        return
-    dt, peak = run_config(ARGS.batch, ARGS.steps, ARGS.warmup)
-    print(f"{name} batch {ARGS.batch} {ARGS.precision} | {ARGS.batch / dt:.2f} img/s | {dt * 1000:.1f} ms | "
-          f"peak {peak:.2f} GiB", flush=True)
+    run_main(ARGS, f"torch pix2pixhd {ARGS.width}x{ARGS.height}", run_config)
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("--batch", type=int, default=1)
+    add_run_args(p, batch=1)
     p.add_argument("--width", type=int, default=2048)
     p.add_argument("--height", type=int, default=1024)
-    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"])
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--max-batch-cap-gib", type=float, default=0)
-    p.add_argument("--profile", action="store_true", help="print the top CUDA kernels of one step instead")
     p.add_argument("--tiny", action="store_true", help="the engine's --size tiny networks")
     ARGS = p.parse_args()
     ARGS.classes, ARGS.ngf, ARGS.n_down, ARGS.n_blocks, ARGS.n_local, ARGS.ndf = 35, 32, 4, 9, 3, 64

@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_bench import fits_by_running, max_batch, profile_step, release, time_steps
+from torch_bench import add_run_args, measure, release, run_main
 
 SQRT2 = math.sqrt(2)
 BLUR = "depthwise"  # --blur: how blur() runs the filter (main sets it; stylegan_parity.py keeps the default)
@@ -217,44 +217,24 @@ def run_config(batch, steps, warmup):
         opt_d.zero_grad(set_to_none=True)
 
     try:
-        if ARGS.profile:
-            return profile_step(step, warmup)
-        return time_steps(step, steps, warmup)
+        return measure(step, steps, warmup, ARGS.profile)
     finally:
         del G, D, Gs, opt_g, opt_d, real
         release()
 
 
 def main():
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.allow_tf32 = ARGS.precision == "tf32"
-    torch.backends.cudnn.allow_tf32 = ARGS.precision == "tf32"
     global BLUR
     BLUR = ARGS.blur
     random.seed(1)
-    name = f"torch stylegan {ARGS.resolution} ({ARGS.memory_format}, blur {ARGS.blur})"
-    if ARGS.max_batch_cap_gib > 0:
-        lo = max_batch(fits_by_running(lambda b: run_config(b, steps=0, warmup=2)), ARGS.max_batch_cap_gib)
-        print(f"{name} {ARGS.precision} | max batch {lo} under {ARGS.max_batch_cap_gib} GiB", flush=True)
-        return
-    if ARGS.profile:
-        run_config(ARGS.batch, ARGS.steps, ARGS.warmup)
-        return
-    dt, peak = run_config(ARGS.batch, ARGS.steps, ARGS.warmup)
-    print(f"{name} batch {ARGS.batch} {ARGS.precision} | {ARGS.batch / dt:.2f} img/s | {dt * 1000:.1f} ms | "
-          f"peak {peak:.2f} GiB", flush=True)
+    run_main(ARGS, f"torch stylegan {ARGS.resolution} ({ARGS.memory_format}, blur {ARGS.blur})", run_config)
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("--batch", type=int, default=4)
+    add_run_args(p, batch=4)
     p.add_argument("--resolution", type=int, default=1024)
-    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"])
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--max-batch-cap-gib", type=float, default=0)
     p.add_argument("--blur", default="depthwise", choices=["depthwise", "planes"])
     p.add_argument("--memory-format", default="channels_last", choices=["channels_last", "contiguous"])
-    p.add_argument("--profile", action="store_true", help="print the top CUDA kernels of one step instead")
     ARGS = p.parse_args()
     main()

@@ -1,5 +1,6 @@
 """Shared pieces of the PyTorch comparison scripts (tools/bench/*_torch.py): timing a training step, and the
-largest batch that fits a memory cap, measured the same way for every model.
+largest batch that fits a memory cap, measured the same way for every model; run_main and add_run_args, the main
+and the common flags of the scripts that use them.
 """
 import gc
 import time
@@ -31,6 +32,44 @@ def profile_step(step, warmup, top=20):
         step()
         torch.cuda.synchronize()
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=top, max_name_column_width=90), flush=True)
+
+
+def measure(step, steps, warmup, profile=False):
+    """time_steps(step, steps, warmup), or with `profile` the top kernels of one step (profile_step; None)."""
+    if profile:
+        profile_step(step, warmup)
+        return None
+    return time_steps(step, steps, warmup)
+
+
+def add_run_args(parser, batch):
+    """The flags of a script run by run_main: --batch (default `batch`), --precision, --steps, --warmup,
+    --max-batch-cap-gib, --profile."""
+    parser.add_argument("--batch", type=int, default=batch)
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"])
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--max-batch-cap-gib", type=float, default=0)
+    parser.add_argument("--profile", action="store_true", help="print the top CUDA kernels of one step instead")
+
+
+def run_main(args, name, run_config, unit="img"):
+    """A training-step script's main: cudnn.benchmark, TF32 only for --precision tf32 (fp32 is true fp32), then the
+    max batch under --max-batch-cap-gib, or the profile of one step, or one line: `name batch B precision | U/s | ms |
+    peak GiB`. run_config(batch, steps, warmup) trains and returns measure()'s result."""
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
+    if args.max_batch_cap_gib > 0:
+        lo = max_batch(fits_by_running(lambda b: run_config(b, steps=0, warmup=2)), args.max_batch_cap_gib)
+        print(f"{name} {args.precision} | max batch {lo} under {args.max_batch_cap_gib} GiB", flush=True)
+        return
+    result = run_config(args.batch, args.steps, args.warmup)
+    if result is None:  # --profile printed its table
+        return
+    dt, peak = result
+    print(f"{name} batch {args.batch} {args.precision} | {args.batch / dt:.2f} {unit}/s | {dt * 1000:.1f} ms | "
+          f"peak {peak:.2f} GiB", flush=True)
 
 
 def release():

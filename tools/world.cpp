@@ -1,0 +1,126 @@
+// world.cpp: engine_train's data-parallel flags, their checks and the header line.
+#include "tools/world.h"
+
+#include <cstdlib>
+#include <vector>
+
+#include "engine/error.h"
+#include "engine/format.h"
+#include "graph/data_parallel.h"
+#include "tools/launcher.h"
+
+namespace tools {
+
+using engine::format_bytes;
+using engine::str;
+
+void add_world_flags(Flags& flags) {
+  flags.add_int("nproc", 1,
+                "data parallel on this host: run N ranks (processes) of one world, each with its part of the "
+                "global batch (--batch per rank) and its own arena and ledger; cpu ranks use Gloo. Rank 0 prints and "
+                "saves; the other ranks write their --json/--report/--timeline/--trace as FILE.rank<r>");
+  flags.add_int("world-size", 0,
+                "on meta: predict one rank of a data-parallel world of N ranks (its gradient buckets; no "
+                "communication). Ranks started by a launcher read RANK and WORLD_SIZE instead (engine/dist.h)");
+  flags.add_int("bucket-mb", 25, "data parallel: the gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb)");
+  flags.add_choice("zero", "0", {"0", "1", "2", "3"},
+                   "data parallel with ZeRO: 1 shards the optimizer state and f32 masters over the ranks, 2 the "
+                   "gradients too (DeepSpeed's partition of the flattened parameters: graph/data_parallel.h); 3 is not "
+                   "there yet");
+  flags.add_bool("bucket-view",
+                 "data parallel: every gradient a view into its bucket (PyTorch DDP's "
+                 "gradient_as_bucket_view): no second copy of the gradients; not with --zero 2");
+  flags.add_int("rank", 0, "with --world-size on meta: the rank to predict (ranks differ under --zero)");
+}
+
+bool nproc_given(const Flags& flags) { return flags.integer("nproc") != 1; }
+
+int launch_nproc(const Flags& flags, int argc, char** argv) {
+  ENGINE_CHECK(flags.integer("nproc") > 1, "engine_train: --nproc ", flags.integer("nproc"),
+               " must be 1 or more ranks");
+  ENGINE_CHECK(flags.str("device") == "cpu", "engine_train: --nproc runs cpu ranks (Gloo); for --device ",
+               flags.str("device"),
+               (flags.str("device") == "meta" ? " use --world-size N: one meta process predicts every rank"
+                                              : " ranks need NCCL, not driven yet"));
+  ENGINE_CHECK(std::getenv("RANK") == nullptr,
+               "engine_train: --nproc inside a launched rank (RANK is set): give one or the other");
+  return launch_ranks(int(flags.integer("nproc")),
+                      without_flag(std::vector<std::string>(argv + 1, argv + argc), "nproc"));
+}
+
+World world_of(const Flags& flags) {
+  World w;
+  w.env = engine::dist::world_from_environment();
+  const int64_t predicted = flags.integer("world-size");
+  const bool meta = flags.str("device") == "meta";
+  ENGINE_CHECK(predicted >= 0 && predicted <= (1 << 20), "engine_train: --world-size ", predicted,
+               " must be 1 to 2^20 ranks");
+  ENGINE_CHECK(predicted <= 1 || meta,
+               "engine_train: --world-size predicts a world on the meta device; to train one, start the ranks with "
+               "--nproc N (cpu) or a launcher that sets RANK and WORLD_SIZE");
+  w.world_size = predicted > 1 ? int(predicted) : w.env.world_size;
+  w.zero = std::stoi(flags.str("zero"));
+  ENGINE_CHECK(w.zero == 0 || w.world_size > 1, "engine_train: --zero ", w.zero,
+               " shards over the ranks of a data-parallel world: give --nproc N (cpu) or --world-size N (meta)");
+  ENGINE_CHECK(w.zero < 3,
+               "engine_train: --zero 3 (parameters sharded, gathered per layer) is not there yet; "
+               "--zero 2 shards the optimizer state and the gradients");
+  const int64_t rank = flags.integer("rank");
+  ENGINE_CHECK(!flags.given("rank") || (predicted > 1 && rank >= 0 && rank < predicted), "engine_train: --rank ", rank,
+               " is a rank of the meta prediction of --world-size N: 0 to N - 1");
+  w.rank = flags.given("rank") ? int(rank) : w.env.rank;
+  w.bucket_mb = flags.integer("bucket-mb");
+  ENGINE_CHECK(w.bucket_mb >= 1 && w.bucket_mb <= (1 << 20), "engine_train: --bucket-mb ", w.bucket_mb,
+               " must be 1 or more");
+  w.bucket_view = flags.on("bucket-view");
+  if (w.world_size == 1) return w;
+  ENGINE_CHECK(!flags.on("find-max-batch") || meta,
+               "engine_train: --find-max-batch of a data-parallel world runs on meta (--device meta --world-size N): "
+               "its probes are ranks of that world; cpu ranks would have to probe in step with each other");
+  ENGINE_CHECK(!meta || flags.str("load").empty(),
+               "engine_train: --load with --world-size on meta: the prediction of a rank starts from a fresh model; "
+               "drop --load (the checkpoint's weights do not change any rank's memory)");
+  ENGINE_CHECK(!flags.on("inference"), "engine_train: --inference runs one process; data parallel is for training");
+  return w;
+}
+
+void World::apply(models::ModelConfig& config) const {
+  config.world_size = world_size;
+  config.rank = rank;
+  config.zero = zero;
+  config.bucket_mb = bucket_mb;
+  config.bucket_view = bucket_view;
+}
+
+std::string World::rank_path(const std::string& path) const {
+  return env.rank == 0 || path.empty() ? path : path + ".rank" + std::to_string(env.rank);
+}
+
+std::string data_parallel_line(models::Model& model) {
+  size_t n = 0, bytes = 0;
+  std::string backend;
+  bool views = false;
+  for (const graph::GradientReducer* r : model.reducers()) {
+    backend = r->communicator().backend();
+    views = r->bucket_view();
+    n += r->buckets().size();
+    bytes += r->held_bytes();
+  }
+  std::string zero;
+  if (model.zero_stage() > 0) {
+    size_t mine = 0, all = 0;
+    int64_t elements = 0, total = 0;
+    for (const graph::GradientReducer* r : model.reducers()) mine += r->shard().size(), elements += r->shard_elements();
+    for (const auto& np : model.module().named_parameters())
+      if (np.second.requires_grad()) all++, total += np.second.numel();
+    zero = str(" | ZeRO-", model.zero_stage(), ": this rank updates ", elements, " of ", total, " elements (pieces of ",
+               mine, " of ", all, " parameters)");
+  }
+  return str("data parallel: rank ", model.rank(), " of ", model.world_size(), " (", backend,
+             ") | gradient buckets: ", n, ", ", format_bytes(bytes),
+             views ? " (category grad: the gradients are views into them)"
+                   : " of staging, the largest bucket's size (category comm)",
+             zero, " | the loss and items are the world's");
+}
+
+}  // namespace tools
