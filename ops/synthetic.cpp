@@ -1,4 +1,4 @@
-// synthetic.cpp: paint_rectangles: checks, the two outputs allocated on every device alike, one kernel.
+// synthetic.cpp: paint_rectangles: checks, the outputs allocated on every device alike, one kernel.
 // No node is recorded: the images are data, not a function of anything that learns.
 #include "ops/synthetic.h"
 
@@ -27,19 +27,24 @@ PaintedImages paint_rectangles(const Tensor& scenes, const Tensor& palette, cons
   ENGINE_CHECK(scenes.is_contiguous() && palette.is_contiguous(), name, ": scenes ",
                engine::shape_str(scenes.shape()), " and palette ", engine::shape_str(palette.shape()),
                " must be contiguous");
-  ENGINE_CHECK(o.size >= 1, name, ": image size must be positive, got ", o.size);
+  ENGINE_CHECK(o.height >= 1 && o.width >= 1, name, ": image height and width must be positive, got ", o.height, " x ",
+               o.width);
   ENGINE_CHECK(engine::is_floating(o.dtype), name, ": images must have a floating dtype, got ",
                engine::dtype_name(o.dtype));
   ENGINE_CHECK(std::isfinite(o.noise) && o.noise >= 0, name, ": noise amplitude must be finite and >= 0, got ",
                o.noise);
-  const int64_t N = scenes.size(0), S = o.size;
+  const int64_t N = scenes.size(0), H = o.height, W = o.width;
   PaintedImages out;
-  out.images = new_empty(scenes, {N, S, S, 3}, o.dtype);                     // [N, S, S, 3]
-  if (o.labels) out.labels = new_empty(scenes, {N * S * S}, DType::i64);  // [N * S * S]
-  run_kernel(name, out.images, [&] { cpu::paint_rectangles(scenes, palette, o, out.images, out.labels); },
-             CUDA_KERNEL(cuda::paint_rectangles(scenes, palette, o, out.images, out.labels)));
-  const double label_bytes = out.labels.defined() ? double(out.labels.nbytes()) : 0.0;
-  engine::count_op(name, 0.0, double(out.images.nbytes()) + label_bytes + double(scenes.nbytes() + palette.nbytes()));
+  out.images = new_empty(scenes, {N, H, W, 3}, o.dtype);                        // [N, H, W, 3]
+  if (o.labels) out.labels = new_empty(scenes, {N * H * W}, DType::i64);        // [N * H * W]
+  if (o.instances) out.instances = new_empty(scenes, {N * H * W}, DType::i64);  // [N * H * W]
+  run_kernel(
+      name, out.images, [&] { cpu::paint_rectangles(scenes, palette, o, out); },
+      CUDA_KERNEL(cuda::paint_rectangles(scenes, palette, o, out)));
+  double bytes = double(out.images.nbytes() + scenes.nbytes() + palette.nbytes());
+  for (const Tensor* map : {&out.labels, &out.instances})
+    if (map->defined()) bytes += double(map->nbytes());
+  engine::count_op(name, 0.0, bytes);
   return out;
 }
 

@@ -154,7 +154,7 @@ ops::PaintedImages synthetic_segmentation(int64_t batch, int64_t size, int64_t c
   }
   if (!device) device = engine::default_device();
   ops::PaintOptions o;
-  o.size = size, o.dtype = dtype, o.noise = 0.2;
+  o.height = o.width = size, o.dtype = dtype, o.noise = 0.2;
   o.seed = seed, o.step = step;
   o.labels = true, o.borders = true, o.border_label = ignore_index;
   Tensor scenes = ops::from_vector(synthetic_segmentation_scenes(batch, size, classes, seed, step),

@@ -381,7 +381,7 @@ ClassificationBatch synthetic_classification(int64_t batch, int64_t size, int64_
   }
   if (!device) device = engine::default_device();
   ops::PaintOptions o;
-  o.size = size, o.dtype = dtype, o.noise = 0.2;
+  o.height = o.width = size, o.dtype = dtype, o.noise = 0.2;
   o.seed = seed, o.step = step;
   ops::PaintedImages painted =
       ops::paint_rectangles(ops::from_vector(scenes, {batch, 1, 5}, engine::DType::i64, device),

@@ -15,6 +15,7 @@
 #include "ops/pool.h"
 #include "ops/resample.h"
 #include "ops/shape.h"
+#include "ops/synthetic.h"
 #include "ops/view.h"
 
 namespace models::vision {
@@ -306,46 +307,53 @@ Batch Pix2PixHD::make_batch(int64_t step) {
   const auto& c = config_;
   auto dev = engine::default_device();
   const int64_t N = c.batch, H = c.height, W = c.width, pixels = N * H * W;
-  std::vector<float> labels(size_t(pixels), 0.f), instances(size_t(pixels), 0.f), images(size_t(pixels * 3), 0.f);
-  if (reader_ && dev->type() != engine::DeviceType::meta) {  // decoded on the host; meta: zeros of the same shapes
-    data::CityscapesBatch b = reader_->batch(N, H, W, c.seed, step);
-    labels = std::move(b.labels), instances = std::move(b.instances), images = std::move(b.images);
-  } else if (!reader_ && dev->type() != engine::DeviceType::meta) {  // meta: the same shapes, nothing drawn
-    std::mt19937_64 rng(c.seed * 1000003 + uint64_t(step));
-    std::uniform_real_distribution<float> u(0.f, 1.f);
-    std::vector<float> palette(size_t(c.label_nc * 3));
-    std::mt19937_64 colours(c.seed);
-    for (float& v : palette) v = 2.f * u(colours) - 1.f;
-    for (int64_t n = 0; n < N; n++) {
-      float* lab = labels.data() + n * H * W;
-      float* ins = instances.data() + n * H * W;
-      const int rectangles = 3 + int(rng() % 6);
-      for (int r = 0; r < rectangles; r++) {
-        const int64_t cls = 1 + int64_t(rng() % uint64_t(c.label_nc - 1));
-        const int64_t h = 1 + int64_t(rng() % uint64_t(H / 2)), w = 1 + int64_t(rng() % uint64_t(W / 2));
-        const int64_t y0 = int64_t(rng() % uint64_t(H - h + 1)), x0 = int64_t(rng() % uint64_t(W - w + 1));
-        for (int64_t y = y0; y < y0 + h; y++)
-          for (int64_t x = x0; x < x0 + w; x++) {
-            lab[y * W + x] = float(cls);
-            ins[y * W + x] = float(r + 1);
-          }
-      }
-      for (int64_t i = 0; i < H * W; i++)
-        for (int k = 0; k < 3; k++)
-          images[size_t((n * H * W + i) * 3 + k)] =
-              std::max(-1.f, std::min(1.f, palette[size_t(lab[i]) * 3 + k] + 0.2f * (2.f * u(rng) - 1.f)));
+  if (reader_) {  // decoded on the host; meta: zeros of the same shapes
+    data::CityscapesBatch b =
+        dev->type() == engine::DeviceType::meta
+            ? data::CityscapesBatch{std::vector<float>(size_t(pixels)), std::vector<float>(size_t(pixels)),
+                                    std::vector<float>(size_t(pixels * 3))}
+            : reader_->batch(N, H, W, c.seed, step);
+    return {{"labels", ops::from_vector(b.labels, {N, H, W, 1}, DType::i64, dev)},
+            {"instances", ops::from_vector(b.instances, {N, H, W, 1}, DType::i64, dev)},
+            {"images", ops::from_vector(b.images, {N, H, W, 3}, compute_dtype(), dev)}};
+  }
+  // The scene: 3 to 8 rectangles per image, of a class in 1 .. label_nc - 1 and up to half the image each way;
+  // slot r is instance r + 1. Each class has a colour in [-0.8, 0.8) (seeded), so colour + noise 0.2 stays a
+  // valid [-1, 1] image; class 0 (row 0) is the background.
+  constexpr int64_t kSlots = 8;
+  std::mt19937_64 rng(c.seed * 1000003 + uint64_t(step));
+  std::vector<int64_t> scenes(size_t(N * kSlots * 5), -1);  // [N, 8, 5]; class -1: empty slot
+  for (int64_t n = 0; n < N; n++) {
+    const int64_t rectangles = 3 + int64_t(rng() % 6);
+    for (int64_t r = 0; r < rectangles; r++) {
+      int64_t* row = scenes.data() + (n * kSlots + r) * 5;
+      const int64_t cls = 1 + int64_t(rng() % uint64_t(c.label_nc - 1));
+      const int64_t h = 1 + int64_t(rng() % uint64_t(H / 2)), w = 1 + int64_t(rng() % uint64_t(W / 2));
+      row[0] = cls, row[1] = int64_t(rng() % uint64_t(H - h + 1)), row[2] = int64_t(rng() % uint64_t(W - w + 1));
+      row[3] = h, row[4] = w;
     }
   }
-  return {{"labels", ops::from_vector(labels, {N, H, W, 1}, DType::f32, dev)},
-          {"instances", ops::from_vector(instances, {N, H, W, 1}, DType::f32, dev)},
-          {"images", ops::from_vector(images, {N, H, W, 3}, compute_dtype(), dev)}};
+  std::vector<float> palette(size_t(c.label_nc * 3));
+  std::mt19937_64 colours(c.seed);
+  std::uniform_real_distribution<float> u(-0.8f, 0.8f);
+  for (float& v : palette) v = u(colours);
+  ops::PaintOptions o;
+  o.height = H, o.width = W, o.dtype = compute_dtype(), o.noise = 0.2;
+  o.seed = c.seed, o.step = step;
+  o.labels = true, o.instances = true;
+  ops::PaintedImages p = ops::paint_rectangles(ops::from_vector(scenes, {N, kSlots, 5}, DType::i64, dev),
+                                               ops::from_vector(palette, {c.label_nc, 3}, DType::f32, dev), o);
+  return {{"labels", ops::reshape(p.labels, {N, H, W, 1})},
+          {"instances", ops::reshape(p.instances, {N, H, W, 1})},
+          {"images", p.images}};
 }
 
 Tensor Pix2PixHD::encode_input(const Batch& batch) const {
   engine::MemoryScope s("encode_input");
   const Tensor& labels = batch.at("labels");  // [N, H, W, 1] class ids
   const Tensor& inst = batch.at("instances");
-  Tensor classes = ops::to(ops::arange(config_.label_nc, DType::i64, labels.device_ptr()), DType::f32);  // [classes]
+  // [classes] in the labels' dtype (i64 from make_batch; a fixed batch may hold f32 ids)
+  Tensor classes = ops::to(ops::arange(config_.label_nc, DType::i64, labels.device_ptr()), labels.dtype());
   Tensor one_hot = ops::to(ops::compare(ops::CompareOp::eq, labels, classes), compute_dtype());          // [N,H,W,C]
   // get_edges: a pixel is an edge where its instance id differs from its left/right or upper/lower neighbour's.
   const int64_t H = inst.size(1), W = inst.size(2);

@@ -28,9 +28,11 @@
 // each Adam keeps its network's f32 masters; VGG19 is only lowered), conv weights normal(0, 0.02)
 // (networks.weights_init), biases zero (PyTorch's default would be uniform: parity runs load the weights).
 // Sizes: 1024p (the study's, default: 2048 x 1024, batch 1) and tiny (tests: 128 x 64, 5 classes, narrow nets).
-// Data: synthetic label maps (rectangles of classes, each its own instance) and images (the class's colour plus
-// noise), made on the host from (seed, step) and copied to the device; or --data DIR, a Cityscapes-style folder
-// (models/data/cityscapes.h: pix2pixHD's resize, flip and [-1, 1] images), decoded on the host per step.
+// Data: synthetic label maps (3 to 8 rectangles of classes, each its own instance) and images (the class's colour
+// plus noise), painted on the device by ops::paint_rectangles from a scene table the host draws from (seed, step)
+// (painting 2048 x 1024 pixels on the host took a quarter of a bf16 step on the H200); or --data DIR, a
+// Cityscapes-style folder (models/data/cityscapes.h: pix2pixHD's resize, flip and [-1, 1] images), decoded on the
+// host per step.
 #pragma once
 #include <memory>
 #include <string>
@@ -133,7 +135,7 @@ class Pix2PixHD : public Model {
   StepResult train_step(int64_t step) override;
   Pix2PixHDNet& net() { return *net_; }
   const Pix2PixHDConfig& config() const { return config_; }
-  // {"labels" [N, H, W, 1], "instances" [N, H, W, 1] (ids, f32), "images" [N, H, W, 3]}.
+  // {"labels" [N, H, W, 1] (class ids, i64), "instances" [N, H, W, 1] (ids, i64), "images" [N, H, W, 3]}.
   Batch make_batch(int64_t step) override;
   // The generator's input: one-hot labels and the edge map, [N, H, W, label_nc + 1].
   Tensor encode_input(const Batch& batch) const;

@@ -135,7 +135,7 @@ DetectionBatch synthetic_detection(int64_t batch, int64_t size, int64_t classes,
   if (!device) device = engine::default_device();
   const DetectionScenes d = synthetic_detection_scenes(batch, size, classes, max_boxes, seed, step);
   ops::PaintOptions o;
-  o.size = size, o.dtype = dtype, o.noise = 0.2;
+  o.height = o.width = size, o.dtype = dtype, o.noise = 0.2;
   o.seed = seed, o.step = step;
   Tensor scenes = ops::from_vector(d.rectangles, {batch, kMaxRectangles, 5}, engine::DType::i64, device);
   Tensor colours = ops::from_vector(palette, {classes + 1, 3}, engine::DType::f32, device);

@@ -7,23 +7,24 @@
 
 namespace ops::cpu {
 
-void paint_rectangles(const Tensor& scenes, const Tensor& palette, const PaintOptions& o, const Tensor& images,
-                      const Tensor& labels) {
-  const int64_t N = scenes.size(0), R = scenes.size(1), K = palette.size(0), S = o.size;
+void paint_rectangles(const Tensor& scenes, const Tensor& palette, const PaintOptions& o, const PaintedImages& out) {
+  const int64_t N = scenes.size(0), R = scenes.size(1), K = palette.size(0), H = o.height, W = o.width;
   const int64_t* table = scenes.data<int64_t>();  // [N, R, 5]
   const float* colours = palette.data<float>();   // [K, 3]
-  int64_t* label_map = labels.defined() ? labels.data<int64_t>() : nullptr;  // [N * S * S]
+  int64_t* label_map = out.labels.defined() ? out.labels.data<int64_t>() : nullptr;           // [N * H * W]
+  int64_t* instance_map = out.instances.defined() ? out.instances.data<int64_t>() : nullptr;  // [N * H * W]
   const float noise = float(o.noise);
-  ENGINE_FLOAT_SWITCH(images.dtype(), T, {
-    T* out = images.data<T>();  // [N, S, S, 3]
-    parallel_for(N * S * S, [&](int64_t p) {
-      const int64_t n = p / (S * S), y = p / S % S, x = p % S;
+  ENGINE_FLOAT_SWITCH(out.images.dtype(), T, {
+    T* image = out.images.data<T>();  // [N, H, W, 3]
+    parallel_for(N * H * W, [&](int64_t p) {
+      const int64_t n = p / (H * W), y = p / W % H, x = p % W;
       const PixelPaint px = synthetic_pixel(table + n * R * kSceneFields, R, K, y, x, o.borders, o.border_label);
       for (int64_t c = 0; c < 3; c++) {
         const uint64_t e = uint64_t(p * 3 + c);
-        out[e] = st<T>(synthetic_value(colours[px.colour * 3 + c], noise, synthetic_uniform(o.seed, o.step, e)));
+        image[e] = st<T>(synthetic_value(colours[px.colour * 3 + c], noise, synthetic_uniform(o.seed, o.step, e)));
       }
       if (label_map) label_map[p] = px.label;
+      if (instance_map) instance_map[p] = px.instance;
     });
   });
 }

@@ -15,7 +15,7 @@ namespace ops::cpu {
 constexpr int64_t kSceneFields = 5;  // a scene row: class, top, left, height, width
 
 // The four 32-bit draws of Philox block `block` of a batch keyed by (seed, step): counter (block, step),
-// key seed. Element e of the batch (row-major over [N, S, S, 3]) takes lane e % 4 of block e / 4.
+// key seed. Element e of the batch (row-major over [N, H, W, 3]) takes lane e % 4 of block e / 4.
 ENGINE_HD void synthetic_block(uint64_t seed, int64_t step, uint64_t block, uint32_t out[4]) {
   const uint64_t s = uint64_t(step);
   const uint32_t ctr[4] = {uint32_t(block), uint32_t(block >> 32), uint32_t(s), uint32_t(s >> 32)};
@@ -40,9 +40,9 @@ ENGINE_HD float synthetic_value(float colour, float noise, float u) {
 #endif
 }
 
-// What a pixel shows: its palette row and its label.
+// What a pixel shows: its palette row, its label and its instance (the owning slot + 1, 0 for none).
 struct PixelPaint {
-  int64_t colour = 0, label = 0;
+  int64_t colour = 0, label = 0, instance = 0;
 };
 
 // Pixel (y, x) of an image whose scene is `scene` [R, 5]: the last rectangle (class in [0, K)) holding it
@@ -54,15 +54,15 @@ ENGINE_HD PixelPaint synthetic_pixel(const int64_t* scene, int64_t R, int64_t K,
     const int64_t* s = scene + r * kSceneFields;
     const int64_t cls = s[0], top = s[1], left = s[2], h = s[3], w = s[4];
     if (cls < 0 || cls >= K || y < top || y >= top + h || x < left || x >= left + w) continue;
-    if (borders && (y == top || y == top + h - 1 || x == left || x == left + w - 1)) return {0, border_label};
-    return {cls, cls};
+    if (borders && (y == top || y == top + h - 1 || x == left || x == left + w - 1)) return {0, border_label, r + 1};
+    return {cls, cls, r + 1};
   }
-  return {0, 0};
+  return {0, 0, 0};
 }
 
-// images [N, S, S, 3] (o.dtype) and, when defined, labels [N * S * S] i64, both contiguous, painted from
-// scenes [N, R, 5] i64 and palette [K, 3] f32 (contiguous) as ops/synthetic.h says.
+// out.images [N, H, W, 3] (o.dtype) and, when defined, out.labels and out.instances [N * H * W] i64, all
+// contiguous, painted from scenes [N, R, 5] i64 and palette [K, 3] f32 (contiguous) as ops/synthetic.h says.
 void paint_rectangles(const engine::Tensor& scenes, const engine::Tensor& palette, const PaintOptions& o,
-                      const engine::Tensor& images, const engine::Tensor& labels);
+                      const PaintedImages& out);
 
 }  // namespace ops::cpu

@@ -7,9 +7,10 @@
 
 namespace ops::cuda {
 
-// images [N, S, S, 3] (o.dtype) and, when defined, labels [N * S * S] i64, both contiguous, painted from
-// scenes [N, R, 5] i64 and palette [K, 3] f32 (contiguous, on the device) as ops/synthetic.h says.
+// out.images [N, H, W, 3] (o.dtype) and, when defined, out.labels and out.instances [N * H * W] i64, all
+// contiguous, painted from scenes [N, R, 5] i64 and palette [K, 3] f32 (contiguous, on the device) as
+// ops/synthetic.h says.
 void paint_rectangles(const engine::Tensor& scenes, const engine::Tensor& palette, const PaintOptions& o,
-                      const engine::Tensor& images, const engine::Tensor& labels);
+                      const PaintedImages& out);
 
 }  // namespace ops::cuda

@@ -1,6 +1,6 @@
 // synthetic_cuda_test.cpp: paint_rectangles on the GPU against the cpu reference: images bit for bit in
-// every dtype (bf16/f16 also equal to the cpu's f32 images rounded once) and labels exactly, for shapes whose
-// pixel count leaves a tail group; the deeplabv3 and yolov3 synthetic batches equal on both devices (the
+// every dtype (bf16/f16 also equal to the cpu's f32 images rounded once), labels and instances exactly, for shapes
+// (square and not) whose pixel count leaves a tail group; the deeplabv3 and yolov3 synthetic batches equal on both devices (the
 // models' cuda-vs-cpu step tests rely on it); the ledger against meta; and a DISABLED_ bandwidth run at
 // deeplabv3's batch (8 x 513 x 513).
 #include <gtest/gtest.h>
@@ -21,15 +21,15 @@ using testutil::to_cuda;
 
 namespace {
 
-// scenes [N, R, 5]: random rectangles (some cut by the edges, some slots empty or of a class >= K) and a
-// palette [K, 3] in [-1, 1).
-std::pair<Tensor, Tensor> random_scene(int64_t N, int64_t R, int64_t S, int64_t K, uint64_t seed) {
+// scenes [N, R, 5]: random rectangles in an H x W image (some cut by the edges, some slots empty or of a class
+// >= K) and a palette [K, 3] in [-1, 1).
+std::pair<Tensor, Tensor> random_scene(int64_t N, int64_t R, int64_t H, int64_t W, int64_t K, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<int64_t> rows(size_t(N * R * 5));
   for (size_t i = 0; i < rows.size(); i += 5) {
     rows[i] = int64_t(rng() % uint64_t(K + 2)) - 1;  // -1 .. K: empty and out-of-palette slots too
-    rows[i + 1] = int64_t(rng() % uint64_t(S + 4)) - 2, rows[i + 2] = int64_t(rng() % uint64_t(S + 4)) - 2;
-    rows[i + 3] = 1 + int64_t(rng() % uint64_t(S)), rows[i + 4] = 1 + int64_t(rng() % uint64_t(S));
+    rows[i + 1] = int64_t(rng() % uint64_t(H + 4)) - 2, rows[i + 2] = int64_t(rng() % uint64_t(W + 4)) - 2;
+    rows[i + 3] = 1 + int64_t(rng() % uint64_t(H)), rows[i + 4] = 1 + int64_t(rng() % uint64_t(W));
   }
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   std::vector<float> palette(size_t(K * 3));
@@ -41,22 +41,25 @@ std::pair<Tensor, Tensor> random_scene(int64_t N, int64_t R, int64_t S, int64_t 
 
 TEST(PaintRectanglesCuda, BitForBitTheCpus) {
   struct Case {
-    int64_t N, R, S, K;
+    int64_t N, R, H, W, K;
   };
-  // 3 x 13 x 13 = 507 pixels (a tail group of 3); 1 x 513 x 513 (deeplabv3's images, odd); 2 x 64 x 64.
-  for (const Case& c : {Case{3, 5, 13, 4}, Case{1, 3, 513, 21}, Case{2, 4, 64, 4}, Case{1, 1, 1, 1}}) {
-    auto [scenes, palette] = random_scene(c.N, c.R, c.S, c.K, uint64_t(c.S * 31 + c.N));
+  // 3 x 13 x 13 = 507 pixels (a tail group of 3); 1 x 513 x 513 (deeplabv3's images, odd); 2 x 64 x 64; 2 x 37 x 70
+  // and 1 x 256 x 512 (not square: pix2pixHD's 1 x 2 aspect, with its 8 slots).
+  for (const Case& c : {Case{3, 5, 13, 13, 4}, Case{1, 3, 513, 513, 21}, Case{2, 4, 64, 64, 4}, Case{1, 1, 1, 1, 1},
+                        Case{2, 8, 37, 70, 35}, Case{1, 8, 256, 512, 35}}) {
+    auto [scenes, palette] = random_scene(c.N, c.R, c.H, c.W, c.K, uint64_t(c.H * 31 + c.W * 7 + c.N));
     Tensor scenes_c = to_cuda(scenes), palette_c = to_cuda(palette);
     for (bool borders : {true, false}) {
       ops::PaintOptions o;
-      o.size = c.S, o.noise = 0.2, o.seed = 0xfeedface12345678ull, o.step = (int64_t(3) << 32) + 11;
+      o.height = c.H, o.width = c.W, o.noise = 0.2, o.seed = 0xfeedface12345678ull, o.step = (int64_t(3) << 32) + 11;
       o.labels = borders, o.borders = borders, o.border_label = 255;
+      o.instances = !borders;  // each map alone
       o.dtype = DType::f32;
       const Tensor f32_images = ops::paint_rectangles(scenes, palette, o).images;
       for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
         o.dtype = dt;
-        const std::string what = engine::str("paint_rectangles ", engine::dtype_name(dt), " N ", c.N, " R ", c.R,
-                                             " S ", c.S, " K ", c.K, borders ? " borders + labels" : " images only");
+        const std::string what = engine::str("paint_rectangles ", engine::dtype_name(dt), " N ", c.N, " R ", c.R, " H ",
+                                             c.H, " W ", c.W, " K ", c.K, borders ? " borders + labels" : " instances");
         ops::PaintedImages cpu = ops::paint_rectangles(scenes, palette, o);
         ops::PaintedImages gpu = ops::paint_rectangles(scenes_c, palette_c, o);
         testutil::expect_equal(what + ": images", cpu.images, gpu.images);
@@ -64,7 +67,9 @@ TEST(PaintRectanglesCuda, BitForBitTheCpus) {
           testutil::expect_equal(what + ": images against the f32 images rounded once", ops::to(f32_images, dt),
                                  gpu.images);
         ASSERT_EQ(gpu.labels.defined(), borders) << what;
+        ASSERT_EQ(gpu.instances.defined(), !borders) << what;
         if (borders) testutil::expect_equal(what + ": labels", cpu.labels, gpu.labels);
+        if (!borders) testutil::expect_equal(what + ": instances", cpu.instances, gpu.instances);
       }
     }
   }
@@ -93,7 +98,7 @@ TEST(PaintRectanglesCuda, LedgerMatchesMeta) {
     Tensor scenes = ops::from_vector(std::vector<int64_t>(2 * 3 * 5, 1), {2, 3, 5}, DType::i64, dev);
     Tensor palette = ops::from_vector(std::vector<float>(21 * 3, 0.5f), {21, 3}, DType::f32, dev);
     ops::PaintOptions o;
-    o.size = 97, o.labels = true, o.borders = true, o.dtype = DType::bf16;
+    o.height = o.width = 97, o.labels = true, o.borders = true, o.dtype = DType::bf16;
     ops::paint_rectangles(scenes, palette, o);
   });
 }
@@ -102,11 +107,11 @@ TEST(PaintRectanglesCuda, LedgerMatchesMeta) {
 // Bytes: the images and labels written (the scene table and palette are negligible).
 TEST(PaintRectanglesCuda, DISABLED_Bandwidth) {
   engine::DeviceGuard guard(testutil::cuda_device());
-  auto [scenes, palette] = random_scene(8, 3, 513, 21, 5);
+  auto [scenes, palette] = random_scene(8, 3, 513, 513, 21, 5);
   Tensor scenes_c = to_cuda(scenes), palette_c = to_cuda(palette);
   for (DType dt : {DType::f32, DType::bf16}) {
     ops::PaintOptions o;
-    o.size = 513, o.labels = true, o.borders = true, o.dtype = dt;
+    o.height = o.width = 513, o.labels = true, o.borders = true, o.dtype = dt;
     const double bytes = 8.0 * 513 * 513 * (3.0 * double(engine::dtype_size(dt)) + 8.0);
     testutil::measure_bandwidth(engine::str("paint_rectangles 8 x 513 x 513 ", engine::dtype_name(dt), " + labels"),
                                 bytes, [&] { ops::paint_rectangles(scenes_c, palette_c, o); });

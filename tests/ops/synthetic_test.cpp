@@ -1,6 +1,7 @@
 // synthetic_test.cpp: paint_rectangles against an independent painter written here (rectangles painted
 // in slot order onto a grid, as the models did on the host, and the noise drawn from Philox by hand), its
-// borders, labels and colours agreeing, determinism in (seed, step), dtypes, errors and meta allocations.
+// borders, labels, instances and colours agreeing, square and oblong images, determinism in (seed, step), dtypes,
+// errors and meta allocations.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -39,31 +40,35 @@ Scene mixed_scene() {
 }
 
 struct Painted {
-  std::vector<float> images;    // [N, S, S, 3]
-  std::vector<int64_t> labels;  // [N * S * S]
+  std::vector<float> images;       // [N, H, W, 3]
+  std::vector<int64_t> labels;     // [N * H * W]
+  std::vector<int64_t> instances;  // [N * H * W]: slot + 1 of the last rectangle painted there, 0 for none
 };
 
 // The definition, in plain loops: paint each rectangle's pixels in slot order (clipped to the image), then
 // every element e's value is fma(noise, 2u - 1, colour) with u the top 24 bits of lane e % 4 of Philox
 // block (counter (e / 4, step), key seed).
 Painted naive_paint(const Scene& s, const ops::PaintOptions& o) {
-  const int64_t S = o.size;
+  const int64_t H = o.height, W = o.width;
   Painted p;
-  p.labels.assign(size_t(s.N * S * S), 0);
-  std::vector<int64_t> colour(size_t(s.N * S * S), 0);
+  p.labels.assign(size_t(s.N * H * W), 0);
+  p.instances.assign(size_t(s.N * H * W), 0);
+  std::vector<int64_t> colour(size_t(s.N * H * W), 0);
   for (int64_t n = 0; n < s.N; n++)
     for (int64_t r = 0; r < s.R; r++) {
       const int64_t* row = s.rows.data() + (n * s.R + r) * 5;
       const int64_t cls = row[0], top = row[1], left = row[2], h = row[3], w = row[4];
       if (cls < 0 || cls >= s.K()) continue;
-      for (int64_t y = std::max<int64_t>(top, 0); y < std::min(top + h, S); y++)
-        for (int64_t x = std::max<int64_t>(left, 0); x < std::min(left + w, S); x++) {
+      for (int64_t y = std::max<int64_t>(top, 0); y < std::min(top + h, H); y++)
+        for (int64_t x = std::max<int64_t>(left, 0); x < std::min(left + w, W); x++) {
           const bool border = o.borders && (y == top || y == top + h - 1 || x == left || x == left + w - 1);
-          p.labels[size_t((n * S + y) * S + x)] = border ? o.border_label : cls;
-          colour[size_t((n * S + y) * S + x)] = border ? 0 : cls;
+          const size_t px = size_t((n * H + y) * W + x);
+          p.labels[px] = border ? o.border_label : cls;
+          p.instances[px] = r + 1;
+          colour[px] = border ? 0 : cls;
         }
     }
-  p.images.resize(size_t(s.N * S * S * 3));
+  p.images.resize(size_t(s.N * H * W * 3));
   for (uint64_t e = 0; e < p.images.size(); e++) {
     const uint64_t block = e / 4, step = uint64_t(o.step);
     const uint32_t ctr[4] = {uint32_t(block), uint32_t(block >> 32), uint32_t(step), uint32_t(step >> 32)};
@@ -76,13 +81,14 @@ Painted naive_paint(const Scene& s, const ops::PaintOptions& o) {
   return p;
 }
 
-ops::PaintOptions options(int64_t size, bool borders) {
+ops::PaintOptions options(int64_t height, int64_t width, bool borders) {
   ops::PaintOptions o;
-  o.size = size;
+  o.height = height, o.width = width;
   o.noise = 0.2;
   o.seed = 0x0123456789abcdefull;  // both key words used
   o.step = (int64_t(1) << 33) + 5;  // both counter words used
   o.labels = true;
+  o.instances = true;
   o.borders = borders;
   o.border_label = 255;
   return o;
@@ -99,17 +105,21 @@ std::vector<int64_t> as_int(const Tensor& t) {
 TEST(PaintRectangles, EqualsTheNaivePainterInEveryDtype) {
   const Scene s = mixed_scene();
   for (bool borders : {true, false}) {
-    for (int64_t S : {11, 7}) {  // 7: rectangles cut by the right and bottom edges too
-      ops::PaintOptions o = options(S, borders);
+    // 7 x 7: rectangles cut by the right and bottom edges too; 11 x 6 and 5 x 12: oblong, cut on one side.
+    for (auto [H, W] : {std::pair<int64_t, int64_t>{11, 11}, {7, 7}, {11, 6}, {5, 12}}) {
+      ops::PaintOptions o = options(H, W, borders);
       const Painted want = naive_paint(s, o);
       for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
         o.dtype = dt;
         ops::PaintedImages got = ops::paint_rectangles(s.scenes(), s.colours(), o);
-        const std::string what = engine::str(engine::dtype_name(dt), " S ", S, borders ? " borders" : " no borders");
-        ASSERT_EQ(got.images.shape(), (Shape{2, S, S, 3})) << what;
+        const std::string what =
+            engine::str(engine::dtype_name(dt), " ", H, " x ", W, borders ? " borders" : " no borders");
+        ASSERT_EQ(got.images.shape(), (Shape{2, H, W, 3})) << what;
         ASSERT_EQ(got.images.dtype(), dt) << what;
-        ASSERT_EQ(got.labels.shape(), (Shape{2 * S * S})) << what;
+        ASSERT_EQ(got.labels.shape(), (Shape{2 * H * W})) << what;
+        ASSERT_EQ(got.instances.shape(), (Shape{2 * H * W})) << what;
         EXPECT_EQ(as_int(got.labels), want.labels) << what;
+        EXPECT_EQ(as_int(got.instances), want.instances) << what;
         const std::vector<double> v = got.images.to_double();
         int64_t wrong = 0;
         for (size_t e = 0; e < v.size(); e++) {
@@ -129,7 +139,7 @@ TEST(PaintRectangles, EqualsTheNaivePainterInEveryDtype) {
 
 TEST(PaintRectangles, BordersAreTheIgnoreIndexAndLookLikeTheBackground) {
   Scene s{1, 1, {2, 3, 4, 6, 5}, {-0.5f, -0.5f, -0.5f, 0.f, 0.f, 0.f, 0.5f, 0.5f, 0.5f}};
-  ops::PaintOptions o = options(12, true);
+  ops::PaintOptions o = options(12, 12, true);
   o.noise = 0;  // the palette itself
   ops::PaintedImages p = ops::paint_rectangles(s.scenes(), s.colours(), o);
   const std::vector<int64_t> labels = as_int(p.labels);
@@ -153,7 +163,7 @@ TEST(PaintRectangles, LabelsAgreeWithColours) {
   // on a border).
   Scene s = mixed_scene();
   s.palette = {0.f, 0.f, 0.f, 1.f, 0.f, 0.f, 0.f, 1.f, 0.f, 0.f, 0.f, 1.f};
-  ops::PaintOptions o = options(11, true);
+  ops::PaintOptions o = options(11, 11, true);
   ops::PaintedImages p = ops::paint_rectangles(s.scenes(), s.colours(), o);
   const std::vector<int64_t> labels = as_int(p.labels);
   const std::vector<double> image = p.images.to_double();
@@ -173,7 +183,7 @@ TEST(PaintRectangles, LabelsAgreeWithColours) {
 
 TEST(PaintRectangles, SeedAndStepDecideTheNoise) {
   const Scene s = mixed_scene();
-  ops::PaintOptions o = options(11, true);
+  ops::PaintOptions o = options(11, 11, true);
   auto paint = [&](uint64_t seed, int64_t step) {
     ops::PaintOptions q = o;
     q.seed = seed, q.step = step;
@@ -186,7 +196,7 @@ TEST(PaintRectangles, SeedAndStepDecideTheNoise) {
   EXPECT_EQ(a.labels.to_double(), c.labels.to_double());  // the scene decides the labels
   // The noise is uniform in [-0.2, 0.2): mean near 0, both signs, spread over the range.
   Scene flat{1, 1, {-1, 0, 0, 0, 0}, {0.f, 0.f, 0.f}};
-  o.size = 64;
+  o.height = o.width = 64;
   std::vector<double> v = ops::paint_rectangles(flat.scenes(), flat.colours(), o).images.to_double();
   double sum = 0, lo = 1, hi = -1;
   for (double e : v) sum += e, lo = std::min(lo, e), hi = std::max(hi, e);
@@ -197,19 +207,20 @@ TEST(PaintRectangles, SeedAndStepDecideTheNoise) {
   EXPECT_GT(hi, 0.19);
 }
 
-TEST(PaintRectangles, LabelsOnlyWhenAsked) {
+TEST(PaintRectangles, MapsOnlyWhenAsked) {
   const Scene s = mixed_scene();
-  ops::PaintOptions o = options(5, false);
-  o.labels = false;
+  ops::PaintOptions o = options(5, 5, false);
+  o.labels = false, o.instances = false;
   ops::PaintedImages p = ops::paint_rectangles(s.scenes(), s.colours(), o);
   EXPECT_FALSE(p.labels.defined());
+  EXPECT_FALSE(p.instances.defined());
   const std::vector<float> want = naive_paint(s, o).images;
   EXPECT_EQ(p.images.to_double(), std::vector<double>(want.begin(), want.end()));
 }
 
 TEST(PaintRectangles, ErrorsNameTheProblem) {
   const Scene s = mixed_scene();
-  const ops::PaintOptions o = options(8, true);
+  const ops::PaintOptions o = options(8, 8, true);
   Tensor scenes = s.scenes(), colours = s.colours();
   auto expect_error = [&](const Tensor& sc, const Tensor& pal, const ops::PaintOptions& q, const std::string& text) {
     try {
@@ -226,8 +237,10 @@ TEST(PaintRectangles, ErrorsNameTheProblem) {
   expect_error(scenes, ops::reshape(colours, {3, 4}), o, "palette must be [K >= 1, 3]");
   expect_error(ops::transpose(ops::from_vector(s.rows, {4, 2, 5}, DType::i64), 0, 1), colours, o, "contiguous");
   ops::PaintOptions q = o;
-  q.size = 0;
-  expect_error(scenes, colours, q, "image size must be positive");
+  q.height = 0;
+  expect_error(scenes, colours, q, "image height and width must be positive");
+  q = o, q.width = -3;
+  expect_error(scenes, colours, q, "image height and width must be positive");
   q = o, q.dtype = DType::i64;
   expect_error(scenes, colours, q, "floating dtype");
   q = o, q.noise = -1;
@@ -238,12 +251,13 @@ TEST(PaintRectangles, MetaAllocatesLikeCpu) {
   const Scene s = mixed_scene();
   for (bool labels : {true, false}) {
     testutil::expect_meta_allocates_like_cpu([&] {
-      ops::PaintOptions o = options(33, true);
-      o.labels = labels;
+      ops::PaintOptions o = options(33, 20, true);
+      o.labels = labels, o.instances = !labels;
       o.dtype = DType::bf16;
       ops::PaintedImages p = ops::paint_rectangles(s.scenes(), s.colours(), o);
-      EXPECT_EQ(p.images.shape(), (Shape{2, 33, 33, 3}));
+      EXPECT_EQ(p.images.shape(), (Shape{2, 33, 20, 3}));
       EXPECT_EQ(p.labels.defined(), labels);
+      EXPECT_EQ(p.instances.defined(), !labels);
     });
   }
 }

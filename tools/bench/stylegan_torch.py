@@ -8,11 +8,12 @@ Same as the engine: the fixed structure at --resolution (default 1024), mapping 
 the learned 4x4 constant, noise, instance norm (eps 1e-8), style modulation, [1,2,1] blur, the fused resampling
 convs from 128 up (the summed 4x4 kernels), D_basic with minibatch stddev (group 4), softplus losses, R1 through
 torch.autograd.grad(create_graph=True), style mixing 0.9, Gs moving average. channels_last, cudnn.benchmark, bf16
-through autocast. Not the same: PyTorch keeps its caching allocator's free blocks (peak = max_memory_allocated).
+through autocast, and (--conv gradfix, the default) convolutions whose derivatives of every order are convolutions
+(_Conv below: without it PyTorch's double backward of a convolution took 6-8 s a step). Not the same: PyTorch keeps its caching allocator's free blocks (peak = max_memory_allocated).
 
 Prints: torch stylegan R batch B precision | img/s | ms | peak GiB
 Usage: python3 tools/bench/stylegan_torch.py --batch 4 --precision fp32|tf32|bf16 [--resolution 1024]
-       [--blur depthwise|planes] [--memory-format channels_last|contiguous] [--profile]
+       [--blur depthwise|planes] [--memory-format channels_last|contiguous] [--conv gradfix|autograd] [--profile]
        python3 tools/bench/stylegan_torch.py --precision fp32 --max-batch-cap-gib 22.81
 """
 import argparse
@@ -27,12 +28,83 @@ from torch_bench import add_run_args, measure, release, run_main
 
 SQRT2 = math.sqrt(2)
 BLUR = "depthwise"  # --blur: how blur() runs the filter (main sets it; stylegan_parity.py keeps the default)
+CONV = "autograd"  # --conv: how conv2d() differentiates (main sets it; stylegan_parity.py keeps autograd's)
 # The network's widths (stylegan_parity.py sets the engine's tiny ones): latent = dlatent = mapping width.
 SHAPE = {"latent": 512, "mapping_layers": 8, "fmap_base": 8192, "fmap_max": 512}
 
 
 def nf(stage):
     return min(SHAPE["fmap_base"] >> stage, SHAPE["fmap_max"])
+
+
+class _Conv(torch.autograd.Function):
+    """y = conv2d(x, w): its backward is made of _Dgrad and _Wgrad, whose backward are again _Conv, _Dgrad and
+    _Wgrad, so the R1 penalty's second backward runs on cuDNN's forward, data-gradient and weight-gradient
+    kernels. PyTorch's own double backward of a convolution (aten's _convolution_double_backward) instead convolves
+    with the output gradient as the kernel: cuDNN falls back to implicit_convolve_sgemm at up to 217 ms a call on
+    the H200 (stylegan 1024, batch 4: 6-8 s a step). StyleGAN2-ADA's conv2d_gradfix answers the same problem."""
+
+    @staticmethod
+    def forward(ctx, x, w, stride, padding, groups):
+        ctx.save_for_backward(x, w)
+        ctx.conf = (stride, padding, groups)
+        return F.conv2d(x, w, None, stride, padding, 1, groups)
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, w = ctx.saved_tensors
+        gx = _Dgrad.apply(gy, w, x.shape, *ctx.conf) if ctx.needs_input_grad[0] else None
+        gw = _Wgrad.apply(x, gy, w.shape, *ctx.conf) if ctx.needs_input_grad[1] else None
+        return gx, gw, None, None, None
+
+
+class _Dgrad(torch.autograd.Function):
+    """gx = conv2d's input gradient from gy and w: linear in gy (its adjoint is the convolution) and in w (the
+    weight gradient of a convolution of the incoming gradient with gy as output gradient)."""
+
+    @staticmethod
+    def forward(ctx, gy, w, x_shape, stride, padding, groups):
+        ctx.save_for_backward(gy, w)
+        ctx.conf = (stride, padding, groups)
+        return torch.nn.grad.conv2d_input(x_shape, w, gy, stride, padding, 1, groups)
+
+    @staticmethod
+    def backward(ctx, ggx):
+        gy, w = ctx.saved_tensors
+        g_gy = _Conv.apply(ggx, w, *ctx.conf) if ctx.needs_input_grad[0] else None
+        g_w = _Wgrad.apply(ggx, gy, w.shape, *ctx.conf) if ctx.needs_input_grad[1] else None
+        return g_gy, g_w, None, None, None, None
+
+
+class _Wgrad(torch.autograd.Function):
+    """gw = conv2d's weight gradient from x and gy: <ggw, gw> = <conv2d(x, ggw), gy>, so its input gradient is the
+    data gradient of gy through ggw and its output-gradient gradient the convolution of x with ggw."""
+
+    @staticmethod
+    def forward(ctx, x, gy, w_shape, stride, padding, groups):
+        ctx.save_for_backward(x, gy)
+        ctx.conf = (stride, padding, groups)
+        return torch.nn.grad.conv2d_weight(x, w_shape, gy, stride, padding, 1, groups)
+
+    @staticmethod
+    def backward(ctx, ggw):
+        x, gy = ctx.saved_tensors
+        g_x = _Dgrad.apply(gy, ggw, x.shape, *ctx.conf) if ctx.needs_input_grad[0] else None
+        g_gy = _Conv.apply(x, ggw, *ctx.conf) if ctx.needs_input_grad[1] else None
+        return g_x, g_gy, None, None, None, None
+
+
+def conv2d(x, w, stride=1, padding=0, groups=1):
+    """F.conv2d, differentiated as --conv says: autograd (PyTorch's double backward) or gradfix (_Conv). Under
+    autocast, gradfix casts both operands to bf16 first (as autocast's conv2d does) and runs the Function without
+    autocast, so every order of its derivative sees one dtype."""
+    if CONV == "autograd":
+        return F.conv2d(x, w, stride=stride, padding=padding, groups=groups)
+    if torch.is_autocast_enabled("cuda"):
+        x, w = x.to(torch.bfloat16), w.to(torch.bfloat16)
+        with torch.autocast("cuda", enabled=False):
+            return _Conv.apply(x, w, stride, padding, groups)
+    return _Conv.apply(x, w, stride, padding, groups)
 
 
 class EqLinear(nn.Module):
@@ -57,7 +129,7 @@ class EqConv(nn.Module):
         return self.weight * self.coef
 
     def conv(self, x):
-        return F.conv2d(x, self.w(), padding=self.k // 2)
+        return conv2d(x, self.w(), padding=self.k // 2)
 
     def conv_up(self, x, fused):
         if not fused:
@@ -71,7 +143,7 @@ class EqConv(nn.Module):
             return F.avg_pool2d(self.conv(x), 2)
         w = F.pad(self.w(), (1, 1, 1, 1))
         w = (w[:, :, 1:, 1:] + w[:, :, :-1, 1:] + w[:, :, 1:, :-1] + w[:, :, :-1, :-1]) * 0.25
-        return F.conv2d(x, w, stride=2, padding=1)
+        return conv2d(x, w, stride=2, padding=1)
 
 
 def wide(x):
@@ -87,8 +159,8 @@ def blur(x):
     k = torch.tensor([1.0, 2.0, 1.0], device=x.device, dtype=x.dtype)
     k = (k[:, None] * k[None, :]) / 16
     if BLUR == "planes":
-        return F.conv2d(x.reshape(n * c, 1, h, w), k.view(1, 1, 3, 3), padding=1).view(n, c, h, w)
-    return F.conv2d(x, k.expand(c, 1, 3, 3), padding=1, groups=c)
+        return conv2d(x.reshape(n * c, 1, h, w), k.view(1, 1, 3, 3), padding=1).view(n, c, h, w)
+    return conv2d(x, k.expand(c, 1, 3, 3), padding=1, groups=c)
 
 
 class SynthLayer(nn.Module):
@@ -224,10 +296,11 @@ def run_config(batch, steps, warmup):
 
 
 def main():
-    global BLUR
-    BLUR = ARGS.blur
+    global BLUR, CONV
+    BLUR, CONV = ARGS.blur, ARGS.conv
     random.seed(1)
-    run_main(ARGS, f"torch stylegan {ARGS.resolution} ({ARGS.memory_format}, blur {ARGS.blur})", run_config)
+    run_main(ARGS, f"torch stylegan {ARGS.resolution} ({ARGS.memory_format}, blur {ARGS.blur}, conv {ARGS.conv})",
+             run_config)
 
 
 if __name__ == "__main__":
@@ -236,5 +309,7 @@ if __name__ == "__main__":
     p.add_argument("--resolution", type=int, default=1024)
     p.add_argument("--blur", default="depthwise", choices=["depthwise", "planes"])
     p.add_argument("--memory-format", default="channels_last", choices=["channels_last", "contiguous"])
+    p.add_argument("--conv", default="gradfix", choices=["gradfix", "autograd"],
+                   help="gradfix: convolutions whose double backward is made of convolutions (the fast one)")
     ARGS = p.parse_args()
     main()
