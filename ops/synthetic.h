@@ -11,12 +11,12 @@
 //     palette  f32 [K, 3], contiguous: class k's colour. Row 0 is the background (class 0's colour and
 //              label wherever no rectangle lies). A model whose classes are all foreground shifts them by
 //              one in the table and makes row 0 its background colour.
-//     images   [N, H, W, 3] (NHWC) in options.dtype (H, W: options.height, options.width): pixel value = fma(noise, 2u - 1, colour) in f32, then
-//              stored in dtype (f64: widened; bf16/f16: rounded to nearest even), where colour is the
-//              palette row of the pixel's class (background row 0 on a border pixel) and u the uniform draw
-//              of element e = ((n H + y) W + x) 3 + c from Philox (engine/rng.h) keyed by
-//              (options.seed, options.step): synthetic_uniform() in cpu/synthetic.h. The fma is exact
-//              on every device, so cpu and cuda give the same bits.
+//     images   [N, H, W, 3] (NHWC) in options.dtype (H, W: options.height, options.width): pixel value =
+//              fma(noise, 2u - 1, colour) in f32, then stored in dtype (f64: widened; bf16/f16: rounded to
+//              nearest even), where colour is the palette row of the pixel's class (background row 0 on a
+//              border pixel) and u the uniform draw of element e = ((n H + y) W + x) 3 + c from Philox
+//              (engine/rng.h) keyed by (options.seed, options.step): synthetic_uniform() in cpu/synthetic.h.
+//              The fma is exact on every device, so cpu and cuda give the same bits.
 //     labels   i64 [N * H * W] (only when options.labels; else undefined): the class of the last rectangle
 //              holding the pixel, 0 (background) where none does, and options.border_label on that
 //              rectangle's one-pixel border when options.borders (VOC's 255 outlines; a border pixel is

@@ -1,7 +1,7 @@
 // synthetic_cuda_test.cpp: paint_rectangles on the GPU against the cpu reference: images bit for bit in
 // every dtype (bf16/f16 also equal to the cpu's f32 images rounded once), labels and instances exactly, for shapes
-// (square and not) whose pixel count leaves a tail group; the deeplabv3 and yolov3 synthetic batches equal on both devices (the
-// models' cuda-vs-cpu step tests rely on it); the ledger against meta; and a DISABLED_ bandwidth run at
+// (square and not) whose pixel count leaves a tail group; the deeplabv3 and yolov3 synthetic batches equal on both
+// devices (the models' cuda-vs-cpu step tests rely on it); the ledger against meta; and a DISABLED_ bandwidth run at
 // deeplabv3's batch (8 x 513 x 513).
 #include <gtest/gtest.h>
 

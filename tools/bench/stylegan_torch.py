@@ -9,7 +9,8 @@ the learned 4x4 constant, noise, instance norm (eps 1e-8), style modulation, [1,
 convs from 128 up (the summed 4x4 kernels), D_basic with minibatch stddev (group 4), softplus losses, R1 through
 torch.autograd.grad(create_graph=True), style mixing 0.9, Gs moving average. channels_last, cudnn.benchmark, bf16
 through autocast, and (--conv gradfix, the default) convolutions whose derivatives of every order are convolutions
-(_Conv below: without it PyTorch's double backward of a convolution took 6-8 s a step). Not the same: PyTorch keeps its caching allocator's free blocks (peak = max_memory_allocated).
+(_Conv below: without it PyTorch's double backward of a convolution took 6-8 s a step). Not the same: PyTorch keeps
+its caching allocator's free blocks (peak = max_memory_allocated).
 
 Prints: torch stylegan R batch B precision | img/s | ms | peak GiB
 Usage: python3 tools/bench/stylegan_torch.py --batch 4 --precision fp32|tf32|bf16 [--resolution 1024]
