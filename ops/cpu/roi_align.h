@@ -12,36 +12,10 @@
 
 #include "engine/rng.h"  // ENGINE_HD
 #include "engine/tensor.h"
+#include "ops/cpu/rounding.h"
 #include "ops/roi_align.h"
 
 namespace ops::cpu {
-
-// a * b and a + b, each rounded once on every device (nvcc would otherwise contract a * b + c into an fma).
-template <typename A>
-ENGINE_HD A mul_rn(A a, A b) {
-#ifdef __CUDA_ARCH__
-  if constexpr (sizeof(A) == 4) {
-    return __fmul_rn(a, b);
-  } else {
-    return __dmul_rn(a, b);
-  }
-#else
-  return a * b;
-#endif
-}
-
-template <typename A>
-ENGINE_HD A add_rn(A a, A b) {
-#ifdef __CUDA_ARCH__
-  if constexpr (sizeof(A) == 4) {
-    return __fadd_rn(a, b);
-  } else {
-    return __dadd_rn(a, b);
-  }
-#else
-  return a + b;
-#endif
-}
 
 // RoI r's box on its level, in feature pixels: its corner and bin size.
 template <typename A>

@@ -1,0 +1,61 @@
+// cpu/detection.cpp: the detection ops' reference loops: topk by sorting each row's keys, IoU pair by pair, and
+// greedy NMS in score order (OpenMP over rows / images).
+#include "ops/cpu/detection.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "ops/cpu/cpu_util.h"
+
+namespace ops::cpu {
+
+void topk(const Tensor& x, int64_t k, const Tensor& values, const Tensor& indices) {
+  const int64_t N = x.size(0), K = x.size(1);
+  int64_t* idx = indices.data<int64_t>();
+  ENGINE_FLOAT_SWITCH(x.dtype(), T, {
+    const T* in = x.data<T>();
+    T* out = values.data<T>();
+    parallel_for(N, [&](int64_t n) {
+      std::vector<uint64_t> keys(static_cast<size_t>(K));
+      for (int64_t i = 0; i < K; i++) keys[size_t(i)] = topk_key(float(ld(in[n * K + i])), i);
+      std::partial_sort(keys.begin(), keys.begin() + k, keys.end(), std::greater<uint64_t>());
+      for (int64_t j = 0; j < k; j++) {
+        const int64_t i = topk_key_index(keys[size_t(j)]);
+        idx[n * k + j] = i;
+        out[n * k + j] = in[n * K + i];
+      }
+    });
+  });
+}
+
+void box_iou(const Tensor& a, const Tensor& b, const Tensor& iou) {
+  const int64_t N = a.size(0), A = a.size(1), B = b.size(1);
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* out = iou.data<float>();
+  parallel_for(N * A, [&](int64_t na) {
+    const int64_t n = na / A;
+    for (int64_t j = 0; j < B; j++) out[na * B + j] = box_iou_of(pa + na * 4, pb + (n * B + j) * 4);
+  });
+}
+
+void nms(const Tensor& boxes, const Tensor& valid, float iou_threshold, const Tensor& keep) {
+  const int64_t N = boxes.size(0), K = boxes.size(1), M = keep.size(1);
+  const float* box = boxes.data<float>();
+  const bool* ok = valid.defined() ? valid.data<bool>() : nullptr;
+  int64_t* out = keep.data<int64_t>();
+  parallel_for(N, [&](int64_t n) {
+    std::vector<char> removed(size_t(K), 0);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < K && kept < M; i++) {
+      if ((ok && !ok[n * K + i]) || removed[size_t(i)]) continue;
+      out[n * M + kept++] = i;
+      const float* bi = box + (n * K + i) * 4;
+      for (int64_t j = i + 1; j < K; j++)
+        if (box_iou_of(bi, box + (n * K + j) * 4) > iou_threshold) removed[size_t(j)] = 1;
+    }
+    for (int64_t j = kept; j < M; j++) out[n * M + j] = -1;
+  });
+}
+
+}  // namespace ops::cpu

@@ -1,0 +1,75 @@
+// detection_cuda_test.cpp: topk, box_iou and nms on the GPU against the cpu reference, exactly (indices, values,
+// IoUs and kept lists), at the RPN's sizes (a level's anchors: tens of thousands per row, k 2000, many ties) and
+// odd ones; the ledger against meta.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "engine/device.h"
+#include "ops/detection.h"
+#include "ops/elementwise.h"
+#include "ops/factory.h"
+#include "ops/view.h"
+#include "tests/util/cuda_compare_util.h"
+
+using engine::DType;
+using engine::Tensor;
+using testutil::to_cuda;
+
+namespace {
+
+Tensor random_boxes(int64_t N, int64_t K, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<float> b;
+  for (int64_t i = 0; i < N * K; i++) {
+    const double x = u(rng) * 800, y = u(rng) * 600, w = 5 + u(rng) * 200, h = 5 + u(rng) * 200;
+    b.insert(b.end(), {float(x), float(y), float(x + w), float(y + h)});
+  }
+  return ops::from_vector(b, {N, K, 4}, DType::f32);
+}
+
+}  // namespace
+
+TEST(DetectionCuda, TopkEqualsTheCpus) {
+  std::mt19937_64 rng(3);
+  struct Case {
+    int64_t N, K, k;
+  };
+  for (const Case& c : {Case{2, 201600, 2000}, Case{3, 12345, 4096}, Case{5, 1000, 1}, Case{1, 77, 77}})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      std::vector<double> v(size_t(c.N * c.K));
+      for (double& e : v) e = double(int64_t(rng() % 2001) - 1000) / 64;  // ties at every k
+      Tensor x = ops::from_vector(v, {c.N, c.K}, dt);
+      ops::TopK cpu = ops::topk(x, c.k), gpu = ops::topk(to_cuda(x), c.k);
+      const std::string what = engine::str("topk ", engine::dtype_name(dt), " N ", c.N, " K ", c.K, " k ", c.k);
+      testutil::expect_equal(what + ": indices", cpu.indices, gpu.indices);
+      testutil::expect_equal(what + ": values", cpu.values, gpu.values);
+    }
+}
+
+TEST(DetectionCuda, BoxIouAndNmsEqualTheCpus) {
+  for (int64_t K : {int64_t(2000), int64_t(131), int64_t(1)}) {
+    Tensor boxes = random_boxes(2, K, uint64_t(K));
+    Tensor cb = to_cuda(boxes);
+    testutil::expect_equal(engine::str("box_iou K ", K), ops::box_iou(boxes, boxes), ops::box_iou(cb, cb));
+    Tensor valid = ops::compare(ops::CompareOp::gt, ops::slice(boxes, 2, 0, 1), 100.0);  // x1 > 100
+    valid = ops::contiguous(ops::reshape(valid, {2, K}));
+    for (double thr : {0.5, 0.7})
+      for (int64_t cap : {int64_t(1000), int64_t(3000)}) {
+        const std::string what = engine::str("nms K ", K, " threshold ", thr, " cap ", cap);
+        testutil::expect_equal(what, ops::nms(boxes, Tensor(), thr, cap), ops::nms(cb, Tensor(), thr, cap));
+        testutil::expect_equal(what + " masked", ops::nms(boxes, valid, thr, cap),
+                               ops::nms(cb, to_cuda(valid), thr, cap));
+      }
+  }
+}
+
+TEST(DetectionCuda, LedgerMatchesMeta) {
+  testutil::expect_cuda_ledger_matches_meta([] {
+    Tensor boxes = random_boxes(2, 700, 1);
+    ops::TopK t = ops::topk(ops::reshape(ops::slice(boxes, 2, 0, 1), {2, 700}), 300);
+    Tensor iou = ops::box_iou(boxes, boxes);
+    Tensor keep = ops::nms(boxes, Tensor(), 0.7, 100);
+  });
+}
