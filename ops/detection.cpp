@@ -97,4 +97,74 @@ Tensor nms(const Tensor& boxes, const Tensor& valid, double iou_threshold, int64
   return keep;
 }
 
+namespace {
+
+Tensor box_code(const char* name, bool decode, const Tensor& in, const Tensor& reference, const BoxCoderParams& p,
+                const Tensor& image_hw) {
+  OpScope scope(name);
+  check_boxes(name, decode ? "deltas" : "boxes", in);
+  check_boxes(name, "reference", reference);
+  check_same_device(name, in, reference);
+  ENGINE_CHECK(in.shape() == reference.shape(), name, ": ", engine::shape_str(in.shape()), " and the reference ",
+               engine::shape_str(reference.shape()), " must have one shape (a box per reference box)");
+  for (double w : {p.wx, p.wy, p.ww, p.wh, p.clip})
+    ENGINE_CHECK(std::isfinite(w) && w > 0, name, ": the weights and clip must be finite and > 0, got ", w);
+  check_no_grad(name, in);
+  check_no_grad(name, reference);
+  if (image_hw.defined()) {
+    check_dtype(name, "image_hw", image_hw, DType::f32);
+    check_same_device(name, in, image_hw);
+    ENGINE_CHECK(image_hw.shape() == (engine::Shape{in.size(0), 2}) && image_hw.is_contiguous(), name,
+                 ": image_hw must be [N, 2] = [", in.size(0), ", 2] (height, width per image), got ",
+                 engine::shape_str(image_hw.shape()));
+  }
+  const cpu::CoderWeights w{float(p.wx), float(p.wy), float(p.ww), float(p.wh), float(p.clip)};
+  Tensor out = new_empty(in, in.shape());  // [N, K, 4]
+  run_kernel(
+      name, out, [&] { cpu::box_code(decode, in, reference, w, image_hw, out); },
+      CUDA_KERNEL(cuda::box_code(decode, in, reference, w, image_hw, out)));
+  engine::count_op(name, 20.0 * double(in.size(0) * in.size(1)),
+                   double(in.nbytes() + reference.nbytes() + out.nbytes()));
+  return out;
+}
+
+}  // namespace
+
+Tensor box_encode(const Tensor& boxes, const Tensor& reference, const BoxCoderParams& p) {
+  return box_code("box_encode", false, boxes, reference, p, Tensor());
+}
+
+Tensor box_decode(const Tensor& deltas, const Tensor& reference, const BoxCoderParams& p, const Tensor& image_hw) {
+  return box_code("box_decode", true, deltas, reference, p, image_hw);
+}
+
+Tensor match_boxes(const Tensor& iou, const Tensor& gt_valid, double high, double low, bool allow_low_quality) {
+  const char* name = "match_boxes";
+  OpScope scope(name);
+  check_dtype(name, "iou", iou, DType::f32);
+  ENGINE_CHECK(iou.dim() == 3 && iou.is_contiguous(), name, ": iou must be [N, G, A] (truths x anchors) and ",
+               "contiguous, got ", engine::shape_str(iou.shape()));
+  check_no_grad(name, iou);
+  const int64_t N = iou.size(0), G = iou.size(1), A = iou.size(2);
+  if (gt_valid.defined()) {
+    check_dtype(name, "gt_valid", gt_valid, DType::boolean);
+    check_same_device(name, iou, gt_valid);
+    ENGINE_CHECK(gt_valid.shape() == (engine::Shape{N, G}) && gt_valid.is_contiguous(), name,
+                 ": gt_valid must be [N, G] = [", N, ", ", G, "] and contiguous, got ",
+                 engine::shape_str(gt_valid.shape()));
+  }
+  ENGINE_CHECK(std::isfinite(high) && std::isfinite(low) && low <= high, name, ": thresholds must be finite with ",
+               "low <= high, got low ", low, ", high ", high);
+  Tensor matches = new_empty(iou, {N, A}, DType::i64);  // [N, A]
+  {
+    Tensor gmax = new_empty(iou, {N, G});  // each truth's best IoU (a temporary on every device)
+    run_kernel(
+        name, matches,
+        [&] { cpu::match_boxes(iou, gt_valid, float(high), float(low), allow_low_quality, gmax, matches); },
+        CUDA_KERNEL(cuda::match_boxes(iou, gt_valid, float(high), float(low), allow_low_quality, gmax, matches)));
+  }
+  engine::count_op(name, 2.0 * double(iou.numel()), double(iou.nbytes() + matches.nbytes()));
+  return matches;
+}
+
 }  // namespace ops

@@ -1,6 +1,7 @@
-// detection.h: the selection ops of a two-stage detector (Mask R-CNN's RPN and box post-processing), with fixed
-// output counts so that a step's memory does not depend on the image: top-k, pairwise IoU and greedy NMS.
-// They are data, not functions that learn: no autograd node, and an Error when asked for a gradient.
+// detection.h: the box ops of a two-stage detector (Mask R-CNN's RPN, matching and post-processing), with fixed
+// output counts so that a step's memory does not depend on the image: top-k, pairwise IoU, greedy NMS, box
+// encoding and decoding, and anchor-to-truth matching. They are data, not functions that learn: no autograd node,
+// and an Error when asked for a gradient (the losses differentiate the network's deltas, not these).
 //
 //   topk(x, k) -> {values, indices}
 //     x        [N, K] floating; values [N, k] (x's dtype) and indices i64 [N, k]: each row's k largest, in
@@ -14,11 +15,23 @@
 //     candidates take part. Greedy NMS (torchvision.ops.nms): walk the boxes in order, keep a valid box unless
 //     it overlaps (IoU > iou_threshold) a box kept before it. keep: the kept indices in order, then -1 padding
 //     (at most max_out kept: the first ones).
+//   box_encode(boxes, reference, p) -> deltas, box_decode(deltas, reference, p, image_hw) -> boxes
+//     [N, K, 4] f32 each, torchvision's BoxCoder with weights (wx, wy, ww, wh) (RPN 1, 1, 1, 1; box head 10, 10, 5,
+//     5): with w, h, cx, cy the reference's width, height and centre, deltas = (wx (cx' - cx) / w, wy (cy' - cy) / h,
+//     ww log(w' / w), wh log(h' / h)); decoding inverts it with dw, dh clamped at p.clip (log(1000 / 16)), then,
+//     when image_hw (f32 [N, 2]: each image's height, width) is given, clips x to [0, width] and y to [0, height].
+//   match_boxes(iou, gt_valid, high, low, allow_low_quality) -> i64 [N, A]
+//     iou [N, G, A] (box_iou(truths, anchors)), gt_valid bool [N, G] (or undefined: all valid; padding truths are
+//     invalid). torchvision's Matcher: each anchor's best valid truth (ties to the lower index) if its IoU >= high,
+//     -2 (ignored) if in [low, high), -1 (background) below low or with no valid truth; allow_low_quality: every
+//     anchor whose IoU with some valid truth equals that truth's best IoU over all anchors gets back its best truth.
 //
 // Kernels: cpu (the reference loops) and cuda (cuda/detection.cu); the IoU of two boxes is one ENGINE_HD function
 // (cpu/detection.h) rounded the same on both (cpu/rounding.h), so the two agree bit for bit, NMS decisions
 // included. Memory: outputs only, plus, on every device alike (cpu and meta leave them unused), the GPU's
-// temporaries, freed before the op returns: topk none; nms the suppression bitmask, u64 [N, K, ceil(K / 64)].
+// temporaries, freed before the op returns: topk none; nms the suppression bitmask, u64 [N, K, ceil(K / 64)];
+// match_boxes each truth's best IoU, f32 [N, G]. box_encode / box_decode use exp and log: the GPU's differ from the
+// cpu's by an ulp or so (the other ops agree bit for bit).
 #pragma once
 #include <cstdint>
 
@@ -35,6 +48,16 @@ struct TopK {
 TopK topk(const Tensor& x, int64_t k);
 Tensor box_iou(const Tensor& a, const Tensor& b);
 Tensor nms(const Tensor& boxes, const Tensor& valid, double iou_threshold, int64_t max_out);
+
+struct BoxCoderParams {
+  double wx = 1, wy = 1, ww = 1, wh = 1;
+  double clip = 4.135166556742356;  // log(1000 / 16): the largest dw, dh decoded
+};
+
+Tensor box_encode(const Tensor& boxes, const Tensor& reference, const BoxCoderParams& p);
+Tensor box_decode(const Tensor& deltas, const Tensor& reference, const BoxCoderParams& p,
+                  const Tensor& image_hw = Tensor());
+Tensor match_boxes(const Tensor& iou, const Tensor& gt_valid, double high, double low, bool allow_low_quality);
 
 // The largest k of topk, on every device (the GPU's one block sorts a row's k candidates in shared memory).
 constexpr int64_t kTopkMaxK = 4096;

@@ -1,6 +1,8 @@
 // loss.cpp: the losses' checks, allocations and backward rules (kernels in cpu/loss.cpp).
 #include "ops/loss.h"
 
+#include <cmath>
+
 #include "ops/cpu/loss.h"
 #ifdef ENGINE_CUDA
 #include "ops/cuda/loss.h"
@@ -34,10 +36,10 @@ Tensor softplus_neg(const Tensor& x) {
   return add(relu(neg(x)), log(add(exp(neg(abs_x)), 1.0)));
 }
 
-// Checks, allocation, kernel and counters shared by mse_loss, l1_loss and bce_with_logits.
+// Checks, allocation, kernel and counters shared by mse_loss, l1_loss, smooth_l1_loss and bce_with_logits.
 Tensor pointwise_loss_forward(const char* name, cpu::PointwiseLoss kind, const Tensor& a, const char* a_name,
                               const Tensor& b, const char* b_name, const Tensor& w, Reduction r,
-                              double flops_per_element) {
+                              double flops_per_element, double param = 0) {
   check_floating(name, a_name, a);
   check_floating(name, b_name, b);
   check_same_dtype(name, a, b);
@@ -50,8 +52,9 @@ Tensor pointwise_loss_forward(const char* name, cpu::PointwiseLoss kind, const T
   Tensor partials;
   if (r != Reduction::none)
     partials = new_empty(a, {std::min<int64_t>(1024, std::max<int64_t>(1, (a.numel() + 4095) / 4096))}, out.dtype());
-  run_kernel(name, out, [&] { cpu::pointwise_loss(kind, a, b, w, r, out); },
-             CUDA_KERNEL(cuda::pointwise_loss(kind, a, b, w, r, out, partials)));
+  run_kernel(
+      name, out, [&] { cpu::pointwise_loss(kind, a, b, w, param, r, out); },
+      CUDA_KERNEL(cuda::pointwise_loss(kind, a, b, w, param, r, out, partials)));
   partials = Tensor();
   engine::count_op(name, flops_per_element * double(a.numel()),
                    double(a.nbytes() + b.nbytes() + (w.defined() ? w.nbytes() : 0) + out.nbytes()));
@@ -191,6 +194,26 @@ Tensor l1_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
       // sign(a - b) from comparisons: 0 at a == b (as PyTorch), and no second derivative.
       Tensor sign = sub(to(compare(CompareOp::gt, d, 0.0), dt), to(compare(CompareOp::lt, d, 0.0), dt));
       Tensor ga = mul(sign, upstream(g[0], reduction, numel, dt));
+      return {n.needs_input_grad(0) ? ga : Tensor(), n.needs_input_grad(1) ? neg(ga) : Tensor()};
+    });
+  }
+  return out;
+}
+
+Tensor smooth_l1_loss(const Tensor& a, const Tensor& b, double beta, Reduction reduction) {
+  const char* name = "smooth_l1_loss";
+  OpScope scope(name);
+  ENGINE_CHECK(std::isfinite(beta) && beta >= 0, name, ": beta must be finite and >= 0, got ", beta);
+  if (beta == 0) return l1_loss(a, b, reduction);  // PyTorch's limit: the quadratic part vanishes
+  Tensor out =
+      pointwise_loss_forward(name, cpu::PointwiseLoss::smooth_l1, a, "a", b, "b", Tensor(), reduction, 5, beta);
+  if (graph::any_requires_grad({a, b})) {
+    graph::record(name, {a, b}, {out}, {a, b}, [reduction, beta, numel = a.numel()](Node& n, const Grads& g) -> Grads {
+      // d/da = clamp((a - b) / beta, -1, 1): (a - b) / beta inside the quadratic part, sign(a - b) beyond it.
+      Tensor d = mul(sub(n.saved(0), n.saved(1)), 1.0 / beta);
+      Tensor one = full(d.shape(), 1.0, d.dtype(), d.device_ptr()), minus_one = neg(one);
+      Tensor slope = maximum(minimum(d, one), minus_one);
+      Tensor ga = mul(slope, upstream(g[0], reduction, numel, d.dtype()));
       return {n.needs_input_grad(0) ? ga : Tensor(), n.needs_input_grad(1) ? neg(ga) : Tensor()};
     });
   }

@@ -17,6 +17,8 @@
 //   FLOPs: 4 per logit forward (max, subtract, exp, sum), 4 backward. A target outside [0, V) that is not
 //   ignore_index is an Error naming it (raised by the kernel: meta has no data).
 // mse_loss(a, b) = (a - b)^2, l1_loss(a, b) = |a - b|: a and b of one shape and dtype.
+// smooth_l1_loss(a, b, beta) = 0.5 (a - b)^2 / beta where |a - b| < beta, else |a - b| - 0.5 beta (PyTorch's
+//   F.smooth_l1_loss; beta 0 is l1_loss). Mask R-CNN's box regression (beta 1/9 in the RPN, 1 in the box head).
 // bce_with_logits(x, t, pos_weight) = (1 - t) x + (1 + (p - 1) t) softplus(-x) in the stable form
 //   max(x, 0) - x t + log(1 + exp(-|x|)) (p = 1 without pos_weight); pos_weight broadcasts to x's shape
 //   (one weight per class in the last dimension). As in PyTorch.
@@ -44,6 +46,7 @@ Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tenso
 
 Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction = Reduction::mean);
 Tensor l1_loss(const Tensor& a, const Tensor& b, Reduction reduction = Reduction::mean);
+Tensor smooth_l1_loss(const Tensor& a, const Tensor& b, double beta, Reduction reduction = Reduction::mean);
 Tensor bce_with_logits(const Tensor& logits, const Tensor& target, const Tensor& pos_weight = Tensor(),
                        Reduction reduction = Reduction::mean);
 

@@ -58,4 +58,36 @@ void nms(const Tensor& boxes, const Tensor& valid, float iou_threshold, const Te
   });
 }
 
+void box_code(bool decode, const Tensor& in, const Tensor& reference, const CoderWeights& w, const Tensor& image_hw,
+              const Tensor& out) {
+  const int64_t N = in.size(0), K = in.size(1);
+  const float* x = in.data<float>();
+  const float* r = reference.data<float>();
+  const float* hw = image_hw.defined() ? image_hw.data<float>() : nullptr;
+  float* y = out.data<float>();
+  parallel_for(N * K, [&](int64_t i) {
+    if (!decode) return encode_box(r + i * 4, x + i * 4, w, y + i * 4);
+    const int64_t n = i / K;
+    decode_box(r + i * 4, x + i * 4, w, hw != nullptr, hw ? hw[n * 2] : 0.f, hw ? hw[n * 2 + 1] : 0.f, y + i * 4);
+  });
+}
+
+void match_boxes(const Tensor& iou, const Tensor& valid, float high, float low, bool allow_low_quality,
+                 const Tensor& gmax, const Tensor& matches) {
+  const int64_t N = iou.size(0), G = iou.size(1), A = iou.size(2);
+  const float* q = iou.data<float>();
+  const bool* ok = valid.defined() ? valid.data<bool>() : nullptr;
+  float* best = gmax.data<float>();
+  int64_t* m = matches.data<int64_t>();
+  parallel_for(N * G, [&](int64_t ng) {
+    float v = -1.f;
+    for (int64_t a = 0; a < A; a++) v = q[ng * A + a] > v ? q[ng * A + a] : v;
+    best[ng] = v;
+  });
+  parallel_for(N * A, [&](int64_t na) {
+    const int64_t n = na / A, a = na % A;
+    m[na] = match_anchor(q + n * G * A, G, A, a, best + n * G, ok ? ok + n * G : nullptr, high, low, allow_low_quality);
+  });
+}
+
 }  // namespace ops::cpu

@@ -1,6 +1,7 @@
 // cpu/detection.h: the detection ops' shared math (ENGINE_HD: cuda/detection.cu runs the same lines) and their cpu
 // reference kernels. ops/detection.h says what they compute.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -42,11 +43,64 @@ ENGINE_HD float box_iou_of(const float* a, const float* b) {
   return uni > 0.f ? inter / uni : 0.f;
 }
 
+// One box's encoding (reference r, box b -> d) and decoding (reference r, deltas d -> b, clipped to [0, bound_w] x
+// [0, bound_h] when clip_to_image), torchvision's BoxCoder in f32.
+struct CoderWeights {
+  float wx, wy, ww, wh, clip;
+};
+
+ENGINE_HD void encode_box(const float* r, const float* b, const CoderWeights& w, float* d) {
+  const float rw = r[2] - r[0], rh = r[3] - r[1], rcx = r[0] + 0.5f * rw, rcy = r[1] + 0.5f * rh;
+  const float bw = b[2] - b[0], bh = b[3] - b[1], bcx = b[0] + 0.5f * bw, bcy = b[1] + 0.5f * bh;
+  d[0] = w.wx * (bcx - rcx) / rw;
+  d[1] = w.wy * (bcy - rcy) / rh;
+  d[2] = w.ww * logf(bw / rw);
+  d[3] = w.wh * logf(bh / rh);
+}
+
+ENGINE_HD void decode_box(const float* r, const float* d, const CoderWeights& w, bool clip_to_image, float bound_h,
+                          float bound_w, float* b) {
+  const float rw = r[2] - r[0], rh = r[3] - r[1], rcx = r[0] + 0.5f * rw, rcy = r[1] + 0.5f * rh;
+  const float dx = d[0] / w.wx, dy = d[1] / w.wy;
+  float dw = d[2] / w.ww, dh = d[3] / w.wh;
+  dw = dw < w.clip ? dw : w.clip;
+  dh = dh < w.clip ? dh : w.clip;
+  const float cx = dx * rw + rcx, cy = dy * rh + rcy, half_w = 0.5f * (expf(dw) * rw), half_h = 0.5f * (expf(dh) * rh);
+  b[0] = cx - half_w, b[1] = cy - half_h, b[2] = cx + half_w, b[3] = cy + half_h;
+  if (clip_to_image)
+    for (int k = 0; k < 4; k++) {
+      const float hi = k % 2 == 0 ? bound_w : bound_h;
+      b[k] = b[k] < 0.f ? 0.f : (b[k] > hi ? hi : b[k]);
+    }
+}
+
+// Anchor a's match from its IoUs with the G truths (column a of iou [G, A]), each truth's best IoU gmax [G], and
+// the valid flags (null: all valid): match_boxes' rule (ops/detection.h).
+ENGINE_HD int64_t match_anchor(const float* iou, int64_t G, int64_t A, int64_t a, const float* gmax, const bool* valid,
+                               float high, float low, bool allow_low_quality) {
+  float best = -1.f;
+  int64_t arg = -1;
+  for (int64_t g = 0; g < G; g++)
+    if ((!valid || valid[g]) && iou[g * A + a] > best) best = iou[g * A + a], arg = g;
+  if (arg < 0) return -1;
+  int64_t m = best >= high ? arg : (best >= low ? -2 : -1);
+  if (allow_low_quality)
+    for (int64_t g = 0; g < G; g++)
+      if ((!valid || valid[g]) && iou[g * A + a] == gmax[g]) m = arg;
+  return m;
+}
+
 // values / indices [N, k] from x [N, K] (contiguous).
 void topk(const engine::Tensor& x, int64_t k, const engine::Tensor& values, const engine::Tensor& indices);
 // iou [N, A, B] from a [N, A, 4] and b [N, B, 4] (contiguous f32).
 void box_iou(const engine::Tensor& a, const engine::Tensor& b, const engine::Tensor& iou);
 // keep [N, max_out] from boxes [N, K, 4] and valid [N, K] (bool, or undefined).
 void nms(const engine::Tensor& boxes, const engine::Tensor& valid, float iou_threshold, const engine::Tensor& keep);
+// out [N, K, 4] from in and reference [N, K, 4] (contiguous f32); image_hw [N, 2] or undefined (decode only).
+void box_code(bool decode, const engine::Tensor& in, const engine::Tensor& reference, const CoderWeights& w,
+              const engine::Tensor& image_hw, const engine::Tensor& out);
+// matches [N, A] from iou [N, G, A], valid [N, G] (or undefined); gmax: a [N, G] f32 scratch.
+void match_boxes(const engine::Tensor& iou, const engine::Tensor& valid, float high, float low, bool allow_low_quality,
+                 const engine::Tensor& gmax, const engine::Tensor& matches);
 
 }  // namespace ops::cpu

@@ -10,8 +10,8 @@
 
 namespace ops::cpu {
 
-void pointwise_loss(PointwiseLoss kind, const Tensor& a, const Tensor& b, const Tensor& w, Reduction reduction,
-                    const Tensor& out) {
+void pointwise_loss(PointwiseLoss kind, const Tensor& a, const Tensor& b, const Tensor& w, double param,
+                    Reduction reduction, const Tensor& out) {
   const Shape& shape = a.shape();
   const Shape w_strides = w.defined() ? broadcast_strides(w, shape) : Shape(shape.size(), 0);
   ENGINE_FLOAT_SWITCH(a.dtype(), T, {
@@ -23,9 +23,11 @@ void pointwise_loss(PointwiseLoss kind, const Tensor& a, const Tensor& b, const 
     A total = 0;
     int64_t i = 0;
     for_each_index<3>(shape, {a.strides(), b.strides(), w_strides}, [&](const std::array<int64_t, 3>& o) {
-      A term = pointwise_loss_term<A>(kind, ld(pa[o[0]]), ld(pb[o[1]]), pw ? ld(pw[o[2]]) : A(1));
-      if (reduction == Reduction::none) po[i++] = term;
-      else total += term;
+      A term = pointwise_loss_term<A>(kind, ld(pa[o[0]]), ld(pb[o[1]]), pw ? ld(pw[o[2]]) : A(1), A(param));
+      if (reduction == Reduction::none)
+        po[i++] = term;
+      else
+        total += term;
     });
     const int64_t n = a.numel();
     if (reduction == Reduction::sum) po[0] = total;

@@ -14,13 +14,15 @@
 
 namespace ops::cpu {
 
-enum class PointwiseLoss : uint8_t { mse, l1, bce_with_logits };
+enum class PointwiseLoss : uint8_t { mse, l1, bce_with_logits, smooth_l1 };
 
 // The loss of one element. mse and l1: a, b are the two inputs. bce_with_logits: a is the logit x, b the
 // target t, w the positive weight p (1 without pos_weight), in the stable form
 //   (1 - t) x + (1 + (p - 1) t) softplus(-x),  softplus(-x) = max(-x, 0) + log(1 + exp(-|x|)),
-// which for p = 1 is max(x, 0) - x t + log(1 + exp(-|x|)).
-template <typename A> ENGINE_HD A pointwise_loss_term(PointwiseLoss kind, A a, A b, A w) {
+// which for p = 1 is max(x, 0) - x t + log(1 + exp(-|x|)). smooth_l1: beta the kind's parameter,
+//   0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = a - b; beta 0: |d|).
+template <typename A>
+ENGINE_HD A pointwise_loss_term(PointwiseLoss kind, A a, A b, A w, A beta) {
   switch (kind) {
     case PointwiseLoss::mse: return (a - b) * (a - b);
     case PointwiseLoss::l1: return std::fabs(a - b);
@@ -28,14 +30,19 @@ template <typename A> ENGINE_HD A pointwise_loss_term(PointwiseLoss kind, A a, A
       A softplus_neg = (a < A(0) ? -a : A(0)) + std::log1p(std::exp(-std::fabs(a)));
       return (A(1) - b) * a + (A(1) + (w - A(1)) * b) * softplus_neg;
     }
+    case PointwiseLoss::smooth_l1: {
+      const A d = std::fabs(a - b);
+      return d < beta ? A(0.5) * d * d / beta : d - A(0.5) * beta;
+    }
   }
   return A(0);
 }
 
 // out = the reduction of pointwise_loss_term over a's elements: a, b same shape (any strides), w undefined
-// or broadcast to a's shape. out: [] for mean/sum, a's shape (contiguous) for none; dtype acc of a's.
+// or broadcast to a's shape, param the kind's scalar (smooth_l1's beta). out: [] for mean/sum, a's shape
+// (contiguous) for none; dtype acc of a's.
 void pointwise_loss(PointwiseLoss kind, const engine::Tensor& a, const engine::Tensor& b, const engine::Tensor& w,
-                    Reduction reduction, const engine::Tensor& out);
+                    double param, Reduction reduction, const engine::Tensor& out);
 
 // logits [N, V] (any float dtype, any strides), target [N] i32/i64. Writes lse [N] (the row log-sum-exp),
 // out ([] for mean/sum, [N] for none; 0 on ignored rows) and, for mean, divisor [] = max(#non-ignored, 1).

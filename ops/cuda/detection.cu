@@ -9,6 +9,9 @@
 //   box_iou_kernel   a thread per IoU (cpu/detection.h's box_iou_of).
 //   nms_mask_kernel  a block of 64 threads per (image, 64-row chunk, 64-column chunk): thread i sets bit j of its
 //                    row's word when j > i and IoU(i, j) > threshold (the column chunk's boxes in shared memory).
+//   box_code_kernel  a thread per box (cpu/detection.h's encode_box / decode_box).
+//   match_gmax_kernel, match_kernel  a block per (image, truth) finds the truth's best IoU (a max: exact in any
+//                    order), then a thread per anchor applies match_anchor.
 //   nms_scan_kernel  a block per image walks the boxes in order (the greedy decision is sequential): a valid box
 //                    not yet removed is kept and its row of the mask is ORed into the removed words by all threads.
 #include "ops/cpu/detection.h"
@@ -119,7 +122,68 @@ __global__ void nms_scan_kernel(const uint64_t* mask, const bool* valid, int64_t
   for (int64_t j = kept + threadIdx.x; j < M; j += blockDim.x) keep[n * M + j] = -1;
 }
 
+__global__ void box_code_kernel(bool decode, const float* in, const float* ref, cpu::CoderWeights w, const float* hw,
+                                int64_t N, int64_t K, float* out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < N * K; i += int64_t(gridDim.x) * blockDim.x) {
+    if (!decode) {
+      cpu::encode_box(ref + i * 4, in + i * 4, w, out + i * 4);
+    } else {
+      const int64_t n = i / K;
+      cpu::decode_box(ref + i * 4, in + i * 4, w, hw != nullptr, hw ? hw[n * 2] : 0.f, hw ? hw[n * 2 + 1] : 0.f,
+                      out + i * 4);
+    }
+  }
+}
+
+__global__ void match_gmax_kernel(const float* iou, int64_t A, float* gmax) {
+  __shared__ float part[256];
+  const float* row = iou + int64_t(blockIdx.x) * A;
+  float v = -1.f;
+  for (int64_t a = threadIdx.x; a < A; a += blockDim.x) v = fmaxf(v, row[a]);
+  part[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (int(threadIdx.x) < s) part[threadIdx.x] = fmaxf(part[threadIdx.x], part[threadIdx.x + s]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) gmax[blockIdx.x] = part[0];
+}
+
+__global__ void match_kernel(const float* iou, const bool* valid, const float* gmax, int64_t N, int64_t G, int64_t A,
+                             float high, float low, bool allow_low_quality, int64_t* matches) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < N * A; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t n = i / A, a = i % A;
+    matches[i] = cpu::match_anchor(iou + n * G * A, G, A, a, gmax + n * G, valid ? valid + n * G : nullptr, high, low,
+                                   allow_low_quality);
+  }
+}
+
 }  // namespace
+
+void box_code(bool decode, const Tensor& in, const Tensor& reference, const cpu::CoderWeights& w,
+              const Tensor& image_hw, const Tensor& out) {
+  const int64_t N = in.size(0), K = in.size(1);
+  if (N * K == 0) return;
+  box_code_kernel<<<grid_for(N * K, 256), 256, 0, engine::cuda::stream()>>>(
+      decode, static_cast<const float*>(in.data_ptr()), static_cast<const float*>(reference.data_ptr()), w,
+      image_hw.defined() ? static_cast<const float*>(image_hw.data_ptr()) : nullptr, N, K,
+      static_cast<float*>(out.data_ptr()));
+  ENGINE_CUDA_LAUNCH_CHECK(decode ? "box_decode" : "box_encode");
+}
+
+void match_boxes(const Tensor& iou, const Tensor& valid, float high, float low, bool allow_low_quality,
+                 const Tensor& gmax, const Tensor& matches) {
+  const int64_t N = iou.size(0), G = iou.size(1), A = iou.size(2);
+  if (N * A == 0) return;
+  cudaStream_t stream = engine::cuda::stream();
+  const float* q = static_cast<const float*>(iou.data_ptr());
+  float* best = static_cast<float*>(gmax.data_ptr());
+  if (N * G > 0) match_gmax_kernel<<<unsigned(N * G), 256, 0, stream>>>(q, A, best);
+  match_kernel<<<grid_for(N * A, 256), 256, 0, stream>>>(
+      q, valid.defined() ? static_cast<const bool*>(valid.data_ptr()) : nullptr, best, N, G, A, high, low,
+      allow_low_quality, static_cast<int64_t*>(matches.data_ptr()));
+  ENGINE_CUDA_LAUNCH_CHECK("match_boxes");
+}
 
 void topk(const Tensor& x, int64_t k, const Tensor& values, const Tensor& indices) {
   const int64_t N = x.size(0), K = x.size(1);

@@ -2,6 +2,7 @@
 // (cpu/detection.h): the same keys, IoUs and decisions, so the results equal the cpu's.
 #pragma once
 #include "engine/tensor.h"
+#include "ops/cpu/detection.h"  // CoderWeights
 
 namespace ops::cuda {
 
@@ -10,5 +11,10 @@ void box_iou(const engine::Tensor& a, const engine::Tensor& b, const engine::Ten
 // mask: the op's temporary, u64 words [N, K, ceil(K / 64)] (stored as i64).
 void nms(const engine::Tensor& boxes, const engine::Tensor& valid, float iou_threshold, const engine::Tensor& mask,
          const engine::Tensor& keep);
+
+void box_code(bool decode, const engine::Tensor& in, const engine::Tensor& reference, const cpu::CoderWeights& w,
+              const engine::Tensor& image_hw, const engine::Tensor& out);
+void match_boxes(const engine::Tensor& iou, const engine::Tensor& valid, float high, float low, bool allow_low_quality,
+                 const engine::Tensor& gmax, const engine::Tensor& matches);
 
 }  // namespace ops::cuda

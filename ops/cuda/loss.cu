@@ -115,20 +115,21 @@ __global__ void __launch_bounds__(256)
 
 template <typename T, typename I>
 __device__ __forceinline__ acc_t<T> loss_term(cpu::PointwiseLoss kind, const T* a, const T* b, const T* w,
-                                              const Indexer<3, I>& ix, I i) {
+                                              acc_t<T> param, const Indexer<3, I>& ix, I i) {
   using A = acc_t<T>;
   I off[3];
   ix.offsets(i, off);
-  return cpu::pointwise_loss_term<A>(kind, to_acc<A>(a[off[0]]), to_acc<A>(b[off[1]]), w ? to_acc<A>(w[off[2]]) : A(1));
+  return cpu::pointwise_loss_term<A>(kind, to_acc<A>(a[off[0]]), to_acc<A>(b[off[1]]), w ? to_acc<A>(w[off[2]]) : A(1),
+                                     param);
 }
 
 // Reduction::none: out[i] = term(i), grid-stride. Bytes: 2-3 reads + one write per element; bound: memory.
 template <typename T, typename I>
 __global__ void pointwise_loss_elements(cpu::PointwiseLoss kind, const T* __restrict__ a, const T* __restrict__ b,
-                                        const T* __restrict__ w, const __grid_constant__ Indexer<3, I> ix, I n,
-                                        acc_t<T>* __restrict__ out) {
+                                        const T* __restrict__ w, acc_t<T> param,
+                                        const __grid_constant__ Indexer<3, I> ix, I n, acc_t<T>* __restrict__ out) {
   for (I i = I(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += I(gridDim.x) * blockDim.x)
-    out[i] = loss_term(kind, a, b, w, ix, i);
+    out[i] = loss_term(kind, a, b, w, param, ix, i);
 }
 
 // mean/sum, stage 1: block k sums the terms of elements [k * per_block, (k + 1) * per_block) into
@@ -136,14 +137,14 @@ __global__ void pointwise_loss_elements(cpu::PointwiseLoss kind, const T* __rest
 template <typename T, typename I>
 __global__ void __launch_bounds__(256)
     pointwise_loss_partials(cpu::PointwiseLoss kind, const T* __restrict__ a, const T* __restrict__ b,
-                            const T* __restrict__ w, const __grid_constant__ Indexer<3, I> ix, I n, I per_block,
-                            acc_t<T>* __restrict__ partials) {
+                            const T* __restrict__ w, acc_t<T> param, const __grid_constant__ Indexer<3, I> ix, I n,
+                            I per_block, acc_t<T>* __restrict__ partials) {
   using A = acc_t<T>;
   __shared__ A scratch[32];
   const I begin = I(blockIdx.x) * per_block;
   const I end = n - begin < per_block ? n : begin + per_block;
   A total = 0;
-  for (I i = begin + threadIdx.x; i < end; i += blockDim.x) total += loss_term(kind, a, b, w, ix, i);
+  for (I i = begin + threadIdx.x; i < end; i += blockDim.x) total += loss_term(kind, a, b, w, param, ix, i);
   total = block_sum(total, scratch);
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
@@ -164,8 +165,8 @@ __global__ void __launch_bounds__(kReduceThreads)
 
 // ---------------------------------------------------------------------------------------------------
 
-void pointwise_loss(cpu::PointwiseLoss kind, const Tensor& a, const Tensor& b, const Tensor& w, Reduction reduction,
-                    const Tensor& out, const Tensor& partials) {
+void pointwise_loss(cpu::PointwiseLoss kind, const Tensor& a, const Tensor& b, const Tensor& w, double param,
+                    Reduction reduction, const Tensor& out, const Tensor& partials) {
   const engine::Shape& shape = a.shape();
   const int64_t n = a.numel();
   const engine::Shape w_strides = w.defined() ? cpu::broadcast_strides(w, shape) : engine::Shape(shape.size(), 0);
@@ -183,11 +184,13 @@ void pointwise_loss(cpu::PointwiseLoss kind, const Tensor& a, const Tensor& b, c
       const T* pw = ptr_or_null<T>(w);
       A* po = static_cast<A*>(out.data_ptr());
       if (!reduce) {
-        if (n > 0) pointwise_loss_elements<T, I><<<grid_for(n, 256), 256, 0, stream>>>(kind, pa, pb, pw, ix, I(n), po);
+        if (n > 0)
+          pointwise_loss_elements<T, I><<<grid_for(n, 256), 256, 0, stream>>>(kind, pa, pb, pw, A(param), ix, I(n), po);
       } else {
         const int64_t P = partials.numel(), per_block = std::max<int64_t>(1, (n + P - 1) / P);
         A* pp = static_cast<A*>(partials.data_ptr());
-        pointwise_loss_partials<T, I><<<unsigned(P), 256, 0, stream>>>(kind, pa, pb, pw, ix, I(n), I(per_block), pp);
+        pointwise_loss_partials<T, I>
+            <<<unsigned(P), 256, 0, stream>>>(kind, pa, pb, pw, A(param), ix, I(n), I(per_block), pp);
         ENGINE_CUDA_LAUNCH_CHECK("pointwise loss (partial sums)");
         sum_partials<A><<<1, kReduceThreads, 0, stream>>>(pp, P, n, reduction == Reduction::mean, po);
       }

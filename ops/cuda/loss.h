@@ -11,9 +11,8 @@ namespace ops::cuda {
 
 // As ops::cpu::pointwise_loss. partials [P] (acc dtype) is given for mean/sum: block b reduces a fixed
 // slice of the elements into partials[b], then one block adds the P partials in a fixed order.
-void pointwise_loss(cpu::PointwiseLoss kind, const engine::Tensor& a, const engine::Tensor& b,
-                    const engine::Tensor& w, Reduction reduction, const engine::Tensor& out,
-                    const engine::Tensor& partials);
+void pointwise_loss(cpu::PointwiseLoss kind, const engine::Tensor& a, const engine::Tensor& b, const engine::Tensor& w,
+                    double param, Reduction reduction, const engine::Tensor& out, const engine::Tensor& partials);
 
 // As ops::cpu::cross_entropy_forward. row_loss [N] (acc dtype) is given for mean/sum: the per-row losses,
 // added by one block in a fixed order. A target outside [0, V) (and not ignore_index) throws the CPU's

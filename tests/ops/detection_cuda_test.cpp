@@ -65,6 +65,28 @@ TEST(DetectionCuda, BoxIouAndNmsEqualTheCpus) {
   }
 }
 
+TEST(DetectionCuda, BoxCoderAndMatcherEqualTheCpus) {
+  Tensor anchors = random_boxes(2, 5000, 7), truths = random_boxes(2, 40, 8);
+  Tensor ca = to_cuda(anchors), ct = to_cuda(truths);
+  ops::BoxCoderParams p;
+  p.wx = 10, p.wy = 10, p.ww = 5, p.wh = 5;
+  // Encoding and decoding use exp / log, whose GPU versions differ from glibc's by an ulp or so.
+  Tensor codes = ops::box_encode(random_boxes(2, 5000, 9), anchors, p);
+  Tensor gpu_codes = ops::box_encode(to_cuda(random_boxes(2, 5000, 9)), ca, p);
+  EXPECT_TRUE(testutil::expect_close("box_encode", codes, gpu_codes, {1e-5, 1e-5}));
+  Tensor hw = ops::from_vector(std::vector<float>{600, 800, 500, 700}, {2, 2}, DType::f32);
+  EXPECT_TRUE(testutil::expect_close("box_decode", ops::box_decode(codes, anchors, p, hw),
+                                     ops::box_decode(to_cuda(codes), ca, p, to_cuda(hw)), {1e-3, 1e-5}));
+  // Matching compares IoUs that are equal on both devices: the same matches exactly.
+  Tensor iou = ops::box_iou(truths, anchors), gpu_iou = ops::box_iou(ct, ca);
+  Tensor valid =
+      ops::contiguous(ops::reshape(ops::compare(ops::CompareOp::lt, ops::slice(truths, 2, 0, 1), 700.0), {2, 40}));
+  for (bool low_quality : {true, false})
+    testutil::expect_equal(engine::str("match_boxes low quality ", low_quality),
+                           ops::match_boxes(iou, valid, 0.7, 0.3, low_quality),
+                           ops::match_boxes(gpu_iou, to_cuda(valid), 0.7, 0.3, low_quality));
+}
+
 TEST(DetectionCuda, LedgerMatchesMeta) {
   testutil::expect_cuda_ledger_matches_meta([] {
     Tensor boxes = random_boxes(2, 700, 1);

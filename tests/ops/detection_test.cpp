@@ -1,6 +1,8 @@
 // detection_test.cpp: topk, box_iou and nms against naive references written here (a full sort with the stated
 // order, IoU in f64 from its definition, greedy NMS in plain loops), with ties, NaN, signed zeros, degenerate and
-// duplicate boxes, suppression chains, the valid mask and the output's padding; errors; meta allocations.
+// duplicate boxes, suppression chains, the valid mask and the output's padding; box encoding and decoding against
+// their formulas (round trip, clamp, clip) and match_boxes against its rule; torchvision's own utilities on the same
+// boxes (tests/data/detection_reference.safetensors, from tools/bench/detection_parity.py); errors; meta.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,9 +12,11 @@
 #include <vector>
 
 #include "engine/device.h"
+#include "engine/safetensors.h"
 #include "ops/detection.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
+#include "ops/view.h"
 #include "tests/util/meta_util.h"
 
 using engine::DType;
@@ -65,6 +69,14 @@ std::vector<int64_t> ints(const Tensor& t) {
   std::vector<int64_t> v;
   for (double d : t.to_double()) v.push_back(int64_t(d));
   return v;
+}
+
+double testutil_max_abs(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_double(), y = b.to_double();
+  EXPECT_EQ(x.size(), y.size());
+  double m = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); i++) m = std::max(m, std::abs(x[i] - y[i]));
+  return m;
 }
 
 std::vector<float> random_boxes(int64_t K, std::mt19937_64& rng, double extent = 100) {
@@ -179,6 +191,111 @@ TEST(Nms, EqualsTheGreedyRuleWithTheValidMaskAndTheCap) {
       }
 }
 
+TEST(BoxCoder, EncodeMatchesTheFormulaAndDecodeInvertsIt) {
+  std::mt19937_64 rng(4);
+  const int64_t K = 50;
+  std::vector<float> r = random_boxes(2 * K, rng, 300), b = random_boxes(2 * K, rng, 300);
+  Tensor ref = ops::from_vector(r, {2, K, 4}, DType::f32), box = ops::from_vector(b, {2, K, 4}, DType::f32);
+  ops::BoxCoderParams p;
+  p.wx = 10, p.wy = 10, p.ww = 5, p.wh = 5;
+  const std::vector<double> d = ops::box_encode(box, ref, p).to_double();
+  for (int64_t i = 0; i < 2 * K; i++) {
+    const float* R = &r[size_t(i * 4)];
+    const float* B = &b[size_t(i * 4)];
+    const double rw = R[2] - R[0], rh = R[3] - R[1], bw = B[2] - B[0], bh = B[3] - B[1];
+    const double want[4] = {10 * ((B[0] + bw / 2) - (R[0] + rw / 2)) / rw,
+                            10 * ((B[1] + bh / 2) - (R[1] + rh / 2)) / rh, 5 * std::log(bw / rw),
+                            5 * std::log(bh / rh)};
+    for (int k = 0; k < 4; k++) EXPECT_NEAR(d[size_t(i * 4 + k)], want[k], 1e-4 * (1 + std::abs(want[k]))) << i;
+  }
+  // Decoding the codes gives the boxes back (no clip needed: every code is below log(1000 / 16) here).
+  const std::vector<double> back = ops::box_decode(ops::box_encode(box, ref, p), ref, p).to_double();
+  for (size_t e = 0; e < back.size(); e++) EXPECT_NEAR(back[e], b[e], 1e-3) << e;
+}
+
+TEST(BoxCoder, DecodeClampsTheScaleAndClipsToEachImage) {
+  const std::vector<float> r = {10, 10, 30, 50, 100, 100, 120, 140};  // two images, one box each
+  const std::vector<float> d = {0, 0, 9, 9, 5, -5, 0, 0};
+  const std::vector<float> hw = {60, 80, 120, 110};  // image 0: 60 x 80, image 1: 120 x 110
+  ops::BoxCoderParams p;
+  Tensor out = ops::box_decode(ops::from_vector(d, {2, 1, 4}, DType::f32), ops::from_vector(r, {2, 1, 4}, DType::f32),
+                               p, ops::from_vector(hw, {2, 2}, DType::f32));
+  const std::vector<double> v = out.to_double();
+  // Image 0: dw, dh clamped at log(1000 / 16): a 1250 x 2500 box around (20, 30), clipped to [0, 80] x [0, 60].
+  EXPECT_EQ(v[0], 0.0);
+  EXPECT_EQ(v[1], 0.0);
+  EXPECT_EQ(v[2], 80.0);
+  EXPECT_EQ(v[3], 60.0);
+  // Image 1: centre moved by (5 * 20, -5 * 40) = (210, -80): x in [200, 220] -> clipped to 110; y to 0.
+  EXPECT_EQ(v[4], 110.0);
+  EXPECT_EQ(v[5], 0.0);
+  Tensor unclipped =
+      ops::box_decode(ops::from_vector(d, {2, 1, 4}, DType::f32), ops::from_vector(r, {2, 1, 4}, DType::f32), p);
+  EXPECT_NEAR(unclipped.to_double()[2] - unclipped.to_double()[0], 20 * 62.5, 1e-2);  // exp(clip) = 62.5
+}
+
+TEST(MatchBoxes, EqualsTheMatchersRule) {
+  // 3 truths (the last padding) x 6 anchors. Anchor 0: truth 0 at 0.8 (>= high). 1: 0.5 with truth 1 (between).
+  // 2: below low everywhere. 3: truth 1's best (0.6, a low-quality match). 4: ties truth 0 and 1 at 0.75 (the
+  // lower index). 5: the padding truth's 0.99 does not count.
+  const std::vector<float> iou = {0.8f, 0.1f, 0.0f, 0.2f, 0.75f, 0.1f,    // truth 0
+                                  0.1f, 0.5f, 0.2f, 0.6f, 0.75f, 0.0f,    // truth 1
+                                  0.0f, 0.0f, 0.0f, 0.0f, 0.0f,  0.99f};  // truth 2 (padding)
+  Tensor q = ops::from_vector(iou, {1, 3, 6}, DType::f32);
+  Tensor valid = ops::compare(ops::CompareOp::lt, ops::from_vector(std::vector<double>{0, 1, 2}, {1, 3}), 1.5);
+  EXPECT_EQ(ints(ops::match_boxes(q, valid, 0.7, 0.3, false)), (std::vector<int64_t>{0, -2, -1, -2, 0, -1}));
+  // Low quality: truth 0's best is 0.8 (anchor 0), truth 1's 0.75 (anchor 4): anchor 3 (0.6) is not one of them.
+  EXPECT_EQ(ints(ops::match_boxes(q, valid, 0.7, 0.3, true)), (std::vector<int64_t>{0, -2, -1, -2, 0, -1}));
+  // With the 0.75 tie removed truth 1's best is anchor 3 (0.6), which gets its best truth back (truth 1).
+  std::vector<float> untied = iou;
+  untied[6 + 4] = 0.05f;
+  Tensor q2 = ops::from_vector(untied, {1, 3, 6}, DType::f32);
+  EXPECT_EQ(ints(ops::match_boxes(q2, valid, 0.7, 0.3, true)), (std::vector<int64_t>{0, -2, -1, 1, 0, -1}));
+  // No valid truth: all background.
+  Tensor none = ops::compare(ops::CompareOp::lt, ops::from_vector(std::vector<double>{2, 2, 2}, {1, 3}), 1.5);
+  EXPECT_EQ(ints(ops::match_boxes(q, none, 0.7, 0.3, true)), (std::vector<int64_t>(6, -1)));
+}
+
+// The same boxes through torchvision.ops.box_iou, nms, its Matcher and BoxCoder (tools/bench/detection_parity.py).
+TEST(Detection, MatchesTorchvision) {
+  auto file = engine::load_safetensors("tests/data/detection_reference.safetensors", engine::default_device());
+  const Tensor anchors = file.at("anchors"), truths = file.at("truths");
+  const int64_t A = anchors.size(0), G = truths.size(0) - 2;  // the last two truths are padding
+  Tensor a3 = ops::reshape(anchors, {1, A, 4}), t3 = ops::reshape(truths, {1, G + 2, 4});
+  Tensor iou = ops::box_iou(t3, a3);  // [1, G + 2, A]
+  EXPECT_LE(testutil_max_abs(ops::slice(iou, 1, 0, G), file.at("expected.iou")), 1e-6);
+  Tensor valid = ops::compare(ops::CompareOp::lt, ops::arange(G + 2, DType::f32), double(G) - 0.5);
+  valid = ops::reshape(valid, {1, G + 2});
+  EXPECT_EQ(ints(ops::match_boxes(iou, valid, 0.7, 0.3, true)), ints(file.at("expected.matches_rpn")));
+  EXPECT_EQ(ints(ops::match_boxes(iou, valid, 0.5, 0.5, false)), ints(file.at("expected.matches_head")));
+  // Encoding each anchor's best truth (argmax over the valid truths, first on ties).
+  const std::vector<double> q = iou.to_double(), tv = truths.to_double();
+  std::vector<float> best(size_t(A * 4));
+  for (int64_t a = 0; a < A; a++) {
+    int64_t arg = 0;
+    for (int64_t g = 1; g < G; g++) arg = q[size_t(g * A + a)] > q[size_t(arg * A + a)] ? g : arg;
+    for (int k = 0; k < 4; k++) best[size_t(a * 4 + k)] = float(tv[size_t(arg * 4 + k)]);
+  }
+  ops::BoxCoderParams p;
+  p.wx = 10, p.wy = 10, p.ww = 5, p.wh = 5;
+  EXPECT_LE(testutil_max_abs(ops::box_encode(ops::from_vector(best, {1, A, 4}, DType::f32), a3, p),
+                             ops::reshape(file.at("expected.encoded"), {1, A, 4})),
+            1e-4);
+  Tensor hw = ops::from_vector(std::vector<float>{600, 800}, {1, 2}, DType::f32);
+  EXPECT_LE(testutil_max_abs(ops::box_decode(ops::reshape(file.at("deltas"), {1, A, 4}), a3, p, hw),
+                             ops::reshape(file.at("expected.decoded"), {1, A, 4})),
+            1e-3);
+  // NMS over the anchors sorted by score: torchvision's kept boxes, by their rank in that order.
+  const std::vector<int64_t> order = ints(file.at("order"));
+  const std::vector<double> av = anchors.to_double();
+  std::vector<float> sorted;
+  for (int64_t i : order)
+    for (int k = 0; k < 4; k++) sorted.push_back(float(av[size_t(i * 4 + k)]));
+  std::vector<int64_t> keep = ints(ops::nms(ops::from_vector(sorted, {1, A, 4}, DType::f32), Tensor(), 0.7, A));
+  keep.erase(std::find(keep.begin(), keep.end(), -1), keep.end());
+  EXPECT_EQ(keep, ints(file.at("expected.keep_sorted")));
+}
+
 TEST(Detection, ErrorsNameTheProblem) {
   auto expect_error = [](const std::function<void()>& f, const std::string& text) {
     try {
@@ -213,6 +330,11 @@ TEST(Detection, MetaAllocatesLikeCpu) {
     Tensor iou = ops::box_iou(boxes, boxes);
     Tensor keep = ops::nms(boxes, Tensor(), 0.7, 50);
     EXPECT_EQ(keep.shape(), (Shape{1, 50}));
+    ops::BoxCoderParams p;
+    Tensor d = ops::box_encode(boxes, boxes, p);
+    Tensor back = ops::box_decode(d, boxes, p, ops::full({1, 2}, 100.0, DType::f32));
+    Tensor m = ops::match_boxes(iou, Tensor(), 0.7, 0.3, true);
+    EXPECT_EQ(m.shape(), (Shape{1, 130}));
     EXPECT_EQ(t.indices.dtype(), DType::i64);
   });
 }

@@ -143,6 +143,10 @@ TEST(PointwiseLossCuda, MatchesCpu) {
             "l1_loss " + tail, [&](const std::vector<Tensor>& in) { return ops::l1_loss(view(in[0]), view(in[1]), r); },
             {cpu_input(c.shape, dt, -2, 2, true), cpu_input(c.shape, dt, -2, 2, true)}, tol);
         expect_cuda_matches_cpu(
+            "smooth_l1_loss " + tail,
+            [&](const std::vector<Tensor>& in) { return ops::smooth_l1_loss(view(in[0]), view(in[1]), 0.5, r); },
+            {cpu_input(c.shape, dt, -2, 2, true), cpu_input(c.shape, dt, -2, 2, true)}, tol);
+        expect_cuda_matches_cpu(
             "bce_with_logits " + tail,
             [&](const std::vector<Tensor>& in) { return ops::bce_with_logits(view(in[0]), view(in[1]), Tensor(), r); },
             {cpu_input(c.shape, dt, -4, 4, true), cpu_input(c.shape, dt, 0, 1, true)}, tol);

@@ -166,12 +166,13 @@ TEST(Loss, CrossEntropyErrors) {
 TEST(Loss, PointwiseLossesMatchFormulas) {
   Tensor a = rand_input({3, 4}, -2, 2, false), b = rand_input({3, 4}, 0, 1, false);
   std::vector<double> av = a.to_double(), bv = b.to_double();
-  std::vector<double> mse(12), l1(12), bce(12), bce_w(12);
+  std::vector<double> mse(12), l1(12), bce(12), bce_w(12), smooth(12);
   const double pw[4] = {0.5, 1.0, 2.0, 3.0};
   for (int i = 0; i < 12; i++) {
     double x = av[i], t = bv[i], p = pw[i % 4];
     mse[i] = (x - t) * (x - t);
     l1[i] = std::fabs(x - t);
+    smooth[i] = std::fabs(x - t) < 0.7 ? 0.5 * (x - t) * (x - t) / 0.7 : std::fabs(x - t) - 0.35;  // beta 0.7
     bce[i] = -(t * std::log(1 / (1 + std::exp(-x))) + (1 - t) * std::log(1 - 1 / (1 + std::exp(-x))));
     bce_w[i] = -(p * t * std::log(1 / (1 + std::exp(-x))) + (1 - t) * std::log(1 - 1 / (1 + std::exp(-x))));
   }
@@ -183,6 +184,9 @@ TEST(Loss, PointwiseLossesMatchFormulas) {
   Tensor w = ops::from_vector(std::vector<double>(pw, pw + 4), {4}, DType::f64);
   EXPECT_NEAR(ops::mse_loss(a, b).item(), mean(mse), 1e-12);
   EXPECT_NEAR(ops::l1_loss(a, b, Reduction::sum).item(), mean(l1) * 12, 1e-12);
+  expect_values_near(ops::smooth_l1_loss(a, b, 0.7, Reduction::none).to_double(), smooth, 1e-12);
+  EXPECT_NEAR(ops::smooth_l1_loss(a, b, 0.7).item(), mean(smooth), 1e-12);
+  EXPECT_NEAR(ops::smooth_l1_loss(a, b, 0.0).item(), mean(l1), 1e-12);  // beta 0: L1
   expect_values_near(ops::bce_with_logits(a, b, Tensor(), Reduction::none).to_double(), bce, 1e-12);
   EXPECT_NEAR(ops::bce_with_logits(a, b, w).item(), mean(bce_w), 1e-12);
   EXPECT_EQ(ops::mse_loss(ops::to(a, DType::bf16), ops::to(b, DType::bf16)).dtype(), DType::f32);
@@ -200,6 +204,7 @@ TEST(Loss, PointwiseLossesGradAndDoubleBackward) {
         [&](const std::vector<Tensor>& in) { return ops::mse_loss(in[0], in[1], red); },
         [&](const std::vector<Tensor>& in) { return squared(ops::mse_loss(in[0], in[1], red)); },
         [&](const std::vector<Tensor>& in) { return squared(ops::l1_loss(in[0], in[1], red)); },
+        [&](const std::vector<Tensor>& in) { return squared(ops::smooth_l1_loss(in[0], in[1], 0.7, red)); },
         [&](const std::vector<Tensor>& in) { return squared(ops::bce_with_logits(in[0], in[1], Tensor(), red)); },
     };
     for (size_t k = 0; k < fs.size(); k++) {
@@ -218,6 +223,7 @@ TEST(Loss, PointwiseLossesGradAndDoubleBackward) {
 TEST(Loss, PointwiseLossErrors) {
   EXPECT_THROW(ops::mse_loss(ops::zeros({3}), ops::zeros({4})), engine::Error);
   EXPECT_THROW(ops::l1_loss(ops::zeros({3}), ops::zeros({3}, DType::f64)), engine::Error);
+  EXPECT_THROW(ops::smooth_l1_loss(ops::zeros({3}), ops::zeros({3}), -1.0), engine::Error);  // beta < 0
   EXPECT_THROW(ops::bce_with_logits(ops::zeros({2, 3}), ops::zeros({2, 3}), ops::zeros({2})), engine::Error);
 }
 

@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Writes tests/data/detection_reference.safetensors: torchvision's own detection utilities on random boxes, for
+tests/ops/detection_test.cpp (Detection.MatchesTorchvision) to hold ops::box_iou, nms, box_encode, box_decode and
+match_boxes to the library whose Mask R-CNN the engine's is meant to equal.
+
+One image: "anchors" [A, 4], "truths" [G + 2, 4] whose last two rows are padding (given to the engine with
+gt_valid false, not to torchvision), "deltas" [A, 4] random codes; torchvision's outputs: "expected.iou" [G, A]
+(box_iou), "expected.matches_rpn" (Matcher(0.7, 0.3, allow_low_quality_matches=True)), "expected.matches_head"
+(Matcher(0.5, 0.5, False)), "expected.encoded" (BoxCoder((10, 10, 5, 5)).encode_single of each anchor's best truth),
+"expected.decoded" (decode_single of the deltas, then clip_boxes_to_image at 600 x 800), "scores" [A] and
+"expected.keep" (nms at 0.7 over the anchors by score; the engine takes them sorted by score).
+Regenerate: python3 tools/bench/detection_parity.py   (made with torch 2.15.0, torchvision 0.29.2, on the cpu)
+"""
+import os
+
+import torch
+from safetensors.torch import save_file
+from torchvision.models.detection._utils import BoxCoder, Matcher
+from torchvision.ops import box_iou, clip_boxes_to_image, nms
+
+torch.manual_seed(0)
+
+
+def boxes(n, extent_w=800, extent_h=600, size=200):
+    xy = torch.rand(n, 2) * torch.tensor([extent_w, extent_h])
+    wh = 4 + torch.rand(n, 2) * size
+    return torch.cat([xy, xy + wh], 1)
+
+
+A, G = 500, 7
+anchors = boxes(A)
+anchors[:20] = anchors[0]  # ties: twenty equal anchors (one best IoU shared by many)
+truths = torch.cat([boxes(G), torch.tensor([[0.0, 0.0, 800.0, 600.0], [10.0, 10.0, 50.0, 50.0]])])
+iou = box_iou(truths[:G], anchors)
+rpn = Matcher(0.7, 0.3, allow_low_quality_matches=True)(iou)
+head = Matcher(0.5, 0.5, allow_low_quality_matches=False)(iou)
+best = iou.argmax(0)
+coder = BoxCoder((10.0, 10.0, 5.0, 5.0))
+encoded = coder.encode_single(truths[best], anchors)
+deltas = torch.randn(A, 4) * 2
+deltas[5, 2:] = 9.0  # beyond the log(1000 / 16) clip
+decoded = clip_boxes_to_image(coder.decode_single(deltas, anchors), (600, 800))
+scores = torch.rand(A)
+order = scores.argsort(descending=True)
+keep = nms(anchors, scores, 0.7)  # indices into anchors; the engine's are into the sorted order
+rank = torch.empty(A, dtype=torch.int64)
+rank[order] = torch.arange(A)
+out = {"anchors": anchors, "truths": truths, "deltas": deltas, "scores": scores, "order": order,
+       "expected.iou": iou, "expected.matches_rpn": rpn, "expected.matches_head": head, "expected.encoded": encoded,
+       "expected.decoded": decoded, "expected.keep_sorted": rank[keep]}
+here = os.path.dirname(os.path.abspath(__file__))
+save_file({k: v.contiguous() for k, v in out.items()},
+          os.path.join(here, "..", "..", "tests", "data", "detection_reference.safetensors"),
+          metadata={"made_by": "tools/bench/detection_parity.py"})
