@@ -10,7 +10,11 @@
 #endif
 #include "graph/autograd.h"
 #include "ops/elementwise.h"
+#include "ops/factory.h"
 #include "ops/op.h"
+#include "ops/reduce.h"
+#include "ops/shape.h"
+#include "ops/view.h"
 
 namespace ops {
 
@@ -165,6 +169,102 @@ Tensor match_boxes(const Tensor& iou, const Tensor& gt_valid, double high, doubl
   }
   engine::count_op(name, 2.0 * double(iou.numel()), double(iou.nbytes() + matches.nbytes()));
   return matches;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Built from other ops
+
+Tensor grid_anchors(int64_t grid_h, int64_t grid_w, int64_t stride_h, int64_t stride_w,
+                    const std::vector<double>& sizes, const std::vector<double>& ratios,
+                    std::shared_ptr<engine::Device> device) {
+  OpScope scope("grid_anchors");
+  ENGINE_CHECK(grid_h > 0 && grid_w > 0 && stride_h > 0 && stride_w > 0, "grid_anchors: the grid (", grid_h, " x ",
+               grid_w, ") and strides (", stride_h, ", ", stride_w, ") must be positive");
+  ENGINE_CHECK(!sizes.empty() && !ratios.empty(), "grid_anchors: needs at least one size and one aspect ratio");
+  for (double v : sizes) ENGINE_CHECK(std::isfinite(v) && v > 0, "grid_anchors: sizes must be > 0, got ", v);
+  for (double v : ratios) ENGINE_CHECK(std::isfinite(v) && v > 0, "grid_anchors: aspect ratios must be > 0, got ", v);
+  std::vector<float> cell;  // [A, 4], ratio-major, as torchvision's generate_anchors (in f32)
+  for (double r : ratios) {
+    const float h_ratio = std::sqrt(float(r)), w_ratio = 1.f / h_ratio;
+    for (double s : sizes) {
+      const float w = w_ratio * float(s), h = h_ratio * float(s);
+      for (float v : {-w, -h, w, h}) cell.push_back(std::nearbyint(v / 2.f));  // torch.round: half to even
+    }
+  }
+  const int64_t A = int64_t(cell.size() / 4);
+  std::vector<float> out(size_t(grid_h * grid_w * A * 4));
+  for (int64_t y = 0; y < grid_h; y++)
+    for (int64_t x = 0; x < grid_w; x++)
+      for (int64_t a = 0; a < A; a++) {
+        float* o = &out[size_t(((y * grid_w + x) * A + a) * 4)];
+        const float shift[4] = {float(x * stride_w), float(y * stride_h), float(x * stride_w), float(y * stride_h)};
+        for (int k = 0; k < 4; k++) o[k] = shift[k] + cell[size_t(a * 4 + k)];
+      }
+  return from_vector(out, {grid_h * grid_w * A, 4}, DType::f32, device);
+}
+
+Tensor fpn_levels(const Tensor& boxes, int64_t k_min, int64_t k_max, double canonical_size, int64_t canonical_level,
+                  double eps) {
+  const char* name = "fpn_levels";
+  OpScope scope(name);
+  check_boxes(name, "boxes", boxes);
+  ENGINE_CHECK(k_min <= k_max && canonical_size > 0, name, ": needs k_min <= k_max and canonical_size > 0");
+  check_no_grad(name, boxes);
+  Tensor w = sub(select(boxes, 2, 2), select(boxes, 2, 0)), h = sub(select(boxes, 2, 3), select(boxes, 2, 1));
+  Tensor s = sqrt(mul(w, h));  // [N, K]
+  // level >= k  <=>  canonical_level + log2(s / canonical_size) + eps >= k  <=>  s >= canonical_size 2^(k - lvl0 - eps)
+  Tensor level = zeros(s.shape(), DType::f32, s.device_ptr());
+  for (int64_t k = k_min + 1; k <= k_max; k++) {
+    const double bound = canonical_size * std::exp2(double(k - canonical_level) - eps);
+    level = add(level, to(compare(CompareOp::ge, s, bound), DType::f32));
+  }
+  return to(level, DType::i64);
+}
+
+Sampled sample_balanced(const Tensor& labels, int64_t num, double positive_fraction) {
+  const char* name = "sample_balanced";
+  OpScope scope(name);
+  check_dtype(name, "labels", labels, DType::i64);
+  ENGINE_CHECK(labels.dim() == 2, name, ": labels must be [N, A], got ", engine::shape_str(labels.shape()));
+  const int64_t N = labels.size(0), A = labels.size(1), P = int64_t(std::floor(double(num) * positive_fraction));
+  ENGINE_CHECK(num >= 1 && num <= A && num <= kTopkMaxK, name, ": num must be in [1, min(A = ", A, ", ", kTopkMaxK,
+               ")], got ", num);
+  ENGINE_CHECK(positive_fraction >= 0 && positive_fraction <= 1, name, ": positive_fraction must be in [0, 1], got ",
+               positive_fraction);
+  // A random key per candidate: u in [0, 1) for the candidates of a kind, -1 for the others; the top keys are a
+  // uniform draw without replacement among the candidates.
+  Tensor u = rand({N, A}, 0, 1, DType::f32, labels.device_ptr());
+  auto keys = [&](int64_t kind) {
+    Tensor is = to(compare(CompareOp::eq, labels, double(kind)), DType::f32);
+    return add(mul(u, is), add(is, -1.0));
+  };
+  Tensor j = to(arange(num, DType::i64, labels.device_ptr()), DType::f32);  // [num] slot numbers
+  Tensor j2 = broadcast_to(reshape(j, {1, num}), {N, num});
+  Tensor chosen_pos, n_pos;
+  if (P > 0) {
+    TopK pos = topk(keys(1), P);                                                      // [N, P]
+    n_pos = sum(to(compare(CompareOp::ge, pos.values, 0.0), DType::f32), {1}, true);  // [N, 1]
+    Tensor jp = to(minimum(j2, full({N, num}, double(P - 1), DType::f32, labels.device_ptr())), DType::i64);
+    chosen_pos = gather(pos.indices, 1, contiguous(jp));  // slot j < P: the j-th positive
+  } else {
+    n_pos = zeros({N, 1}, DType::f32, labels.device_ptr());
+    chosen_pos = zeros({N, num}, DType::i64, labels.device_ptr());
+  }
+  TopK neg = topk(keys(0), num);                                                           // [N, num]
+  Tensor n_neg = sum(to(compare(CompareOp::ge, neg.values, 0.0), DType::f32), {1}, true);  // [N, 1]
+  Tensor jn = sub(j2, n_pos);  // slot j >= n_pos: negative j - n_pos
+  Tensor jn_index = to(maximum(jn, zeros({N, num}, DType::f32, labels.device_ptr())), DType::i64);
+  Tensor chosen_neg = gather(neg.indices, 1, contiguous(jn_index));
+  Tensor is_pos = compare(CompareOp::lt, j2, n_pos);  // [N, num]
+  Tensor is_neg = mul(to(compare(CompareOp::ge, jn, 0.0), DType::f32),
+                      to(compare(CompareOp::lt, jn, n_neg), DType::f32));  // 1 where a negative is taken
+  Tensor pos_f = to(is_pos, DType::f32);
+  Sampled out;
+  // index = the positive, the negative, or 0 for padding; label = 1, 0 or -1.
+  out.index = add(mul(to(chosen_pos, DType::f32), pos_f), mul(to(chosen_neg, DType::f32), is_neg));
+  out.index = to(out.index, DType::i64);
+  out.label = to(add(pos_f, add(add(pos_f, is_neg), -1.0)), DType::i64);
+  return out;
 }
 
 }  // namespace ops

@@ -26,6 +26,20 @@
 //     -2 (ignored) if in [low, high), -1 (background) below low or with no valid truth; allow_low_quality: every
 //     anchor whose IoU with some valid truth equals that truth's best IoU over all anchors gets back its best truth.
 //
+// Built from the ops above and the elementwise ones (no kernels of their own):
+//   grid_anchors(grid_h, grid_w, stride_h, stride_w, sizes, ratios, device) -> f32 [grid_h grid_w A, 4], A = ratios x
+//     sizes: torchvision's AnchorGenerator for one level. Cell anchors round((-w, -h, w, h) / 2) with h = size
+//     sqrt(ratio), w = size / sqrt(ratio) (ratio-major, in f32, rounded half to even), shifted by (x s_w, y s_h, x s_w,
+//     y s_h) at every cell (y, x), row-major, a cell's anchors consecutive. A function of the sizes only: computed on
+//     the host and uploaded.
+//   fpn_levels(boxes [N, K, 4], k_min, k_max, canonical_size, canonical_level, eps) -> i64 [N, K]: torchvision's
+//     LevelMapper, clamp(floor(canonical_level + log2(sqrt(area) / canonical_size) + eps), k_min, k_max) - k_min:
+//     the pyramid level (0 = k_min) each RoI is pooled from, as comparisons of sqrt(area) with the level bounds.
+//   sample_balanced(labels [N, A] i64 (1 positive, 0 negative, else neither), num, positive_fraction) -> {index,
+//     label} i64 [N, num]: torchvision's BalancedPositiveNegativeSampler in fixed slots: p = min(#positives,
+//     floor(num fraction)) positives drawn uniformly without replacement, then min(#negatives, num - p) negatives,
+//     then padding (index 0, label -1). The draws are ops::rand's (the default generator): reproducible from the seed.
+//
 // Kernels: cpu (the reference loops) and cuda (cuda/detection.cu); the IoU of two boxes is one ENGINE_HD function
 // (cpu/detection.h) rounded the same on both (cpu/rounding.h), so the two agree bit for bit, NMS decisions
 // included. Memory: outputs only, plus, on every device alike (cpu and meta leave them unused), the GPU's
@@ -34,6 +48,8 @@
 // cpu's by an ulp or so (the other ops agree bit for bit).
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "engine/tensor.h"
 
@@ -58,6 +74,16 @@ Tensor box_encode(const Tensor& boxes, const Tensor& reference, const BoxCoderPa
 Tensor box_decode(const Tensor& deltas, const Tensor& reference, const BoxCoderParams& p,
                   const Tensor& image_hw = Tensor());
 Tensor match_boxes(const Tensor& iou, const Tensor& gt_valid, double high, double low, bool allow_low_quality);
+
+Tensor grid_anchors(int64_t grid_h, int64_t grid_w, int64_t stride_h, int64_t stride_w,
+                    const std::vector<double>& sizes, const std::vector<double>& ratios,
+                    std::shared_ptr<engine::Device> device = nullptr);
+Tensor fpn_levels(const Tensor& boxes, int64_t k_min = 2, int64_t k_max = 5, double canonical_size = 224,
+                  int64_t canonical_level = 4, double eps = 1e-6);
+struct Sampled {
+  Tensor index, label;  // i64 [N, num]
+};
+Sampled sample_balanced(const Tensor& labels, int64_t num, double positive_fraction);
 
 // The largest k of topk, on every device (the GPU's one block sorts a row's k candidates in shared memory).
 constexpr int64_t kTopkMaxK = 4096;

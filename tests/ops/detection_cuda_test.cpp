@@ -6,6 +6,7 @@
 #include <random>
 
 #include "engine/device.h"
+#include "engine/rng.h"
 #include "ops/detection.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
@@ -85,6 +86,29 @@ TEST(DetectionCuda, BoxCoderAndMatcherEqualTheCpus) {
     testutil::expect_equal(engine::str("match_boxes low quality ", low_quality),
                            ops::match_boxes(iou, valid, 0.7, 0.3, low_quality),
                            ops::match_boxes(gpu_iou, to_cuda(valid), 0.7, 0.3, low_quality));
+}
+
+// The ops built from others: anchors, levels and the sampler's draws (ops::rand reserves the same Philox numbers on
+// every device) equal the cpu's.
+TEST(DetectionCuda, AnchorsLevelsAndSamplesEqualTheCpus) {
+  testutil::expect_equal("grid_anchors", ops::grid_anchors(50, 84, 16, 16, {128}, {0.5, 1.0, 2.0}),
+                         ops::grid_anchors(50, 84, 16, 16, {128}, {0.5, 1.0, 2.0}, testutil::cuda_device()));
+  Tensor boxes = random_boxes(2, 3000, 5);
+  testutil::expect_equal("fpn_levels", ops::fpn_levels(boxes), ops::fpn_levels(to_cuda(boxes)));
+  Tensor iou = ops::box_iou(random_boxes(2, 20, 6), boxes);
+  Tensor m = ops::match_boxes(iou, Tensor(), 0.7, 0.3, true);
+  Tensor labels = ops::to(ops::compare(ops::CompareOp::ge, m, 0.0), DType::i64);  // 1 matched, 0 background
+  engine::manual_seed(21);
+  ops::Sampled cpu = ops::sample_balanced(labels, 256, 0.5);
+  Tensor gpu_labels = to_cuda(labels);
+  engine::manual_seed(21);
+  ops::Sampled gpu;
+  {
+    engine::DeviceGuard guard(testutil::cuda_device());
+    gpu = ops::sample_balanced(gpu_labels, 256, 0.5);
+  }
+  testutil::expect_equal("sample_balanced index", cpu.index, gpu.index);
+  testutil::expect_equal("sample_balanced label", cpu.label, gpu.label);
 }
 
 TEST(DetectionCuda, LedgerMatchesMeta) {

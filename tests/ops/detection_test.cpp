@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/device.h"
+#include "engine/rng.h"
 #include "engine/safetensors.h"
 #include "ops/detection.h"
 #include "ops/elementwise.h"
@@ -294,6 +295,62 @@ TEST(Detection, MatchesTorchvision) {
   std::vector<int64_t> keep = ints(ops::nms(ops::from_vector(sorted, {1, A, 4}, DType::f32), Tensor(), 0.7, A));
   keep.erase(std::find(keep.begin(), keep.end(), -1), keep.end());
   EXPECT_EQ(keep, ints(file.at("expected.keep_sorted")));
+  // AnchorGenerator's two levels (16 x 24 at stride 4 with size 32, 8 x 12 at stride 8 with size 64), exactly.
+  Tensor level0 = ops::grid_anchors(16, 24, 4, 4, {32}, {0.5, 1.0, 2.0});
+  Tensor level1 = ops::grid_anchors(8, 12, 8, 8, {64}, {0.5, 1.0, 2.0});
+  std::vector<double> anchors_got = level0.to_double(), more = level1.to_double();
+  anchors_got.insert(anchors_got.end(), more.begin(), more.end());
+  EXPECT_EQ(anchors_got, file.at("expected.anchors").to_double());
+  // LevelMapper(2, 5) on boxes of sqrt(area) from 1 to 1100.
+  EXPECT_EQ(ints(ops::fpn_levels(file.at("level_boxes"))), ints(file.at("expected.levels")));
+}
+
+TEST(SampleBalanced, DrawsTheCountsFromTheRightCandidatesUniformly) {
+  // Image 0: 3 positives, 40 negatives, the rest neither; image 1: 30 positives, 2 negatives (padding follows).
+  const int64_t A = 100, num = 16;
+  std::vector<int64_t> labels(size_t(2 * A), -1);
+  for (int64_t i = 0; i < 3; i++) labels[size_t(7 * i + 1)] = 1;
+  for (int64_t i = 0; i < 40; i++) labels[size_t(50 + i)] = 0;
+  for (int64_t i = 0; i < 30; i++) labels[size_t(A + 3 * i)] = 1;
+  labels[size_t(A + 91)] = labels[size_t(A + 95)] = 0;
+  Tensor t = ops::from_vector(labels, {2, A}, DType::i64);
+  std::vector<int64_t> hits(size_t(2 * A), 0);
+  const int runs = 400;
+  engine::manual_seed(11);
+  for (int run = 0; run < runs; run++) {
+    ops::Sampled s = ops::sample_balanced(t, num, 0.25);  // at most 4 positives
+    const std::vector<int64_t> index = ints(s.index), label = ints(s.label);
+    for (int64_t n = 0; n < 2; n++) {
+      std::vector<int64_t> seen;
+      int64_t pos = 0, neg = 0, pad = 0;
+      for (int64_t j = 0; j < num; j++) {
+        const int64_t i = index[size_t(n * num + j)], l = label[size_t(n * num + j)];
+        if (l == -1) {
+          pad++;
+          EXPECT_EQ(i, 0);
+          continue;
+        }
+        EXPECT_EQ(labels[size_t(n * A + i)], l) << "image " << n << " slot " << j << " anchor " << i;
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), i), 0) << "anchor " << i << " drawn twice";
+        EXPECT_TRUE(l == 1 ? neg == 0 && pad == 0 : pad == 0) << "slots: positives, then negatives, then padding";
+        seen.push_back(i);
+        (l == 1 ? pos : neg)++;
+        hits[size_t(n * A + i)]++;
+      }
+      EXPECT_EQ(pos, n == 0 ? 3 : 4);
+      EXPECT_EQ(neg, n == 0 ? 13 : 2);
+      EXPECT_EQ(pad, n == 0 ? 0 : 10);
+    }
+  }
+  // Uniform without replacement: image 1's 30 positives are drawn 4 at a time (400 runs: 53.3 each, sd ~7);
+  // image 0's 40 negatives 13 at a time (130 each, sd ~9.4).
+  for (int64_t i = 0; i < 30; i++) EXPECT_NEAR(double(hits[size_t(A + 3 * i)]), 400.0 * 4 / 30, 30.0) << i;
+  for (int64_t i = 0; i < 40; i++) EXPECT_NEAR(double(hits[size_t(50 + i)]), 400.0 * 13 / 40, 40.0) << i;
+  // The seed decides the draw.
+  engine::manual_seed(3);
+  const std::vector<int64_t> a = ints(ops::sample_balanced(t, num, 0.25).index);
+  engine::manual_seed(3);
+  EXPECT_EQ(ints(ops::sample_balanced(t, num, 0.25).index), a);
 }
 
 TEST(Detection, ErrorsNameTheProblem) {
@@ -335,6 +392,10 @@ TEST(Detection, MetaAllocatesLikeCpu) {
     Tensor back = ops::box_decode(d, boxes, p, ops::full({1, 2}, 100.0, DType::f32));
     Tensor m = ops::match_boxes(iou, Tensor(), 0.7, 0.3, true);
     EXPECT_EQ(m.shape(), (Shape{1, 130}));
+    Tensor levels = ops::fpn_levels(boxes);
+    ops::Sampled s = ops::sample_balanced(ops::to(ops::compare(ops::CompareOp::ge, m, 0.0), DType::i64), 64, 0.5);
+    EXPECT_EQ(s.index.shape(), (Shape{1, 64}));
+    EXPECT_EQ(levels.dtype(), DType::i64);
     EXPECT_EQ(t.indices.dtype(), DType::i64);
   });
 }

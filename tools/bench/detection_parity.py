@@ -8,7 +8,9 @@ gt_valid false, not to torchvision), "deltas" [A, 4] random codes; torchvision's
 (box_iou), "expected.matches_rpn" (Matcher(0.7, 0.3, allow_low_quality_matches=True)), "expected.matches_head"
 (Matcher(0.5, 0.5, False)), "expected.encoded" (BoxCoder((10, 10, 5, 5)).encode_single of each anchor's best truth),
 "expected.decoded" (decode_single of the deltas, then clip_boxes_to_image at 600 x 800), "scores" [A] and
-"expected.keep" (nms at 0.7 over the anchors by score; the engine takes them sorted by score).
+"expected.keep" (nms at 0.7 over the anchors by score; the engine takes them sorted by score); "expected.anchors"
+(AnchorGenerator(sizes ((32,), (64,)), ratios (0.5, 1, 2)) on a 64 x 96 image with 16 x 24 and 8 x 12 maps, the two
+levels concatenated); "level_boxes" [1, 300, 4] and "expected.levels" (LevelMapper(2, 5) - 2).
 Regenerate: python3 tools/bench/detection_parity.py   (made with torch 2.15.0, torchvision 0.29.2, on the cpu)
 """
 import os
@@ -16,7 +18,10 @@ import os
 import torch
 from safetensors.torch import save_file
 from torchvision.models.detection._utils import BoxCoder, Matcher
+from torchvision.models.detection.anchor_utils import AnchorGenerator
+from torchvision.models.detection.image_list import ImageList
 from torchvision.ops import box_iou, clip_boxes_to_image, nms
+from torchvision.ops.poolers import LevelMapper
 
 torch.manual_seed(0)
 
@@ -48,6 +53,16 @@ rank[order] = torch.arange(A)
 out = {"anchors": anchors, "truths": truths, "deltas": deltas, "scores": scores, "order": order,
        "expected.iou": iou, "expected.matches_rpn": rpn, "expected.matches_head": head, "expected.encoded": encoded,
        "expected.decoded": decoded, "expected.keep_sorted": rank[keep]}
+generator = AnchorGenerator(sizes=((32,), (64,)), aspect_ratios=((0.5, 1.0, 2.0),) * 2)
+images = ImageList(torch.zeros(1, 3, 64, 96), [(64, 96)])
+out["expected.anchors"] = torch.cat(generator(images, [torch.zeros(1, 8, 16, 24), torch.zeros(1, 8, 8, 12)])[0].split(
+    [16 * 24 * 3, 8 * 12 * 3]))
+side = torch.exp(torch.rand(300) * 7)  # sqrt(area) from 1 to 1100: every level and both clamps
+corner = torch.rand(300, 2) * 100
+level_boxes = torch.cat([corner, corner + side[:, None] * torch.stack([torch.rand(300) + 0.5, torch.ones(300)], 1)], 1)
+level_boxes[:, 3] = level_boxes[:, 1] + side * side / (level_boxes[:, 2] - level_boxes[:, 0])
+out["level_boxes"] = level_boxes[None]
+out["expected.levels"] = LevelMapper(2, 5)([level_boxes])
 here = os.path.dirname(os.path.abspath(__file__))
 save_file({k: v.contiguous() for k, v in out.items()},
           os.path.join(here, "..", "..", "tests", "data", "detection_reference.safetensors"),
