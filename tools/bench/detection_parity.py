@@ -10,7 +10,11 @@ gt_valid false, not to torchvision), "deltas" [A, 4] random codes; torchvision's
 "expected.decoded" (decode_single of the deltas, then clip_boxes_to_image at 600 x 800), "scores" [A] and
 "expected.keep" (nms at 0.7 over the anchors by score; the engine takes them sorted by score); "expected.anchors"
 (AnchorGenerator(sizes ((32,), (64,)), ratios (0.5, 1, 2)) on a 64 x 96 image with 16 x 24 and 8 x 12 maps, the two
-levels concatenated); "level_boxes" [1, 300, 4] and "expected.levels" (LevelMapper(2, 5) - 2).
+levels concatenated); "level_boxes" [1, 300, 4] and "expected.levels" (LevelMapper(2, 5) - 2); for
+models/vision/rpn.h: "rpn.objectness" [2, K] and "rpn.deltas" [2, K, 4] over those anchors, and
+RegionProposalNetwork.filter_proposals's result (pre_nms_top_n 200, post_nms_top_n 150, NMS 0.7, images 64 x 96
+and 60 x 90) padded to 150 slots: "expected.rpn.boxes" [2, 150, 4] (0 in padding), "expected.rpn.scores" (-1),
+"expected.rpn.count" [2].
 Regenerate: python3 tools/bench/detection_parity.py   (made with torch 2.15.0, torchvision 0.29.2, on the cpu)
 """
 import os
@@ -20,6 +24,7 @@ from safetensors.torch import save_file
 from torchvision.models.detection._utils import BoxCoder, Matcher
 from torchvision.models.detection.anchor_utils import AnchorGenerator
 from torchvision.models.detection.image_list import ImageList
+from torchvision.models.detection.rpn import RegionProposalNetwork, RPNHead
 from torchvision.ops import box_iou, clip_boxes_to_image, nms
 from torchvision.ops.poolers import LevelMapper
 
@@ -63,6 +68,21 @@ level_boxes = torch.cat([corner, corner + side[:, None] * torch.stack([torch.ran
 level_boxes[:, 3] = level_boxes[:, 1] + side * side / (level_boxes[:, 2] - level_boxes[:, 0])
 out["level_boxes"] = level_boxes[None]
 out["expected.levels"] = LevelMapper(2, 5)([level_boxes])
+K0, K1 = 16 * 24 * 3, 8 * 12 * 3
+rpn = RegionProposalNetwork(generator, RPNHead(8, 3), 0.7, 0.3, 256, 0.5, dict(training=200, testing=200),
+                            dict(training=150, testing=150), 0.7).eval()
+objectness = torch.randn(2, K0 + K1)
+codes = torch.randn(2, K0 + K1, 4) * 0.5
+anchor_list = out["expected.anchors"]
+decoded_rpn = rpn.box_coder.decode(codes.reshape(-1, 4), [anchor_list, anchor_list]).view(2, -1, 4)
+kept_boxes, kept_scores = rpn.filter_proposals(decoded_rpn, objectness.reshape(-1, 1), [(64, 96), (60, 90)], [K0, K1])
+out["rpn.objectness"], out["rpn.deltas"] = objectness, codes
+out["expected.rpn.boxes"] = torch.zeros(2, 150, 4)
+out["expected.rpn.scores"] = -torch.ones(2, 150)
+out["expected.rpn.count"] = torch.tensor([len(s) for s in kept_scores], dtype=torch.int64)
+for n in range(2):
+    out["expected.rpn.boxes"][n, : len(kept_scores[n])] = kept_boxes[n]
+    out["expected.rpn.scores"][n, : len(kept_scores[n])] = kept_scores[n]
 here = os.path.dirname(os.path.abspath(__file__))
 save_file({k: v.contiguous() for k, v in out.items()},
           os.path.join(here, "..", "..", "tests", "data", "detection_reference.safetensors"),

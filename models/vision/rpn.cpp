@@ -1,0 +1,77 @@
+// vision/rpn.cpp: the RPN's proposal selection from ops, in torchvision's order (rpn.h).
+#include "models/vision/rpn.h"
+
+#include <algorithm>
+
+#include "engine/error.h"
+#include "graph/autograd.h"
+#include "ops/detection.h"
+#include "ops/elementwise.h"
+#include "ops/factory.h"
+#include "ops/shape.h"
+#include "ops/view.h"
+
+namespace models::vision {
+
+using engine::DType;
+using engine::Tensor;
+
+namespace {
+
+// rows [N, K, C] gathered at index [N, k] along K -> [N, k, C].
+Tensor gather_rows(const Tensor& rows, const Tensor& index) {
+  const int64_t N = index.size(0), k = index.size(1), C = rows.size(2);
+  Tensor idx = ops::contiguous(ops::broadcast_to(ops::reshape(index, {N, k, 1}), {N, k, C}));
+  return ops::gather(rows, 1, idx);
+}
+
+}  // namespace
+
+Proposals rpn_proposals(const std::vector<Tensor>& objectness, const std::vector<Tensor>& deltas,
+                        const std::vector<Tensor>& anchors, const Tensor& image_hw, const RpnParams& p) {
+  ENGINE_CHECK(!objectness.empty() && objectness.size() == deltas.size() && objectness.size() == anchors.size(),
+               "rpn_proposals: one objectness, deltas and anchors tensor per level (", objectness.size(), ", ",
+               deltas.size(), ", ", anchors.size(), ")");
+  ENGINE_CHECK(p.pre_nms_top_n >= 1 && p.post_nms_top_n >= 1, "rpn_proposals: the top-n counts must be >= 1");
+  graph::NoGrad no_grad;  // proposals are constants for the second stage (torchvision detaches them)
+  const int64_t N = objectness[0].size(0);
+  std::vector<Tensor> level_scores, level_boxes;
+  int64_t candidates = 0;
+  for (size_t l = 0; l < objectness.size(); l++) {
+    const Tensor& logit = objectness[l];
+    ENGINE_CHECK(logit.dim() == 2 && logit.size(0) == N && deltas[l].shape() == (engine::Shape{N, logit.size(1), 4}) &&
+                     anchors[l].shape() == (engine::Shape{logit.size(1), 4}),
+                 "rpn_proposals: level ", l, ": objectness [N, K], deltas [N, K, 4] and anchors [K, 4] expected, got ",
+                 engine::shape_str(logit.shape()), ", ", engine::shape_str(deltas[l].shape()), ", ",
+                 engine::shape_str(anchors[l].shape()));
+    const int64_t k = std::min(p.pre_nms_top_n, logit.size(1));
+    ops::TopK top = ops::topk(ops::to(logit.detach(), DType::f32), k);  // [N, k], decreasing objectness
+    Tensor codes = gather_rows(ops::to(deltas[l].detach(), DType::f32), top.indices);
+    Tensor refs = ops::reshape(ops::index_select(anchors[l], 0, ops::reshape(top.indices, {N * k})), {N, k, 4});
+    ops::BoxCoderParams unit;  // the RPN's codes have weights 1, 1, 1, 1
+    Tensor boxes = ops::box_decode(ops::contiguous(codes), ops::contiguous(refs), unit, image_hw);  // [N, k, 4]
+    Tensor w = ops::sub(ops::select(boxes, 2, 2), ops::select(boxes, 2, 0));
+    Tensor h = ops::sub(ops::select(boxes, 2, 3), ops::select(boxes, 2, 1));
+    Tensor big = ops::mul(ops::to(ops::compare(ops::CompareOp::ge, w, p.min_size), DType::f32),
+                          ops::to(ops::compare(ops::CompareOp::ge, h, p.min_size), DType::f32));
+    Tensor keep = ops::nms(boxes, ops::compare(ops::CompareOp::gt, big, 0.5), p.nms_threshold, k);  // [N, k]
+    // Survivors' scores (sigmoid of the logit), -1 in the padding slots; their boxes, 0 there.
+    Tensor kept = ops::to(ops::compare(ops::CompareOp::ge, keep, 0.0), DType::f32);
+    Tensor slot =
+        ops::to(ops::maximum(ops::to(keep, DType::f32), ops::zeros({N, k}, DType::f32, keep.device_ptr())), DType::i64);
+    Tensor score = ops::gather(ops::sigmoid(top.values), 1, slot);
+    level_scores.push_back(ops::add(ops::mul(score, kept), ops::add(kept, -1.0)));
+    level_boxes.push_back(ops::mul(gather_rows(boxes, slot), ops::reshape(kept, {N, k, 1})));
+    candidates += k;
+  }
+  Tensor scores = ops::concat(level_scores, 1), boxes = ops::concat(level_boxes, 1);  // [N, sum k], [N, sum k, 4]
+  const int64_t post = std::min(p.post_nms_top_n, candidates);
+  ops::TopK best = ops::topk(scores, post);
+  Proposals out;
+  out.scores = best.values;
+  out.boxes = gather_rows(boxes, best.indices);
+  out.valid = ops::compare(ops::CompareOp::ge, best.values, 0.0);
+  return out;
+}
+
+}  // namespace models::vision
