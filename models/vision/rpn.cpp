@@ -8,6 +8,8 @@
 #include "ops/detection.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
+#include "ops/loss.h"
+#include "ops/reduce.h"
 #include "ops/shape.h"
 #include "ops/view.h"
 
@@ -23,6 +25,11 @@ Tensor gather_rows(const Tensor& rows, const Tensor& index) {
   const int64_t N = index.size(0), k = index.size(1), C = rows.size(2);
   Tensor idx = ops::contiguous(ops::broadcast_to(ops::reshape(index, {N, k, 1}), {N, k, C}));
   return ops::gather(rows, 1, idx);
+}
+
+// The loss's working precision: f32 for the half types (the mixed-precision recipes keep losses in float), else x's.
+Tensor wide(const Tensor& x) {
+  return x.dtype() == DType::bf16 || x.dtype() == DType::f16 ? ops::to(x, DType::f32) : x;
 }
 
 }  // namespace
@@ -72,6 +79,44 @@ Proposals rpn_proposals(const std::vector<Tensor>& objectness, const std::vector
   out.boxes = gather_rows(boxes, best.indices);
   out.valid = ops::compare(ops::CompareOp::ge, best.values, 0.0);
   return out;
+}
+
+RpnTargets rpn_targets(const Tensor& anchors, const Tensor& truths, const Tensor& truth_valid, double high,
+                       double low) {
+  ENGINE_CHECK(anchors.dim() == 2 && anchors.size(1) == 4 && truths.dim() == 3 && truths.size(2) == 4,
+               "rpn_targets: anchors [A, 4] and truths [N, G, 4] expected, got ", engine::shape_str(anchors.shape()),
+               " and ", engine::shape_str(truths.shape()));
+  graph::NoGrad no_grad;
+  const int64_t N = truths.size(0), A = anchors.size(0);
+  Tensor per_image = ops::contiguous(ops::broadcast_to(ops::reshape(anchors, {1, A, 4}), {N, A, 4}));
+  Tensor matches = ops::match_boxes(ops::box_iou(truths, per_image), truth_valid, high, low, true);  // [N, A]
+  RpnTargets t;
+  t.labels = ops::to(ops::sub(ops::to(ops::compare(ops::CompareOp::ge, matches, 0.0), DType::f32),
+                              ops::to(ops::compare(ops::CompareOp::eq, matches, -2.0), DType::f32)),
+                     DType::i64);
+  Tensor zero = ops::zeros({N, A}, DType::f32, matches.device_ptr());
+  Tensor truth_index = ops::to(ops::maximum(ops::to(matches, DType::f32), zero), DType::i64);
+  ops::BoxCoderParams unit;
+  t.targets = ops::box_encode(ops::contiguous(gather_rows(truths, truth_index)), per_image, unit);
+  return t;
+}
+
+RpnLoss rpn_loss(const Tensor& objectness, const Tensor& deltas, const Tensor& targets, const ops::Sampled& sampled) {
+  const int64_t N = sampled.index.size(0), num = sampled.index.size(1);
+  Tensor logits = wide(ops::gather(objectness, 1, sampled.index));  // [N, num]
+  const DType dt = logits.dtype();
+  Tensor valid = ops::to(ops::compare(ops::CompareOp::ge, sampled.label, 0.0), dt);  // [N, num]
+  Tensor positive = ops::to(ops::compare(ops::CompareOp::eq, sampled.label, 1.0), dt);
+  // The batch's sampled count (torchvision's sampled_inds.numel()), at least 1.
+  Tensor count = ops::maximum(ops::sum(valid), ops::full({}, 1.0, dt, valid.device_ptr()));
+  Tensor bce = ops::bce_with_logits(logits, positive, Tensor(), ops::Reduction::none);  // [N, num]
+  RpnLoss loss;
+  loss.objectness = ops::div(ops::sum(ops::mul(bce, valid)), count);
+  Tensor codes = ops::to(wide(gather_rows(deltas, sampled.index)), dt);  // [N, num, 4]
+  Tensor wanted = ops::to(gather_rows(targets, sampled.index), dt);
+  Tensor box = ops::smooth_l1_loss(codes, wanted, 1.0 / 9, ops::Reduction::none);
+  loss.box = ops::div(ops::sum(ops::mul(box, ops::reshape(positive, {N, num, 1}))), count);
+  return loss;
 }
 
 }  // namespace models::vision

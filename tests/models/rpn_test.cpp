@@ -1,17 +1,22 @@
 // rpn_test.cpp: the RPN's proposal selection (models/vision/rpn.h) against torchvision's
 // RegionProposalNetwork.filter_proposals on the same logits, codes and anchors (tests/data/
-// detection_reference.safetensors, from tools/bench/detection_parity.py), its fixed slots and padding, and meta.
+// detection_reference.safetensors, from tools/bench/detection_parity.py), its fixed slots and padding; the training
+// targets and loss against torchvision's assign_targets_to_anchors, encode and compute_loss (with the same sampled
+// anchors), the loss's gradient against finite differences; meta.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "engine/device.h"
 #include "engine/safetensors.h"
+#include "graph/autograd.h"
 #include "models/vision/rpn.h"
 #include "ops/detection.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
+#include "ops/shape.h"
 #include "ops/view.h"
+#include "tests/util/gradcheck_util.h"
 #include "tests/util/meta_util.h"
 
 using engine::DType;
@@ -45,6 +50,40 @@ TEST(RpnProposals, MatchTorchvisionsFilterProposals) {
     }
 }
 
+TEST(RpnLoss, TargetsAndLossMatchTorchvision) {
+  auto file = engine::load_safetensors("tests/data/detection_reference.safetensors", engine::default_device());
+  Tensor l0 = ops::grid_anchors(16, 24, 4, 4, {32}, {0.5, 1.0, 2.0});
+  Tensor l1 = ops::grid_anchors(8, 12, 8, 8, {64}, {0.5, 1.0, 2.0});
+  Tensor anchors = ops::concat({l0, l1}, 0);
+  Tensor valid = ops::reshape(
+      ops::compare(ops::CompareOp::ne, ops::from_vector(std::vector<double>{1, 1, 1, 1, 1, 0}, {6}, DType::f32), 0.0),
+      {2, 3});
+  models::vision::RpnTargets t = models::vision::rpn_targets(anchors, file.at("rpn.truths"), valid);
+  EXPECT_EQ(t.labels.to_double(), file.at("expected.rpn.labels").to_double());
+  // torchvision encodes every anchor, the unmatched ones against truth 0 too: compare all of them.
+  EXPECT_LE(testutil::max_abs_diff(t.targets, file.at("expected.rpn.targets")), 1e-4);
+  ops::Sampled sampled{file.at("rpn.sampled_index"), file.at("rpn.sampled_label")};
+  models::vision::RpnLoss loss =
+      models::vision::rpn_loss(file.at("rpn.objectness"), file.at("rpn.deltas"), t.targets, sampled);
+  const std::vector<double> want = file.at("expected.rpn.loss").to_double();
+  EXPECT_NEAR(loss.objectness.item(), want[0], 1e-5);
+  EXPECT_NEAR(loss.box.item(), want[1], 1e-5);
+}
+
+TEST(RpnLoss, GradientsOfTheLogitsAndCodes) {
+  // f64 logits and codes through the loss (padding slots included), against finite differences.
+  Tensor targets = ops::randn({1, 6, 4});
+  ops::Sampled sampled{ops::from_vector(std::vector<int64_t>{3, 0, 5, 0}, {1, 4}, DType::i64),
+                       ops::from_vector(std::vector<int64_t>{1, 0, 0, -1}, {1, 4}, DType::i64)};
+  Tensor logits = testutil::rand_input({1, 6}), codes = testutil::rand_input({1, 6, 4}, -0.3, 0.3);
+  testutil::expect_gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        models::vision::RpnLoss l = models::vision::rpn_loss(in[0], in[1], targets, sampled);
+        return ops::add(l.objectness, l.box);
+      },
+      {logits, codes});
+}
+
 TEST(RpnProposals, FixedSlotsWithPaddingWhenFewSurvive) {
   // Ten copies of one anchor, no offsets: NMS keeps one; the other slots are padding.
   std::vector<float> a;
@@ -74,5 +113,15 @@ TEST(RpnProposals, MetaAllocatesLikeCpu) {
     models::vision::Proposals got =
         models::vision::rpn_proposals({ops::randn({2, K})}, {ops::randn({2, K, 4})}, {anchors}, hw, p);
     EXPECT_EQ(got.scores.shape(), (Shape{2, 60}));
+    // Training: targets, a balanced draw, the loss and its backward.
+    Tensor truths = ops::from_vector(std::vector<float>{4, 4, 40, 30, 20, 10, 60, 50}, {2, 1, 4}, DType::f32);
+    models::vision::RpnTargets t = models::vision::rpn_targets(anchors, truths, Tensor());
+    Tensor logits = ops::randn({2, K}), codes = ops::randn({2, K, 4});
+    logits.set_requires_grad(true);
+    codes.set_requires_grad(true);
+    models::vision::RpnLoss l =
+        models::vision::rpn_loss(logits, codes, t.targets, ops::sample_balanced(t.labels, 64, 0.5));
+    graph::backward(ops::add(l.objectness, l.box));
+    EXPECT_TRUE(logits.grad().defined());
   });
 }

@@ -14,7 +14,11 @@ levels concatenated); "level_boxes" [1, 300, 4] and "expected.levels" (LevelMapp
 models/vision/rpn.h: "rpn.objectness" [2, K] and "rpn.deltas" [2, K, 4] over those anchors, and
 RegionProposalNetwork.filter_proposals's result (pre_nms_top_n 200, post_nms_top_n 150, NMS 0.7, images 64 x 96
 and 60 x 90) padded to 150 slots: "expected.rpn.boxes" [2, 150, 4] (0 in padding), "expected.rpn.scores" (-1),
-"expected.rpn.count" [2].
+"expected.rpn.count" [2]; the RPN's training targets and loss: "rpn.truths" [2, 3, 4] (image 1's third row
+padding), torchvision's assign_targets_to_anchors and encode ("expected.rpn.labels" [2, K], "expected.rpn.targets"
+[2, K, 4]), and compute_loss with its sampler replaced by a fixed draw ("rpn.sampled_index", "rpn.sampled_label"
+[2, 256]: the first positives, at most 128, then the first negatives, then padding; ops::sample_balanced's slot
+layout): "expected.rpn.loss" [2] (objectness, box).
 Regenerate: python3 tools/bench/detection_parity.py   (made with torch 2.15.0, torchvision 0.29.2, on the cpu)
 """
 import os
@@ -83,6 +87,25 @@ out["expected.rpn.count"] = torch.tensor([len(s) for s in kept_scores], dtype=to
 for n in range(2):
     out["expected.rpn.boxes"][n, : len(kept_scores[n])] = kept_boxes[n]
     out["expected.rpn.scores"][n, : len(kept_scores[n])] = kept_scores[n]
+truth_boxes = [torch.tensor([[10.0, 8.0, 40.0, 30.0], [50.0, 20.0, 90.0, 60.0], [30.0, 30.0, 44.0, 50.0]]),
+               torch.tensor([[5.0, 5.0, 60.0, 40.0], [70.0, 10.0, 95.0, 35.0]])]
+labels, matched = rpn.assign_targets_to_anchors([anchor_list, anchor_list], [{"boxes": b} for b in truth_boxes])
+regression = rpn.box_coder.encode(matched, [anchor_list, anchor_list])
+out["rpn.truths"] = torch.stack([truth_boxes[0], torch.cat([truth_boxes[1], torch.zeros(1, 4)])])
+out["expected.rpn.labels"] = torch.stack(labels).to(torch.int64)
+out["expected.rpn.targets"] = torch.stack(regression)
+index, label, pos_masks, neg_masks = [], [], [], []
+for lab in labels:
+    pos = torch.where(lab == 1)[0][:128]
+    neg = torch.where(lab == 0)[0][: 256 - len(pos)]
+    index.append(torch.cat([pos, neg, torch.zeros(256 - len(pos) - len(neg), dtype=torch.int64)]))
+    label.append(torch.cat([torch.ones(len(pos)), torch.zeros(len(neg)), -torch.ones(256 - len(pos) - len(neg))]))
+    pos_masks.append(torch.zeros_like(lab, dtype=torch.uint8).index_fill_(0, pos, 1))
+    neg_masks.append(torch.zeros_like(lab, dtype=torch.uint8).index_fill_(0, neg, 1))
+out["rpn.sampled_index"], out["rpn.sampled_label"] = torch.stack(index), torch.stack(label).to(torch.int64)
+rpn.fg_bg_sampler = lambda _labels: (pos_masks, neg_masks)
+losses = rpn.compute_loss(objectness.reshape(-1, 1), codes.reshape(-1, 4), labels, regression)
+out["expected.rpn.loss"] = torch.stack(list(losses))
 here = os.path.dirname(os.path.abspath(__file__))
 save_file({k: v.contiguous() for k, v in out.items()},
           os.path.join(here, "..", "..", "tests", "data", "detection_reference.safetensors"),
