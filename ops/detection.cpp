@@ -267,4 +267,14 @@ Sampled sample_balanced(const Tensor& labels, int64_t num, double positive_fract
   return out;
 }
 
+Tensor unit_boxes_where_invalid(const Tensor& boxes, const Tensor& valid) {
+  OpScope scope("unit_boxes_where_invalid");
+  check_boxes("unit_boxes_where_invalid", "boxes", boxes);
+  ENGINE_CHECK(valid.shape() == (engine::Shape{boxes.size(0), boxes.size(1)}), "unit_boxes_where_invalid: valid must ",
+               "be [N, K] for boxes ", engine::shape_str(boxes.shape()), ", got ", engine::shape_str(valid.shape()));
+  Tensor keep = reshape(to(valid, DType::f32), {boxes.size(0), boxes.size(1), 1});
+  Tensor unit = from_vector(std::vector<double>{0, 0, 1, 1}, {4}, DType::f32, boxes.device_ptr());
+  return contiguous(add(mul(boxes, keep), mul(unit, add(neg(keep), 1.0))));
+}
+
 }  // namespace ops

@@ -84,6 +84,9 @@ struct Sampled {
   Tensor index, label;  // i64 [N, num]
 };
 Sampled sample_balanced(const Tensor& labels, int64_t num, double positive_fraction);
+// boxes [N, K, 4] with the rows where valid (bool [N, K]) is false replaced by the unit box (0, 0, 1, 1): padding rows
+// (zero boxes) give finite codes in box_encode instead of log(0) and 0 / 0, which a 0 weight could not undo.
+Tensor unit_boxes_where_invalid(const Tensor& boxes, const Tensor& valid);
 
 // The largest k of topk, on every device (the GPU's one block sorts a row's k candidates in shared memory).
 constexpr int64_t kTopkMaxK = 4096;

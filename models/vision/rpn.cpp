@@ -97,7 +97,9 @@ RpnTargets rpn_targets(const Tensor& anchors, const Tensor& truths, const Tensor
   Tensor zero = ops::zeros({N, A}, DType::f32, matches.device_ptr());
   Tensor truth_index = ops::to(ops::maximum(ops::to(matches, DType::f32), zero), DType::i64);
   ops::BoxCoderParams unit;
-  t.targets = ops::box_encode(ops::contiguous(gather_rows(truths, truth_index)), per_image, unit);
+  // Padding truths become unit boxes for the encoding: an anchor matched to none gets finite (unused) codes.
+  Tensor real = truth_valid.defined() ? ops::unit_boxes_where_invalid(truths, truth_valid) : truths;
+  t.targets = ops::box_encode(ops::contiguous(gather_rows(real, truth_index)), per_image, unit);
   return t;
 }
 

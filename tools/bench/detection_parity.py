@@ -18,7 +18,11 @@ and 60 x 90) padded to 150 slots: "expected.rpn.boxes" [2, 150, 4] (0 in padding
 padding), torchvision's assign_targets_to_anchors and encode ("expected.rpn.labels" [2, K], "expected.rpn.targets"
 [2, K, 4]), and compute_loss with its sampler replaced by a fixed draw ("rpn.sampled_index", "rpn.sampled_label"
 [2, 256]: the first positives, at most 128, then the first negatives, then padding; ops::sample_balanced's slot
-layout): "expected.rpn.loss" [2] (objectness, box).
+layout): "expected.rpn.loss" [2] (objectness, box). For models/vision/roi_heads.h: "roi.proposals" [2, 60, 4],
+"roi.truth_labels" [2, 3] (image 1's third padding), RoIHeads' add_gt_proposals + assign_targets_to_proposals
+("expected.roi.labels" [2, 63], -1 where the engine's padding truth stands) and encode ("expected.roi.targets"),
+then fastrcnn_loss on a fixed draw of 32 slots per image ("roi.sampled_index", "roi.sampled_label", a quarter
+positive at most) with random "roi.class_logits" [64, 5] and "roi.box_regression" [64, 20]: "expected.roi.loss".
 Regenerate: python3 tools/bench/detection_parity.py   (made with torch 2.15.0, torchvision 0.29.2, on the cpu)
 """
 import os
@@ -28,6 +32,7 @@ from safetensors.torch import save_file
 from torchvision.models.detection._utils import BoxCoder, Matcher
 from torchvision.models.detection.anchor_utils import AnchorGenerator
 from torchvision.models.detection.image_list import ImageList
+from torchvision.models.detection.roi_heads import RoIHeads, fastrcnn_loss
 from torchvision.models.detection.rpn import RegionProposalNetwork, RPNHead
 from torchvision.ops import box_iou, clip_boxes_to_image, nms
 from torchvision.ops.poolers import LevelMapper
@@ -106,6 +111,30 @@ out["rpn.sampled_index"], out["rpn.sampled_label"] = torch.stack(index), torch.s
 rpn.fg_bg_sampler = lambda _labels: (pos_masks, neg_masks)
 losses = rpn.compute_loss(objectness.reshape(-1, 1), codes.reshape(-1, 4), labels, regression)
 out["expected.rpn.loss"] = torch.stack(list(losses))
+heads = RoIHeads(None, None, None, 0.5, 0.5, 512, 0.25, (10.0, 10.0, 5.0, 5.0), 0.05, 0.5, 100)
+proposals = [boxes(60, 96, 64, 40), boxes(60, 96, 64, 40)]
+truth_labels = [torch.tensor([1, 4, 2]), torch.tensor([3, 1])]
+candidates = heads.add_gt_proposals(proposals, truth_boxes)
+matched_idxs, roi_labels = heads.assign_targets_to_proposals(candidates, truth_boxes, truth_labels)
+roi_targets = heads.box_coder.encode([truth_boxes[n][matched_idxs[n]] for n in range(2)], candidates)
+out["roi.proposals"] = torch.stack(proposals)
+out["roi.truth_labels"] = torch.stack([truth_labels[0], torch.cat([truth_labels[1], torch.zeros(1, dtype=torch.int64)])])
+out["expected.roi.labels"] = torch.stack([roi_labels[0], torch.cat([roi_labels[1], -torch.ones(1, dtype=torch.int64)])])
+out["expected.roi.targets"] = torch.stack([roi_targets[0], torch.cat([roi_targets[1], torch.zeros(1, 4)])])
+sampled_index, sampled_label, head_labels, head_targets = [], [], [], []
+for n in range(2):
+    pos = torch.where(roi_labels[n] > 0)[0][:8]
+    neg = torch.where(roi_labels[n] == 0)[0][: 32 - len(pos)]
+    take = torch.cat([pos, neg])
+    sampled_index.append(torch.cat([take, torch.zeros(32 - len(take), dtype=torch.int64)]))
+    sampled_label.append(torch.cat([torch.ones(len(pos)), torch.zeros(len(neg)), -torch.ones(32 - len(take))]))
+    head_labels.append(roi_labels[n][take])
+    head_targets.append(roi_targets[n][take])
+assert all(len(t) == 32 for t in head_labels), "the fixed draw must fill every slot (torchvision has no padding)"
+out["roi.sampled_index"], out["roi.sampled_label"] = torch.stack(sampled_index), torch.stack(sampled_label).long()
+out["roi.class_logits"], out["roi.box_regression"] = torch.randn(64, 5), torch.randn(64, 20) * 0.3
+out["expected.roi.loss"] = torch.stack(list(fastrcnn_loss(out["roi.class_logits"], out["roi.box_regression"],
+                                                          head_labels, head_targets)))
 here = os.path.dirname(os.path.abspath(__file__))
 save_file({k: v.contiguous() for k, v in out.items()},
           os.path.join(here, "..", "..", "tests", "data", "detection_reference.safetensors"),
