@@ -101,4 +101,23 @@ FastRcnnLoss fastrcnn_loss(const Tensor& class_logits, const Tensor& box_regress
   return loss;
 }
 
+Tensor mask_loss(const Tensor& mask_logits, const Tensor& labels, const Tensor& mask_targets) {
+  const int64_t R = labels.numel();
+  ENGINE_CHECK(mask_logits.dim() == 4 && mask_logits.size(0) == R && mask_logits.size(1) == mask_logits.size(2) &&
+                   mask_targets.shape() == (engine::Shape{R, mask_logits.size(1), mask_logits.size(2)}),
+               "mask_loss: mask_logits [R, M, M, C] and mask_targets [R, M, M] for R = ", R, " slots expected, got ",
+               engine::shape_str(mask_logits.shape()), " and ", engine::shape_str(mask_targets.shape()));
+  const int64_t M = mask_logits.size(1);
+  Tensor label_f = as_f32(ops::reshape(labels, {R}));
+  Tensor cls = ops::to(ops::maximum(label_f, ops::zeros({R}, DType::f32, label_f.device_ptr())), DType::i64);
+  Tensor index = ops::contiguous(ops::broadcast_to(ops::reshape(cls, {R, 1, 1, 1}), {R, M, M, 1}));
+  Tensor logits = ops::reshape(ops::gather(mask_logits, 3, index), {R, M, M});  // each slot's own class
+  if (logits.dtype() == DType::bf16 || logits.dtype() == DType::f16) logits = as_f32(logits);
+  const DType dt = logits.dtype();
+  Tensor bce = ops::bce_with_logits(logits, ops::to(mask_targets, dt), Tensor(), ops::Reduction::none);
+  Tensor foreground = ops::to(ops::compare(ops::CompareOp::gt, label_f, 0.0), dt);  // [R]
+  Tensor pixels = ops::maximum(ops::mul(ops::sum(foreground), double(M * M)), ops::full({}, 1.0, dt, bce.device_ptr()));
+  return ops::div(ops::sum(ops::mul(bce, ops::reshape(foreground, {R, 1, 1}))), pixels);
+}
+
 }  // namespace models::vision

@@ -17,7 +17,12 @@
 //     cross-entropy over the sampled slots (mean; padding ignored), and smooth L1 (beta 1/9) of the foreground
 //     slots' codes for their own class, summed and divided by the sampled count. Differentiable in the logits and
 //     the regression.
-//   Built from ops (ops/detection.h, cross_entropy, smooth_l1_loss) with no kernel of their own.
+//   mask_loss(mask_logits [R, M, M, C], labels [R] or [N, F], mask_targets [R, M, M]) -> f32 scalar: torchvision's
+//     maskrcnn_loss once the targets are made: binary cross-entropy of each foreground slot's logits for its own class
+//     against its target, the mean over the foreground slots' pixels; slots with label <= 0 (background, padding)
+//     count for nothing. In fixed slots: the mask head runs on the first F = 128 slots of each image's draw, where
+//     ops::sample_balanced puts the positives (at most a quarter of 512). Differentiable in the logits.
+//   Built from ops (ops/detection.h, cross_entropy, smooth_l1_loss, bce_with_logits) with no kernel of their own.
 #pragma once
 #include "engine/tensor.h"
 #include "ops/detection.h"  // Sampled
@@ -41,5 +46,7 @@ engine::Tensor sampler_labels(const engine::Tensor& labels);
 RoiTargets take_samples(const RoiTargets& t, const ops::Sampled& sampled);
 FastRcnnLoss fastrcnn_loss(const engine::Tensor& class_logits, const engine::Tensor& box_regression,
                            const engine::Tensor& labels, const engine::Tensor& targets);
+engine::Tensor mask_loss(const engine::Tensor& mask_logits, const engine::Tensor& labels,
+                         const engine::Tensor& mask_targets);
 
 }  // namespace models::vision

@@ -96,6 +96,32 @@ TEST(RoiHeads, FastRcnnLossGradients) {
       {logits, regression});
 }
 
+// The mask loss against its definition written here: the mean over the foreground slots' pixels of
+// max(x, 0) - x t + log(1 + exp(-|x|)) for x the slot's own class's logit; and its gradient.
+TEST(RoiHeads, MaskLossIsTheForegroundsMeanBce) {
+  const int64_t R = 5, M = 3, C = 4;
+  Tensor logits = testutil::rand_input({R, M, M, C}, -3, 3), targets = testutil::rand_input({R, M, M}, 0, 1, false);
+  Tensor labels = ops::from_vector(std::vector<int64_t>{2, 0, 3, -1, 1}, {1, R}, DType::i64);
+  const std::vector<double> x = logits.to_double(), t = targets.to_double();
+  const int64_t label[R] = {2, 0, 3, -1, 1};
+  double total = 0;
+  int64_t count = 0;
+  for (int64_t r = 0; r < R; r++) {
+    if (label[r] <= 0) continue;
+    for (int64_t p = 0; p < M * M; p++) {
+      const double v = x[size_t((r * M * M + p) * C + label[r])], y = t[size_t(r * M * M + p)];
+      total += std::max(v, 0.0) - v * y + std::log1p(std::exp(-std::abs(v)));
+      count++;
+    }
+  }
+  EXPECT_NEAR(models::vision::mask_loss(logits, labels, targets).item(), total / double(count), 1e-12);
+  testutil::expect_gradcheck(
+      [&](const std::vector<Tensor>& in) { return models::vision::mask_loss(in[0], labels, targets); }, {logits});
+  // No foreground slot: 0, not 0 / 0.
+  Tensor none = ops::from_vector(std::vector<int64_t>{0, 0, -1, 0, 0}, {1, R}, DType::i64);
+  EXPECT_EQ(models::vision::mask_loss(logits, none, targets).item(), 0.0);
+}
+
 TEST(RoiHeads, MetaAllocatesLikeCpu) {
   testutil::expect_meta_allocates_like_cpu([] {
     Tensor proposals = ops::mul(ops::rand({2, 40, 4}), 50.0);
@@ -112,7 +138,12 @@ TEST(RoiHeads, MetaAllocatesLikeCpu) {
     logits.set_requires_grad(true);
     regression.set_requires_grad(true);
     models::vision::FastRcnnLoss l = models::vision::fastrcnn_loss(logits, regression, s.labels, s.targets);
-    graph::backward(ops::add(l.classifier, l.box));
+    Tensor masks = ops::randn({16, 7, 7, 4});
+    masks.set_requires_grad(true);
+    Tensor mask =
+        models::vision::mask_loss(masks, ops::contiguous(ops::slice(s.labels, 1, 0, 8)), ops::rand({16, 7, 7}));
+    graph::backward(ops::add(ops::add(l.classifier, l.box), mask));
     EXPECT_TRUE(regression.grad().defined());
+    EXPECT_TRUE(masks.grad().defined());
   });
 }
