@@ -253,8 +253,7 @@ Sampled sample_balanced(const Tensor& labels, int64_t num, double positive_fract
   TopK neg = topk(keys(0), num);                                                           // [N, num]
   Tensor n_neg = sum(to(compare(CompareOp::ge, neg.values, 0.0), DType::f32), {1}, true);  // [N, 1]
   Tensor jn = sub(j2, n_pos);  // slot j >= n_pos: negative j - n_pos
-  Tensor jn_index = to(maximum(jn, zeros({N, num}, DType::f32, labels.device_ptr())), DType::i64);
-  Tensor chosen_neg = gather(neg.indices, 1, contiguous(jn_index));
+  Tensor chosen_neg = gather(neg.indices, 1, index_or_zero(jn));
   Tensor is_pos = compare(CompareOp::lt, j2, n_pos);  // [N, num]
   Tensor is_neg = mul(to(compare(CompareOp::ge, jn, 0.0), DType::f32),
                       to(compare(CompareOp::lt, jn, n_neg), DType::f32));  // 1 where a negative is taken
@@ -275,6 +274,11 @@ Tensor unit_boxes_where_invalid(const Tensor& boxes, const Tensor& valid) {
   Tensor keep = reshape(to(valid, DType::f32), {boxes.size(0), boxes.size(1), 1});
   Tensor unit = from_vector(std::vector<double>{0, 0, 1, 1}, {4}, DType::f32, boxes.device_ptr());
   return contiguous(add(mul(boxes, keep), mul(unit, add(neg(keep), 1.0))));
+}
+
+Tensor index_or_zero(const Tensor& index) {
+  Tensor i = to(index, DType::f32);
+  return to(maximum(i, zeros(i.shape(), DType::f32, i.device_ptr())), DType::i64);
 }
 
 }  // namespace ops

@@ -84,6 +84,9 @@ struct Sampled {
   Tensor index, label;  // i64 [N, num]
 };
 Sampled sample_balanced(const Tensor& labels, int64_t num, double positive_fraction);
+// An index tensor (any dtype, values below 2^24) as i64 with its negative entries (padding: -1) replaced by 0, so
+// that it can be gathered with; the caller masks what the padding slots read.
+Tensor index_or_zero(const Tensor& index);
 // boxes [N, K, 4] with the rows where valid (bool [N, K]) is false replaced by the unit box (0, 0, 1, 1): padding rows
 // (zero boxes) give finite codes in box_encode instead of log(0) and 0 / 0, which a 0 weight could not undo.
 Tensor unit_boxes_where_invalid(const Tensor& boxes, const Tensor& valid);

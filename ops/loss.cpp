@@ -17,10 +17,10 @@
 
 namespace ops {
 
+DType loss_dtype(DType input) { return input == DType::f64 ? DType::f64 : DType::f32; }
+
 namespace {
 
-// Losses are f32, or f64 for f64 inputs (see loss.h).
-DType loss_dtype(DType input) { return input == DType::f64 ? DType::f64 : DType::f32; }
 Shape loss_shape(Reduction r, const Shape& per_element) { return r == Reduction::none ? per_element : Shape{}; }
 
 // What each element's derivative is multiplied by: g in the input's dtype, divided by the element count for

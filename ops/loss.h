@@ -35,6 +35,9 @@ using engine::Tensor;
 
 enum class Reduction : uint8_t { mean, sum, none };
 
+// The dtype every loss computes and returns in: f64 for f64 inputs, else f32 (the half types widened).
+engine::DType loss_dtype(engine::DType input);
+
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index = -100,
                      double label_smoothing = 0.0, Reduction reduction = Reduction::mean);
 // The gradient of cross_entropy with respect to the logits, given the loss gradient g ([] for mean/sum,

@@ -176,6 +176,14 @@ void check_gather_shapes(const char* op, const Shape& x_shape, const Tensor& ind
 }
 }  // namespace
 
+Tensor gather_rows(const Tensor& rows, const Tensor& index) {
+  ENGINE_CHECK(rows.dim() == 3 && index.dim() == 2 && index.size(0) == rows.size(0), "gather_rows: rows [N, K, C] ",
+               "and index [N, k] expected, got ", engine::shape_str(rows.shape()), " and ",
+               engine::shape_str(index.shape()));
+  const int64_t N = index.size(0), k = index.size(1), C = rows.size(2);
+  return gather(rows, 1, contiguous(broadcast_to(reshape(index, {N, k, 1}), {N, k, C})));
+}
+
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   OpScope scope("gather");
   check_defined("gather", "x", x);

@@ -44,6 +44,9 @@ Tensor index_select_backward(const Tensor& g, int64_t dim, const Tensor& index, 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 // The gradient of gather: zeros of x_shape with g scatter-added at index along dim.
 Tensor gather_backward(const Tensor& g, int64_t dim, const Tensor& index, const Shape& x_shape);
+// Whole rows of a batch of tables: rows [N, K, C] at index [N, k] along K -> [N, k, C] (gather with the index
+// broadcast over C; differentiable in rows).
+Tensor gather_rows(const Tensor& rows, const Tensor& index);
 
 // x with `value` where mask is true; mask is bool, broadcast to x's shape; the result has x's shape.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);

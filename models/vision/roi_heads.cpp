@@ -17,12 +17,6 @@ using engine::Tensor;
 
 namespace {
 
-// rows [N, K, C] gathered at index [N, k] along K -> [N, k, C].
-Tensor gather_rows(const Tensor& rows, const Tensor& index) {
-  const int64_t N = index.size(0), k = index.size(1), C = rows.size(2);
-  return ops::gather(rows, 1, ops::contiguous(ops::broadcast_to(ops::reshape(index, {N, k, 1}), {N, k, C})));
-}
-
 Tensor as_f32(const Tensor& x) { return ops::to(x, DType::f32); }
 
 }  // namespace
@@ -37,10 +31,9 @@ RoiTargets roi_targets(const Tensor& proposals, const Tensor& proposal_valid, co
   graph::NoGrad no_grad;
   RoiTargets t;
   t.boxes = ops::concat({proposals.detach(), truths}, 1);  // [N, S, 4], S = P + G (add_gt_proposals)
-  const int64_t N = t.boxes.size(0), S = t.boxes.size(1);
   Tensor matches = ops::match_boxes(ops::box_iou(truths, t.boxes), truth_valid, 0.5, 0.5, false);  // [N, S]
   Tensor m = as_f32(matches);
-  Tensor index = ops::to(ops::maximum(m, ops::zeros({N, S}, DType::f32, m.device_ptr())), DType::i64);
+  Tensor index = ops::index_or_zero(m);
   Tensor cls = ops::gather(as_f32(truth_labels), 1, index);                  // the matched truth's class
   Tensor fg = as_f32(ops::compare(ops::CompareOp::ge, m, 0.0));              // matched
   Tensor bg = as_f32(ops::compare(ops::CompareOp::eq, m, -1.0));             // below the threshold
@@ -53,7 +46,7 @@ RoiTargets roi_targets(const Tensor& proposals, const Tensor& proposal_valid, co
   head.wx = head.wy = 10, head.ww = head.wh = 5;
   // Padding candidates and padding truths become unit boxes for the encoding: finite codes (never trained on).
   Tensor candidate_valid = ops::concat({proposal_valid, truth_valid}, 1);
-  Tensor matched = gather_rows(ops::unit_boxes_where_invalid(truths, truth_valid), index);
+  Tensor matched = ops::gather_rows(ops::unit_boxes_where_invalid(truths, truth_valid), index);
   t.targets = ops::box_encode(ops::contiguous(matched), ops::unit_boxes_where_invalid(t.boxes, candidate_valid), head);
   return t;
 }
@@ -66,8 +59,8 @@ Tensor sampler_labels(const Tensor& labels) {
 RoiTargets take_samples(const RoiTargets& t, const ops::Sampled& sampled) {
   graph::NoGrad no_grad;
   RoiTargets s;
-  s.boxes = gather_rows(t.boxes, sampled.index);
-  s.targets = gather_rows(t.targets, sampled.index);
+  s.boxes = ops::gather_rows(t.boxes, sampled.index);
+  s.targets = ops::gather_rows(t.targets, sampled.index);
   // A padding slot of the draw (label -1) stays -1; a drawn slot has its candidate's label.
   Tensor drawn = as_f32(ops::compare(ops::CompareOp::ge, sampled.label, 0.0));
   Tensor label = as_f32(ops::gather(t.labels, 1, sampled.index));
@@ -91,7 +84,7 @@ FastRcnnLoss fastrcnn_loss(const Tensor& class_logits, const Tensor& box_regress
   Tensor positive = ops::to(ops::compare(ops::CompareOp::gt, label_f, 0.0), dt);
   Tensor count = ops::maximum(ops::sum(sampled), ops::full({}, 1.0, dt, sampled.device_ptr()));
   // Each slot's codes for its own class: box_regression [R, C, 4] at class max(label, 0).
-  Tensor cls = ops::to(ops::maximum(label_f, ops::zeros({rows}, dt, label_f.device_ptr())), DType::i64);
+  Tensor cls = ops::index_or_zero(label_f);
   Tensor index = ops::contiguous(ops::broadcast_to(ops::reshape(cls, {rows, 1, 1}), {rows, 1, 4}));
   Tensor codes =
       ops::to(ops::reshape(ops::gather(ops::reshape(box_regression, {rows, C, 4}), 1, index), {rows, 4}), dt);
@@ -109,11 +102,11 @@ Tensor mask_loss(const Tensor& mask_logits, const Tensor& labels, const Tensor& 
                engine::shape_str(mask_logits.shape()), " and ", engine::shape_str(mask_targets.shape()));
   const int64_t M = mask_logits.size(1);
   Tensor label_f = as_f32(ops::reshape(labels, {R}));
-  Tensor cls = ops::to(ops::maximum(label_f, ops::zeros({R}, DType::f32, label_f.device_ptr())), DType::i64);
+  Tensor cls = ops::index_or_zero(label_f);
   Tensor index = ops::contiguous(ops::broadcast_to(ops::reshape(cls, {R, 1, 1, 1}), {R, M, M, 1}));
   Tensor logits = ops::reshape(ops::gather(mask_logits, 3, index), {R, M, M});  // each slot's own class
-  if (logits.dtype() == DType::bf16 || logits.dtype() == DType::f16) logits = as_f32(logits);
-  const DType dt = logits.dtype();
+  const DType dt = ops::loss_dtype(logits.dtype());
+  logits = ops::to(logits, dt);
   Tensor bce = ops::bce_with_logits(logits, ops::to(mask_targets, dt), Tensor(), ops::Reduction::none);
   Tensor foreground = ops::to(ops::compare(ops::CompareOp::gt, label_f, 0.0), dt);  // [R]
   Tensor pixels = ops::maximum(ops::mul(ops::sum(foreground), double(M * M)), ops::full({}, 1.0, dt, bce.device_ptr()));

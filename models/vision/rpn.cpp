@@ -18,22 +18,6 @@ namespace models::vision {
 using engine::DType;
 using engine::Tensor;
 
-namespace {
-
-// rows [N, K, C] gathered at index [N, k] along K -> [N, k, C].
-Tensor gather_rows(const Tensor& rows, const Tensor& index) {
-  const int64_t N = index.size(0), k = index.size(1), C = rows.size(2);
-  Tensor idx = ops::contiguous(ops::broadcast_to(ops::reshape(index, {N, k, 1}), {N, k, C}));
-  return ops::gather(rows, 1, idx);
-}
-
-// The loss's working precision: f32 for the half types (the mixed-precision recipes keep losses in float), else x's.
-Tensor wide(const Tensor& x) {
-  return x.dtype() == DType::bf16 || x.dtype() == DType::f16 ? ops::to(x, DType::f32) : x;
-}
-
-}  // namespace
-
 Proposals rpn_proposals(const std::vector<Tensor>& objectness, const std::vector<Tensor>& deltas,
                         const std::vector<Tensor>& anchors, const Tensor& image_hw, const RpnParams& p) {
   ENGINE_CHECK(!objectness.empty() && objectness.size() == deltas.size() && objectness.size() == anchors.size(),
@@ -53,7 +37,7 @@ Proposals rpn_proposals(const std::vector<Tensor>& objectness, const std::vector
                  engine::shape_str(anchors[l].shape()));
     const int64_t k = std::min(p.pre_nms_top_n, logit.size(1));
     ops::TopK top = ops::topk(ops::to(logit.detach(), DType::f32), k);  // [N, k], decreasing objectness
-    Tensor codes = gather_rows(ops::to(deltas[l].detach(), DType::f32), top.indices);
+    Tensor codes = ops::gather_rows(ops::to(deltas[l].detach(), DType::f32), top.indices);
     Tensor refs = ops::reshape(ops::index_select(anchors[l], 0, ops::reshape(top.indices, {N * k})), {N, k, 4});
     ops::BoxCoderParams unit;  // the RPN's codes have weights 1, 1, 1, 1
     Tensor boxes = ops::box_decode(ops::contiguous(codes), ops::contiguous(refs), unit, image_hw);  // [N, k, 4]
@@ -64,11 +48,10 @@ Proposals rpn_proposals(const std::vector<Tensor>& objectness, const std::vector
     Tensor keep = ops::nms(boxes, ops::compare(ops::CompareOp::gt, big, 0.5), p.nms_threshold, k);  // [N, k]
     // Survivors' scores (sigmoid of the logit), -1 in the padding slots; their boxes, 0 there.
     Tensor kept = ops::to(ops::compare(ops::CompareOp::ge, keep, 0.0), DType::f32);
-    Tensor slot =
-        ops::to(ops::maximum(ops::to(keep, DType::f32), ops::zeros({N, k}, DType::f32, keep.device_ptr())), DType::i64);
+    Tensor slot = ops::index_or_zero(keep);
     Tensor score = ops::gather(ops::sigmoid(top.values), 1, slot);
     level_scores.push_back(ops::add(ops::mul(score, kept), ops::add(kept, -1.0)));
-    level_boxes.push_back(ops::mul(gather_rows(boxes, slot), ops::reshape(kept, {N, k, 1})));
+    level_boxes.push_back(ops::mul(ops::gather_rows(boxes, slot), ops::reshape(kept, {N, k, 1})));
     candidates += k;
   }
   Tensor scores = ops::concat(level_scores, 1), boxes = ops::concat(level_boxes, 1);  // [N, sum k], [N, sum k, 4]
@@ -76,7 +59,7 @@ Proposals rpn_proposals(const std::vector<Tensor>& objectness, const std::vector
   ops::TopK best = ops::topk(scores, post);
   Proposals out;
   out.scores = best.values;
-  out.boxes = gather_rows(boxes, best.indices);
+  out.boxes = ops::gather_rows(boxes, best.indices);
   out.valid = ops::compare(ops::CompareOp::ge, best.values, 0.0);
   return out;
 }
@@ -94,19 +77,18 @@ RpnTargets rpn_targets(const Tensor& anchors, const Tensor& truths, const Tensor
   t.labels = ops::to(ops::sub(ops::to(ops::compare(ops::CompareOp::ge, matches, 0.0), DType::f32),
                               ops::to(ops::compare(ops::CompareOp::eq, matches, -2.0), DType::f32)),
                      DType::i64);
-  Tensor zero = ops::zeros({N, A}, DType::f32, matches.device_ptr());
-  Tensor truth_index = ops::to(ops::maximum(ops::to(matches, DType::f32), zero), DType::i64);
+  Tensor truth_index = ops::index_or_zero(matches);
   ops::BoxCoderParams unit;
   // Padding truths become unit boxes for the encoding: an anchor matched to none gets finite (unused) codes.
   Tensor real = truth_valid.defined() ? ops::unit_boxes_where_invalid(truths, truth_valid) : truths;
-  t.targets = ops::box_encode(ops::contiguous(gather_rows(real, truth_index)), per_image, unit);
+  t.targets = ops::box_encode(ops::contiguous(ops::gather_rows(real, truth_index)), per_image, unit);
   return t;
 }
 
 RpnLoss rpn_loss(const Tensor& objectness, const Tensor& deltas, const Tensor& targets, const ops::Sampled& sampled) {
   const int64_t N = sampled.index.size(0), num = sampled.index.size(1);
-  Tensor logits = wide(ops::gather(objectness, 1, sampled.index));  // [N, num]
-  const DType dt = logits.dtype();
+  const DType dt = ops::loss_dtype(objectness.dtype());
+  Tensor logits = ops::to(ops::gather(objectness, 1, sampled.index), dt);            // [N, num]
   Tensor valid = ops::to(ops::compare(ops::CompareOp::ge, sampled.label, 0.0), dt);  // [N, num]
   Tensor positive = ops::to(ops::compare(ops::CompareOp::eq, sampled.label, 1.0), dt);
   // The batch's sampled count (torchvision's sampled_inds.numel()), at least 1.
@@ -114,8 +96,8 @@ RpnLoss rpn_loss(const Tensor& objectness, const Tensor& deltas, const Tensor& t
   Tensor bce = ops::bce_with_logits(logits, positive, Tensor(), ops::Reduction::none);  // [N, num]
   RpnLoss loss;
   loss.objectness = ops::div(ops::sum(ops::mul(bce, valid)), count);
-  Tensor codes = ops::to(wide(gather_rows(deltas, sampled.index)), dt);  // [N, num, 4]
-  Tensor wanted = ops::to(gather_rows(targets, sampled.index), dt);
+  Tensor codes = ops::to(ops::gather_rows(deltas, sampled.index), dt);  // [N, num, 4]
+  Tensor wanted = ops::to(ops::gather_rows(targets, sampled.index), dt);
   Tensor box = ops::smooth_l1_loss(codes, wanted, 1.0 / 9, ops::Reduction::none);
   loss.box = ops::div(ops::sum(ops::mul(box, ops::reshape(positive, {N, num, 1}))), count);
   return loss;
