@@ -52,6 +52,7 @@ struct ModelConfig {
   std::string precision = "fp32";  // fp32 | tf32 | bf16 | fp16 (models/precision.h)
   std::string data;          // a data file; synthetic data when empty
   std::string task;
+  std::string backbone;    // a model's backbone variant (maskrcnn: r50 | r101); "" : the model's default
   TransformerDims dims;    // transformer models only (ModelEntry::dims); others refuse them
   int64_t accumulate = 1;  // micro-batches per optimizer step (Model::set_accumulation)
   int64_t generate = 0;    // decoder LMs under --inference: tokens decoded per eval step (ModelEntry::generates)

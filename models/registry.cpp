@@ -16,6 +16,7 @@
 #include "models/translation/transformer_big.h"
 #include "models/translation/unsupmt.h"
 #include "models/vision/deeplabv3.h"
+#include "models/vision/maskrcnn.h"
 #include "models/vision/nasnet.h"
 #include "models/vision/pix2pixhd.h"
 #include "models/vision/stylegan.h"
@@ -65,6 +66,11 @@ const std::vector<ModelEntry>& registry() {
        "YOLOv3 on MSCOCO 608x608: Darknet-53 + 3 YOLO scales (19/38/76), 9 anchors, 80 classes, darknet's loss with "
        "on-device targets from 100 box slots (sizes coco, tiny)",
        [](const ModelConfig& c) { return std::unique_ptr<Model>(new vision::YoloV3(c)); }},
+      {"maskrcnn",
+       "Mask R-CNN R-50-FPN on MSCOCO 800x1333: frozen-BN ResNet-50 + FPN P2-P6, RPN (3 ratios), box head 2 x FC 1024, "
+       "mask head 4 x conv 256, 81 classes; every count fixed (2000 proposals, 512 RoIs, 128 mask RoIs, 100 truths) "
+       "(sizes coco, torchvision, tiny)",
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new vision::MaskRcnn(c)); }},
   };
   return table;
 }
@@ -116,6 +122,8 @@ std::unique_ptr<Model> create_model(const ModelConfig& config) {
                    "--heads, --ffn, --vocab, --positions and --config are for ",
                    transformer_names(), "; ", config.name, " has its own sizes (--size)");
       const Precision precision = precision_from_name(config.precision);  // a bad name fails before building
+      ENGINE_CHECK(config.backbone.empty() || config.name == "maskrcnn", "--backbone chooses maskrcnn's ResNet (r50, ",
+                   "r101); ", config.name, " has one backbone (its --size chooses the rest)");
       ENGINE_CHECK(config.generate == 0 || e.generates, "--generate is for decoder language models (transformer_lm); ",
                    config.name, " generates by its own rule under --inference, or not at all");
       ENGINE_CHECK(config.generate == 0 || config.inference, "--generate decodes in eval steps: add --inference");

@@ -171,6 +171,37 @@ Tensor match_boxes(const Tensor& iou, const Tensor& gt_valid, double high, doubl
   return matches;
 }
 
+Tensor polygon_masks(const Tensor& polygons, const Tensor& counts, const Tensor& rois, const Tensor& truth,
+                     int64_t size) {
+  const char* name = "polygon_masks";
+  OpScope scope(name);
+  check_dtype(name, "polygons", polygons, DType::f32);
+  check_dtype(name, "counts", counts, DType::i64);
+  check_dtype(name, "truth", truth, DType::i64);
+  check_boxes(name, "rois", rois);
+  for (const Tensor* t : {&counts, &truth}) check_same_device(name, polygons, *t);
+  check_same_device(name, polygons, rois);
+  ENGINE_CHECK(polygons.dim() == 5 && polygons.size(4) == 2 && polygons.is_contiguous(), name,
+               ": polygons must be contiguous [N, G, P, V, 2] (truths x parts x vertices x (x, y)), got ",
+               engine::shape_str(polygons.shape()));
+  const int64_t N = polygons.size(0), G = polygons.size(1), P = polygons.size(2), R = rois.size(1);
+  ENGINE_CHECK(counts.shape() == (engine::Shape{N, G, P}) && counts.is_contiguous(), name,
+               ": counts must be contiguous [N, G, P] = [", N, ", ", G, ", ", P, "] (vertices per part), got ",
+               engine::shape_str(counts.shape()));
+  ENGINE_CHECK(rois.size(0) == N && truth.shape() == (engine::Shape{N, R}) && truth.is_contiguous(), name,
+               ": rois [N, R, 4] and truth [N, R] (contiguous) for N = ", N, " images expected, got ",
+               engine::shape_str(rois.shape()), " and ", engine::shape_str(truth.shape()));
+  check_no_grad(name, polygons);
+  check_no_grad(name, rois);
+  ENGINE_CHECK(size >= 1 && size <= 4096, name, ": size must be in [1, 4096], got ", size);
+  Tensor masks = new_empty(rois, {N, R, size, size});  // [N, R, M, M] f32
+  run_kernel(
+      name, masks, [&] { cpu::polygon_masks(polygons, counts, rois, truth, masks); },
+      CUDA_KERNEL(cuda::polygon_masks(polygons, counts, rois, truth, masks)));
+  engine::count_op(name, 0.0, double(masks.nbytes() + rois.nbytes() + truth.nbytes()));
+  return masks;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Built from other ops
 

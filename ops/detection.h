@@ -20,6 +20,14 @@
 //     5): with w, h, cx, cy the reference's width, height and centre, deltas = (wx (cx' - cx) / w, wy (cy' - cy) / h,
 //     ww log(w' / w), wh log(h' / h)); decoding inverts it with dw, dh clamped at p.clip (log(1000 / 16)), then,
 //     when image_hw (f32 [N, 2]: each image's height, width) is given, clips x to [0, width] and y to [0, height].
+//   polygon_masks(polygons, counts, rois, truth, size) -> f32 [N, R, size, size]
+//     The mask head's targets: each RoI's truth, a union of polygons (COCO's segmentation), rasterized into the RoI's
+//     size x size crop (maskrcnn-benchmark's SegmentationMask crop + resize + rasterize). polygons f32 [N, G, P, V, 2]:
+//     truth g's part p is the closed polygon of its first counts[n, g, p] vertices (x, y in image pixels); counts i64
+//     [N, G, P] (a part of fewer than 3 vertices is empty). rois f32 [N, R, 4] (x1, y1, x2, y2); truth i64 [N, R]: the
+//     truth each RoI is trained on (outside [0, G): none, an all-zero crop). Pixel (i, j) is 1 when the centre of
+//     its cell, (j + 0.5, i + 0.5) in the crop's frame where a vertex (x, y) is at ((x - x1) size / w, (y - y1) size
+//     / h), w = max(x2 - x1, 1), h = max(y2 - y1, 1), lies inside some part (the even-odd rule per part), else 0.
 //   match_boxes(iou, gt_valid, high, low, allow_low_quality) -> i64 [N, A]
 //     iou [N, G, A] (box_iou(truths, anchors)), gt_valid bool [N, G] (or undefined: all valid; padding truths are
 //     invalid). torchvision's Matcher: each anchor's best valid truth (ties to the lower index) if its IoU >= high,
@@ -42,7 +50,7 @@
 //
 // Kernels: cpu (the reference loops) and cuda (cuda/detection.cu); the IoU of two boxes is one ENGINE_HD function
 // (cpu/detection.h) rounded the same on both (cpu/rounding.h), so the two agree bit for bit, NMS decisions
-// included. Memory: outputs only, plus, on every device alike (cpu and meta leave them unused), the GPU's
+// included; so is a mask pixel's polygon test. Memory: outputs only, plus, on every device alike (cpu and meta leave them unused), the GPU's
 // temporaries, freed before the op returns: topk none; nms the suppression bitmask, u64 [N, K, ceil(K / 64)];
 // match_boxes each truth's best IoU, f32 [N, G]. box_encode / box_decode use exp and log: the GPU's differ from the
 // cpu's by an ulp or so (the other ops agree bit for bit).
@@ -74,6 +82,8 @@ Tensor box_encode(const Tensor& boxes, const Tensor& reference, const BoxCoderPa
 Tensor box_decode(const Tensor& deltas, const Tensor& reference, const BoxCoderParams& p,
                   const Tensor& image_hw = Tensor());
 Tensor match_boxes(const Tensor& iou, const Tensor& gt_valid, double high, double low, bool allow_low_quality);
+Tensor polygon_masks(const Tensor& polygons, const Tensor& counts, const Tensor& rois, const Tensor& truth,
+                     int64_t size);
 
 Tensor grid_anchors(int64_t grid_h, int64_t grid_w, int64_t stride_h, int64_t stride_w,
                     const std::vector<double>& sizes, const std::vector<double>& ratios,

@@ -128,4 +128,34 @@ std::string DarknetSteps::describe() const {
   return engine::str("darknet_steps(lr ", base_, ", burn_in ", burn_in_, ", power ", power_, ", steps ", steps, ")");
 }
 
+WarmupMultiStep::WarmupMultiStep(double base, int64_t warmup, double factor, std::vector<int64_t> milestones,
+                                 double gamma)
+    : base_(base), warmup_(warmup), factor_(factor), milestones_(std::move(milestones)), gamma_(gamma) {
+  ENGINE_CHECK(base >= 0 && warmup >= 0 && factor >= 0 && factor <= 1 && gamma > 0, "warmup multi-step lr: base ", base,
+               ", warmup ", warmup, ", factor ", factor, " and gamma ", gamma,
+               ": expected base >= 0, warmup >= 0, factor in [0, 1], gamma > 0");
+  for (size_t i = 1; i < milestones_.size(); i++)
+    ENGINE_CHECK(milestones_[i] > milestones_[i - 1], "warmup multi-step lr: milestones must increase, got ",
+                 milestones_[i - 1], " then ", milestones_[i]);
+}
+
+double WarmupMultiStep::lr(int64_t step) const {
+  check_step("warmup multi-step lr", step);
+  double rate = base_;
+  if (step < warmup_) {
+    const double alpha = double(step) / double(warmup_);
+    rate *= factor_ * (1 - alpha) + alpha;
+  }
+  for (int64_t m : milestones_)
+    if (m <= step) rate *= gamma_;
+  return rate;
+}
+
+std::string WarmupMultiStep::describe() const {
+  std::string steps;
+  for (size_t i = 0; i < milestones_.size(); i++) steps += engine::str(i ? "," : "", milestones_[i]);
+  return engine::str("warmup_multistep(lr ", base_, ", warmup ", warmup_, " from x", factor_, ", x", gamma_, " at ",
+                     steps.empty() ? "none" : steps, ")");
+}
+
 }  // namespace ops

@@ -115,4 +115,22 @@ class DarknetSteps : public LrSchedule {
   std::vector<double> scales_;
 };
 
+// maskrcnn-benchmark's WarmupMultiStepLR (solver/lr_scheduler.py, warm-up "linear"), at update `step` (its
+// last_epoch, the updates already done):
+//   step < warmup:  base * (factor (1 - step / warmup) + step / warmup) * gamma^(milestones <= step)
+//   else:           base * gamma^(the number of milestones <= step)
+class WarmupMultiStep : public LrSchedule {
+ public:
+  WarmupMultiStep(double base, int64_t warmup, double factor, std::vector<int64_t> milestones, double gamma = 0.1);
+  double lr(int64_t step) const override;
+  std::string describe() const override;
+
+ private:
+  double base_;
+  int64_t warmup_;
+  double factor_;
+  std::vector<int64_t> milestones_;
+  double gamma_;
+};
+
 }  // namespace ops

@@ -7,7 +7,8 @@
 //   paint_rectangles(scenes, palette, options) -> {images, labels, instances}
 //     scenes   i64 [N, R, 5], contiguous: image n's rectangle r is (class, top, left, height, width) in
 //              pixels; a class outside [0, K) marks an empty slot (nothing painted). Rectangles are painted
-//              in slot order: a later one covers an earlier one.
+//              in slot order: a later one covers an earlier one. With options.ellipses each paints the ellipse
+//              inscribed in it instead (the pixels whose centre lies inside; Mask R-CNN's objects).
 //     palette  f32 [K, 3], contiguous: class k's colour. Row 0 is the background (class 0's colour and
 //              label wherever no rectangle lies). A model whose classes are all foreground shifts them by
 //              one in the table and makes row 0 its background colour.
@@ -46,6 +47,7 @@ struct PaintOptions {
   bool instances = false;                  // also paint the instance map (slot + 1)
   bool borders = false;                    // label a rectangle's one-pixel border border_label
   int64_t border_label = 255;
+  bool ellipses = false;  // paint each rectangle's inscribed ellipse instead (cpu/synthetic.h)
 };
 
 struct PaintedImages {

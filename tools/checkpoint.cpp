@@ -37,7 +37,8 @@ constexpr TextField kTextFields[] = {
     {"model", &models::ModelConfig::name},          {"size", &models::ModelConfig::size},
     {"attention", &models::ModelConfig::attention}, {"recompute", &models::ModelConfig::recompute},
     {"precision", &models::ModelConfig::precision}, {"optimizer", &models::ModelConfig::optimizer},
-    {"data", &models::ModelConfig::data},           {"task", &models::ModelConfig::task}};
+    {"data", &models::ModelConfig::data},           {"task", &models::ModelConfig::task},
+    {"backbone", &models::ModelConfig::backbone}};
 constexpr CountField kCountFields[] = {
     {"seq", [](models::ModelConfig& c) -> int64_t& { return c.seq; }},
     {"batch", [](models::ModelConfig& c) -> int64_t& { return c.batch; }},

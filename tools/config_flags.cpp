@@ -30,11 +30,9 @@ std::string number(double v) { return engine::str(v); }
 std::vector<std::pair<std::string, std::string>> config_settings(const models::ModelConfig& c) {
   auto count = [](int64_t v) { return v > 0 ? std::to_string(v) : std::string(); };
   auto unless = [](const std::string& v, const char* def) { return v == def ? std::string() : v; };
-  std::vector<std::pair<std::string, std::string>> s = {{"size", c.size},
-                                                        {"task", c.task},
-                                                        {"seq", count(c.seq)},
-                                                        {"batch", count(c.batch)},
-                                                        {"tokens", count(c.tokens)}};
+  std::vector<std::pair<std::string, std::string>> s = {{"size", c.size},          {"task", c.task},
+                                                        {"backbone", c.backbone},  {"seq", count(c.seq)},
+                                                        {"batch", count(c.batch)}, {"tokens", count(c.tokens)}};
   const auto dims = dims_settings(c);
   s.insert(s.end(), dims.begin(), dims.end());
   s.insert(s.end(), {{"accumulate", c.accumulate > 1 ? std::to_string(c.accumulate) : ""},

@@ -107,6 +107,7 @@ void add_model_flags(tools::Flags& f) {
   f.add_string("model", "", "model: " + joined_model_names());
   f.add_string("size", "", "model size (the model's default when empty)");
   f.add_string("task", "", "task of a multi-task model");
+  f.add_string("backbone", "", "backbone variant of a vision model (maskrcnn: r50, r101)");
   f.add_choice("attention", "naive", {"naive", "flash"}, "attention algorithm");
   f.add_choice("precision", "fp32", {"fp32", "tf32", "bf16", "fp16"}, "numeric precision");
   f.add_choice("recompute", "none", {"none", "attention", "layer", "cell"},
@@ -121,6 +122,7 @@ models::ModelConfig model_config(const tools::Flags& f) {
   c.name = f.str("model");
   c.size = f.str("size");
   c.task = f.str("task");
+  c.backbone = f.str("backbone");
   c.attention = f.str("attention");
   c.precision = f.str("precision");
   c.recompute = f.str("recompute");

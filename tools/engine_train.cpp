@@ -182,6 +182,7 @@ void add_flags(tools::Flags& flags) {
   flags.add_int("seed", 1, "random seed (weights, data, dropout)");
   flags.add_string("data", "", "data file (synthetic data when empty)");
   flags.add_string("task", "", "task of a multi-task model (the model's default when empty)");
+  flags.add_string("backbone", "", "backbone variant of a vision model (maskrcnn: r50, r101; the model's when empty)");
   flags.add_string("batch-file", "",
                    "a safetensors file holding one batch (the names and dtypes of the model's own batches) that every "
                    "step reads instead of the model's data; the loss is then also printed to 10 digits (parity runs)");
@@ -240,6 +241,7 @@ models::ModelConfig config_of(const tools::Flags& flags) {
   config.precision = flags.str("precision");
   config.data = flags.str("data");
   config.task = flags.str("task");
+  config.backbone = flags.str("backbone");
   tools::read_shape_flags(flags, config);
   config.accumulate = flags.integer("accumulate");
   config.r1_every = flags.integer("r1-every");

@@ -21,6 +21,10 @@ Tensor init_tensor(const engine::Shape& shape, const Init& init, int64_t fan_in)
     }
     case Init::Kind::normal: return ops::randn(shape, 0.0, init.std);
     case Init::Kind::zeros: return ops::zeros(shape);
+    case Init::Kind::kaiming_uniform: {
+      double bound = fan_in > 0 ? init.std * std::sqrt(3.0 / double(fan_in)) : 0.0;
+      return ops::rand(shape, -bound, bound);
+    }
   }
   return Tensor();
 }

@@ -14,10 +14,16 @@ using engine::Tensor;
 
 // How parameters start. PyTorch's default for Linear is uniform(+-1/sqrt(in)) for weight and bias; BERT
 // and most transformers use normal(0, 0.02) weights and zero biases.
+// How a layer's weight starts (its bias: zeros, but uniform(+-1/sqrt(fan_in)) with pytorch_default):
+//   pytorch_default   uniform(+-1/sqrt(fan_in)) (nn.Linear's and nn.Conv2d's reset_parameters)
+//   normal            normal(0, std)
+//   kaiming_uniform   uniform(+-std sqrt(3 / fan_in)), std the gain (kaiming_uniform_(a): sqrt(2 / (1 + a^2)))
+//   zeros
 struct Init {
-  enum class Kind { pytorch_default, normal, zeros } kind = Kind::pytorch_default;
+  enum class Kind { pytorch_default, normal, zeros, kaiming_uniform } kind = Kind::pytorch_default;
   double std = 0.02;
   static Init normal(double std) { return {Kind::normal, std}; }
+  static Init kaiming_uniform(double gain) { return {Kind::kaiming_uniform, gain}; }
 };
 
 class Linear : public graph::Module {

@@ -14,6 +14,8 @@
 
 namespace models::vision {
 
+using engine::DType;
+
 Conv2d::Conv2d(const Conv2dOptions& o) : options(o) {
   ENGINE_CHECK(o.in > 0 && o.out > 0 && o.kernel > 0 && o.groups > 0 && o.in % o.groups == 0 && o.out % o.groups == 0,
                "Conv2d: in ", o.in, " and out ", o.out, " must be positive multiples of groups ", o.groups, ", kernel ",
@@ -66,15 +68,26 @@ nn::Init kaiming_normal_fan_out(int64_t out, int64_t kernel) {
   return nn::Init::normal(std::sqrt(2.0 / double(out * kernel * kernel)));
 }
 
-BatchNorm2d::BatchNorm2d(int64_t channels, double eps_, double momentum_) : eps(eps_), momentum(momentum_) {
-  weight = register_parameter("weight", ops::ones({channels}));
-  bias = register_parameter("bias", ops::zeros({channels}));
+BatchNorm2d::BatchNorm2d(int64_t channels, double eps_, double momentum_, bool frozen_)
+    : eps(eps_), momentum(momentum_), frozen(frozen_) {
+  weight =
+      frozen ? register_buffer("weight", ops::ones({channels})) : register_parameter("weight", ops::ones({channels}));
+  bias = frozen ? register_buffer("bias", ops::zeros({channels})) : register_parameter("bias", ops::zeros({channels}));
   running_mean = register_buffer("running_mean", ops::zeros({channels}));
   running_var = register_buffer("running_var", ops::ones({channels}));
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) const {
   auto s = scope();
+  if (frozen) {
+    Tensor scale, shift;
+    {
+      graph::NoGrad constants;
+      scale = ops::mul(ops::to(weight, DType::f32), ops::rsqrt(ops::add(running_var, eps)));
+      shift = ops::sub(ops::to(bias, DType::f32), ops::mul(running_mean, scale));
+    }
+    return ops::add(ops::mul(x, ops::to(scale, x.dtype())), ops::to(shift, x.dtype()));
+  }
   // Inside a block that graph::recompute runs again in backward, the batch statistics are recomputed (the same
   // values) but the running statistics were updated by the first run: not twice.
   const bool again = training() && graph::recomputing();

@@ -63,12 +63,17 @@ nn::Init kaiming_normal_fan_out(int64_t out, int64_t kernel);
 
 // BatchNorm2d over the channels (the last dimension): batch statistics and a running-statistics update
 // (momentum 0.1) in training mode, the running statistics in evaluation mode.
+// frozen: torchvision's FrozenBatchNorm2d (detection backbones): weight, bias and the statistics are all buffers
+// (constants, never trained), and in every mode y = x scale + shift with scale = weight / sqrt(running_var + eps),
+// shift = bias - running_mean scale ([C], computed per call): a multiply that saves only scale for backward, and an
+// add, as PyTorch's; nothing of x's size is kept.
 class BatchNorm2d : public graph::Module {
  public:
-  explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1);
+  explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1, bool frozen = false);
   Tensor forward(const Tensor& x) const;  // [N, H, W, C] -> [N, H, W, C]
   double eps, momentum;
-  Tensor weight, bias;               // [C] parameters (ones, zeros)
+  bool frozen;
+  Tensor weight, bias;               // [C] parameters (ones, zeros); buffers when frozen
   Tensor running_mean, running_var;  // [C] f32 buffers (zeros, ones)
 };
 

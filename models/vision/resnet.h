@@ -1,5 +1,6 @@
 // vision/resnet.h: ResNet with bottleneck blocks (torchvision's ResNet v1.5: the stride on the 3x3
-// convolution), as a dilated backbone for dense prediction (DeepLabv3).
+// convolution), as a dilated backbone for dense prediction (DeepLabv3) or an undilated one (output stride 32) with
+// frozen batch norm for detection (Mask R-CNN's FPN reads every stage's output: forward_stages).
 //
 //   stem     conv1 7x7 s2 (3 -> width) - bn1 - relu - max pool 3x3 s2 p1            output stride 4
 //   layer1   blocks[0] bottlenecks, planes width,     stride 1                        4
@@ -25,7 +26,7 @@ namespace models::vision {
 class Bottleneck : public graph::Module {
  public:
   static constexpr int64_t kExpansion = 4;
-  Bottleneck(int64_t in, int64_t planes, int64_t stride, int64_t dilation);
+  Bottleneck(int64_t in, int64_t planes, int64_t stride, int64_t dilation, bool frozen_bn = false);
   Tensor forward(const Tensor& x) const;  // [N, H, W, in] -> [N, H/stride, W/stride, 4 planes]
   std::shared_ptr<Conv2d> conv1, conv2, conv3;
   std::shared_ptr<BatchNorm2d> bn1, bn2, bn3;
@@ -37,7 +38,7 @@ struct ResNetConfig {
   std::array<int64_t, 4> blocks = {3, 4, 23, 3};  // ResNet-101
   int64_t width = 64;                             // stem channels and layer1's planes
   int64_t in_channels = 3;
-  int64_t output_stride = 16;                     // 16 (layer4 dilated) or 8 (layer3 and layer4 dilated)
+  int64_t output_stride = 16;  // 16 (layer4 dilated), 8 (layer3 and layer4 dilated) or 32 (none, no multi-grid)
   std::vector<int64_t> multi_grid = {1, 2, 4};    // layer4's per-block dilation multipliers (cycled)
   // torchvision's replace_stride_with_dilation instead: a dilated stage's first block keeps the previous
   // stage's dilation (its 3x3 is where the stride would have been), the others take the stage's; no multi-grid.
@@ -46,6 +47,11 @@ struct ResNetConfig {
   // batch norms and ReLUs run again in backward (graph::recompute), about a third more compute for the
   // backbone's activations of one block at a time.
   bool recompute_blocks = false;
+  // Detection backbones (torchvision's resnet_fpn_backbone): every batch norm frozen (BatchNorm2d's frozen: constant
+  // scale and shift), and the first frozen_stages stages without gradients (1: the stem; 2: the stem and layer1, as
+  // torchvision's trainable_layers = 3): their parameters need no gradient, so their activations are not kept.
+  bool frozen_bn = false;
+  int64_t frozen_stages = 0;
   int64_t out_channels() const { return width * 8 * Bottleneck::kExpansion; }
 };
 
@@ -54,10 +60,15 @@ class ResNet : public graph::Module {
   explicit ResNet(const ResNetConfig& c);
   // [N, H, W, in_channels] -> [N, ~H/OS, ~W/OS, out_channels()]
   Tensor forward(const Tensor& x) const;
+  // Every stage's output: layer1 .. layer4 (strides 4, 8, 16, 32 at output stride 32).
+  std::vector<Tensor> forward_stages(const Tensor& x) const;
   ResNetConfig config;
   std::shared_ptr<Conv2d> conv1;
   std::shared_ptr<BatchNorm2d> bn1;
   std::array<std::vector<std::shared_ptr<Bottleneck>>, 4> layers;
+
+ private:
+  Tensor stem(const Tensor& x) const;  // conv1, bn1, ReLU, max pool: [N, H/4, W/4, width]
 };
 
 }  // namespace models::vision

@@ -42,6 +42,7 @@ RoiTargets roi_targets(const Tensor& proposals, const Tensor& proposal_valid, co
   Tensor label = ops::sub(ops::mul(fg, cls), ops::sub(ops::add(ops::neg(fg), 1.0), bg));
   label = ops::add(ops::mul(ops::add(label, 1.0), candidate), -1.0);
   t.labels = ops::to(label, DType::i64);
+  t.matched = matches;
   ops::BoxCoderParams head;
   head.wx = head.wy = 10, head.ww = head.wh = 5;
   // Padding candidates and padding truths become unit boxes for the encoding: finite codes (never trained on).
@@ -61,6 +62,7 @@ RoiTargets take_samples(const RoiTargets& t, const ops::Sampled& sampled) {
   RoiTargets s;
   s.boxes = ops::gather_rows(t.boxes, sampled.index);
   s.targets = ops::gather_rows(t.targets, sampled.index);
+  s.matched = ops::to(ops::gather(as_f32(t.matched), 1, sampled.index), DType::i64);
   // A padding slot of the draw (label -1) stays -1; a drawn slot has its candidate's label.
   Tensor drawn = as_f32(ops::compare(ops::CompareOp::ge, sampled.label, 0.0));
   Tensor label = as_f32(ops::gather(t.labels, 1, sampled.index));

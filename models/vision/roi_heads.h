@@ -8,11 +8,12 @@
 //     [N, G] (classes 1 .. C - 1), truth_valid bool [N, G]. Candidates [N, P + G, 4]; Matcher(0.5, 0.5, no low-quality
 //     matches) against the valid truths: label = the matched truth's class, 0 for background, -1 for a padding
 //     candidate; targets = BoxCoder(10, 10, 5, 5) codes of each candidate's matched truth (truth 0 if none: unused;
-//     padding boxes count as unit boxes there, so every code is finite).
+//     padding boxes count as unit boxes there, so every code is finite); matched = the matched truth's index (-1
+//     below the threshold).
 //   sampler_labels(labels) -> 1 (foreground), 0 (background), -1: the input of ops::sample_balanced (512 per image,
 //     a quarter positive in Mask R-CNN).
-//   take_samples(t, sampled) -> the sampled slots' boxes [N, num, 4], labels [N, num] (-1 in padding slots) and
-//     targets [N, num, 4]: what the box head pools and is trained on.
+//   take_samples(t, sampled) -> the sampled slots' boxes [N, num, 4], labels [N, num] (-1 in padding slots),
+//     targets [N, num, 4] and matched truths [N, num]: what the box and mask heads pool and are trained on.
 //   fastrcnn_loss(class_logits [N num, C], box_regression [N num, 4 C], labels, targets) -> {classifier, box}:
 //     cross-entropy over the sampled slots (mean; padding ignored), and smooth L1 (beta 1/9) of the foreground
 //     slots' codes for their own class, summed and divided by the sampled count. Differentiable in the logits and
@@ -33,6 +34,7 @@ struct RoiTargets {
   engine::Tensor boxes;    // f32 [N, S, 4]
   engine::Tensor labels;   // i64 [N, S]
   engine::Tensor targets;  // f32 [N, S, 4]
+  engine::Tensor matched;  // i64 [N, S]: the matched truth's index (the mask head's target), < 0 for none
 };
 
 struct FastRcnnLoss {

@@ -90,4 +90,28 @@ void match_boxes(const Tensor& iou, const Tensor& valid, float high, float low, 
   });
 }
 
+void polygon_masks(const Tensor& polygons, const Tensor& counts, const Tensor& rois, const Tensor& truth,
+                   const Tensor& masks) {
+  const int64_t N = polygons.size(0), G = polygons.size(1), P = polygons.size(2), V = polygons.size(3);
+  const int64_t R = rois.size(1), M = masks.size(2);
+  const float* poly = polygons.data<float>();
+  const int64_t* count = counts.data<int64_t>();
+  const float* box = rois.data<float>();
+  const int64_t* which = truth.data<int64_t>();
+  float* out = masks.data<float>();
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t r = 0; r < R; r++) {
+      const float* b = box + (n * R + r) * 4;
+      const int64_t g = which[n * R + r];
+      const float w = std::max(sub_rn(b[2], b[0]), 1.f), h = std::max(sub_rn(b[3], b[1]), 1.f);
+      float* crop = out + (n * R + r) * M * M;
+      for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < M; j++)
+          crop[i * M + j] = g < 0 || g >= G
+                                ? 0.f
+                                : polygon_mask_pixel(poly + (n * G + g) * P * V * 2, count + (n * G + g) * P, P, V,
+                                                     b[0], b[1], w, h, M, i, j);
+    }
+}
+
 }  // namespace ops::cpu

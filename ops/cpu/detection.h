@@ -90,6 +90,33 @@ ENGINE_HD int64_t match_anchor(const float* iou, int64_t G, int64_t A, int64_t a
   return m;
 }
 
+// Pixel (i, j) of a size x size crop of the box (x1, y1) + (w, h) (w, h >= 1): 1 when its cell's centre lies inside
+// one of the P parts of `parts` [P, V, 2] (part p: its first counts[p] vertices, closed; fewer than 3: empty), by
+// the even-odd rule (a ray towards +x crosses an odd number of edges), else 0. polygon_masks' rule
+// (ops/detection.h), in the crop's frame, every product and sum rounded alone (cpu/rounding.h).
+ENGINE_HD float polygon_mask_pixel(const float* parts, const int64_t* counts, int64_t P, int64_t V, float x1, float y1,
+                                   float w, float h, int64_t size, int64_t i, int64_t j) {
+  const float sx = float(size) / w, sy = float(size) / h;
+  const float px = float(j) + 0.5f, py = float(i) + 0.5f;
+  for (int64_t p = 0; p < P; p++) {
+    const int64_t n = counts[p] < V ? counts[p] : V;
+    if (n < 3) continue;
+    const float* v = parts + p * V * 2;
+    bool inside = false;
+    float ax = mul_rn(sub_rn(v[(n - 1) * 2], x1), sx), ay = mul_rn(sub_rn(v[(n - 1) * 2 + 1], y1), sy);
+    for (int64_t k = 0; k < n; k++) {
+      const float bx = mul_rn(sub_rn(v[k * 2], x1), sx), by = mul_rn(sub_rn(v[k * 2 + 1], y1), sy);
+      if ((ay > py) != (by > py)) {
+        const float cross = add_rn(ax, mul_rn(sub_rn(py, ay), sub_rn(bx, ax)) / sub_rn(by, ay));
+        if (px < cross) inside = !inside;
+      }
+      ax = bx, ay = by;
+    }
+    if (inside) return 1.f;
+  }
+  return 0.f;
+}
+
 // values / indices [N, k] from x [N, K] (contiguous).
 void topk(const engine::Tensor& x, int64_t k, const engine::Tensor& values, const engine::Tensor& indices);
 // iou [N, A, B] from a [N, A, 4] and b [N, B, 4] (contiguous f32).
@@ -102,5 +129,9 @@ void box_code(bool decode, const engine::Tensor& in, const engine::Tensor& refer
 // matches [N, A] from iou [N, G, A], valid [N, G] (or undefined); gmax: a [N, G] f32 scratch.
 void match_boxes(const engine::Tensor& iou, const engine::Tensor& valid, float high, float low, bool allow_low_quality,
                  const engine::Tensor& gmax, const engine::Tensor& matches);
+
+// masks [N, R, M, M] from polygons [N, G, P, V, 2], counts [N, G, P], rois [N, R, 4] and truth [N, R] (contiguous).
+void polygon_masks(const engine::Tensor& polygons, const engine::Tensor& counts, const engine::Tensor& rois,
+                   const engine::Tensor& truth, const engine::Tensor& masks);
 
 }  // namespace ops::cpu

@@ -18,7 +18,8 @@ void paint_rectangles(const Tensor& scenes, const Tensor& palette, const PaintOp
     T* image = out.images.data<T>();  // [N, H, W, 3]
     parallel_for(N * H * W, [&](int64_t p) {
       const int64_t n = p / (H * W), y = p / W % H, x = p % W;
-      const PixelPaint px = synthetic_pixel(table + n * R * kSceneFields, R, K, y, x, o.borders, o.border_label);
+      const PixelPaint px =
+          synthetic_pixel(table + n * R * kSceneFields, R, K, y, x, o.borders, o.border_label, o.ellipses);
       for (int64_t c = 0; c < 3; c++) {
         const uint64_t e = uint64_t(p * 3 + c);
         image[e] = st<T>(synthetic_value(colours[px.colour * 3 + c], noise, synthetic_uniform(o.seed, o.step, e)));

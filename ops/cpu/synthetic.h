@@ -47,13 +47,19 @@ struct PixelPaint {
 
 // Pixel (y, x) of an image whose scene is `scene` [R, 5]: the last rectangle (class in [0, K)) holding it
 // decides; on its one-pixel border (when `borders`) the label is border_label and the colour the
-// background's; no rectangle: background (row 0, label 0).
+// background's; no rectangle: background (row 0, label 0). With `ellipses` a rectangle holds only the pixels whose
+// centre lies in its inscribed ellipse: (2x + 1 - 2 left - w)^2 h^2 + (2y + 1 - 2 top - h)^2 w^2 <= w^2 h^2, exact in
+// integers.
 ENGINE_HD PixelPaint synthetic_pixel(const int64_t* scene, int64_t R, int64_t K, int64_t y, int64_t x, bool borders,
-                                     int64_t border_label) {
+                                     int64_t border_label, bool ellipses = false) {
   for (int64_t r = R - 1; r >= 0; r--) {
     const int64_t* s = scene + r * kSceneFields;
     const int64_t cls = s[0], top = s[1], left = s[2], h = s[3], w = s[4];
     if (cls < 0 || cls >= K || y < top || y >= top + h || x < left || x >= left + w) continue;
+    if (ellipses) {
+      const int64_t dx = 2 * x + 1 - 2 * left - w, dy = 2 * y + 1 - 2 * top - h;
+      if (dx * dx * h * h + dy * dy * w * w > w * w * h * h) continue;
+    }
     if (borders && (y == top || y == top + h - 1 || x == left || x == left + w - 1)) return {0, border_label, r + 1};
     return {cls, cls, r + 1};
   }

@@ -12,6 +12,8 @@
 //   box_code_kernel  a thread per box (cpu/detection.h's encode_box / decode_box).
 //   match_gmax_kernel, match_kernel  a block per (image, truth) finds the truth's best IoU (a max: exact in any
 //                    order), then a thread per anchor applies match_anchor.
+//   polygon_mask_kernel  a thread per crop pixel tests its cell's centre against every edge of its truth's parts
+//                    (cpu/detection.h's polygon_mask_pixel). Bound: the edge loop (P V per pixel, from L1).
 //   nms_scan_kernel  a block per image walks the boxes in order (the greedy decision is sequential): a valid box
 //                    not yet removed is kept and its row of the mask is ORed into the removed words by all threads.
 #include "ops/cpu/detection.h"
@@ -158,6 +160,20 @@ __global__ void match_kernel(const float* iou, const bool* valid, const float* g
   }
 }
 
+__global__ void polygon_mask_kernel(const float* poly, const int64_t* counts, const float* rois, const int64_t* truth,
+                                    int64_t N, int64_t R, int64_t G, int64_t P, int64_t V, int64_t M, float* masks) {
+  const int64_t total = N * R * M * M;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t j = e % M, i = (e / M) % M, nr = e / (M * M), n = nr / R;
+    const float* b = rois + nr * 4;
+    const int64_t g = truth[nr];
+    const float bw = cpu::sub_rn(b[2], b[0]), bh = cpu::sub_rn(b[3], b[1]);
+    masks[e] = g < 0 || g >= G ? 0.f
+                               : cpu::polygon_mask_pixel(poly + (n * G + g) * P * V * 2, counts + (n * G + g) * P, P, V,
+                                                         b[0], b[1], bw > 1.f ? bw : 1.f, bh > 1.f ? bh : 1.f, M, i, j);
+  }
+}
+
 }  // namespace
 
 void box_code(bool decode, const Tensor& in, const Tensor& reference, const cpu::CoderWeights& w,
@@ -169,6 +185,17 @@ void box_code(bool decode, const Tensor& in, const Tensor& reference, const cpu:
       image_hw.defined() ? static_cast<const float*>(image_hw.data_ptr()) : nullptr, N, K,
       static_cast<float*>(out.data_ptr()));
   ENGINE_CUDA_LAUNCH_CHECK(decode ? "box_decode" : "box_encode");
+}
+
+void polygon_masks(const Tensor& polygons, const Tensor& counts, const Tensor& rois, const Tensor& truth,
+                   const Tensor& masks) {
+  if (masks.numel() == 0) return;
+  polygon_mask_kernel<<<grid_for(masks.numel(), 256), 256, 0, engine::cuda::stream()>>>(
+      static_cast<const float*>(polygons.data_ptr()), static_cast<const int64_t*>(counts.data_ptr()),
+      static_cast<const float*>(rois.data_ptr()), static_cast<const int64_t*>(truth.data_ptr()), rois.size(0),
+      rois.size(1), polygons.size(1), polygons.size(2), polygons.size(3), masks.size(2),
+      static_cast<float*>(masks.data_ptr()));
+  ENGINE_CUDA_LAUNCH_CHECK("polygon_masks");
 }
 
 void match_boxes(const Tensor& iou, const Tensor& valid, float high, float low, bool allow_low_quality,

@@ -17,4 +17,7 @@ void box_code(bool decode, const engine::Tensor& in, const engine::Tensor& refer
 void match_boxes(const engine::Tensor& iou, const engine::Tensor& valid, float high, float low, bool allow_low_quality,
                  const engine::Tensor& gmax, const engine::Tensor& matches);
 
+void polygon_masks(const engine::Tensor& polygons, const engine::Tensor& counts, const engine::Tensor& rois,
+                   const engine::Tensor& truth, const engine::Tensor& masks);
+
 }  // namespace ops::cuda

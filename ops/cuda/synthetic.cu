@@ -35,6 +35,7 @@ struct PaintArgs {
   float noise;
   bool borders;
   int64_t border_label;
+  bool ellipses;
 };
 
 // The 4 int64 of a whole group to a 16-byte aligned map as 2 x 16 bytes, else element-wise.
@@ -73,7 +74,7 @@ __global__ void paint_rectangles_kernel(PaintArgs a, T* images, int64_t* labels,
       v[3 * j] = v[3 * j + 1] = v[3 * j + 2] = 0.f;
       if (j < count) {
         const cpu::PixelPaint px = cpu::synthetic_pixel(a.scenes + n * a.R * cpu::kSceneFields, a.R, a.K, y, x,
-                                                        a.borders, a.border_label);
+                                                        a.borders, a.border_label, a.ellipses);
         lab[j] = px.label;
         inst[j] = px.instance;
 #pragma unroll
@@ -112,7 +113,7 @@ void paint_rectangles(const Tensor& scenes, const Tensor& palette, const PaintOp
   a.R = scenes.size(1), a.K = palette.size(0), a.H = o.height, a.W = o.width;
   a.pixels = scenes.size(0) * o.height * o.width;
   a.seed = o.seed, a.step = o.step, a.noise = float(o.noise);
-  a.borders = o.borders, a.border_label = o.border_label;
+  a.borders = o.borders, a.border_label = o.border_label, a.ellipses = o.ellipses;
   if (a.pixels == 0) return;
   int64_t* label_map = out.labels.defined() ? static_cast<int64_t*>(out.labels.data_ptr()) : nullptr;
   int64_t* instance_map = out.instances.defined() ? static_cast<int64_t*>(out.instances.data_ptr()) : nullptr;

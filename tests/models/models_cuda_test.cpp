@@ -48,10 +48,11 @@ TEST(ModelsCuda, EveryModelAllocatesExactlyAsMetaPredicts) {
 }
 
 // The researcher's levers (issue 21) on the GPU: decoding with a KV cache (eval steps, no training state), gradient
-// accumulation, Adafactor and a reshaped transformer make exactly the allocations meta predicts.
+// accumulation, Adafactor, a reshaped transformer and Mask R-CNN's detection make exactly the allocations meta
+// predicts.
 TEST(ModelsCuda, LeversAndDecodingAllocateExactlyAsMetaPredicts) {
   const size_t capacity = size_t(40) << 30;
-  std::vector<models::ModelConfig> configs(4);
+  std::vector<models::ModelConfig> configs(5);
   configs[0].name = "transformer_lm";
   configs[0].size = "small";
   configs[0].precision = "bf16";
@@ -72,6 +73,9 @@ TEST(ModelsCuda, LeversAndDecodingAllocateExactlyAsMetaPredicts) {
   configs[3].dims.heads = 8;
   configs[3].precision = "bf16";
   configs[3].attention = "flash";
+  configs[4].name = "maskrcnn";  // detection at full size (fixed 100 detections per image)
+  configs[4].precision = "bf16";
+  configs[4].inference = true;
   for (const models::ModelConfig& c : configs) {
     SCOPED_TRACE(c.name + (c.inference ? " generate" : c.optimizer.empty() ? "" : " " + c.optimizer));
     auto run = [&](engine::DeviceType type, size_t* peak) {

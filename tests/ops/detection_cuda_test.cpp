@@ -111,11 +111,32 @@ TEST(DetectionCuda, AnchorsLevelsAndSamplesEqualTheCpus) {
   testutil::expect_equal("sample_balanced label", cpu.label, gpu.label);
 }
 
+TEST(DetectionCuda, PolygonMasksEqualTheCpus) {
+  // Mask R-CNN's sizes: 100 truths of 4 parts of up to 64 vertices (random, self-intersecting too), 128 RoIs of
+  // 28 x 28 per image, some with no truth.
+  std::mt19937_64 rng(9);
+  std::uniform_real_distribution<double> u(0, 1);
+  const int64_t N = 2, G = 100, P = 4, V = 64, R = 128;
+  std::vector<float> xy(size_t(N * G * P * V * 2));
+  for (auto& v : xy) v = float(u(rng) * 600);
+  std::vector<int64_t> counts(size_t(N * G * P)), truth(size_t(N * R));
+  for (auto& c : counts) c = int64_t(rng() % 70);  // some empty, some past V (clamped)
+  for (auto& t : truth) t = int64_t(rng() % (G + 2)) - 1;
+  Tensor polys = ops::from_vector(xy, {N, G, P, V, 2}, DType::f32);
+  Tensor cnt = ops::from_vector(counts, {N, G, P}, DType::i64), which = ops::from_vector(truth, {N, R}, DType::i64);
+  Tensor rois = random_boxes(N, R, 10);
+  testutil::expect_equal("polygon_masks", ops::polygon_masks(polys, cnt, rois, which, 28),
+                         ops::polygon_masks(to_cuda(polys), to_cuda(cnt), to_cuda(rois), to_cuda(which), 28));
+}
+
 TEST(DetectionCuda, LedgerMatchesMeta) {
   testutil::expect_cuda_ledger_matches_meta([] {
     Tensor boxes = random_boxes(2, 700, 1);
     ops::TopK t = ops::topk(ops::reshape(ops::slice(boxes, 2, 0, 1), {2, 700}), 300);
     Tensor iou = ops::box_iou(boxes, boxes);
     Tensor keep = ops::nms(boxes, Tensor(), 0.7, 100);
+    Tensor masks =
+        ops::polygon_masks(ops::full({2, 3, 2, 5, 2}, 1.0, DType::f32), ops::full({2, 3, 2}, 5.0, DType::i64), boxes,
+                           ops::full({2, 700}, 1.0, DType::i64), 28);
   });
 }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -353,6 +354,136 @@ TEST(SampleBalanced, DrawsTheCountsFromTheRightCandidatesUniformly) {
   EXPECT_EQ(ints(ops::sample_balanced(t, num, 0.25).index), a);
 }
 
+namespace {
+
+// A truth's parts as polygon_masks takes them, [G, P, V, 2] and counts [G, P], from lists of (x, y) vertices.
+struct Polygons {
+  int64_t G, P, V;
+  std::vector<float> xy;
+  std::vector<int64_t> counts;
+  Polygons(int64_t g, int64_t p, int64_t v)
+      : G(g), P(p), V(v), xy(size_t(g * p * v * 2), 0.f), counts(size_t(g * p), 0) {}
+  void set(int64_t g, int64_t p, const std::vector<std::array<double, 2>>& vertices) {
+    counts[size_t(g * P + p)] = int64_t(vertices.size());
+    for (size_t k = 0; k < vertices.size() && int64_t(k) < V; k++)
+      for (int c = 0; c < 2; c++) xy[size_t(((g * P + p) * V + int64_t(k)) * 2 + c)] = float(vertices[k][size_t(c)]);
+  }
+};
+
+// A convex polygon's inside, in f64 from its definition (an independent rule from the even-odd crossing count):
+// the point lies left of every edge of a counter-clockwise polygon; `margin` its distance to the nearest edge.
+bool inside_convex(const std::vector<std::array<double, 2>>& v, double x, double y, double* margin) {
+  bool inside = true;
+  *margin = 1e300;
+  for (size_t k = 0; k < v.size(); k++) {
+    const auto& a = v[k];
+    const auto& b = v[(k + 1) % v.size()];
+    const double ex = b[0] - a[0], ey = b[1] - a[1];
+    const double cross = ex * (y - a[1]) - ey * (x - a[0]);
+    *margin = std::min(*margin, std::abs(cross) / std::hypot(ex, ey));
+    if (cross < 0) inside = false;
+  }
+  return inside;
+}
+
+}  // namespace
+
+TEST(PolygonMasks, ARectangleFillsTheCellsWhoseCentreItHolds) {
+  // RoI (10, 20)-(24, 34), 7 x 7 cells of 2 x 2 pixels; the rectangle (12, 22)-(18, 30) is (1, 1)-(4, 5) in cells,
+  // so it holds the centres j + 0.5 in (1, 4) and i + 0.5 in (1, 5): columns 1-3 of rows 1-4.
+  Polygons poly(1, 1, 4);
+  poly.set(0, 0, {{12, 22}, {18, 22}, {18, 30}, {12, 30}});
+  Tensor masks = ops::polygon_masks(ops::from_vector(poly.xy, {1, 1, 1, 4, 2}, DType::f32),
+                                    ops::from_vector(poly.counts, {1, 1, 1}, DType::i64),
+                                    ops::from_vector(std::vector<float>{10, 20, 24, 34}, {1, 1, 4}, DType::f32),
+                                    ops::from_vector(std::vector<int64_t>{0}, {1, 1}, DType::i64), 7);
+  ASSERT_EQ(masks.shape(), (Shape{1, 1, 7, 7}));
+  std::vector<double> want(49, 0.0);
+  for (int i = 1; i <= 4; i++)
+    for (int j = 1; j <= 3; j++) want[size_t(i * 7 + j)] = 1.0;
+  EXPECT_EQ(masks.to_double(), want);
+}
+
+TEST(PolygonMasks, EqualConvexInsidenessUnionsPartsAndPadsWithZeros) {
+  // Random convex polygons (points on an ellipse, in angle order) in random RoIs, two parts per truth (their union);
+  // cells whose centre lies within 1e-3 cell of an edge are skipped (either answer is right to rounding).
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<double> u(0, 1);
+  const int64_t N = 2, G = 3, P = 3, V = 12, R = 7, M = 14;
+  Polygons poly(N * G, P, V);
+  std::vector<std::vector<std::vector<std::array<double, 2>>>> parts(size_t(N * G));
+  for (int64_t g = 0; g < N * G; g++)
+    for (int64_t p = 0; p < 2; p++) {
+      const int64_t n_vertices = 3 + int64_t(rng() % uint64_t(V - 2));
+      std::vector<double> angles;
+      for (int64_t k = 0; k < n_vertices; k++) angles.push_back(u(rng) * 2 * M_PI);
+      std::sort(angles.begin(), angles.end());
+      const double cx = 50 + 100 * u(rng), cy = 40 + 80 * u(rng), rx = 5 + 40 * u(rng), ry = 5 + 40 * u(rng);
+      std::vector<std::array<double, 2>> v;
+      for (double a : angles) v.push_back({cx + rx * std::cos(a), cy + ry * std::sin(a)});
+      for (auto& q : v) q = {double(float(q[0])), double(float(q[1]))};  // the f32 vertices the op sees
+      poly.set(g, p, v);
+      parts[size_t(g)].push_back(v);
+    }
+  std::vector<float> rois;
+  std::vector<int64_t> truth;
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t r = 0; r < R; r++) {
+      const double x1 = 200 * u(rng), y1 = 160 * u(rng);
+      const double w = r == 0 ? 0.25 : 3 + 120 * u(rng), h = r == 0 ? 0.5 : 3 + 120 * u(rng);  // r 0: below 1 x 1
+      rois.insert(rois.end(), {float(x1), float(y1), float(x1 + w), float(y1 + h)});
+      truth.push_back(r == R - 1 ? -1 : (r == R - 2 ? G : int64_t(rng() % uint64_t(G))));  // two with no truth
+    }
+  Tensor masks = ops::polygon_masks(
+      ops::from_vector(poly.xy, {N, G, P, V, 2}, DType::f32), ops::from_vector(poly.counts, {N, G, P}, DType::i64),
+      ops::from_vector(rois, {N, R, 4}, DType::f32), ops::from_vector(truth, {N, R}, DType::i64), M);
+  const std::vector<double> got = masks.to_double();
+  int64_t checked = 0, ones = 0, wrong = 0;
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t r = 0; r < R; r++) {
+      const float* b = rois.data() + (n * R + r) * 4;
+      const int64_t g = truth[size_t(n * R + r)];
+      const double w = std::max(double(b[2]) - double(b[0]), 1.0), h = std::max(double(b[3]) - double(b[1]), 1.0);
+      for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < M; j++) {
+          const double x = b[0] + (j + 0.5) * w / M, y = b[1] + (i + 0.5) * h / M;
+          bool in = false, near = false;
+          if (g >= 0 && g < G)
+            for (const auto& v : parts[size_t(n * G + g)]) {
+              double margin;
+              in = inside_convex(v, x, y, &margin) || in;
+              near = near || margin < 1e-3 * std::min(w, h) / M;
+            }
+          if (near) continue;
+          checked++;
+          ones += in;
+          const double value = got[size_t(((n * R + r) * M + i) * M + j)];
+          if (value != (in ? 1.0 : 0.0) && wrong++ < 5)
+            ADD_FAILURE() << "image " << n << " roi " << r << " cell (" << i << ", " << j << "): " << value;
+        }
+    }
+  EXPECT_EQ(wrong, 0);
+  EXPECT_GT(ones, 50);  // the draw does put polygons in the RoIs
+  EXPECT_GT(checked, N * R * M * M * 9 / 10);
+  for (int64_t n = 0; n < N; n++)  // the RoIs with no truth are empty crops
+    for (int64_t r = R - 2; r < R; r++)
+      for (int64_t e = 0; e < M * M; e++) EXPECT_EQ(got[size_t((n * R + r) * M * M + e)], 0.0);
+}
+
+TEST(PolygonMasks, PartsOfFewerThanThreeVerticesAreEmpty) {
+  Polygons poly(1, 2, 4);
+  poly.set(0, 0, {{0, 0}, {10, 10}});                    // a segment: empty
+  poly.set(0, 1, {{0, 0}, {10, 0}, {10, 10}, {0, 10}});  // the whole RoI
+  Tensor rois = ops::from_vector(std::vector<float>{0, 0, 10, 10}, {1, 1, 4}, DType::f32);
+  Tensor truth = ops::from_vector(std::vector<int64_t>{0}, {1, 1}, DType::i64);
+  Tensor xy = ops::from_vector(poly.xy, {1, 1, 2, 4, 2}, DType::f32);
+  Tensor all = ops::polygon_masks(xy, ops::from_vector(poly.counts, {1, 1, 2}, DType::i64), rois, truth, 5);
+  EXPECT_EQ(all.to_double(), std::vector<double>(25, 1.0));
+  poly.counts[1] = 2;  // the square cut to a segment too
+  Tensor none = ops::polygon_masks(xy, ops::from_vector(poly.counts, {1, 1, 2}, DType::i64), rois, truth, 5);
+  EXPECT_EQ(none.to_double(), std::vector<double>(25, 0.0));
+}
+
 TEST(Detection, ErrorsNameTheProblem) {
   auto expect_error = [](const std::function<void()>& f, const std::string& text) {
     try {
@@ -377,6 +508,24 @@ TEST(Detection, ErrorsNameTheProblem) {
   expect_error([&] { ops::nms(boxes, ops::full({1, 3}, 1.0, DType::f32), 0.5, 2); }, "'valid' must be");
   expect_error([&] { ops::nms(boxes, Tensor(), 0.5, 0); }, "max_out must be >= 1");
   expect_error([&] { ops::nms(boxes, Tensor(), std::nan(""), 2); }, "iou_threshold must be finite");
+  Tensor polys = ops::full({1, 2, 1, 3, 2}, 1.0, DType::f32), counts = ops::full({1, 2, 1}, 3.0, DType::i64);
+  Tensor truth = ops::full({1, 4}, 0.0, DType::i64);
+  expect_error(
+      [&] {
+        ops::polygon_masks(ops::full({1, 2, 3, 2}, 1.0, DType::f32), counts, boxes, truth, 28);
+      },
+      "polygons must be contiguous [N, G, P, V, 2]");
+  expect_error(
+      [&] {
+        ops::polygon_masks(polys, ops::full({1, 2}, 3.0, DType::i64), boxes, truth, 28);
+      },
+      "counts must be contiguous [N, G, P] = [1, 2, 1]");
+  expect_error(
+      [&] {
+        ops::polygon_masks(polys, counts, boxes, ops::full({1, 3}, 0.0, DType::i64), 28);
+      },
+      "truth [N, R]");
+  expect_error([&] { ops::polygon_masks(polys, counts, boxes, truth, 0); }, "size must be in [1, 4096]");
 }
 
 TEST(Detection, MetaAllocatesLikeCpu) {
@@ -397,5 +546,9 @@ TEST(Detection, MetaAllocatesLikeCpu) {
     EXPECT_EQ(s.index.shape(), (Shape{1, 64}));
     EXPECT_EQ(levels.dtype(), DType::i64);
     EXPECT_EQ(t.indices.dtype(), DType::i64);
+    Tensor masks =
+        ops::polygon_masks(ops::full({1, 3, 2, 5, 2}, 1.0, DType::f32), ops::full({1, 3, 2}, 5.0, DType::i64), boxes,
+                           ops::full({1, 130}, 1.0, DType::i64), 28);
+    EXPECT_EQ(masks.shape(), (Shape{1, 130, 28, 28}));
   });
 }

@@ -113,3 +113,16 @@ TEST(LrSchedule, DarknetBurnInThenStepsAsYoloV3Cfg) {
   EXPECT_THROW(ops::DarknetSteps(1e-3, 1000, 4, {10}, {0.1, 0.1}), engine::Error);
   EXPECT_NE(s.describe().find("burn_in 1000"), std::string::npos) << s.describe();
 }
+
+TEST(LrSchedule, WarmupMultiStepIsMaskrcnnBenchmarks) {
+  // e2e_mask_rcnn_R_50_FPN_1x: base 0.02, warm-up 500 updates from 1/3, x 0.1 at 60000 and 80000.
+  ops::WarmupMultiStep s(0.02, 500, 1.0 / 3, {60000, 80000});
+  EXPECT_DOUBLE_EQ(s.lr(0), 0.02 / 3);
+  EXPECT_DOUBLE_EQ(s.lr(250), 0.02 * (1.0 / 3 * 0.5 + 0.5));
+  EXPECT_DOUBLE_EQ(s.lr(500), 0.02);
+  EXPECT_DOUBLE_EQ(s.lr(59999), 0.02);
+  EXPECT_DOUBLE_EQ(s.lr(60000), 0.02 * 0.1);
+  EXPECT_DOUBLE_EQ(s.lr(80000), 0.02 * 0.1 * 0.1);
+  EXPECT_THROW(ops::WarmupMultiStep(0.02, 500, 2.0, {}), engine::Error);
+  EXPECT_THROW(ops::WarmupMultiStep(0.02, 500, 0.5, {10, 10}), engine::Error);
+}

@@ -54,6 +54,7 @@ TEST(PaintRectanglesCuda, BitForBitTheCpus) {
       o.height = c.H, o.width = c.W, o.noise = 0.2, o.seed = 0xfeedface12345678ull, o.step = (int64_t(3) << 32) + 11;
       o.labels = borders, o.borders = borders, o.border_label = 255;
       o.instances = !borders;  // each map alone
+      o.ellipses = !borders;   // and each shape
       o.dtype = DType::f32;
       const Tensor f32_images = ops::paint_rectangles(scenes, palette, o).images;
       for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {

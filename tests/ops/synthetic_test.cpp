@@ -137,6 +137,25 @@ TEST(PaintRectangles, EqualsTheNaivePainterInEveryDtype) {
   }
 }
 
+TEST(PaintRectangles, EllipsesHoldThePixelsWhoseCentreIsInside) {
+  // One 4 x 4 rectangle at (1, 2) in a 6 x 7 image: its inscribed ellipse (semi-axes 2) holds a pixel whose centre
+  // is (dx, dy) from the rectangle's centre when (dx / 2)^2 + (dy / 2)^2 <= 1, with dx, dy in {-1.5, -0.5, 0.5, 1.5}:
+  // every pixel but the four corners ((1.5 / 2)^2 2 = 1.125). A 1 x 3 rectangle: its ellipse has semi-axes 1.5 and
+  // 0.5, the row's three centres at dx = -1, 0, 1: (1 / 1.5)^2 < 1, all three inside.
+  std::vector<int64_t> rows = {1, 1, 2, 4, 4, 2, 5, 3, 1, 3};  // class, top, left, height, width
+  Tensor scenes = ops::from_vector(rows, {1, 2, 5}, DType::i64);
+  Tensor palette = ops::from_vector(std::vector<float>(9, 0.f), {3, 3}, DType::f32);
+  ops::PaintOptions o = options(6, 7, false);
+  o.ellipses = true;
+  const std::vector<int64_t> got = as_int(ops::paint_rectangles(scenes, palette, o).labels);
+  std::vector<int64_t> want(42, 0);
+  for (int64_t y = 1; y < 5; y++)
+    for (int64_t x = 2; x < 6; x++)
+      if (!((y == 1 || y == 4) && (x == 2 || x == 5))) want[size_t(y * 7 + x)] = 1;
+  for (int64_t x = 3; x < 6; x++) want[size_t(5 * 7 + x)] = 2;
+  EXPECT_EQ(got, want);
+}
+
 TEST(PaintRectangles, BordersAreTheIgnoreIndexAndLookLikeTheBackground) {
   Scene s{1, 1, {2, 3, 4, 6, 5}, {-0.5f, -0.5f, -0.5f, 0.f, 0.f, 0.f, 0.5f, 0.5f, 0.5f}};
   ops::PaintOptions o = options(12, 12, true);
