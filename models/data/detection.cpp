@@ -171,7 +171,25 @@ DetectionSet::DetectionSet(const std::string& dir, int64_t classes, int64_t max_
       if (boxes_seen[item_it->second] == max_boxes + 1) crowded_images++;
       continue;
     }
-    item.boxes.push_back({float(x0), float(y0), float(x1 - x0), float(y1 - y0), class_it->second});
+    DetectionBox box{float(x0), float(y0), float(x1 - x0), float(y1 - y0), class_it->second, {}};
+    // Polygons (a list of lists); an RLE object or no segmentation leaves none.
+    const Value* segmentation = an.find("segmentation");
+    if (segmentation && segmentation->type == Value::Type::array)
+      for (size_t k = 0; k < segmentation->items.size(); k++) {
+        const Value& polygon = segmentation->items[k];
+        const std::string at = engine::str(where, ".segmentation[", k, "]");
+        ENGINE_CHECK(polygon.type == Value::Type::array && polygon.items.size() >= 6 && polygon.items.size() % 2 == 0,
+                     at, " must be a polygon [x0, y0, x1, y1, ...] of at least 3 points, got ",
+                     polygon.type == Value::Type::array ? engine::str(polygon.items.size(), " numbers") : "no list");
+        std::vector<float> xy;
+        for (const Value& v : polygon.items) {
+          ENGINE_CHECK(v.is_number() && std::isfinite(v.number) && std::fabs(v.number) <= 1e9, at,
+                       ": a polygon coordinate must be a finite number of pixels, got '", v.text, "'");
+          xy.push_back(float(v.number));
+        }
+        box.polygons.push_back(std::move(xy));
+      }
+    item.boxes.push_back(std::move(box));
   }
   if (crowds) notes_.push_back(engine::str(crowds, " iscrowd boxes skipped"));
   if (clipped)
@@ -229,6 +247,119 @@ DetectionData DetectionSet::batch(int64_t n, int64_t size, uint64_t seed, int64_
       const auto box = letterbox_box(item.boxes[m], image.height, image.width, g, size, flip);
       std::copy(box.begin(), box.end(), b.boxes.begin() + (j * max_boxes_ + int64_t(m)) * 4);
       b.labels[size_t(j * max_boxes_) + m] = item.boxes[m].label;
+    }
+  });
+  return b;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Instance segmentation (Mask R-CNN)
+
+std::array<int64_t, 2> instance_resize(int64_t h, int64_t w, int64_t min_size, int64_t max_size) {
+  // torchvision: scale = min(min_size / short side, max_size / long side), then F.interpolate(scale_factor=scale,
+  // recompute_scale_factor=True): floor(side * scale), the scale and the product in f32 as torch computes them
+  // (480 x 800/480 is 799.99998 in f64 but 800 in f32: torchvision gives 800).
+  const float scale = std::min(float(min_size) / float(std::min(h, w)), float(max_size) / float(std::max(h, w)));
+  const float rh = float(h) * scale, rw = float(w) * scale;
+  return {std::max<int64_t>(1, int64_t(std::floor(rh))), std::max<int64_t>(1, int64_t(std::floor(rw)))};
+}
+
+std::array<int64_t, 2> instance_fit(int64_t h, int64_t w, const InstanceGeometry& g) {
+  std::array<int64_t, 2> size = instance_resize(h, w, g.min_size, g.max_size);
+  if (size[0] <= g.padded_h && size[1] <= g.padded_w) return size;
+  // Larger than the batch's fixed size (a portrait image on a landscape canvas): the largest that fits instead.
+  const float scale = std::min(float(g.padded_h) / float(h), float(g.padded_w) / float(w));
+  const float rh = float(h) * scale, rw = float(w) * scale;
+  return {std::min(g.padded_h, std::max<int64_t>(1, int64_t(std::floor(rh)))),
+          std::min(g.padded_w, std::max<int64_t>(1, int64_t(std::floor(rw))))};
+}
+
+namespace {
+
+// Polygon k of an object under the limits: the first `parts` polygons, each thinned to at most `vertices` points.
+std::vector<float> limited_polygon(const std::vector<float>& xy, int64_t vertices) {
+  const int64_t n = int64_t(xy.size() / 2);
+  if (n <= vertices) return xy;
+  std::vector<float> out;
+  for (int64_t k = 0; k < vertices; k++) {
+    const int64_t i = k * n / vertices;
+    out.insert(out.end(), {xy[size_t(2 * i)], xy[size_t(2 * i + 1)]});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string DetectionSet::instance_notes(const InstanceGeometry& g) const {
+  int64_t cut = 0, thinned = 0, none = 0, fitted = 0;
+  for (const auto& item : items_) {
+    fitted +=
+        instance_fit(item.height, item.width, g) != instance_resize(item.height, item.width, g.min_size, g.max_size);
+    for (const auto& box : item.boxes) {
+      none += box.polygons.empty();
+      cut += int64_t(box.polygons.size()) > g.parts;
+      for (const auto& p : box.polygons) thinned += int64_t(p.size() / 2) > g.vertices;
+    }
+  }
+  std::string out;
+  auto add = [&](int64_t count, const std::string& what) {
+    if (count) out += (out.empty() ? "" : "; ") + engine::str(count, " ", what);
+  };
+  add(cut, engine::str("objects with more than ", g.parts, " polygons (the first ", g.parts, " kept)"));
+  add(thinned, engine::str("polygons of more than ", g.vertices, " points (thinned to ", g.vertices, ")"));
+  add(none, "objects without polygons (their box is their mask)");
+  add(fitted, engine::str("images resized to fit the batch's ", g.padded_h, "x", g.padded_w, " instead (portrait)"));
+  return out;
+}
+
+InstanceData DetectionSet::instance_batch(int64_t n, const InstanceGeometry& g, uint64_t seed, int64_t step) const {
+  const int64_t H = g.padded_h, W = g.padded_w, G = g.truths, P = g.parts, V = g.vertices;
+  InstanceData b;
+  b.images.assign(size_t(n * H * W * 3), 0.f);
+  b.image_hw.assign(size_t(n * 2), 0.f);
+  b.boxes.assign(size_t(n * G * 4), 0.f);
+  b.labels.assign(size_t(n * G), 0);
+  b.valid.assign(size_t(n * G), 0.f);
+  b.polygons.assign(size_t(n * G * P * V * 2), 0.f);
+  b.counts.assign(size_t(n * G * P), 0);
+  const int64_t first = std::max<int64_t>(step - 1, 0) * n;
+  const std::vector<int64_t> ids = order_.items(first, n, this->size(), seed);
+  parallel_for(n, [&](int64_t j) {
+    const int64_t index = first + j, i = ids[size_t(j)];
+    const DetectionItem& item = items_[size_t(i)];
+    const Image image = load(i);
+    std::mt19937_64 rng = item_rng(seed, index);
+    const bool flip = uniform01(rng) < 0.5;
+    const auto [rh, rw] = instance_fit(image.height, image.width, g);
+    b.image_hw[size_t(j * 2)] = float(rh), b.image_hw[size_t(j * 2 + 1)] = float(rw);
+    float* out = b.images.data() + j * H * W * 3;
+    for (int64_t y = 0; y < rh; y++)
+      for (int64_t x = 0; x < rw; x++) {
+        const int64_t sx = flip ? rw - 1 - x : x;  // the flip before the resize, as the references order them
+        for (int64_t c = 0; c < 3; c++)
+          out[(y * W + x) * 3 + c] = imagenet_normalize(
+              sample_bilinear(image, resize_source(y, image.height, rh), resize_source(sx, image.width, rw), c), c);
+      }
+    const double fx = double(rw) / double(image.width), fy = double(rh) / double(image.height);
+    auto map_x = [&](double x) { return float(flip ? double(rw) - x * fx : x * fx); };
+    auto map_y = [&](double y) { return float(y * fy); };
+    for (size_t m = 0; m < item.boxes.size() && int64_t(m) < G; m++) {
+      const DetectionBox& box = item.boxes[m];
+      const size_t slot = size_t(j * G) + m;
+      const float x1 = map_x(box.x), x2 = map_x(double(box.x) + double(box.w));
+      float* bx = b.boxes.data() + slot * 4;
+      bx[0] = std::min(x1, x2), bx[1] = map_y(box.y), bx[2] = std::max(x1, x2), bx[3] = map_y(double(box.y) + box.h);
+      b.labels[slot] = box.label + 1;
+      b.valid[slot] = 1.f;
+      std::vector<std::vector<float>> polygons = box.polygons;
+      if (polygons.empty())  // no polygon: the box is the mask
+        polygons.push_back({box.x, box.y, box.x + box.w, box.y, box.x + box.w, box.y + box.h, box.x, box.y + box.h});
+      for (int64_t p = 0; p < P && p < int64_t(polygons.size()); p++) {
+        const std::vector<float> xy = limited_polygon(polygons[size_t(p)], V);
+        b.counts[slot * size_t(P) + size_t(p)] = int64_t(xy.size() / 2);
+        float* v = b.polygons.data() + (slot * size_t(P) + size_t(p)) * size_t(V) * 2;
+        for (size_t k = 0; k < xy.size() / 2; k++) v[2 * k] = map_x(xy[2 * k]), v[2 * k + 1] = map_y(xy[2 * k + 1]);
+      }
     }
   });
   return b;

@@ -19,6 +19,16 @@
 //              slots), labels [N, max_boxes] (class, or -1 in padded slots): what yolov3's make_batch makes.
 //   order      as the segmentation set: seeded epochs, step k >= 1 takes positions (k - 1) N ... k N - 1, each
 //              item's flip drawn from its own generator. Decoding checks the image's size against the JSON.
+//
+// Instance segmentation (maskrcnn --data): each box also keeps its annotation's polygons (segmentation's lists of
+// x0, y0, x1, y1, ... in pixels; a list of fewer than 3 points or a non-finite number is an Error naming it; an
+// RLE segmentation, or none, leaves the object without polygons, and its box is then its mask: counted in
+// notes()). instance_batch transforms as torchvision's detection references do: a horizontal flip with p 0.5,
+// then GeneralizedRCNNTransform: ImageNet normalization, a bilinear resize by s = min(min_size / min(h, w),
+// max_size / max(h, w)) to floor(h s) x floor(w s) (pixel-centre), zero padding below and to the right up to the
+// batch's fixed size. Boxes (x1, y1, x2, y2) and polygons follow the pixels. An object keeps its first `parts`
+// polygons, each at most `vertices` points (a longer one keeps points floor(k n / vertices)): counted in
+// instance_notes().
 #pragma once
 #include <array>
 #include <cstdint>
@@ -33,6 +43,7 @@ namespace models::data {
 struct DetectionBox {
   float x = 0, y = 0, w = 0, h = 0;  // top-left corner and size in the original image's pixels (clipped)
   int64_t label = 0;                 // 0..K-1
+  std::vector<std::vector<float>> polygons;  // x0, y0, x1, y1, ... each (original pixels); empty: none given
 };
 
 struct DetectionItem {
@@ -57,6 +68,28 @@ struct DetectionData {
   std::vector<int64_t> labels;       // [N, max_boxes]
 };
 
+// Mask R-CNN's batch (instance_batch): G truth slots, P polygons of V vertices per truth.
+struct InstanceGeometry {
+  int64_t min_size = 800, max_size = 1333;  // the resize
+  int64_t padded_h = 800, padded_w = 1344;  // the batch's one size (at least the largest resized image)
+  int64_t truths = 100, parts = 4, vertices = 64;
+};
+struct InstanceData {
+  std::vector<float> images;    // [N, padded_h, padded_w, 3], normalized, zero padding
+  std::vector<float> image_hw;  // [N, 2]: each resized image's height and width
+  std::vector<float> boxes;     // [N, G, 4] (x1, y1, x2, y2) resized pixels; 0 in padding
+  std::vector<int64_t> labels;  // [N, G] class + 1 (0 is the background); 0 in padding
+  std::vector<float> valid;     // [N, G] 1 for a truth, 0 for padding
+  std::vector<float> polygons;  // [N, G, P, V, 2]
+  std::vector<int64_t> counts;  // [N, G, P] vertices per polygon (0: none)
+};
+// The resized size of an h x w image (torchvision's GeneralizedRCNNTransform.resize), and the size instance_batch
+// uses: that one, unless it exceeds the batch's fixed padded size (a portrait image on a landscape canvas: COCO's
+// 640 x 427 fits, 427 x 640 would be 1199 x 800), then the largest floor(side s) that fits, s = min(padded_h / h,
+// padded_w / w): one fixed size for every batch, so that memory does not depend on the images.
+std::array<int64_t, 2> instance_resize(int64_t h, int64_t w, int64_t min_size, int64_t max_size);
+std::array<int64_t, 2> instance_fit(int64_t h, int64_t w, const InstanceGeometry& g);
+
 class DetectionSet {
  public:
   // Opens DIR, reads and checks the JSON and that every image file exists (the pixels are read per batch).
@@ -71,6 +104,10 @@ class DetectionSet {
   // Item i decoded as RGB; a size other than the JSON's is an Error.
   Image load(int64_t i) const;
   DetectionData batch(int64_t n, int64_t size, uint64_t seed, int64_t step) const;
+  InstanceData instance_batch(int64_t n, const InstanceGeometry& g, uint64_t seed, int64_t step) const;
+  // What instance_batch leaves out of the set under g's limits ("" when nothing): objects whose polygons were cut to
+  // g.parts or thinned to g.vertices, and objects with no polygon (their box is their mask).
+  std::string instance_notes(const InstanceGeometry& g) const;
   std::string describe() const;  // for the model's summary line: the set, its counts and notes
 
  private:

@@ -7,6 +7,7 @@
 
 #include "engine/error.h"
 #include "graph/autograd.h"
+#include "models/data/detection.h"
 #include "models/vision/roi_heads.h"
 #include "ops/detection.h"
 #include "ops/elementwise.h"
@@ -63,8 +64,9 @@ MaskRcnnConfig MaskRcnnConfig::from(const ModelConfig& c) {
   ENGINE_CHECK(c.recompute == "none" || c.recompute == "layer", "maskrcnn: --recompute ", c.recompute,
                " does not apply (no attention): none, or layer (each ResNet bottleneck recomputed in backward)");
   m.backbone.recompute_blocks = c.recompute == "layer";
-  ENGINE_CHECK(c.data.empty(), "maskrcnn: --data (COCO instances with polygons) is not read yet; leave --data out ",
-               "for the synthetic scenes");
+  m.data = c.data;  // a COCO-style set: its categories must be the classes but the background (checked when opened)
+  ENGINE_CHECK(c.data.empty() || size != "torchvision", "maskrcnn: --size torchvision labels by COCO category id; ",
+               "--data maps the set's categories to 1 .. K in id order: use --size coco (80 categories) or tiny (3)");
   if (c.batch) m.batch = c.batch;
   m.lr = (size == "tiny" ? 0.02 : 0.02 * double(m.batch) / 16);  // maskrcnn-benchmark's 0.02 for 16 images
   m.inference = c.inference;
@@ -302,6 +304,8 @@ void MaskRcnn::build() {
                c.rois, " x ", c.roi_positive, ") and at most the ", c.rois, " sampled");
   ENGINE_CHECK(c.height >= 32 && c.width >= 32, "maskrcnn: images of at least 32 x 32 expected, got ", c.height, " x ",
                c.width);
+  // --data: opened and checked now (on meta too), before anything is allocated.
+  if (!c.data.empty()) reader_ = data::DetectionSet::open_shared(c.data, c.classes - 1, c.max_truths);
   engine::manual_seed(c.seed);
   net_ = std::make_shared<MaskRcnnNet>(c);
   net_->tag_memory();
@@ -323,7 +327,18 @@ std::string MaskRcnn::summary() const {
       c.padded_width(), ", batch ", c.batch, " | fixed counts per image: ", c.max_truths, " truths (", c.polygon_parts,
       " x ", c.polygon_vertices, "-vertex polygons), ", c.rpn_train.pre_nms_top_n, " per level before NMS, ",
       c.rpn_train.post_nms_top_n, " proposals, ", c.rpn_samples, " RPN samples, ", c.rois, " RoIs, ", c.mask_rois,
-      " mask RoIs", c.backbone.recompute_blocks ? ", bottlenecks recomputed in backward" : "");
+      " mask RoIs", c.backbone.recompute_blocks ? ", bottlenecks recomputed in backward" : "",
+      reader_ ? " | data: " + reader_->describe() : std::string(),
+      reader_ && !reader_->instance_notes(geometry()).empty() ? "; " + reader_->instance_notes(geometry())
+                                                              : std::string());
+}
+
+data::InstanceGeometry MaskRcnn::geometry() const {
+  data::InstanceGeometry g;
+  g.min_size = std::min(config_.height, config_.width), g.max_size = std::max(config_.height, config_.width);
+  g.padded_h = config_.padded_height(), g.padded_w = config_.padded_width();
+  g.truths = config_.max_truths, g.parts = config_.polygon_parts, g.vertices = config_.polygon_vertices;
+  return g;
 }
 
 std::vector<std::string> MaskRcnn::load_weights(const std::map<std::string, Tensor>& tensors) {
@@ -345,7 +360,26 @@ std::vector<std::string> MaskRcnn::load_weights(const std::map<std::string, Tens
 }
 
 Batch MaskRcnn::make_batch(int64_t step) {
-  return synthetic_maskrcnn_batch(config_, step, compute_dtype(), engine::default_device());
+  auto dev = engine::default_device();
+  if (!reader_) return synthetic_maskrcnn_batch(config_, step, compute_dtype(), dev);
+  // Decoded, resized and padded on the host; on meta nothing is decoded: zeros of the same shapes.
+  const data::InstanceGeometry g = geometry();
+  const int64_t N = config_.batch, G = g.truths, P = g.parts, V = g.vertices;
+  data::InstanceData b;
+  if (dev->type() == engine::DeviceType::meta) {
+    b.images.resize(size_t(N * g.padded_h * g.padded_w * 3)), b.image_hw.resize(size_t(N * 2));
+    b.boxes.resize(size_t(N * G * 4)), b.labels.resize(size_t(N * G)), b.valid.resize(size_t(N * G));
+    b.polygons.resize(size_t(N * G * P * V * 2)), b.counts.resize(size_t(N * G * P));
+  } else {
+    b = reader_->instance_batch(N, g, config_.seed, step);
+  }
+  return {{"images", ops::from_vector(b.images, {N, g.padded_h, g.padded_w, 3}, compute_dtype(), dev)},
+          {"image_hw", ops::from_vector(b.image_hw, {N, 2}, DType::f32, dev)},
+          {"boxes", ops::from_vector(b.boxes, {N, G, 4}, DType::f32, dev)},
+          {"labels", ops::from_vector(b.labels, {N, G}, DType::i64, dev)},
+          {"valid", ops::to(ops::from_vector(b.valid, {N, G}, DType::f32, dev), DType::boolean)},
+          {"polygons", ops::from_vector(b.polygons, {N, G, P, V, 2}, DType::f32, dev)},
+          {"counts", ops::from_vector(b.counts, {N, G, P}, DType::i64, dev)}};
 }
 
 Tensor MaskRcnn::loss(const Batch& batch) {

@@ -28,7 +28,9 @@
 //   data            images of 800 x 1333 (COCO's min side 800, max 1333) padded to 800 x 1344 (multiple of 32), a
 //                   batch of one padded size; synthetic by default: 1 to 8 ellipses of a class's colour on noise,
 //                   each with its box and its 32-vertex polygon; at most 100 truths of at most 4 polygons of 64
-//                   vertices (padding: invalid truths, empty parts).
+//                   vertices (padding: invalid truths, empty parts). --data DIR: a COCO-style set with polygon
+//                   segmentations (models/data/detection.h's instance_batch: flip, resize to min side 800 / max
+//                   1333, zero padding; crowds skipped; categories 1 .. K in id order), decoded per step on the host.
 //   inference       (--inference) proposals 1000 / 1000; the box head on every proposal; torchvision's
 //                   postprocess_detections in fixed slots: softmax scores, class-specific boxes decoded and clipped,
 //                   score > 0.05, NMS 0.5 per class, the best 100 per image (padding score -1); the mask head on them.
@@ -44,6 +46,11 @@
 #include "models/nn/layers.h"
 #include "models/vision/resnet.h"
 #include "models/vision/rpn.h"
+
+namespace models::data {
+class DetectionSet;
+struct InstanceGeometry;
+}  // namespace models::data
 
 namespace models::vision {
 
@@ -72,6 +79,7 @@ struct MaskRcnnConfig {
   int64_t warmup = 500;
   double warmup_factor = 1.0 / 3;
   std::vector<int64_t> lr_steps = {60000, 80000};
+  std::string data;        // --data: a COCO-style directory with polygons; empty: synthetic scenes
   bool inference = false;  // --inference: eval steps detect
   uint64_t seed = 1;
   int64_t padded_height() const { return (height + 31) / 32 * 32; }
@@ -163,8 +171,10 @@ class MaskRcnn : public Model {
  private:
   void build();
   void report_parts(StepResult& r);
+  data::InstanceGeometry geometry() const;  // --data's resize, padding and fixed counts
   MaskRcnnConfig config_;
   std::shared_ptr<MaskRcnnNet> net_;
+  std::shared_ptr<const data::DetectionSet> reader_;  // --data; null: synthetic
   std::map<std::string, Tensor> parts_;  // the last loss's parts (detached scalars)
 };
 

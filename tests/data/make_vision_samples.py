@@ -94,6 +94,18 @@ def voc():
     Image.fromarray(rgb, "RGB").save(os.path.join(root, "rgb_formula.png"))
 
 
+def coco_polygons(aid, x, y, w, h, crowd):
+    """The painted rectangle as COCO polygons: annotation 1 as its left and right halves (two parts), annotation 7
+    without any (the readers then use its box), a crowd without (COCO gives crowds RLE masks), the rest one part."""
+    if crowd or aid == 7:
+        return []
+    def rect(x0, x1):
+        return [float(x0), float(y), float(x1), float(y), float(x1), float(y + h), float(x0), float(y + h)]
+    if aid == 1:
+        return [rect(x, x + w // 2), rect(x + w // 2, x + w)]
+    return [rect(x, x + w)]
+
+
 def coco():
     root = os.path.join(HERE, "coco_sample")
     os.makedirs(os.path.join(root, "annotations"), exist_ok=True)
@@ -107,7 +119,8 @@ def coco():
             image[y:y + bh, x:x + bw] = colour[cid]
             annotations.append({"id": len(annotations) + 1, "image_id": iid, "category_id": cid,
                                 "bbox": [float(x), float(y), float(bw), float(bh)], "area": float(bw * bh),
-                                "iscrowd": crowd, "segmentation": []})
+                                "iscrowd": crowd, "segmentation": coco_polygons(len(annotations) + 1, x, y, bw, bh,
+                                                                                crowd)})
         save_jpeg(image, os.path.join(root, "train2017", name))
         images.append({"id": iid, "file_name": name, "width": w, "height": h})
     doc = {"info": {"description": "engine test sample"}, "images": images, "annotations": annotations,

@@ -476,7 +476,9 @@ namespace {
 models::ModelConfig tiny(const std::string& model) {
   models::ModelConfig mc;
   mc.name = model, mc.size = "tiny";
-  mc.data = sample(model == "yolov3" ? "coco_sample" : model == "nasnet_large" ? "imagenet_sample" : "voc_sample");
+  mc.data = sample(model == "yolov3" || model == "maskrcnn" ? "coco_sample"
+                   : model == "nasnet_large"                ? "imagenet_sample"
+                                                            : "voc_sample");
   return mc;
 }
 }  // namespace
@@ -484,7 +486,7 @@ models::ModelConfig tiny(const std::string& model) {
 TEST(VisionData, TinyModelsTrainFromTheSamples) {
   auto dev = engine::Device::create(engine::DeviceType::cpu, size_t(1) << 32);
   engine::DeviceGuard guard(dev);
-  for (const char* name : {"deeplabv3", "yolov3", "nasnet_large"}) {
+  for (const char* name : {"deeplabv3", "yolov3", "nasnet_large", "maskrcnn"}) {
     auto model = models::create_model(tiny(name));
     EXPECT_NE(model->summary().find("data: "), std::string::npos) << model->summary();
     for (int64_t step = 1; step <= 3; step++) {
@@ -497,10 +499,13 @@ TEST(VisionData, TinyModelsTrainFromTheSamples) {
   auto other = tiny("yolov3");
   other.size = "coco";  // 80 classes against the sample's 3 categories
   EXPECT_ERROR_HAS(models::create_model(other), "3 categories", "80 classes");
+  auto mask = tiny("maskrcnn");
+  mask.size = "coco";  // 81 classes: 80 categories and the background
+  EXPECT_ERROR_HAS(models::create_model(mask), "3 categories", "80 classes");
 }
 
 TEST(VisionData, MetaWithDataAllocatesAsCpu) {
-  for (const char* name : {"deeplabv3", "yolov3", "nasnet_large"}) {
+  for (const char* name : {"deeplabv3", "yolov3", "nasnet_large", "maskrcnn"}) {
     std::string csv[2];
     int k = 0;
     for (auto type : {engine::DeviceType::cpu, engine::DeviceType::meta}) {
@@ -513,4 +518,76 @@ TEST(VisionData, MetaWithDataAllocatesAsCpu) {
     }
     EXPECT_EQ(csv[0], csv[1]) << name;
   }
+}
+
+TEST(VisionData, InstanceResizeIsTorchvisions) {
+  // torchvision 0.29's GeneralizedRCNNTransform(800, 1333).image_sizes for these inputs (h, w), and (64, 96).
+  EXPECT_EQ(instance_resize(480, 640, 800, 1333), (std::array<int64_t, 2>{800, 1066}));
+  EXPECT_EQ(instance_resize(427, 640, 800, 1333), (std::array<int64_t, 2>{800, 1199}));
+  EXPECT_EQ(instance_resize(40, 80, 800, 1333), (std::array<int64_t, 2>{666, 1333}));
+  EXPECT_EQ(instance_resize(90, 60, 800, 1333), (std::array<int64_t, 2>{1200, 800}));
+  EXPECT_EQ(instance_resize(1000, 200, 800, 1333), (std::array<int64_t, 2>{1333, 266}));
+  EXPECT_EQ(instance_resize(90, 60, 64, 96), (std::array<int64_t, 2>{96, 64}));
+  EXPECT_EQ(instance_resize(50, 100, 64, 96), (std::array<int64_t, 2>{48, 96}));
+  // On a landscape canvas a portrait image takes the largest size that fits.
+  InstanceGeometry g;
+  EXPECT_EQ(instance_fit(480, 640, g), (std::array<int64_t, 2>{800, 1066}));
+  EXPECT_EQ(instance_fit(90, 60, g), (std::array<int64_t, 2>{800, 533}));
+}
+
+TEST(VisionData, CocoPolygonsFollowTheirBoxesThroughResizeAndFlip) {
+  DetectionSet set(sample("coco_sample"), 3);
+  // Annotation 1 has two polygons (its rectangle's halves), annotation 7 none (its box is its mask).
+  ASSERT_EQ(set.items()[0].boxes[0].polygons.size(), 2u);
+  ASSERT_EQ(set.items()[3].boxes[2].polygons.size(), 0u);
+  InstanceGeometry g;
+  g.min_size = 64, g.max_size = 96, g.padded_h = 96, g.padded_w = 96, g.truths = 4, g.parts = 2, g.vertices = 3;
+  EXPECT_NE(set.instance_notes(g).find("6 polygons of more than 3 points"), std::string::npos) << set.instance_notes(g);
+  EXPECT_NE(set.instance_notes(g).find("1 objects without polygons"), std::string::npos) << set.instance_notes(g);
+  g.vertices = 8;
+  // Two epochs (batch 4: every image once per step), so both flips of every image show up.
+  int flipped = 0, straight = 0;
+  for (int64_t step = 1; step <= 6; step++) {
+    const InstanceData b = set.instance_batch(4, g, 5, step);
+    ASSERT_EQ(b.images.size(), size_t(4 * 96 * 96 * 3));
+    for (int64_t n = 0; n < 4; n++) {
+      const int64_t h = int64_t(b.image_hw[size_t(n * 2)]), w = int64_t(b.image_hw[size_t(n * 2 + 1)]);
+      // The sample's sizes (w x h 80x40, 60x90, 64x64, 100x50) resize to 48x96, 96x64, 64x64, 48x96.
+      EXPECT_TRUE((h == 48 && w == 96) || (h == 96 && w == 64) || (h == 64 && w == 64)) << h << "x" << w;
+      for (int64_t x = w; x < 96; x++) EXPECT_EQ(b.images[size_t(((n * 96 + h / 2) * 96 + x) * 3)], 0.f);  // padding
+      for (int64_t m = 0; m < 4; m++) {
+        const size_t slot = size_t(n * 4 + m);
+        if (b.valid[slot] == 0) {
+          EXPECT_EQ(b.labels[slot], 0);
+          EXPECT_EQ(b.counts[slot * 2], 0);
+          continue;
+        }
+        EXPECT_GE(b.labels[slot], 1);
+        EXPECT_LE(b.labels[slot], 3);
+        // The polygons' extent is the box (every polygon here is a rectangle, or the box itself).
+        float lo_x = 1e9f, hi_x = -1e9f, lo_y = 1e9f, hi_y = -1e9f;
+        for (int64_t p = 0; p < 2; p++)
+          for (int64_t k = 0; k < b.counts[slot * 2 + size_t(p)]; k++) {
+            const float* v = b.polygons.data() + ((slot * 2 + size_t(p)) * 8 + size_t(k)) * 2;
+            lo_x = std::min(lo_x, v[0]), hi_x = std::max(hi_x, v[0]), lo_y = std::min(lo_y, v[1]),
+            hi_y = std::max(hi_y, v[1]);
+          }
+        const float* box = b.boxes.data() + slot * 4;
+        EXPECT_NEAR(lo_x, box[0], 1e-4);
+        EXPECT_NEAR(lo_y, box[1], 1e-4);
+        EXPECT_NEAR(hi_x, box[2], 1e-4);
+        EXPECT_NEAR(hi_y, box[3], 1e-4);
+        EXPECT_LE(box[2], float(w));
+        // Image 1's first box (x 10..30 of 80, y 5..15 of 40, resized x 1.2): straight at 12..36, flipped 60..84.
+        if (h == 48 && w == 96 && b.labels[slot] == 1 && box[1] < 7) {
+          EXPECT_NEAR(box[1], 6, 1e-4);
+          const bool is_flipped = box[0] >= 40;
+          EXPECT_NEAR(box[0], is_flipped ? 60 : 12, 1e-4);
+          (is_flipped ? flipped : straight)++;
+        }
+      }
+    }
+  }
+  EXPECT_GT(flipped, 0);
+  EXPECT_GT(straight, 0);
 }
