@@ -50,10 +50,10 @@
 //
 // Kernels: cpu (the reference loops) and cuda (cuda/detection.cu); the IoU of two boxes is one ENGINE_HD function
 // (cpu/detection.h) rounded the same on both (cpu/rounding.h), so the two agree bit for bit, NMS decisions
-// included; so is a mask pixel's polygon test. Memory: outputs only, plus, on every device alike (cpu and meta leave them unused), the GPU's
-// temporaries, freed before the op returns: topk none; nms the suppression bitmask, u64 [N, K, ceil(K / 64)];
-// match_boxes each truth's best IoU, f32 [N, G]. box_encode / box_decode use exp and log: the GPU's differ from the
-// cpu's by an ulp or so (the other ops agree bit for bit).
+// included; so is a mask pixel's polygon test. Memory: outputs only, plus, on every device alike (cpu and meta
+// leave them unused), the GPU's temporaries, freed before the op returns: topk none; nms the suppression bitmask,
+// u64 [N, K, ceil(K / 64)]; match_boxes each truth's best IoU, f32 [N, G]. box_encode / box_decode use exp and log:
+// the GPU's differ from the cpu's by an ulp or so (the other ops agree bit for bit).
 #pragma once
 #include <cstdint>
 #include <memory>
