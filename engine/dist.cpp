@@ -114,8 +114,10 @@ std::string program_dir() {
   return slash == std::string::npos ? "." : p.substr(0, slash);
 }
 
+}  // namespace
+
 // ENGINE_GLOO_PLUGIN, else libengine_gloo.so beside the program, else in ../lib (an installed prefix).
-GlooConnectFn load_gloo() {
+GlooConnectFn gloo_connect() {
   static std::mutex mu;
   static GlooConnectFn fn = nullptr;
   std::lock_guard<std::mutex> lock(mu);
@@ -143,8 +145,6 @@ GlooConnectFn load_gloo() {
                   "\nBuild it with `make` (it needs Debian's libgloo-dev, which make installs when run as root), or "
                   "point ENGINE_GLOO_PLUGIN at it"));
 }
-
-}  // namespace
 
 WorldSpec world_from_environment() {
   WorldSpec s;
@@ -179,12 +179,14 @@ std::shared_ptr<Communicator> meta_world(int world_size, int rank) {
 std::shared_ptr<Communicator> connect(const WorldSpec& spec, const Device& device) {
   if (device.type() == DeviceType::meta) return meta_world(spec.world_size, spec.rank);
   if (spec.world_size == 1) return std::make_shared<Single>();
+#ifdef ENGINE_CUDA
+  if (device.type() == DeviceType::cuda) return connect_nccl(spec);
+#endif
   ENGINE_CHECK(device.type() == DeviceType::cpu, "a world of ", spec.world_size, " ranks on ", device.name(),
-               ": cuda ranks need NCCL, which the engine does not drive yet; use --device cpu (Gloo) or meta (the "
-               "prediction of every rank)");
+               ": only cpu (Gloo), cuda (NCCL, in a build with CUDA) and meta ranks exist");
   std::string error;
   std::unique_ptr<HostCollectives> c(
-      load_gloo()(spec.rank, spec.world_size, spec.store_dir.c_str(), spec.host.c_str(), &error));
+      gloo_connect()(spec.rank, spec.world_size, spec.store_dir.c_str(), spec.host.c_str(), &error));
   ENGINE_CHECK(c, "rank ", spec.rank, " of ", spec.world_size, " could not join the Gloo world at ", spec.store_dir,
                ": ", error);
   return std::make_shared<Gloo>(std::move(c), spec.rank, spec.world_size);

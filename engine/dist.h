@@ -10,8 +10,11 @@
 //   meta    the meta device's: no values move, so a collective is a no-op; the world size is what the ranks'
 //           shard sizes and buffers are computed from. Ranks are symmetric, so one meta process predicts
 //           every rank of a world of any size.
+//   nccl    cuda tensors, through NCCL on the engine's stream (engine/cuda/nccl.cpp: libnccl.so.2 loaded at run
+//           time, from ENGINE_NCCL_LIBRARY, the loader's path or PyTorch's wheel); rank 0's unique id reaches the
+//           others through the file store (or the Gloo plugin for a tcp:// store). A cuda rank uses GPU LOCAL_RANK
+//           (modulo the GPUs it sees).
 //   single  world size 1 on any device: every collective is the identity.
-// (NCCL for cuda ranks is the next backend: the same interface on the engine's stream.)
 //
 // How a process learns its place: the environment torchrun and Slurm launchers set (RANK, WORLD_SIZE, LOCAL_RANK,
 // MASTER_ADDR and MASTER_PORT: rank 0 serves the rendezvous there, the Gloo plugin's TCP store), or ENGINE_STORE_DIR,
@@ -32,7 +35,7 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  virtual const char* backend() const = 0;  // "gloo", "meta", "single"
+  virtual const char* backend() const = 0;  // "gloo", "nccl", "meta", "single"
   // In place: every rank's `t` becomes the elementwise sum of all ranks' (f32, f64, bf16 or f16; contiguous,
   // on this rank's device). The order of the additions is the backend's (Gloo: a ring), the same on every rank.
   virtual void all_reduce_sum(const Tensor& t) = 0;
@@ -56,8 +59,12 @@ struct WorldSpec {
 WorldSpec world_from_environment();
 
 // This process's communicator for `spec` on `device`: single for a world of one, meta on the meta device (no
-// communication: the spec's world size only), gloo on cpu. cuda ranks are refused for now, with the reason.
+// communication: the spec's world size only), gloo on cpu, nccl on cuda.
 std::shared_ptr<Communicator> connect(const WorldSpec& spec, const Device& device);
+// An NCCL world for `spec`, of any size (1 included: the tests run data parallel through NCCL on one GPU); only in a
+// build with CUDA. nccl_library(): which library it loaded and its version.
+std::shared_ptr<Communicator> connect_nccl(const WorldSpec& spec);
+std::string nccl_library();
 // A meta communicator of `world_size` ranks, this one being `rank` (engine_train --device meta --world-size N).
 std::shared_ptr<Communicator> meta_world(int world_size, int rank = 0);
 
@@ -75,5 +82,8 @@ class HostCollectives {
 using GlooConnectFn = HostCollectives* (*)(int rank, int world_size, const char* store_dir, const char* host,
                                            std::string* error);
 constexpr const char* kGlooConnectSymbol = "engine_gloo_connect";
+// The plugin's entry point, loaded on first use (ENGINE_GLOO_PLUGIN, else beside the program or in ../lib); an Error
+// saying how to build it when it does not load.
+GlooConnectFn gloo_connect();
 
 }  // namespace engine::dist

@@ -184,7 +184,7 @@ class Model {
   // ZeRO stage 1 or 2 shards each optimizer's state (and, at 2, the gradients) by whole parameters
   // (graph/data_parallel.h): rank r updates its shard and broadcasts it after every update.
   // Call it once, before this process's first step (after loading a checkpoint, which every rank loads alike, is
-  // fine); a world of one changes nothing.
+  // fine); the `single` world (one process, engine::dist::connect's for a world of one) changes nothing.
   // bucket_view: every gradient a view into its bucket (graph/data_parallel.h), no second copy of the gradients.
   void set_data_parallel(std::shared_ptr<engine::dist::Communicator> comm,
                          size_t bucket_bytes = graph::kDefaultBucketBytes, int zero_stage = 0,

@@ -5,6 +5,7 @@
 // cudaMalloc of `capacity` bytes (0: all free memory but a reserve for what libraries allocate lazily).
 // No other cudaMalloc happens anywhere: library workspaces are carved from the arena.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -126,7 +127,11 @@ std::shared_ptr<Device> create_cuda_device(size_t capacity) {
   cudaError_t e = cudaGetDeviceCount(&count);
   ENGINE_CHECK(e == cudaSuccess && count > 0, "device cuda: no CUDA GPU is visible (", cudaGetErrorString(e),
                "); use --device cpu, or --device meta to predict a GPU's memory without one");
-  ENGINE_CUDA_CHECK(cudaSetDevice(0));
+  // A rank of a world on one host takes GPU LOCAL_RANK (as torchrun sets it; modulo the GPUs it sees), else GPU 0.
+  int ordinal = 0;
+  if (const char* local = std::getenv("LOCAL_RANK"); local && *local && std::getenv("WORLD_SIZE"))
+    ordinal = int(std::strtol(local, nullptr, 10) % count);
+  ENGINE_CUDA_CHECK(cudaSetDevice(ordinal < 0 ? 0 : ordinal));
   // What each piece takes outside the arena: cudaMemGetInfo after each (in a process's first device; a later one
   // finds them made and measures 0 for them).
   std::vector<std::pair<std::string, size_t>> stages;
