@@ -109,7 +109,14 @@ void GradientReducer::bind_views() {
   }
 }
 
+void GradientReducer::set_uneven(std::function<bool(const std::string&)> trained) { trained_ = std::move(trained); }
+
 void GradientReducer::reduce_during(const std::function<void()>& backward) {
+  if (trained_) {  // uneven: no reduction during backward (the ranks would complete the buckets in other orders)
+    backward();
+    finish();
+    return;
+  }
   {
     LeafGradHookScope hook([&](const engine::TensorImpl* leaf) {
       auto it = index_.find(leaf);
@@ -153,6 +160,12 @@ void GradientReducer::reduce(Bucket& b) {
   for (size_t j = 0; j < b.params.size(); j++) {
     Tensor p = params_[b.params[j]].second;
     const Tensor g = p.grad();
+    if (!g.defined() && trained_ && trained_(params_[b.params[j]].first) &&
+        (zero_stage_ < 2 || has_mine_[b.params[j]])) {
+      engine::CategoryScope category(engine::Category::grad);  // another rank trained it: the world's mean here too
+      p.set_grad(ops::clone(views[j]));
+      continue;
+    }
     if (!g.defined()) continue;
     if (zero_stage_ >= 2 && !has_mine_[b.params[j]])
       p.set_grad(Tensor());  // other ranks update it

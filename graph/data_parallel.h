@@ -60,6 +60,12 @@ class GradientReducer {
   // Reduces every bucket not yet reduced in this step (after a backward that ran without the hook, or whose
   // buckets were not all completed), so that every gradient is the mean over the ranks. Idempotent per step.
   void finish();
+  // For models whose ranks train different parameters in one step (MT-DNN: each rank's batch is of its own task).
+  // Backward's completion order would then differ between the ranks, and the collectives must come in one order on
+  // all of them: every bucket is reduced after backward, in bucket order. And a parameter this rank left without a
+  // gradient gets the world's mean when `trained(name)` (the model's answer for this step, the same on every rank
+  // and on meta) says some rank trains it, so that every rank applies the same update. Set before each step.
+  void set_uneven(std::function<bool(const std::string&)> trained);
 
   struct Bucket {
     std::vector<size_t> params;  // indices into the reducer's parameters, in the bucket's order
@@ -106,6 +112,7 @@ class GradientReducer {
   std::vector<bool> has_mine_;  // per parameter: whether this rank updates a piece of it
   int zero_stage_ = 0;
   bool bucket_view_ = false;
+  std::function<bool(const std::string&)> trained_;  // set_uneven: reduce at the end, fill missing gradients
   std::map<engine::DType, engine::Tensor> staging_;  // without bucket views: one per dtype, the largest bucket's
   std::vector<Bucket> buckets_;
 };

@@ -229,6 +229,9 @@ Tensor Model::batch_loss(const Batch& batch) {
 StepResult Model::train_step(int64_t step) {
   module().train();
   StepResult r;
+  if (comm_)
+    if (auto trained = world_trains(step))
+      for (auto& [o, reducer] : reducers_) reducer->set_uneven(trained);
   const bool scaled = precision_ == Precision::fp16;
   // The sum of the micro-batches' losses, read after the update (no sync before it); one scalar, so that the memory
   // of a step does not depend on the number of micro-batches beyond two.

@@ -191,8 +191,14 @@ class Model {
                          bool bucket_view = false);
   int zero_stage() const { return zero_stage_; }
   // Why this model cannot train data parallel ("" when it can): every rank's step must run the same parameters'
-  // backward through Model::backward_for, as data parallel needs.
+  // backward through Model::backward_for, as data parallel needs (or say which parameters the world trains:
+  // world_trains).
   virtual std::string why_not_data_parallel() const { return ""; }
+  // A model whose ranks train different parameters in one step (MT-DNN: each rank's batch has its own task) says
+  // which parameters some rank of the world trains in step `step`, the same answer on every rank (a function of the
+  // data steps of all ranks); empty (the default): every rank trains the same ones. Data parallel then reduces after
+  // backward and gives those parameters the world's mean gradient everywhere (graph::GradientReducer::set_uneven).
+  virtual std::function<bool(const std::string&)> world_trains(int64_t step) const { return {}; }
   int rank() const { return comm_ ? comm_->rank() : 0; }
   int world_size() const { return comm_ ? comm_->world_size() : 1; }
   // The step's losses as their mean over the ranks and its items as their sum (the report's global figures); the

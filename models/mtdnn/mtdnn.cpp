@@ -51,6 +51,8 @@ MtdnnConfig MtdnnConfig::from(const ModelConfig& c) {
   if (size == "tiny") m.seq = 64;
   if (c.seq) m.seq = c.seq;
   m.bert = bert::bert_config_from(c, "large", m.seq, /*tiny_grows=*/false);
+  // --dropout (a config.json's hidden_dropout_prob) is mt-dnn's dropout_p everywhere: the heads' and SAN's too.
+  if (c.dims.dropout >= 0) m.dropout = m.san.dropout = c.dims.dropout;
   if (!c.task.empty()) m.tasks = split_commas(c.task);
   if (c.batch) m.batch = c.batch;
   m.data = c.data;
@@ -179,6 +181,25 @@ int64_t Mtdnn::task_of_step(int64_t step) const {
     r -= n;
   }
   return int64_t(task_sizes_.size()) - 1;
+}
+
+std::function<bool(const std::string&)> Mtdnn::world_trains(int64_t step) const {
+  if (task_sizes_.size() == 1) return {};
+  const int64_t parts = int64_t(world_size()) * accumulation();
+  std::vector<bool> trained(task_sizes_.size(), false);
+  bool pooler = false;  // the pooler feeds the linear heads only (SAN reads the sequence)
+  for (int64_t p = 0; p < parts; p++) {
+    const int64_t task = task_of_step((step - 1) * parts + p + 1);
+    trained[size_t(task)] = true;
+    pooler = pooler || !net_->heads[size_t(task)].san;
+  }
+  return [trained, pooler](const std::string& name) {
+    const std::string heads = "scoring_list.";
+    if (name.rfind("bert.pooler.", 0) == 0) return pooler;
+    if (name.compare(0, heads.size(), heads) != 0) return true;  // the rest of the encoder: every task's
+    const size_t task = size_t(std::stoull(name.substr(heads.size(), name.find('.', heads.size()) - heads.size())));
+    return task < trained.size() && trained[task];
+  };
 }
 
 std::vector<int64_t> Mtdnn::probe_schedule() const {

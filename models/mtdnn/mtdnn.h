@@ -93,10 +93,11 @@ class Mtdnn : public Model {
   // steps between them allocate nothing that outlives them), then each task's next step after the last of
   // those (every head once more beside the complete state). With one task: {1, 2}.
   std::vector<int64_t> probe_schedule() const override;
-  // Each rank's batch has its own task (the task of its data step), so the ranks would update different task heads.
-  std::string why_not_data_parallel() const override {
-    return "the ranks' batches would belong to different tasks, each training its own task head";
-  }
+  // Data parallel: each rank's batch has its own task (the task of its data step), as each micro-batch of an
+  // accumulated step has: the encoder is every rank's, a task head only the ranks of its task train. The world's
+  // heads this step (the tasks of the data steps of every rank and micro-batch) get the world's mean gradient on every
+  // rank, so the ranks stay identical and train as one process accumulating world x accumulation micro-batches.
+  std::function<bool(const std::string&)> world_trains(int64_t step) const override;
 
  protected:
   // ids, token_types (i64 [B, T]), padding (bool [B, T]), labels (i64 [B]) or scores (f32 [B, 1]);
