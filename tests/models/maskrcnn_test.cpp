@@ -9,7 +9,6 @@
 #include <set>
 
 #include "engine/device.h"
-#include "engine/safetensors.h"
 #include "graph/autograd.h"
 #include "models/registry.h"
 #include "models/vision/maskrcnn.h"
@@ -18,6 +17,7 @@
 #include "ops/elementwise.h"
 #include "ops/factory.h"
 #include "ops/view.h"
+#include "tests/util/maskrcnn_reference_util.h"
 
 using engine::Device;
 using engine::DeviceType;
@@ -87,69 +87,9 @@ TEST(MaskRcnn, NamesAreTorchvisionsStateDict) {
     EXPECT_EQ(name.find(".bn"), std::string::npos) << name << " should be a buffer";
 }
 
-namespace {
-
-// The largest |got - want| over the largest |want|.
-double relative_error(const Tensor& got, const Tensor& want) {
-  const std::vector<double> g = got.to_double(), w = want.to_double();
-  EXPECT_EQ(g.size(), w.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < g.size() && i < w.size(); i++)
-    diff = std::max(diff, std::abs(g[i] - w[i])), scale = std::max(scale, std::abs(w[i]));
-  return diff / std::max(scale, 1e-30);
-}
-
-}  // namespace
-
 TEST(MaskRcnn, MatchesTorchvisionWithTheSameWeights) {
-  // torchvision's own modules at the tiny shapes (tools/bench/maskrcnn_parity.py), fp32: the FPN levels, the RPN
-  // head's logits and codes, and on torchvision's own draw of RoIs the box head's outputs and losses, the mask head's
-  // logits and its loss (on torchvision's mask targets: its RoIAligned full-image masks).
-  engine::DeviceGuard guard(cpu());
-  std::map<std::string, Tensor> file =
-      engine::load_safetensors("tests/data/maskrcnn_reference.safetensors", engine::default_device());
-  std::map<std::string, Tensor> weights, ref;
-  for (auto& [name, t] : file) (name.rfind("ref.", 0) == 0 ? ref[name.substr(4)] : weights[name]) = t;
-  MaskRcnn model(config("tiny"));
-  EXPECT_EQ(model.load_weights(weights).size(), weights.size());
-  model.module().eval();  // frozen batch norm either way; no dropout
-  graph::NoGrad no_grad;
-  std::vector<Tensor> levels = model.net().features(ref.at("images"));
-  ASSERT_EQ(levels.size(), 5u);
-  for (size_t k = 0; k < 5; k++)
-    EXPECT_LT(relative_error(levels[k], ref.at("features." + std::to_string(k))), 1e-5) << k;
-  models::vision::RpnHead::Output rpn = model.net().rpn_head_forward(levels);
-  for (size_t k = 0; k < 5; k++) {
-    EXPECT_LT(relative_error(rpn.objectness[k], ref.at("objectness." + std::to_string(k))), 1e-5) << k;
-    EXPECT_LT(relative_error(rpn.deltas[k], ref.at("deltas." + std::to_string(k))), 1e-5) << k;
-  }
-  levels.pop_back();
-  const Tensor& rois = ref.at("box.rois");
-  Tensor all = ops::full({rois.size(0), rois.size(1)}, 1.0, DType::boolean);
-  auto [logits, regression] = model.net().box_head(model.net().pool(levels, rois, all, 7));
-  EXPECT_LT(relative_error(logits, ref.at("box.class_logits")), 1e-5);
-  EXPECT_LT(relative_error(regression, ref.at("box.box_regression")), 1e-5);
-  models::vision::FastRcnnLoss box =
-      models::vision::fastrcnn_loss(logits, regression, ref.at("box.labels"), ref.at("box.targets"));
-  const std::vector<double> box_want = ref.at("box.loss").to_double();
-  EXPECT_NEAR(box.classifier.item(), box_want[0], 1e-4 * box_want[0]);
-  EXPECT_NEAR(box.box.item(), box_want[1], 1e-4 * box_want[1]);
-  // Mask head: the foreground slots (label > 0) of each image, padded to 8.
-  const Tensor& mask_labels = ref.at("mask.labels");
-  Tensor foreground = ops::compare(ops::CompareOp::gt, mask_labels, 0.0);
-  Tensor mask_logits = model.net().mask_head(model.net().pool(levels, ref.at("mask.rois"), foreground, 7));
-  ASSERT_EQ(mask_logits.shape(), (Shape{16, 14, 14, 4}));
-  const std::vector<double> got = mask_logits.to_double(), want = ref.at("mask.logits").to_double(),
-                            fg = ops::to(foreground, DType::f32).to_double();
-  double diff = 0, scale = 0;
-  for (size_t r = 0; r < 16; r++)
-    for (size_t e = 0; fg[r] > 0 && e < 14 * 14 * 4; e++)
-      diff = std::max(diff, std::abs(got[r * 784 + e] - want[r * 784 + e])),
-      scale = std::max(scale, std::abs(want[r * 784 + e]));
-  EXPECT_LT(diff / scale, 1e-5);
-  Tensor loss = models::vision::mask_loss(mask_logits, mask_labels, ops::reshape(ref.at("mask.targets"), {16, 14, 14}));
-  const double mask_want = ref.at("mask.loss").item();
-  EXPECT_NEAR(loss.item(), mask_want, 1e-4 * mask_want);
+  // torchvision's own modules at the tiny shapes (tools/bench/maskrcnn_parity.py), fp32 on the cpu.
+  testutil::expect_maskrcnn_matches_torchvision("tests/data/maskrcnn_reference.safetensors", "tiny", cpu());
 }
 
 TEST(MaskRcnn, SyntheticScenesAgreeWithTheirPaint) {

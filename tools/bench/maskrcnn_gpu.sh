@@ -6,10 +6,12 @@
 #   speed     maskrcnn at 800 x 1333, batch 2 and 4, fp32 and bf16: the engine (the mean of steps 4-8) beside
 #             tools/bench/maskrcnn_torch.py (torchvision's MaskRCNN, the same network; fp32, bf16 and fp16 autocast);
 #   peak      the engine's cuda peak against meta's prediction at full size, fp32 and bf16, batch 2;
-#   maxbatch  the max batch under the 2020 cards' arenas, cuda beside meta.
+#   maxbatch  the max batch under the 2020 cards' arenas, cuda beside meta;
+#   parity    torchvision's maskrcnn_resnet50_fpn at 800 x 1344 with random weights (tools/bench/maskrcnn_parity.py
+#             --size full) against the engine with the same weights on the GPU, fp32 (MaskRcnnCuda.*).
 # Usage on the GPU machine: BIN=build/carry OUT=$OUT tools/bench/maskrcnn_gpu.sh [tests] [speed] [peak] [maxbatch]
 set -uo pipefail
-PARTS=${*:-tests speed peak maxbatch}
+PARTS=${*:-tests speed peak maxbatch parity}
 want() { [[ " $PARTS " == *" $1 "* ]]; }
 BIN=${BIN:-build}
 OUT=${OUT:-/tmp/maskrcnn_gpu}
@@ -52,4 +54,12 @@ if want maxbatch; then
       echo "maskrcnn $g $d | $(grep -E '^max batch:|rror' "$OUT/maxbatch_${g}_$d.log" | head -1)"
     done
   done
+fi
+if want parity; then
+  echo "== parity with maskrcnn_resnet50_fpn at full size"
+  timeout 200 python3 tools/bench/maskrcnn_parity.py --size full --device cuda --out /tmp/maskrcnn_full.safetensors 2>&1 |
+    tail -1
+  MASKRCNN_FULL_REFERENCE=/tmp/maskrcnn_full.safetensors timeout 200 "$BIN/engine_cuda_tests" \
+    --gtest_filter='MaskRcnnCuda.*' > "$OUT/parity.log" 2>&1
+  grep -E 'relative error|PASSED|FAILED|Failure' "$OUT/parity.log" | head -60
 fi
