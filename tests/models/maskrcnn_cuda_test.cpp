@@ -19,5 +19,9 @@ TEST(MaskRcnnCuda, MatchesMaskrcnnResnet50FpnAtFullSize) {
   if (!path || !*path)
     GTEST_SKIP() << "MASKRCNN_FULL_REFERENCE is not set: tools/bench/maskrcnn_gpu.sh parity writes the file "
                     "(python3 tools/bench/maskrcnn_parity.py --size full --device cuda --out FILE) and runs this";
-  testutil::expect_maskrcnn_matches_torchvision(path, "torchvision", testutil::cuda_device());
+  // Two fp32 implementations of a 50-layer network with random weights (the engine's kernels, cuDNN's), each some 5e-6
+  // from the exact values at the deepest outputs: their difference is bounded by the sum, 2e-5. Measured on the H200
+  // (2026-12-02): 4.5e-6 .. 1.02e-5 (the RPN logits at P5), the losses within 4e-7; on the cpu against torchvision's
+  // cpu all within 5.5e-6.
+  testutil::expect_maskrcnn_matches_torchvision(path, "torchvision", testutil::cuda_device(), 2e-5);
 }
