@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
 
@@ -52,8 +53,8 @@ class Meta : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   const char* backend() const override { return "meta"; }
-  void all_reduce_sum(const Tensor&) override {}
-  void broadcast(const Tensor&, int) override {}
+  void all_reduce_sum(const Tensor& t) override { totals_.all_reduce.calls++, totals_.all_reduce.bytes += t.nbytes(); }
+  void broadcast(const Tensor& t, int) override { totals_.broadcast.calls++, totals_.broadcast.bytes += t.nbytes(); }
   void all_reduce_host(std::vector<double>& values) override {
     for (double& v : values) v *= world_size_;
   }
@@ -73,11 +74,15 @@ class Gloo : public Communicator {
   const char* backend() const override { return "gloo"; }
   void all_reduce_sum(const Tensor& t) override {
     ENGINE_CHECK(t.is_contiguous(), "all_reduce_sum: the tensor must be contiguous");
+    const auto t0 = std::chrono::steady_clock::now();
     c_->all_reduce_sum(t.data_ptr(), size_t(t.numel()), kind_of(t.dtype()));
+    add(totals_.all_reduce, t.nbytes(), t0);
   }
   void broadcast(const Tensor& t, int root) override {
     ENGINE_CHECK(t.is_contiguous(), "broadcast: the tensor must be contiguous");
+    const auto t0 = std::chrono::steady_clock::now();
     c_->broadcast(t.data_ptr(), t.nbytes(), root);
+    add(totals_.broadcast, t.nbytes(), t0);
   }
   void all_reduce_host(std::vector<double>& values) override {
     if (!values.empty()) c_->all_reduce_sum(values.data(), values.size(), HostCollectives::f64);
@@ -85,6 +90,10 @@ class Gloo : public Communicator {
   void barrier() override { c_->barrier(); }
 
  private:
+  static void add(CommStats& s, size_t bytes, std::chrono::steady_clock::time_point t0) {
+    s.calls++, s.bytes += double(bytes);
+    s.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   static HostCollectives::Kind kind_of(DType d) {
     switch (d) {
       case DType::f32:

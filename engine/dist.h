@@ -30,9 +30,23 @@
 
 namespace engine::dist {
 
+// The collectives on tensors a rank has taken part in (host values, all_reduce_host and barrier, are not counted):
+// how many, their bytes (what each rank contributes: the tensor's size), and the time this rank spent in them (Gloo:
+// the wall time of the blocking call; NCCL: the stream time between events around each call, read when asked; meta:
+// 0, as nothing moves, while the bytes are the prediction).
+struct CommStats {
+  int64_t calls = 0;
+  double bytes = 0, seconds = 0;
+};
+struct CommTotals {
+  CommStats all_reduce, broadcast;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
+  // The totals since the communicator was made (engine_train reports each step's).
+  virtual CommTotals totals() { return totals_; }
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   virtual const char* backend() const = 0;  // "gloo", "nccl", "meta", "single"
@@ -44,6 +58,9 @@ class Communicator {
   // Host values summed over the ranks (a step's loss and item count for the report): no arena allocation.
   virtual void all_reduce_host(std::vector<double>& values) = 0;
   virtual void barrier() = 0;
+
+ protected:
+  CommTotals totals_;
 };
 
 // Where this process stands in a world, from the environment (all fields at their defaults when RANK and

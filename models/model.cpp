@@ -201,6 +201,20 @@ void Model::average_over_ranks(StepResult& r) const {
   for (auto& [name, x] : r.losses) x = v[k++] / world_size();
 }
 
+std::vector<double> Model::gather_over_ranks(const std::vector<double>& mine) const {
+  const int W = world_size();
+  std::vector<double> all(mine.size() * size_t(W), 0.0);
+  if (!comm_ || std::string(comm_->backend()) == "meta") {
+    for (int r = 0; r < W; r++) std::copy(mine.begin(), mine.end(), all.begin() + r * std::ptrdiff_t(mine.size()));
+    return all;
+  }
+  std::copy(mine.begin(), mine.end(), all.begin() + rank() * std::ptrdiff_t(mine.size()));
+  comm_->all_reduce_host(all);  // zeros elsewhere: the sum is every rank's own
+  return all;
+}
+
+engine::dist::CommTotals Model::communication() const { return comm_ ? comm_->totals() : engine::dist::CommTotals{}; }
+
 std::vector<const graph::GradientReducer*> Model::reducers() const {
   std::vector<const graph::GradientReducer*> out;
   for (const auto& [o, reducer] : reducers_) out.push_back(reducer.get());

@@ -204,6 +204,10 @@ class Model {
   // The step's losses as their mean over the ranks and its items as their sum (the report's global figures); the
   // identity in a world of one.
   void average_over_ranks(StepResult& r) const;
+  // Every rank's `mine` (the same length on every rank), rank after rank: W x mine.size() values (a world of one:
+  // mine; meta: this rank's values for every rank, as the ranks are symmetric). And this rank's collectives so far.
+  std::vector<double> gather_over_ranks(const std::vector<double>& mine) const;
+  engine::dist::CommTotals communication() const;
   // `opt`'s state for a checkpoint: under ZeRO the whole state of the world, assembled from the ranks' shards (a
   // collective: every rank calls it, and every rank holds the whole when it returns), the same as plain data
   // parallel's; else opt.state(). A checkpoint of any world loads into any other (Optimizer::shard reshards it).

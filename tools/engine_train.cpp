@@ -356,6 +356,45 @@ struct RunOptions {
   std::string save, export_hf;  // named in a non-finite loss's report
 };
 
+// The line under a data-parallel step (every rank calls it: it gathers): each rank's peak, the slowest rank's time,
+// and the step's collectives (bytes per rank, time, algorithm bandwidth = bytes / time, and the bus bandwidth as
+// nccl-tests defines it: all-reduce x 2 (W - 1) / W, broadcast x 1). `before`: this rank's totals as the step began.
+std::string ranks_line(models::Model& model, const engine::dist::CommTotals& before, double ms, size_t peak,
+                       bool meta) {
+  const engine::dist::CommTotals now = model.communication();
+  auto delta = [](const engine::dist::CommStats& a, const engine::dist::CommStats& b) {
+    return std::vector<double>{double(a.calls - b.calls), a.bytes - b.bytes, a.seconds - b.seconds};
+  };
+  std::vector<double> mine = {ms, double(peak)};
+  for (const auto& d : {delta(now.all_reduce, before.all_reduce), delta(now.broadcast, before.broadcast)})
+    mine.insert(mine.end(), d.begin(), d.end());
+  const size_t n = mine.size();
+  const std::vector<double> all = model.gather_over_ranks(mine);
+  const int W = model.world_size();
+  int slowest = 0, largest = 0, smallest = 0;
+  for (int r = 1; r < W; r++) {
+    if (all[r * n] > all[slowest * n]) slowest = r;
+    if (all[r * n + 1] > all[largest * n + 1]) largest = r;
+    if (all[r * n + 1] < all[smallest * n + 1]) smallest = r;
+  }
+  std::string line = engine::str("ranks: peak ", format_bytes(size_t(all[largest * n + 1])), " (rank ", largest,
+                                 ") .. ", format_bytes(size_t(all[smallest * n + 1])), " (rank ", smallest, ")");
+  if (!meta) line += engine::str(" | slowest rank ", slowest, ": ", format_fixed(all[slowest * n], 1), " ms");
+  const char* names[] = {"all-reduce", "broadcast"};
+  for (size_t k = 0; k < 2; k++) {
+    const double calls = all[slowest * n + 2 + 3 * k], bytes = all[slowest * n + 3 + 3 * k],
+                 seconds = all[slowest * n + 4 + 3 * k];
+    if (calls == 0) continue;
+    line += engine::str(" | ", names[k], " ", int64_t(bytes), " B (", format_bytes(size_t(bytes)), ") in ",
+                        int64_t(calls), calls == 1 ? " call" : " calls");
+    if (meta || seconds <= 0) continue;
+    const double algbw = bytes / seconds / 1e9, bus = k == 0 ? algbw * 2.0 * (W - 1) / W : algbw;
+    line += engine::str(", ", format_fixed(seconds * 1000, 2), " ms: ", format_fixed(algbw, 2), " GB/s, bus ",
+                        format_fixed(bus, 2), " GB/s");
+  }
+  return line;
+}
+
 // Steps first..last, one line each; the last step's kernel times (--profile) go into `times`. A non-finite
 // loss stops training before anything is saved (an fp16 step skipped for overflow is reported instead).
 double run_steps(models::Model& model, engine::Device& device, const RunOptions& o, Transcript& out,
@@ -372,6 +411,7 @@ double run_steps(models::Model& model, engine::Device& device, const RunOptions&
     if (o.step_start_seq) *o.step_start_seq = device.ledger().sequence();
     if (o.step_start_live) *o.step_start_live = device.ledger().live_bytes();
     const int64_t skipped_before = model.loss_scaler().skipped;
+    const engine::dist::CommTotals comm_before = model.communication();
     models::StepResult r = o.inference ? model.eval_step(step) : model.train_step(step);
     device.synchronize();
     model.average_over_ranks(r);  // data parallel: the world's loss and items
@@ -396,6 +436,7 @@ double run_steps(models::Model& model, engine::Device& device, const RunOptions&
       out.say(engine::str("  loss ", digits));
     }
     for (const std::string& line : r.details) out.say("  " + line);
+    if (model.world_size() > 1) out.say("  " + ranks_line(model, comm_before, ms, device.ledger().peak_bytes(), meta));
     if (o.records)
       o.records->push_back({step, meta || !r.has_loss ? NAN : r.loss, ms,
                             meta ? NAN : double(r.items) / (ms / 1000.0), device.ledger().peak_bytes()});

@@ -23,6 +23,7 @@
 #include <fstream>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "engine/cuda/runtime.h"
 #include "engine/dist.h"
@@ -172,6 +173,7 @@ class Nccl : public Communicator {
     ENGINE_CUDA_CHECK(cudaMalloc(&scratch_, kScratchBytes));
   }
   ~Nccl() override {
+    totals();  // the pending events
     if (scratch_) cudaFree(scratch_);
     if (comm_) nccl_api().comm_destroy(comm_);
   }
@@ -182,9 +184,12 @@ class Nccl : public Communicator {
     ENGINE_CHECK(t.is_contiguous() && t.device().type() == DeviceType::cuda,
                  "all_reduce_sum: the tensor must be contiguous and on this rank's GPU");
     if (t.numel() == 0) return;
-    nccl_check(nccl_api().all_reduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), nccl_type(t.dtype()), kNcclSum,
-                                     comm_, engine::cuda::stream()),
-               "ncclAllReduce");
+    const int kind = nccl_type(t.dtype());
+    timed(totals_.all_reduce, t.nbytes(), [&] {
+      nccl_check(nccl_api().all_reduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), kind, kNcclSum, comm_,
+                                       engine::cuda::stream()),
+                 "ncclAllReduce");
+    });
   }
   void broadcast(const Tensor& t, int root) override {
     ENGINE_CHECK(t.is_contiguous() && t.device().type() == DeviceType::cuda,
@@ -210,7 +215,24 @@ class Nccl : public Communicator {
   }
 
  private:
+  // Runs `call` (one collective on the engine's stream) between two events, counted in `s` when read.
+  template <typename F>
+  void timed(CommStats& s, size_t bytes, F call) {
+    cudaEvent_t start, stop;
+    ENGINE_CUDA_CHECK(cudaEventCreate(&start));
+    ENGINE_CUDA_CHECK(cudaEventCreate(&stop));
+    ENGINE_CUDA_CHECK(cudaEventRecord(start, engine::cuda::stream()));
+    call();
+    ENGINE_CUDA_CHECK(cudaEventRecord(stop, engine::cuda::stream()));
+    s.calls++, s.bytes += double(bytes);
+    pending_.push_back({&s, start, stop});
+  }
   static constexpr size_t kScratchBytes = 512;
+  struct Pending {
+    CommStats* stats;
+    cudaEvent_t start, stop;
+  };
+  std::vector<Pending> pending_;
   int rank_, world_size_;
   NcclComm comm_ = nullptr;
   void* scratch_ = nullptr;

@@ -134,6 +134,31 @@ TEST(DataParallel, MtdnnRanksOfDifferentTasksTrainAsOneProcessAccumulating) {
   EXPECT_EQ(ledger_of(dir.file("dp.json.rank1")), ledger_of(dir.file("meta1.json")));
 }
 
+// The line under each step of a world: every rank's peak, the slowest rank, and the step's collectives. yolov3 tiny
+// is one f32 bucket: each step all-reduces every trainable parameter's gradient once, 4 bytes per parameter (the
+// header's count: all of yolov3's parameters train); BERT under ZeRO-1 also broadcasts each updated piece, as many
+// bytes in all. Meta predicts the bytes, not the times.
+TEST(DataParallel, TheStepReportsEveryRanksPeakAndTheCollectives) {
+  const auto [rc, out] = shell(kTrain + " --model yolov3 --size tiny --batch 2 --steps 2 --nproc 2");
+  ASSERT_EQ(rc, 0) << out;
+  const size_t at = out.find("parameters ") + 11;
+  const int64_t params = std::stoll(out.substr(at, out.find(' ', at) - at));
+  const std::string reduced = "all-reduce " + std::to_string(4 * params) + " B (";
+  EXPECT_NE(out.find("  ranks: peak "), std::string::npos) << out;
+  EXPECT_NE(out.find("slowest rank "), std::string::npos) << out;
+  EXPECT_NE(out.find(reduced), std::string::npos) << reduced << "\n" << out;
+  EXPECT_NE(out.find(" GB/s, bus "), std::string::npos) << out;
+  const auto [rc_m, out_m] =
+      shell(kTrain + " --model yolov3 --size tiny --batch 2 --steps 2 --device meta --world-size 2");
+  ASSERT_EQ(rc_m, 0) << out_m;
+  EXPECT_NE(out_m.find(reduced + "2.07 MiB) in 1 call\n"), std::string::npos) << out_m;
+  const auto [rc_z, out_z] = shell(kTrain + " --model bert_base --size tiny --steps 1 --nproc 2 --zero 1");
+  ASSERT_EQ(rc_z, 0) << out_z;
+  const size_t a = out_z.find("all-reduce ") + 11, b = out_z.find("broadcast ") + 10;
+  ASSERT_NE(b, std::string::npos + 10) << out_z;
+  EXPECT_EQ(out_z.substr(a, out_z.find(' ', a) - a), out_z.substr(b, out_z.find(' ', b) - b)) << out_z;
+}
+
 // Four ranks: Gloo's ring adds the four gradients in another order than accumulation does (((g0 + g1) + g2) + g3),
 // so they may differ in the last bits. The bound: each sum of four is within 3 u (|g0| + ... + |g3|) of the exact
 // one (u = 2^-24), so the two means differ by at most 6 u times the mean of |g_i|; the momentum after one SGD step
