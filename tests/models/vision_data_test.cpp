@@ -454,6 +454,23 @@ TEST(VisionData, CocoErrorsNameTheFile) {
     EXPECT_NE(set.describe().find("1 images have more than 3 boxes: the first 3 kept, 2 boxes dropped"),
               std::string::npos);
   }
+  // Polygons: fewer than 3 points, an odd count, a non-number are errors naming the entry; an RLE mask (an object)
+  // leaves the object without polygons.
+  auto with_segmentation = [&](const std::string& seg) {
+    return coco_json(R"({"image_id": 1, "category_id": 3, "bbox": [1, 1, 5, 5], "segmentation": )" + seg + "}");
+  };
+  write(json, with_segmentation("[[1, 1, 5, 1]]"));
+  EXPECT_ERROR_HAS(DetectionSet(d, 3), "annotations[0].segmentation[0]", "at least 3 points", "4 numbers");
+  write(json, with_segmentation("[[1, 1, 5, 1, 5, 5, 1]]"));
+  EXPECT_ERROR_HAS(DetectionSet(d, 3), "annotations[0].segmentation[0]", "7 numbers");
+  write(json, with_segmentation(R"([[1, 1, 5, 1, 5, "x"]])"));
+  EXPECT_ERROR_HAS(DetectionSet(d, 3), "annotations[0].segmentation[0]", "finite number of pixels");
+  write(json, with_segmentation(R"({"counts": [1, 2], "size": [40, 80]})"));
+  {
+    DetectionSet set(d, 3);
+    ASSERT_EQ(set.items()[0].boxes.size(), 1u);
+    EXPECT_TRUE(set.items()[0].boxes[0].polygons.empty());
+  }
   // The JSON's size differs from the decoded one: an error when the image is decoded.
   write(json, coco_json("", "81"));
   {
