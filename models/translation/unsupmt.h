@@ -60,10 +60,6 @@ class UnsupMT : public Model {
   StepResult train_step(int64_t step) override;
   // Its four sub-steps read four different batches (two languages, two modes): one fixed batch cannot stand in.
   bool supports_fixed_batch() const override { return false; }
-  bool supports_accumulation() const override { return false; }
-  std::string why_not_data_parallel() const override {
-    return "its step runs four sub-steps of its own, whose gradients are not reduced over ranks";
-  }
   // An epoch: steps 4 .. 3 + n, n the longest of the four batch orders (auto-encoding and back-translation, per
   // language), so that every batch of each runs at least once (the shorter orders cycle).
   std::vector<int64_t> epoch_steps() const override;

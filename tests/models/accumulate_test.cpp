@@ -117,7 +117,7 @@ TEST(Accumulate, ModelsThatCannotAndBatchesThatDoNotSplitAreErrors) {
   auto device = engine::Device::create(DeviceType::meta, size_t(1) << 40);
   engine::DeviceGuard guard(device);
   ModelConfig c;
-  c.name = "unsupmt";
+  c.name = "stylegan";  // a GAN step is two networks' updates of its own
   c.size = "tiny";
   c.accumulate = 2;
   EXPECT_ERROR_HAS(models::create_model(c), "cannot accumulate micro-batches");
