@@ -115,8 +115,8 @@ void Model::set_accumulation(int64_t k) {
 
 Batch Model::micro_batch(int64_t step, int64_t j) {
   const int world = world_size();
-  const int64_t parts = world * accumulate_, part = rank() * accumulate_ + j;
-  if (fixed_batch_.empty()) return make_batch((step - 1) * parts + part + 1);
+  const int64_t parts = this->parts(), part = rank() * accumulate_ + j;
+  if (fixed_batch_.empty()) return make_batch(data_step(step, j));
   if (parts == 1) return fixed_batch_;
   Batch micro;
   for (const auto& [name, t] : fixed_batch_) {

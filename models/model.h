@@ -155,6 +155,12 @@ class Model {
   // Memory: from the second micro-batch on, the whole gradient set is live through forward and backward.
   void set_accumulation(int64_t k);
   int64_t accumulation() const { return accumulate_; }
+  // The batches of one optimizer step over the world: world size x accumulation. Micro-batch j of step s on this
+  // rank reads data step (s - 1) parts() + rank() k + j + 1 = data_step(s, j) (k: the accumulation).
+  int64_t parts() const { return int64_t(world_size()) * accumulate_; }
+  int64_t data_step(int64_t step, int64_t micro = 0) const {
+    return (step - 1) * parts() + int64_t(rank()) * accumulate_ + micro + 1;
+  }
   virtual bool supports_accumulation() const { return true; }
 
   // The numeric recipe (models/precision.h). create_model() calls it once, after the constructor: bf16/fp16

@@ -119,7 +119,7 @@ std::string Convs2s::summary() const {
 }
 
 data::TranslationBatch Convs2s::host_batch(int64_t step) const {
-  return data::make_translation_batch(pairs_, batches_[size_t(order_->batch_for_step(step))]);
+  return data::make_translation_batch(pairs_, batches_[size_t(order_->batch_for(step, parts()))]);  // a data step
 }
 
 Batch Convs2s::batch_tensors(const data::TranslationBatch& b, int64_t padding_idx) {

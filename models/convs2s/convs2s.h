@@ -60,8 +60,10 @@ class Convs2s : public Model {
   // Steps 1-2 the longest batch, step 3 the most padded one (models/data/translation.h): both extremes.
   std::vector<int64_t> probe_schedule() const override { return {1, 2, 3}; }
   std::vector<int64_t> epoch_steps() const override { return order_->epoch_steps(); }
+  // Step `step`'s batch on this rank (its first micro-batch).
   std::string describe_batch(int64_t step) const override {
-    return data::describe_translation_batch(host_batch(step), order_->batch_for_step(step), int64_t(batches_.size()));
+    return data::describe_translation_batch(host_batch(data_step(step)), order_->batch_for(data_step(step), parts()),
+                                            int64_t(batches_.size()));
   }
   // Greedy decoding of the step's batch (incremental); items = generated tokens.
   StepResult eval_step(int64_t step) override;

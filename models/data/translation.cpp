@@ -180,10 +180,12 @@ BatchOrder::BatchOrder(int64_t num_batches, uint64_t seed, int64_t most_padded) 
   for (size_t i = shuffled_.size(); i > 1; i--) std::swap(shuffled_[i - 1], shuffled_[size_t(rng() % i)]);
 }
 
-int64_t BatchOrder::batch_for_step(int64_t step) const {
+int64_t BatchOrder::batch_for(int64_t data_step, int64_t parts) const {
+  const int64_t P = std::max<int64_t>(parts, 1), step = (data_step - 1) / P + 1, part = (data_step - 1) % P;
   if (step <= 2) return 0;
   if (step == 3) return most_padded_;
-  return shuffled_[size_t((step - 3) % int64_t(shuffled_.size()))];
+  const int64_t n = int64_t(shuffled_.size()), stretch = (n + P - 1) / P;
+  return shuffled_[size_t((step - 3 + part * stretch) % n)];
 }
 
 std::vector<int64_t> BatchOrder::epoch_steps() const {

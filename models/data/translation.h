@@ -84,10 +84,16 @@ int64_t most_padded_batch(const std::vector<std::vector<int64_t>>& batches, cons
 
 // Which batch a step runs: steps 1 and 2 the first (longest) batch, step 3 `most_padded`, step k >= 4 entry
 // (k - 3) mod n of a seeded shuffle of all n batches (the shuffle's entry 0 waits for the second cycle).
+// With P parts per optimizer step (data parallel ranks x accumulated micro-batches: Model::parts), data step d is
+// part c = (d - 1) mod P of optimizer step s = (d - 1) / P + 1: steps 1-3 give every part the longest and the most
+// padded batches (so that every rank meets both, beside the optimizer state: what the max-batch probe relies on),
+// and from step 4 part c walks its own stretch of the shuffle, entry (s - 3 + c ceil(n / P)) mod n: the parts of a
+// step read distinct batches (when n >= P), and each part alone meets all n batches in n steps (the finder's epoch).
 class BatchOrder {
  public:
   BatchOrder(int64_t num_batches, uint64_t seed, int64_t most_padded = 0);
-  int64_t batch_for_step(int64_t step) const;
+  int64_t batch_for_step(int64_t step) const { return batch_for(step, 1); }
+  int64_t batch_for(int64_t data_step, int64_t parts) const;
   // Steps 4 .. 3 + n: every batch once, in the shuffle's order (Model::epoch_steps).
   std::vector<int64_t> epoch_steps() const;
 

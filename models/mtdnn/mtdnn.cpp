@@ -204,17 +204,25 @@ std::function<bool(const std::string&)> Mtdnn::world_trains(int64_t step) const 
 
 std::vector<int64_t> Mtdnn::probe_schedule() const {
   const size_t tasks = task_sizes_.size();
-  // The first step at or after `from` that trains `task` (every task has rows, so it comes; the bound only
-  // turns a sampling bug into an error instead of a hang).
-  auto next_of = [&](int64_t task, int64_t from) {
+  // Optimizer step s reads data steps (s - 1) P + p + 1, p < P = world x accumulation; this rank's are p = rank k + j.
+  const int64_t k = accumulation(), parts = int64_t(world_size()) * k, mine = int64_t(rank()) * k;
+  auto has = [&](int64_t step, int64_t task, int64_t from, int64_t count) {
+    for (int64_t p = from; p < from + count; p++)
+      if (task_of_step((step - 1) * parts + p + 1) == task) return true;
+    return false;
+  };
+  // The first step at or after `from` that trains `task` somewhere in the world (its head then gets its state on
+  // every rank: world_trains), or on this rank (`own`: a step of that kind here). Every task has rows, so it comes;
+  // the bound only turns a sampling bug into an error instead of a hang.
+  auto next_of = [&](int64_t task, int64_t from, bool own) {
     for (int64_t step = from; step < from + (int64_t(1) << 32); step++)
-      if (task_of_step(step) == task) return step;
+      if (has(step, task, own ? mine : 0, own ? k : parts)) return step;
     throw engine::Error(engine::str("mtdnn: task ", config_.tasks[size_t(task)], " is never sampled"));
   };
   std::vector<int64_t> first, again;
-  for (size_t t = 0; t < tasks; t++) first.push_back(next_of(int64_t(t), 1));
+  for (size_t t = 0; t < tasks; t++) first.push_back(next_of(int64_t(t), 1, false));
   std::sort(first.begin(), first.end());
-  for (size_t t = 0; t < tasks; t++) again.push_back(next_of(int64_t(t), first.back() + 1));
+  for (size_t t = 0; t < tasks; t++) again.push_back(next_of(int64_t(t), first.back() + 1, true));
   std::sort(again.begin(), again.end());
   first.insert(first.end(), again.begin(), again.end());
   return first;

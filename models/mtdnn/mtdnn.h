@@ -91,7 +91,9 @@ class Mtdnn : public Model {
   int64_t schedule_steps() const;
   // Each task's first step, in step order (a head's Adamax state appears there, as in a real run: the other
   // steps between them allocate nothing that outlives them), then each task's next step after the last of
-  // those (every head once more beside the complete state). With one task: {1, 2}.
+  // those (every head once more beside the complete state). With one task: {1, 2}. In a world (or accumulating), a
+  // step's tasks are those of all its micro-batches on every rank (world_trains gives their heads state on every
+  // rank), and "once more" is a step where this rank's own batch is of that task.
   std::vector<int64_t> probe_schedule() const override;
   // Data parallel: each rank's batch has its own task (the task of its data step), as each micro-batch of an
   // accumulated step has: the encoder is every rank's, a task head only the ranks of its task train. The world's

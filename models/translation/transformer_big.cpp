@@ -114,7 +114,7 @@ std::vector<std::string> TransformerBig::load_weights(const std::map<std::string
 }
 
 data::TranslationBatch TransformerBig::host_batch(int64_t step) const {
-  return data::make_translation_batch(pairs_, batches_[size_t(order_->batch_for_step(step))]);
+  return data::make_translation_batch(pairs_, batches_[size_t(order_->batch_for(step, parts()))]);  // a data step
 }
 
 Batch TransformerBig::make_batch(int64_t step) {

@@ -50,8 +50,10 @@ class TransformerBig : public Model {
   // Steps 1-2 the longest batch, step 3 the most padded one (models/data/translation.h): both extremes.
   std::vector<int64_t> probe_schedule() const override { return {1, 2, 3}; }
   std::vector<int64_t> epoch_steps() const override { return order_->epoch_steps(); }
+  // Step `step`'s batch on this rank (its first micro-batch).
   std::string describe_batch(int64_t step) const override {
-    return data::describe_translation_batch(host_batch(step), order_->batch_for_step(step), int64_t(batches_.size()));
+    return data::describe_translation_batch(host_batch(data_step(step)), order_->batch_for(data_step(step), parts()),
+                                            int64_t(batches_.size()));
   }
   std::vector<std::string> load_weights(const std::map<std::string, Tensor>& tensors) override;
   // Greedy decoding of the step's batch with the key/value cache; items = generated tokens.

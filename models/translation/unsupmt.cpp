@@ -138,7 +138,7 @@ std::string UnsupMT::summary() const {
 }
 
 data::TranslationBatch UnsupMT::bt_host_batch(int64_t lang, int64_t step) const {
-  const auto& batch = bt_batches_[size_t(lang)][size_t(bt_order_[size_t(lang)]->batch_for_step(step))];
+  const auto& batch = bt_batches_[size_t(lang)][size_t(bt_order_[size_t(lang)]->batch_for(step, parts()))];
   std::vector<const data::Sentence*> x;
   for (int64_t i : batch) x.push_back(&mono_[size_t(lang)][size_t(i)]);
   return data::make_translation_batch(x, x);
@@ -149,14 +149,14 @@ Batch UnsupMT::make_batch(int64_t step) {
   const size_t l = size_t(t.lang);
   if (t.back_translation) {
     // The clean sentences x; loss() translates them and trains on the reverse pair.
-    const auto& batch = bt_batches_[l][size_t(bt_order_[l]->batch_for_step(step))];
+    const auto& batch = bt_batches_[l][size_t(bt_order_[l]->batch_for(step, parts()))];
     bt_x_.clear();
     for (int64_t i : batch) bt_x_.push_back(mono_[l][size_t(i)]);
     Batch b = translation_tensors(bt_host_batch(t.lang, step));
     return {{"src", b.at("src")}, {"src_padding_mask", b.at("src_padding_mask")}};
   }
   // Auto-encoding: noised -> clean, the noise drawn from (seed, step, language).
-  const auto& batch = ae_batches_[l][size_t(ae_order_[l]->batch_for_step(step))];
+  const auto& batch = ae_batches_[l][size_t(ae_order_[l]->batch_for(step, parts()))];
   std::mt19937_64 rng(recipe_.seed * 1000003ull + uint64_t(step) * 2 + l);
   std::vector<data::Sentence> noised;
   std::vector<const data::Sentence*> src, tgt;
@@ -228,17 +228,18 @@ std::vector<int64_t> UnsupMT::epoch_steps() const {
 }
 
 std::string UnsupMT::describe_batch(int64_t step) const {
+  const int64_t d = data_step(step);  // this rank's first micro-batch of optimizer step `step`
   std::string s;
   const char* lang[] = {"en", "fr"};
   for (size_t l = 0; l < 2; l++) {
-    const auto& ae = ae_batches_[l][size_t(ae_order_[l]->batch_for_step(step))];
-    const auto& bt = bt_batches_[l][size_t(bt_order_[l]->batch_for_step(step))];
+    const auto& ae = ae_batches_[l][size_t(ae_order_[l]->batch_for(d, parts()))];
+    const auto& bt = bt_batches_[l][size_t(bt_order_[l]->batch_for(d, parts()))];
     int64_t ae_longest = 0, bt_longest = 0;
     for (int64_t i : ae) ae_longest = std::max<int64_t>(ae_longest, int64_t(mono_[l][size_t(i)].size()) + 1);
     for (int64_t i : bt) bt_longest = std::max<int64_t>(bt_longest, int64_t(mono_[l][size_t(i)].size()) + 1);
-    s += engine::str(l ? "; " : "", lang[l], ": auto-encoding batch ", ae_order_[l]->batch_for_step(step), " of ",
+    s += engine::str(l ? "; " : "", lang[l], ": auto-encoding batch ", ae_order_[l]->batch_for(d, parts()), " of ",
                      ae_batches_[l].size(), " (", ae.size(), " sentences of up to ", ae_longest,
-                     " tokens), back-translation batch ", bt_order_[l]->batch_for_step(step), " of ",
+                     " tokens), back-translation batch ", bt_order_[l]->batch_for(d, parts()), " of ",
                      bt_batches_[l].size(), " (", bt.size(), " of up to ", bt_longest, ")");
   }
   return s;

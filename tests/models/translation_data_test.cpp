@@ -83,6 +83,25 @@ TEST(TranslationData, BatchingByTokensRespectsTheBudgetAndUsesEverySentenceOnce)
   std::set<int64_t> cycle;
   for (int64_t s = 4; s < 9; s++) cycle.insert(order.batch_for_step(s));
   EXPECT_EQ(cycle.size(), 5u);
+  // P parts per optimizer step (ranks x micro-batches; data step d is part (d - 1) mod P of step (d - 1) / P + 1):
+  // every part meets the longest batch at steps 1-2 and the most padded at step 3, the parts of a later step read
+  // distinct batches, and each part alone meets all of them in 5 steps (what the max-batch finder's epoch replays).
+  for (int64_t P : {2, 3, 4}) {
+    for (int64_t c = 0; c < P; c++) {
+      EXPECT_EQ(order.batch_for(c + 1, P), 0) << P;
+      EXPECT_EQ(order.batch_for(P + c + 1, P), 0) << P;
+      EXPECT_EQ(order.batch_for(2 * P + c + 1, P), 3) << P;
+      std::set<int64_t> own;
+      for (int64_t s = 4; s < 9; s++) own.insert(order.batch_for((s - 1) * P + c + 1, P));
+      EXPECT_EQ(own.size(), 5u) << "part " << c << " of " << P;
+    }
+    for (int64_t s = 4; s < 9; s++) {
+      std::set<int64_t> step;
+      for (int64_t c = 0; c < P; c++) step.insert(order.batch_for((s - 1) * P + c + 1, P));
+      EXPECT_EQ(step.size(), size_t(P)) << "step " << s << " of " << P << " parts";
+    }
+  }
+  for (int64_t d = 1; d < 12; d++) EXPECT_EQ(order.batch_for(d, 1), order.batch_for_step(d));
   EXPECT_THROW(BatchOrder(5, 1, 5), engine::Error);
   // Lengths 10 (x1), 6 (x3), 5 (x2) with 18 tokens: {10}, {6, 6, 6}, {5, 5}: padded 10, 18, 10.
   const std::vector<int64_t> lens = {6, 10, 5, 6, 5, 6};
