@@ -81,6 +81,17 @@ void Model::use_optimizer(const std::string& name) {
   optimizer_ = std::move(next);
 }
 
+bool take_losses(std::map<std::string, Tensor>& parts, StepResult& r) {
+  bool meta = false;
+  for (auto& [name, t] : parts) {
+    meta = t.is_meta();
+    r.losses[name] = meta ? 0.0 : t.item();
+    t = Tensor();
+  }
+  parts.clear();
+  return !meta;
+}
+
 std::string first_non_finite_parameter(const graph::Module& module) {
   graph::NoGrad no_grad;
   auto params = module.named_parameters();

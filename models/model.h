@@ -83,6 +83,10 @@ struct StepResult {
 // report of a step whose loss was not finite. One pass over the parameters (their squared norms).
 std::string first_non_finite_parameter(const graph::Module& module);
 
+// A model's loss parts (detached scalars it kept from its last loss) into r.losses by name (0 on meta, which has no
+// values), the tensors dropped and `parts` emptied; false on meta.
+bool take_losses(std::map<std::string, Tensor>& parts, StepResult& r);
+
 class Model {
  public:
   virtual ~Model() = default;

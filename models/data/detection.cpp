@@ -228,19 +228,24 @@ std::shared_ptr<const DetectionSet> DetectionSet::open_shared(const std::string&
   return set;
 }
 
+void DetectionSet::each_item(int64_t n, uint64_t seed, int64_t step,
+                             const std::function<void(int64_t, const DetectionItem&, const Image&, bool)>& f) const {
+  const int64_t first = std::max<int64_t>(step - 1, 0) * n;
+  const std::vector<int64_t> ids = order_.items(first, n, this->size(), seed);
+  parallel_for(n, [&](int64_t j) {
+    const int64_t i = ids[size_t(j)];
+    std::mt19937_64 rng = item_rng(seed, first + j);
+    const bool flip = uniform01(rng) < 0.5;
+    f(j, items_[size_t(i)], load(i), flip);
+  });
+}
+
 DetectionData DetectionSet::batch(int64_t n, int64_t size, uint64_t seed, int64_t step) const {
   DetectionData b;
   b.images.resize(size_t(n * size * size * 3));
   b.boxes.assign(size_t(n * max_boxes_ * 4), 0.f);
   b.labels.assign(size_t(n * max_boxes_), -1);
-  const int64_t first = std::max<int64_t>(step - 1, 0) * n;
-  const std::vector<int64_t> ids = order_.items(first, n, this->size(), seed);
-  parallel_for(n, [&](int64_t j) {
-    const int64_t index = first + j, i = ids[size_t(j)];
-    const DetectionItem& item = items_[size_t(i)];
-    const Image image = load(i);
-    std::mt19937_64 rng = item_rng(seed, index);
-    const bool flip = uniform01(rng) < 0.5;
+  each_item(n, seed, step, [&](int64_t j, const DetectionItem& item, const Image& image, bool flip) {
     const Letterbox g = letterbox_geometry(image.height, image.width, size);
     apply_letterbox(image, g, size, flip, b.images.data() + j * size * size * 3);
     for (size_t m = 0; m < item.boxes.size(); m++) {
@@ -322,14 +327,7 @@ InstanceData DetectionSet::instance_batch(int64_t n, const InstanceGeometry& g, 
   b.valid.assign(size_t(n * G), 0.f);
   b.polygons.assign(size_t(n * G * P * V * 2), 0.f);
   b.counts.assign(size_t(n * G * P), 0);
-  const int64_t first = std::max<int64_t>(step - 1, 0) * n;
-  const std::vector<int64_t> ids = order_.items(first, n, this->size(), seed);
-  parallel_for(n, [&](int64_t j) {
-    const int64_t index = first + j, i = ids[size_t(j)];
-    const DetectionItem& item = items_[size_t(i)];
-    const Image image = load(i);
-    std::mt19937_64 rng = item_rng(seed, index);
-    const bool flip = uniform01(rng) < 0.5;
+  each_item(n, seed, step, [&](int64_t j, const DetectionItem& item, const Image& image, bool flip) {
     const auto [rh, rw] = instance_fit(image.height, image.width, g);
     b.image_hw[size_t(j * 2)] = float(rh), b.image_hw[size_t(j * 2 + 1)] = float(rw);
     float* out = b.images.data() + j * H * W * 3;

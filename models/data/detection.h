@@ -32,6 +32,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -111,6 +112,10 @@ class DetectionSet {
   std::string describe() const;  // for the model's summary line: the set, its counts and notes
 
  private:
+  // Item j < n of step `step`'s batch, decoded, with its flip (p 0.5 from the item's own generator), in parallel:
+  // the order and the draws both batch functions share.
+  void each_item(int64_t n, uint64_t seed, int64_t step,
+                 const std::function<void(int64_t j, const DetectionItem&, const Image&, bool flip)>& f) const;
   std::string dir_, json_path_;
   int64_t max_boxes_;
   std::vector<DetectionItem> items_;

@@ -168,6 +168,15 @@ MaskRcnnNet::MaskRcnnNet(const MaskRcnnConfig& c) : config(c) {
       "mask_fcn_logits", conv(c.mask_channels, c.classes, 1, kaiming_normal_fan_out(c.classes, 1)));
 }
 
+std::vector<Tensor> MaskRcnnNet::anchors(const std::vector<Tensor>& levels, const Tensor& images) const {
+  std::vector<Tensor> out;
+  for (size_t l = 0; l < levels.size(); l++)  // a level's stride: the padded image over its size
+    out.push_back(ops::grid_anchors(levels[l].size(1), levels[l].size(2), images.size(1) / levels[l].size(1),
+                                    images.size(2) / levels[l].size(2), {config.anchor_sizes[l]}, config.anchor_ratios,
+                                    images.device_ptr()));
+  return out;
+}
+
 RpnHead::Output MaskRcnnNet::rpn_head_forward(const std::vector<Tensor>& levels) const {
   auto s = rpn->scope();
   return rpn_head->forward(levels);
@@ -179,12 +188,13 @@ std::vector<Tensor> MaskRcnnNet::features(const Tensor& images) const {
 }
 
 Tensor MaskRcnnNet::pool(const std::vector<Tensor>& levels, const Tensor& rois, const Tensor& pooled,
-                         int64_t size) const {
+                         Pooler which) const {
   auto heads = roi_heads->scope();
-  engine::MemoryScope s(size == config.box_pool ? "box_roi_pool" : "mask_roi_pool");  // torchvision's names
+  const bool box = which == Pooler::box;
+  engine::MemoryScope s(box ? "box_roi_pool" : "mask_roi_pool");  // torchvision's names
+  const int64_t size = box ? config.box_pool : config.mask_pool;
   const int64_t N = rois.size(0), S = rois.size(1);  // the boxes are data: the gradient reaches only the levels
-  Tensor image = ops::broadcast_to(
-      ops::reshape(ops::to(ops::arange(N, DType::f32, rois.device_ptr()), DType::f32), {N, 1, 1}), {N, S, 1});
+  Tensor image = ops::broadcast_to(ops::reshape(ops::arange(N, DType::f32, rois.device_ptr()), {N, 1, 1}), {N, S, 1});
   Tensor boxes = ops::contiguous(rois);
   Tensor with_image = ops::reshape(ops::concat({ops::contiguous(image), boxes}, 2), {N * S, 5});
   // The pyramid level of each slot; -1 (padding: no output, no gradient) where nothing is pooled.
@@ -389,11 +399,7 @@ Tensor MaskRcnn::loss(const Batch& batch) {
   std::vector<Tensor> levels = net_->features(images);  // P2..P6
   // RPN: its head on every level, the anchors of each, the proposals (detached) and its loss.
   RpnHead::Output head = net_->rpn_head_forward(levels);
-  std::vector<Tensor> anchors;
-  for (size_t l = 0; l < levels.size(); l++)
-    anchors.push_back(ops::grid_anchors(levels[l].size(1), levels[l].size(2), images.size(1) / levels[l].size(1),
-                                        images.size(2) / levels[l].size(2), {c.anchor_sizes[l]}, c.anchor_ratios,
-                                        images.device_ptr()));
+  const std::vector<Tensor> anchors = net_->anchors(levels, images);
   const Tensor &truths = batch.at("boxes"), &truth_valid = batch.at("valid"), &truth_labels = batch.at("labels");
   Proposals proposals;
   RpnLoss rpn;
@@ -415,7 +421,7 @@ Tensor MaskRcnn::loss(const Batch& batch) {
     sampled = take_samples(all, ops::sample_balanced(sampler_labels(all.labels), c.rois, c.roi_positive));
   }
   Tensor drawn = ops::compare(ops::CompareOp::ge, sampled.labels, 0.0);  // not a padding slot
-  auto [class_logits, box_regression] = net_->box_head(net_->pool(levels, sampled.boxes, drawn, c.box_pool));
+  auto [class_logits, box_regression] = net_->box_head(net_->pool(levels, sampled.boxes, drawn, Pooler::box));
   FastRcnnLoss box = fastrcnn_loss(class_logits, box_regression, sampled.labels, sampled.targets);
   // Mask head: the first mask_rois slots of each image's draw, which hold its foreground.
   const int64_t F = c.mask_rois, M = c.mask_size();
@@ -430,7 +436,7 @@ Tensor MaskRcnn::loss(const Batch& batch) {
                               ops::full({N, F}, -1.0, DType::i64, images.device_ptr()));
     mask_targets = ops::polygon_masks(batch.at("polygons"), batch.at("counts"), mask_boxes, ops::contiguous(truth), M);
   }
-  Tensor mask_logits = net_->mask_head(net_->pool(levels, mask_boxes, foreground, c.mask_pool));
+  Tensor mask_logits = net_->mask_head(net_->pool(levels, mask_boxes, foreground, Pooler::mask));
   Tensor mask = mask_loss(mask_logits, mask_labels, ops::reshape(mask_targets, {N * F, M, M}));
   engine::MemoryScope s("loss");
   {
@@ -453,18 +459,14 @@ MaskRcnn::Detections MaskRcnn::detect(const Batch& batch) {
   const int64_t N = images.size(0), C = c.classes, D = c.detections;
   std::vector<Tensor> levels = net_->features(images);
   RpnHead::Output head = net_->rpn_head_forward(levels);
-  std::vector<Tensor> anchors;
-  for (size_t l = 0; l < levels.size(); l++)
-    anchors.push_back(ops::grid_anchors(levels[l].size(1), levels[l].size(2), images.size(1) / levels[l].size(1),
-                                        images.size(2) / levels[l].size(2), {c.anchor_sizes[l]}, c.anchor_ratios,
-                                        images.device_ptr()));
+  const std::vector<Tensor> anchors = net_->anchors(levels, images);
   Proposals proposals = rpn_proposals(head.objectness, head.deltas, anchors, batch.at("image_hw"), c.rpn_test);
   head = RpnHead::Output();
   levels.pop_back();
   const int64_t P = proposals.boxes.size(1);
   engine::MemoryScope s("postprocess");
   auto [class_logits, box_regression] =
-      net_->box_head(net_->pool(levels, proposals.boxes, proposals.valid, c.box_pool));
+      net_->box_head(net_->pool(levels, proposals.boxes, proposals.valid, Pooler::box));
   // torchvision's postprocess_detections in fixed slots: every (proposal, foreground class) a candidate with its
   // class's decoded box and softmax score; those below the score threshold, small or from padding proposals invalid;
   // the best kTopkMaxK enter one NMS with the boxes of different classes moved apart (batched_nms's offsets); the
@@ -509,7 +511,7 @@ MaskRcnn::Detections MaskRcnn::detect(const Batch& batch) {
   d.labels = ops::to(labels_f, DType::i64);
   // The mask head on the detections: each one's own class's probabilities.
   const int64_t M = c.mask_size();
-  Tensor logits = net_->mask_head(net_->pool(levels, ops::contiguous(d.boxes), kept, c.mask_pool));  // [N D, M, M, C]
+  Tensor logits = net_->mask_head(net_->pool(levels, ops::contiguous(d.boxes), kept, Pooler::mask));  // [N D, M, M, C]
   Tensor cls = ops::contiguous(
       ops::broadcast_to(ops::reshape(ops::index_or_zero(labels_f), {N * D, 1, 1, 1}), {N * D, M, M, 1}));
   d.masks = ops::reshape(ops::sigmoid(ops::to(ops::gather(logits, 3, cls), DType::f32)), {N, D, M, M});
@@ -546,14 +548,8 @@ StepResult MaskRcnn::eval_step(int64_t step) {
 }
 
 void MaskRcnn::report_parts(StepResult& r) {
-  bool meta = false;
-  for (auto& [name, t] : parts_) {
-    meta = t.is_meta();
-    r.losses[name] = meta ? 0.0 : t.item();
-    t = Tensor();
-  }
-  parts_.clear();
-  if (!meta && !r.losses.empty())
+  const bool empty = parts_.empty();
+  if (take_losses(parts_, r) && !empty)
     r.details.push_back(engine::str("losses: rpn objectness ", r.losses["rpn_objectness"], " | rpn box ",
                                     r.losses["rpn_box"], " | classifier ", r.losses["classifier"], " | box ",
                                     r.losses["box"], " | mask ", r.losses["mask"]));

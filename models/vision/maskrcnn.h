@@ -110,6 +110,9 @@ class RpnHead : public graph::Module {
   std::shared_ptr<Conv2d> conv, cls_logits, bbox_pred;  // "conv.0.0"
 };
 
+// Which RoIAlign: the box head's (7 x 7) or the mask head's (14 x 14), with torchvision's module names.
+enum class Pooler { box, mask };
+
 // The backbone (body + fpn) and the heads, with torchvision's module names.
 class MaskRcnnNet : public graph::Module {
  public:
@@ -128,8 +131,11 @@ class MaskRcnnNet : public graph::Module {
   std::vector<Tensor> features(const Tensor& images) const;
   // The RPN head on P2..P6, in the rpn scope.
   RpnHead::Output rpn_head_forward(const std::vector<Tensor>& levels) const;
-  // RoIAlign of rois [N, S, 4] (slot padding where `pooled` is false: zeros, no gradient) from P2..P5.
-  Tensor pool(const std::vector<Tensor>& levels, const Tensor& rois, const Tensor& pooled, int64_t size) const;
+  // RoIAlign of rois [N, S, 4] (slot padding where `pooled` is false: zeros, no gradient) from P2..P5, at the box or
+  // the mask head's size.
+  Tensor pool(const std::vector<Tensor>& levels, const Tensor& rois, const Tensor& pooled, Pooler which) const;
+  // Every level's anchors (ops::grid_anchors at the level's stride in the padded images), in the logits' order.
+  std::vector<Tensor> anchors(const std::vector<Tensor>& levels, const Tensor& images) const;
   // The box head on pooled [R, 7, 7, C] -> class logits [R, classes], box codes [R, 4 classes].
   std::pair<Tensor, Tensor> box_head(const Tensor& pooled) const;
   // The mask head on pooled [R, 14, 14, C] -> mask logits [R, 28, 28, classes].

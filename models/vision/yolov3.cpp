@@ -261,14 +261,7 @@ StepResult YoloV3::eval_step(int64_t step) {
 }
 
 void YoloV3::report_parts(StepResult& r) {
-  bool meta = false;
-  for (auto& [name, t] : parts_) {
-    meta = t.is_meta();
-    r.losses[name] = meta ? 0.0 : t.item();
-    t = Tensor();
-  }
-  parts_.clear();
-  if (!meta)
+  if (take_losses(parts_, r))
     r.details.push_back(engine::str("loss per image: box ", r.losses["box"], " | object ", r.losses["object"],
                                     " | class ", r.losses["class"]));
 }

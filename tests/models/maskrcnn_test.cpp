@@ -178,7 +178,8 @@ TEST(MaskRcnn, BoxHeadLearnsItsRegressionOnFixedRois) {
     std::vector<Tensor> levels = model.net().features(b.at("images"));
     levels.pop_back();
     Tensor drawn = ops::compare(ops::CompareOp::ge, sampled.labels, 0.0);
-    auto [logits, regression] = model.net().box_head(model.net().pool(levels, sampled.boxes, drawn, c.box_pool));
+    auto [logits, regression] =
+        model.net().box_head(model.net().pool(levels, sampled.boxes, drawn, models::vision::Pooler::box));
     models::vision::FastRcnnLoss l = models::vision::fastrcnn_loss(logits, regression, sampled.labels, sampled.targets);
     graph::backward(ops::add(l.box, l.classifier));
     model.optimizer().step();

@@ -60,6 +60,15 @@ std::string ledger_of(const std::string& json_path) {
   return os.str();
 }
 
+// The largest |got - want| and the largest |want| of two tensors of one size.
+std::pair<double, double> largest_difference(const engine::Tensor& got, const engine::Tensor& want) {
+  const std::vector<double> g = got.to_double(), w = want.to_double();
+  double diff = 0, top = 0;
+  for (size_t i = 0; i < w.size() && i < g.size(); i++)
+    diff = std::max(diff, std::fabs(g[i] - w[i])), top = std::max(top, std::fabs(w[i]));
+  return {diff, top};
+}
+
 }  // namespace
 
 // Two ranks each with batch 2 against one process with --accumulate 2 (the same four images per step): yolov3 has no
@@ -116,11 +125,8 @@ TEST(DataParallel, MtdnnRanksOfDifferentTasksTrainAsOneProcessAccumulating) {
       exact++;
       continue;
     }
-    const std::vector<double> a = t.to_double(), d = dp.at(name).to_double();
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < a.size(); i++)
-      diff = std::max(diff, std::abs(a[i] - d[i])), scale = std::max(scale, std::abs(a[i]));
-    EXPECT_LE(diff, 16 * std::ldexp(1.0, -24) * scale) << name;
+    const auto [diff, top] = largest_difference(dp.at(name), t);
+    EXPECT_LE(diff, 16 * std::ldexp(1.0, -24) * top) << name;
     EXPECT_EQ(name.rfind("scoring_list.0.", 0), 0u) << name << ": only the SAN head (mnli, task 0) reuses weights";
   }
   EXPECT_GT(heads, 3);
@@ -158,11 +164,8 @@ TEST(DataParallel, UnsupmtTrainsAsOneProcessAccumulatingAndMetaPredictsEachRank)
   for (const auto& [name, t] : acc) {
     ASSERT_TRUE(dp.count(name)) << name;
     if (name.find("k_proj.bias") != std::string::npos) continue;
-    const std::vector<double> a = t.to_double(), d = dp.at(name).to_double();
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < a.size(); i++)
-      diff = std::max(diff, std::abs(a[i] - d[i])), scale = std::max(scale, std::abs(a[i]));
-    EXPECT_LE(diff, 16 * std::ldexp(1.0, -24) * scale) << name;
+    const auto [diff, top] = largest_difference(dp.at(name), t);
+    EXPECT_LE(diff, 16 * std::ldexp(1.0, -24) * top) << name;
     compared++;
   }
   EXPECT_GT(compared, 100);
@@ -236,10 +239,7 @@ TEST(DataParallel, FourRanksMatchAccumulationWithinTheSummationBound) {
   int buffers = 0;
   for (const auto& [name, t] : acc) {
     if (name.find("momentum_buffer") == std::string::npos) continue;
-    const std::vector<double> a = t.to_double(), d = dp.at(name).to_double();
-    double top = 0, worst = 0;
-    for (size_t i = 0; i < a.size(); i++)
-      top = std::max(top, std::fabs(a[i])), worst = std::max(worst, std::fabs(a[i] - d[i]));
+    const auto [worst, top] = largest_difference(dp.at(name), t);
     EXPECT_LE(worst, 6 * u * 4 * top + 1e-30) << name;
     buffers++;
   }

@@ -66,10 +66,10 @@ void expect_maskrcnn_matches_torchvision(const std::string& path, const std::str
     report("RPN codes " + std::to_string(k), relative_error(rpn.deltas[k], ref.at("deltas." + std::to_string(k))), tol);
   }
   levels.pop_back();
-  const int64_t box_pool = model.config().box_pool, mask_pool = model.config().mask_pool;
+  const int64_t mask_pool = model.config().mask_pool;
   const Tensor& rois = ref.at("box.rois");
   Tensor all = ops::full({rois.size(0), rois.size(1)}, 1.0, DType::boolean);
-  auto [logits, regression] = model.net().box_head(model.net().pool(levels, rois, all, box_pool));
+  auto [logits, regression] = model.net().box_head(model.net().pool(levels, rois, all, models::vision::Pooler::box));
   report("class logits", relative_error(logits, ref.at("box.class_logits")), tol);
   report("box regression", relative_error(regression, ref.at("box.box_regression")), tol);
   models::vision::FastRcnnLoss box =
@@ -81,7 +81,8 @@ void expect_maskrcnn_matches_torchvision(const std::string& path, const std::str
   const Tensor& mask_labels = ref.at("mask.labels");
   const int64_t R = mask_labels.numel(), M = 2 * mask_pool;
   Tensor foreground = ops::compare(ops::CompareOp::gt, mask_labels, 0.0);
-  Tensor mask_logits = model.net().mask_head(model.net().pool(levels, ref.at("mask.rois"), foreground, mask_pool));
+  Tensor mask_logits =
+      model.net().mask_head(model.net().pool(levels, ref.at("mask.rois"), foreground, models::vision::Pooler::mask));
   ASSERT_EQ(mask_logits.shape(), (engine::Shape{R, M, M, model.config().classes}));
   report("mask logits",
          relative_error(mask_logits, ops::reshape(ref.at("mask.logits"), mask_logits.shape()),
