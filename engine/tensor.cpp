@@ -41,7 +41,32 @@ Storage::Storage(std::shared_ptr<Device> d, size_t bytes, Category c) : device(s
   block = device->allocate(bytes, c);
 }
 
-Storage::~Storage() { device->release(block); }
+Storage::~Storage() {
+  if (!released_) device->release(block);
+}
+
+void Storage::release() {
+  ENGINE_CHECK(!released_, "Storage::release: '", owner(), "' is released already");
+  released_category_ = category();
+  released_owner_ = owner();
+  device->release(block);
+  released_ = true;
+}
+
+void Storage::restore() {
+  ENGINE_CHECK(released_, "Storage::restore: '", owner(), "' is not released");
+  block = device->allocate(block.bytes, released_category_);
+  released_ = false;
+  set_owner(released_owner_);
+}
+
+void Storage::throw_released() const {
+  throw Error(str("'", released_owner_,
+                  "' was read while ZeRO-3 had it released: under --zero 3 a parameter exists "
+                  "whole only inside the forward (and backward) of the module that registers it; this one was used "
+                  "outside it (a weight shared with another module, or read by its parent). Train this model with "
+                  "--zero 2, or register the parameter where it is used"));
+}
 
 // ---------------------------------------------------------------------------------------------------
 Tensor Tensor::empty(const Shape& shape, DType dtype, std::shared_ptr<Device> device) {

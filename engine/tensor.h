@@ -6,6 +6,7 @@
 // Views (reshape of a contiguous tensor, permute, slice) share the storage and allocate nothing.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -29,14 +30,47 @@ struct Storage {
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
-  void* data() const { return device->pointer(block.offset); }
-  void set_category(Category c) { device->ledger().retag(block.id, c); }
-  void annotate(const std::string& reason) { device->ledger().annotate(block.id, reason); }
-  Category category() const { return device->ledger().category(block.id); }
-  void set_owner(std::string owner) { device->ledger().set_owner(block.id, std::move(owner)); }
-  const std::string& owner() const { return device->ledger().owner(block.id); }
+  void* data() const {
+    check_live();
+    return device->pointer(block.offset);
+  }
+  // ZeRO-3 (graph/parameter_shards.h): a parameter's block goes back to the arena between its uses and is allocated
+  // again (same bytes, category and owner; new contents: the caller refills it) before the next. Every tensor and
+  // view of the storage keeps its handle meanwhile. Reading a released storage is an Error; `on_use`, set by whoever
+  // released it, brings it back (backward calls it for a saved tensor whose storage is released).
+  void release();
+  void restore();
+  bool released() const { return released_; }
+  void check_live() const {  // an Error naming the parameter when released
+    if (released_) throw_released();
+  }
+  std::function<void()> on_use;
+  // (On a released storage these change what restore() will tag the block with; annotate does nothing.)
+  void set_category(Category c) {
+    if (released_)
+      released_category_ = c;
+    else
+      device->ledger().retag(block.id, c);
+  }
+  void annotate(const std::string& reason) {
+    if (!released_) device->ledger().annotate(block.id, reason);
+  }
+  Category category() const { return released_ ? released_category_ : device->ledger().category(block.id); }
+  void set_owner(std::string owner) {
+    if (released_)
+      released_owner_ = std::move(owner);
+    else
+      device->ledger().set_owner(block.id, std::move(owner));
+  }
+  const std::string& owner() const { return released_ ? released_owner_ : device->ledger().owner(block.id); }
   std::shared_ptr<Device> device;
   Device::Block block;
+
+ private:
+  [[noreturn]] void throw_released() const;
+  bool released_ = false;
+  Category released_category_ = Category::param;
+  std::string released_owner_;
 };
 
 struct TensorImpl {

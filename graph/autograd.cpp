@@ -130,6 +130,7 @@ std::shared_ptr<Node> record(const char* name, const std::vector<Tensor>& inputs
   node->second_order = now == engine::Phase::backward || now == engine::Phase::backward2;
   for (const Tensor& in : inputs) {
     Edge e;
+    if (in.defined()) in.storage()->check_live();  // (ZeRO-3; on meta no kernel read it)
     if (in.defined() && in.requires_grad()) {
       if (in.grad_fn()) {
         e.node = in.grad_fn();
@@ -360,6 +361,9 @@ class BackwardPass {
         const OutputMeta& m = node->outputs[k];
         grads[k] = ops::zeros(m.shape, m.dtype, m.device);
       }
+    // ZeRO-3 (graph/parameter_shards.h): a parameter the rule needs is whole again before it runs.
+    for (const SavedTensor& s : node->saved_tensors)
+      if (s.data.defined() && s.data.storage()->released() && s.data.storage()->on_use) s.data.storage()->on_use();
     std::vector<Tensor> input_grads;
     {
       NodeContext context(*node);

@@ -9,6 +9,7 @@
 #include "engine/error.h"
 #include "engine/format.h"
 #include "graph/autograd.h"
+#include "graph/parameter_shards.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
 #include "ops/optim.h"
@@ -28,9 +29,9 @@ GradientReducer::GradientReducer(std::shared_ptr<engine::dist::Communicator> com
                                  size_t bucket_bytes, int zero_stage, bool bucket_view)
     : comm_(std::move(comm)), zero_stage_(zero_stage), bucket_view_(bucket_view) {
   ENGINE_CHECK(bucket_bytes > 0, "data parallel: a bucket size of 0 bytes; give --bucket-mb 1 or more");
-  ENGINE_CHECK(zero_stage >= 0 && zero_stage <= 2, "--zero ", zero_stage,
-               ": stages 0 (plain data parallel), 1 (optimizer state sharded) and 2 (gradients too) are there; "
-               "stage 3 (parameters sharded) is not yet");
+  ENGINE_CHECK(zero_stage >= 0 && zero_stage <= 3, "--zero ", zero_stage,
+               ": the stages are 0 (plain data parallel), 1 (optimizer state sharded), 2 (gradients too) and 3 "
+               "(parameters too)");
   ENGINE_CHECK(!bucket_view || zero_stage < 2,
                "--bucket-view keeps every gradient inside its bucket, so ZeRO-2 could "
                "not drop the other ranks' gradients: use it with --zero 0 or 1, or drop it");
@@ -123,7 +124,9 @@ void GradientReducer::reduce_during(const std::function<void()>& backward) {
       if (it == index_.end()) return;  // another network's parameter (a GAN's G step reaches D's weights)
       Bucket& b = buckets_[bucket_of_[it->second]];
       if (++b.ready == b.params.size() && !b.reduced) reduce(b);
+      if (shards_) shards_->gradient_complete(leaf);
     });
+    if (shards_) shards_->begin_backward();
     backward();
   }
   finish();
@@ -133,6 +136,7 @@ void GradientReducer::finish() {
   for (Bucket& b : buckets_)
     if (!b.reduced) reduce(b);
   for (Bucket& b : buckets_) b.ready = 0, b.reduced = false;
+  if (shards_) shards_->release_all();
 }
 
 size_t GradientReducer::held_bytes() const {
@@ -201,7 +205,7 @@ int64_t GradientReducer::shard_elements() const {
 }
 
 void GradientReducer::broadcast_updated() {
-  if (zero_stage_ == 0) return;
+  if (zero_stage_ == 0 || zero_stage_ == 3) return;  // ZeRO-3: the next gather broadcasts the updated pieces
   NoGrad no_grad;
   for (const Piece& p : pieces_) comm_->broadcast(flat_piece(params_[p.param].second, p.begin, p.end), p.owner);
 }

@@ -22,7 +22,8 @@
 // broadcast from its owner (broadcast_updated). Stage 2 also drops, as soon as their bucket is reduced, the
 // gradients of the parameters this rank has no piece of, so that it keeps about 1/W of the gradients (the sum is an
 // all-reduce, as DDP's: the memory is ZeRO-2's, the traffic twice a reduce-scatter's), and the gradient norm is
-// summed over the ranks' pieces. Stage 3 (parameters sharded) is not there yet.
+// summed over the ranks' pieces. Stage 3 reduces the gradients as stage 2 does and shards the parameters too
+// (graph/parameter_shards.h).
 //
 // Bucket views (PyTorch DDP's gradient_as_bucket_view): each bucket has a flat buffer of its own (category `grad`,
 // owner "data_parallel.bucket<i>", kept), every parameter's .grad is a view into it, zeroed and put back after each
@@ -77,6 +78,17 @@ class GradientReducer {
     bool reduced = false;   // in this step
   };
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  // ZeRO: the piece [begin, end) of flattened parameter `param` (an index into params()) that rank `owner` updates.
+  struct Piece {
+    size_t param;
+    int64_t begin, end;
+    int owner;
+  };
+  const std::vector<Piece>& pieces() const { return pieces_; }
+  const std::vector<std::pair<std::string, engine::Tensor>>& params() const { return params_; }
+  // ZeRO-3: the parameters' shards, told of every complete gradient in the step's last backward; they release the
+  // parameters after backward (finish).
+  void set_parameter_shards(class ParameterShards* shards) { shards_ = shards; }
   const engine::dist::Communicator& communicator() const { return *comm_; }
   // The bytes the reducer holds: the staging buffers, or the buckets' own buffers with bucket views.
   size_t held_bytes() const;
@@ -102,12 +114,7 @@ class GradientReducer {
   std::shared_ptr<engine::dist::Communicator> comm_;
   std::vector<std::pair<std::string, engine::Tensor>> params_;
   std::map<const engine::TensorImpl*, size_t> index_;  // a parameter's position in params_, for the backward hook
-  std::vector<size_t> bucket_of_;  // per parameter
-  struct Piece {
-    size_t param;
-    int64_t begin, end;
-    int owner;
-  };
+  std::vector<size_t> bucket_of_;                      // per parameter
   std::vector<Piece> pieces_;   // ZeRO: every parameter's pieces, by owner
   std::vector<bool> has_mine_;  // per parameter: whether this rank updates a piece of it
   int zero_stage_ = 0;
@@ -115,6 +122,7 @@ class GradientReducer {
   std::function<bool(const std::string&)> trained_;  // set_uneven: reduce at the end, fill missing gradients
   std::map<engine::DType, engine::Tensor> staging_;  // without bucket views: one per dtype, the largest bucket's
   std::vector<Bucket> buckets_;
+  class ParameterShards* shards_ = nullptr;
 };
 
 // Copies rank 0's values of every parameter to the other ranks (DDP does this when it wraps a model), so that the

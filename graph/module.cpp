@@ -16,6 +16,15 @@ ParameterDtypeScope::ParameterDtypeScope(engine::DType dtype) : saved_(g_paramet
 }
 ParameterDtypeScope::~ParameterDtypeScope() { g_parameter_dtype = saved_; }
 
+ModuleScope::ModuleScope(const std::string& name, const Module* module, ForwardObserver* observer)
+    : scope_(name), module_(module), observer_(observer) {
+  if (observer_) observer_->entered(*module_);
+}
+
+ModuleScope::~ModuleScope() {
+  if (observer_) observer_->left(*module_);
+}
+
 Tensor Module::register_parameter(const std::string& name, Tensor t) {
   ENGINE_CHECK(t.defined(), "register_parameter: '", name, "' is undefined");
   if (g_parameter_dtype >= 0 && engine::is_floating(t.dtype()) && int(t.dtype()) != g_parameter_dtype) {

@@ -32,6 +32,31 @@ class ParameterDtypeScope {
   int saved_;  // the previous scope's dtype, -1 for none
 };
 
+class Module;
+
+// ZeRO-3 (graph/parameter_shards.h) watches the forwards of the modules it shards by: a module's forward scope
+// (Module::scope) tells it when one begins and ends.
+class ForwardObserver {
+ public:
+  virtual ~ForwardObserver() = default;
+  virtual void entered(const Module& m) = 0;
+  virtual void left(const Module& m) = 0;
+};
+
+// What Module::scope returns: the module's memory scope, and its observer told of the forward's beginning and end.
+class ModuleScope {
+ public:
+  ModuleScope(const std::string& name, const Module* module, ForwardObserver* observer);
+  ~ModuleScope();
+  ModuleScope(const ModuleScope&) = delete;
+  ModuleScope& operator=(const ModuleScope&) = delete;
+
+ private:
+  MemoryScope scope_;
+  const Module* module_;
+  ForwardObserver* observer_;
+};
+
 class Module {
  public:
   virtual ~Module() = default;
@@ -71,14 +96,22 @@ class Module {
   std::vector<std::string> load(const std::map<std::string, Tensor>& tensors, bool strict = true,
                                 const std::vector<std::string>& ignored = {});
 
-  // The memory scope of this module's forward (its local name; nesting joins them with dots).
-  MemoryScope scope() const { return MemoryScope(local_name_); }
+  // The memory scope of this module's forward (its local name; nesting joins them with dots). Every forward opens
+  // it before it reads a parameter: ZeRO-3 gathers the module's parameters there (set_forward_observer).
+  ModuleScope scope() const { return ModuleScope(local_name_, this, observer_); }
+  // The direct children, in registration order, and the name each was registered under.
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+  // The parameters this module registered itself (not its children's), in registration order.
+  const std::vector<std::pair<std::string, Tensor>>& own_parameters() const { return params_; }
+  // From now on this module's scope() tells `observer` (null: nobody) when its forward begins and ends.
+  void set_forward_observer(ForwardObserver* observer) { observer_ = observer; }
 
  private:
   std::vector<std::pair<std::string, Tensor>> params_, buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   std::string local_name_;
   bool training_ = true;
+  ForwardObserver* observer_ = nullptr;
 };
 
 }  // namespace graph

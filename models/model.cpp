@@ -169,6 +169,15 @@ void Model::set_data_parallel(std::shared_ptr<engine::dist::Communicator> comm, 
     if (zero_stage >= 1) o->shard([&](const std::string& name) { return reducer->range_of(name); });
     reducers_.emplace_back(o, std::move(reducer));
   }
+  if (zero_stage >= 3) {
+    ENGINE_CHECK(reducers_.size() == 1, "--zero 3 shards the parameters of a model of one optimizer; this one has ",
+                 reducers_.size(), " (one per network: a GAN): use --zero 2");
+    graph::GradientReducer& reducer = *reducers_.front().second;
+    shards_ = std::make_unique<graph::ParameterShards>(comm_, reducer, module());
+    reducer.set_parameter_shards(shards_.get());
+    ops::Optimizer* o = optimizers().front();
+    o->store_pieces_in([&](const std::string& name) { return shards_->stored(name); });
+  }
   // Rank r's own random stream (dropout masks, noise): a distinct Philox key per rank; rank 0 keeps the seed.
   engine::generator().seed += uint64_t(rank()) * 0x9E3779B97F4A7C15ull;
 }
@@ -255,8 +264,12 @@ StepResult Model::train_step(int64_t step) {
   module().train();
   StepResult r;
   if (comm_)
-    if (auto trained = world_trains(step))
+    if (auto trained = world_trains(step)) {
+      ENGINE_CHECK(!shards_,
+                   "--zero 3: this model's ranks train different modules in one step (each its own task), "
+                   "so they would gather different parameters; use --zero 2");
       for (auto& [o, reducer] : reducers_) reducer->set_uneven(trained);
+    }
   const bool scaled = precision_ == Precision::fp16;
   // The sum of the micro-batches' losses, read after the update (no sync before it); one scalar, so that the memory
   // of a step does not depend on the number of micro-batches beyond two.
@@ -265,6 +278,7 @@ StepResult Model::train_step(int64_t step) {
     Tensor l;
     {
       engine::PhaseScope phase(Phase::forward);
+      if (shards_) shards_->gather_root();  // (a micro-batch's backward released it)
       Batch batch = input_batch(step, j);
       l = batch_loss(batch);
       r.items += items(batch);
@@ -275,6 +289,8 @@ StepResult Model::train_step(int64_t step) {
     auto backward = [&] { graph::backward(factor != 1 ? ops::mul(l, factor) : l); };
     if (j == accumulate_ - 1)
       backward_for(*optimizer_, backward);
+    else if (shards_)
+      shards_->release_during(backward);
     else
       backward();
     if (!loss_sum.defined()) {
@@ -351,12 +367,26 @@ StepResult Model::eval_step(int64_t step) {
   module().eval();
   graph::NoGrad ng;
   engine::PhaseScope phase(Phase::forward);
+  if (shards_) shards_->gather_root();
   Batch batch = input_batch(step);
   StepResult r;
   r.loss = batch_loss(batch).item();
   r.losses["loss"] = r.loss;
   r.items = items(batch);
+  if (shards_) shards_->release_all();
   return r;
+}
+
+void Model::with_whole_parameters(const std::function<void()>& fn) {
+  if (!shards_) return fn();
+  shards_->gather_all();
+  try {
+    fn();
+  } catch (...) {
+    shards_->release_all();
+    throw;
+  }
+  shards_->release_all();
 }
 
 }  // namespace models

@@ -17,6 +17,7 @@
 #include "engine/dist.h"
 #include "graph/data_parallel.h"
 #include "graph/module.h"
+#include "graph/parameter_shards.h"
 #include "models/precision.h"
 #include "ops/lr_schedule.h"
 #include "ops/optimizer.h"
@@ -191,8 +192,9 @@ class Model {
   // (dropout, noise) from its own seed. Data: rank r's micro-batch j of step s reads the data of step
   // ((s - 1) W + r) k + j + 1 (k = accumulation; a fixed batch is split into W k slices, r k + j being this one's),
   // so the W ranks together read what one process reads with --accumulate W k, and its mean gradient is theirs.
-  // ZeRO stage 1 or 2 shards each optimizer's state (and, at 2, the gradients) by whole parameters
-  // (graph/data_parallel.h): rank r updates its shard and broadcasts it after every update.
+  // ZeRO stage 1 or 2 shards each optimizer's state (and, at 2, the gradients) (graph/data_parallel.h): rank r
+  // updates its shard and broadcasts it after every update. Stage 3 shards the parameters too
+  // (graph/parameter_shards.h): only for models of one optimizer whose ranks all run the same modules.
   // Call it once, before this process's first step (after loading a checkpoint, which every rank loads alike, is
   // fine); the `single` world (one process, engine::dist::connect's for a world of one) changes nothing.
   // bucket_view: every gradient a view into its bucket (graph/data_parallel.h), no second copy of the gradients.
@@ -224,6 +226,11 @@ class Model {
   ops::OptimizerState checkpoint_state(ops::Optimizer& opt) const;
   // The gradient buckets of every optimizer (empty in a world of one), for the report.
   std::vector<const graph::GradientReducer*> reducers() const;
+  // ZeRO-3's shards (null below stage 3).
+  const graph::ParameterShards* parameter_shards() const { return shards_.get(); }
+  // Runs `fn` with every parameter whole (under ZeRO-3 they are gathered, a collective every rank calls, and released
+  // after: a checkpoint reads them); else just runs it.
+  void with_whole_parameters(const std::function<void()>& fn);
 
  protected:
   // The batch for `step` (tensors are tagged `input` by the caller).
@@ -273,6 +280,7 @@ class Model {
   std::shared_ptr<engine::dist::Communicator> comm_;  // null: a world of one
   int zero_stage_ = 0;
   std::vector<std::pair<const ops::Optimizer*, std::unique_ptr<graph::GradientReducer>>> reducers_;
+  std::unique_ptr<graph::ParameterShards> shards_;  // ZeRO-3 (declared after the reducers: destroyed before them)
 };
 
 }  // namespace models

@@ -30,7 +30,10 @@ Optimizer::Optimizer(const char* name, const NamedTensors& params, double lr, do
     ENGINE_CHECK(engine::is_floating(p.dtype()), name_, ": parameter '", n, "' has dtype ",
                  engine::dtype_name(p.dtype()), "; only floating tensors can be optimized");
     ENGINE_CHECK(seen.insert(n).second, name_, ": parameter name '", n, "' appears twice");
-    entries_.push_back(Entry{n, p, Tensor(), {}, false, 0, true});
+    Entry e;
+    e.name = n;
+    e.param = p;
+    entries_.push_back(std::move(e));
   }
 }
 
@@ -116,15 +119,14 @@ void Optimizer::step() {
     const double weight_decay = e.decay ? weight_decay_ : 0.0;
     if (!g.is_contiguous()) {
       engine::MemoryScope owner(e.name);
-      update({ParamUpdate{e.piece(e.param), e.piece(contiguous(g)), e.slots, e.master, grad_scale_}}, weight_decay,
-             e.steps);
+      update({ParamUpdate{e.target(), e.piece(contiguous(g)), e.slots, e.master, grad_scale_}}, weight_decay, e.steps);
       continue;
     }
     g = e.piece(g);
     auto group = std::find_if(groups.begin(), groups.end(),
                               [&](const Group& gr) { return gr.weight_decay == weight_decay && gr.steps == e.steps; });
     if (group == groups.end()) group = groups.insert(groups.end(), Group{weight_decay, e.steps, {}});
-    group->updates.push_back(ParamUpdate{e.piece(e.param), g, e.slots, e.master, grad_scale_});
+    group->updates.push_back(ParamUpdate{e.target(), g, e.slots, e.master, grad_scale_});
   }
   for (const Group& group : groups) update(group.updates, group.weight_decay, group.steps);
   step_count_++;
@@ -168,6 +170,18 @@ void Optimizer::shard(const std::function<std::pair<int64_t, int64_t>(const std:
       s = clone(slice(flatten(s), 0, begin, end));
       s.storage()->set_owner(e.name + "/" + name_);
     }
+  }
+}
+
+void Optimizer::store_pieces_in(const std::function<Tensor(const std::string&)>& stored) {
+  for (Entry& e : entries_) {
+    if (!e.owned) continue;
+    Tensor t = stored(e.name);
+    if (!t.defined()) continue;
+    ENGINE_CHECK(t.shape() == e.state_shape() && t.dtype() == e.param.dtype(), name_, ": store_pieces_in('", e.name,
+                 "'): ", engine::shape_str(t.shape()), " is not the shape of its piece ",
+                 engine::shape_str(e.state_shape()));
+    e.stored = t;
   }
 }
 

@@ -90,6 +90,10 @@ class Optimizer {
   // Adafactor (its factored state needs whole matrices). State that exists already (a checkpoint loaded whole) is
   // cut to the pieces the same way: resharding a world's checkpoint into any world size.
   void shard(const std::function<std::pair<int64_t, int64_t>(const std::string&)>& range);
+  // ZeRO-3 (graph/parameter_shards.h): from now on the update of parameter `name` writes its piece into
+  // stored(name), this rank's own copy of it (the parameter's block is released between uses), not into the
+  // parameter; an undefined answer: into the parameter. Call after shard().
+  void store_pieces_in(const std::function<Tensor(const std::string&)>& stored);
   // The state as one unsharded optimizer's (a sharded world's checkpoint, the same as plain data parallel's): every
   // rank calls it, in the same order. `assemble(t)` turns a tensor that holds this rank's pieces, zeros elsewhere,
   // into the whole on every rank (a sum over the ranks); `assemble_counts` the same for host numbers. The whole
@@ -128,7 +132,9 @@ class Optimizer {
     bool decay = true;
     bool owned = true;  // false: another rank's shard (ZeRO), not updated here
     int64_t begin = 0, end = -1;          // ZeRO: the piece of the flattened parameter updated here; end < 0: all of it
+    Tensor stored;                        // ZeRO-3: where the piece lives (store_pieces_in); undefined: in param
     Tensor piece(const Tensor& t) const;  // t's elements [begin, end) (t itself when the entry is whole)
+    Tensor target() const { return stored.defined() ? stored : piece(param); }  // what the update writes
     engine::Shape state_shape() const;
   };
   void allocate_slots(Entry& e) const;

@@ -100,8 +100,8 @@ Metadata optimizer_metadata(const Metadata& m, size_t k) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------
-void save_checkpoint(const std::string& path, models::Model& model, const models::ModelConfig& config,
-                     int64_t step) {
+namespace {
+void save_whole(const std::string& path, models::Model& model, const models::ModelConfig& config, int64_t step) {
   auto params = model.module().named_parameters();
   ENGINE_CHECK(params.empty() || params.front().second.device().type() != engine::DeviceType::meta, "--save ", path,
                ": the model is on the meta device, which holds shapes and no values: there is nothing to save "
@@ -133,6 +133,12 @@ void save_checkpoint(const std::string& path, models::Model& model, const models
   metadata[key("generator.offset")] = std::to_string(engine::generator().offset);
   if (model.rank() == 0) engine::save_safetensors(path, tensors, metadata);  // the world's checkpoint: rank 0's
 }
+}  // namespace
+
+void save_checkpoint(const std::string& path, models::Model& model, const models::ModelConfig& config, int64_t step) {
+  // Under ZeRO-3 the parameters are gathered whole for the file (and released after).
+  model.with_whole_parameters([&] { save_whole(path, model, config, step); });
+}
 
 // ---------------------------------------------------------------------------------------------------
 void check_hf_exportable(models::Model& model, const std::string& dir) {
@@ -148,7 +154,8 @@ void check_hf_exportable(models::Model& model, const std::string& dir) {
                ": cannot create or write this folder", ec ? " (" + ec.message() + ")" : std::string());
 }
 
-void export_hf(const std::string& dir, models::Model& model) {
+namespace {
+void export_whole(const std::string& dir, models::Model& model) {
   check_hf_exportable(model, dir);
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (auto& [name, p] : model.module().named_parameters()) {
@@ -159,6 +166,11 @@ void export_hf(const std::string& dir, models::Model& model) {
   const std::string base = (std::filesystem::path(dir) / "").string();
   engine::save_safetensors(base + "model.safetensors", tensors, {{"format", "pt"}});
   engine::write_file_atomic(base + "config.json", model.hf_config_json());
+}
+}  // namespace
+
+void export_hf(const std::string& dir, models::Model& model) {
+  model.with_whole_parameters([&] { export_whole(dir, model); });
 }
 
 // ---------------------------------------------------------------------------------------------------

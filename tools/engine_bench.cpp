@@ -203,7 +203,7 @@ void write_scale_reports(const std::string& dir, const std::string& stem, const 
               write(dir, stem + "_fit.svg", tools::scale_fit_svg(r)).c_str());
 }
 
-// engine_bench scale --world-size RANGE [--zero 0,1,2]: one sweep per stage, one rank of each world on meta.
+// engine_bench scale --world-size RANGE [--zero 0,1,2,3]: one sweep per stage, one rank of each world on meta.
 int scale_world(const tools::Flags& f, const std::string& world) {
   ENGINE_CHECK(f.str("device") == "meta",
                "--world-size: one rank of a world is predicted on the meta device "
@@ -211,11 +211,11 @@ int scale_world(const tools::Flags& f, const std::string& world) {
   std::vector<int> stages;
   std::stringstream list(f.str("zero"));
   for (std::string z; std::getline(list, z, ',');) {
-    ENGINE_CHECK(z == "0" || z == "1" || z == "2", "--zero ", f.str("zero"),
-                 ": a list of the stages 0, 1 and 2 (e.g. 0,1,2)");
+    ENGINE_CHECK(z == "0" || z == "1" || z == "2" || z == "3", "--zero ", f.str("zero"),
+                 ": a list of the stages 0, 1, 2 and 3 (e.g. 0,1,2,3)");
     stages.push_back(std::stoi(z));
   }
-  ENGINE_CHECK(!stages.empty(), "--zero: give at least one stage (0, 1 or 2)");
+  ENGINE_CHECK(!stages.empty(), "--zero: give at least one stage (0, 1, 2 or 3)");
   const std::string dir = output_dir(f);
   for (int zero : stages) {
     tools::ScaleOptions o;
@@ -248,7 +248,7 @@ int scale(int argc, char** argv) {
   f.add_string("seq", "", "a RANGE to sweep, or one sequence length (default: the model's)");
   f.add_string("batch", "", "a RANGE to sweep, or one batch size (sequences, images or tokens)");
   f.add_string("world-size", "", "a RANGE of world sizes: one rank's memory under data parallel (meta only)");
-  f.add_string("zero", "0", "with --world-size: the ZeRO stages, one sweep each (e.g. 0,1,2)");
+  f.add_string("zero", "0", "with --world-size: the ZeRO stages, one sweep each (e.g. 0,1,2,3)");
   f.add_choice("device", "meta", {"meta", "cpu", "cuda"}, "where to run each point");
   f.add_string("memory", "", "arena capacity per point (default: 1 TiB on meta; cuda: free memory less a reserve)");
   f.add_string("out", "bench_out", "directory for the reports and plots");

@@ -1,12 +1,14 @@
 // world.cpp: engine_train's data-parallel flags, their checks and the header line.
 #include "tools/world.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <vector>
 
 #include "engine/error.h"
 #include "engine/format.h"
 #include "graph/data_parallel.h"
+#include "graph/parameter_shards.h"
 #include "tools/launcher.h"
 
 namespace tools {
@@ -62,9 +64,6 @@ World world_of(const Flags& flags) {
   w.zero = std::stoi(flags.str("zero"));
   ENGINE_CHECK(w.zero == 0 || w.world_size > 1, "engine_train: --zero ", w.zero,
                " shards over the ranks of a data-parallel world: give --nproc N (cpu) or --world-size N (meta)");
-  ENGINE_CHECK(w.zero < 3,
-               "engine_train: --zero 3 (parameters sharded, gathered per layer) is not there yet; "
-               "--zero 2 shards the optimizer state and the gradients");
   const int64_t rank = flags.integer("rank");
   ENGINE_CHECK(!flags.given("rank") || (predicted > 1 && rank >= 0 && rank < predicted), "engine_train: --rank ", rank,
                " is a rank of the meta prediction of --world-size N: 0 to N - 1");
@@ -115,6 +114,13 @@ std::string data_parallel_line(models::Model& model) {
       if (np.second.requires_grad()) all++, total += np.second.numel();
     zero = str(" | ZeRO-", model.zero_stage(), ": this rank updates ", elements, " of ", total, " elements (pieces of ",
                mine, " of ", all, " parameters)");
+  }
+  if (const graph::ParameterShards* shards = model.parameter_shards()) {
+    size_t largest = 0;
+    for (size_t u = 1; u < shards->units().size(); u++) largest = std::max(largest, shards->units()[u].bytes);
+    zero += str("; it keeps them (", format_bytes(shards->shard_bytes()), ") and gathers the rest per unit: the root ",
+                format_bytes(shards->units()[0].bytes), " for the whole step, ", shards->units().size() - 1,
+                " layers of up to ", format_bytes(largest), " while they run");
   }
   return str("data parallel: rank ", model.rank(), " of ", model.world_size(), " (", backend,
              ") | gradient buckets: ", n, ", ", format_bytes(bytes),

@@ -248,37 +248,55 @@ TEST(DataParallel, FourRanksMatchAccumulationWithinTheSummationBound) {
 
 // Every rank's ledger (its --json: step peaks, the peak by category, the gradient buckets in `comm`) equals what
 // the meta device predicts for one rank of that world, byte for byte: BERT at two and three ranks, StyleGAN (two
-// optimizers, each with its buckets; R1's double backward) at two, and yolov3 with bucket views.
+// optimizers, each with its buckets; R1's double backward) at two, yolov3 with bucket views, and ZeRO-3's gathers
+// and releases: transformer_big accumulating two micro-batches at two ranks, NASNet (its cells are the units) at
+// three.
 TEST(DataParallel, EveryRanksLedgerIsMetasPredictionForThatWorld) {
   testutil::TempDir dir;
-  const std::pair<std::string, int> runs[] = {
-      {"bert_base", 2}, {"bert_base", 3}, {"stylegan", 2}, {"yolov3 --bucket-view", 2}};
+  const std::pair<std::string, int> runs[] = {{"bert_base", 2},
+                                              {"bert_base", 3},
+                                              {"stylegan", 2},
+                                              {"yolov3 --bucket-view", 2},
+                                              {"transformer_big --zero 3 --accumulate 2", 2},
+                                              {"nasnet_large --zero 3", 3}};
   for (const auto& [model, world] : runs) {
     const std::string common = kTrain + " --model " + model + " --size tiny --steps 2 --bucket-mb 1";
     const bool views = model.find("view") != std::string::npos;
-    const std::string tag = model.substr(0, model.find(' ')) + (views ? "_views" : "");
+    std::string tag = model;
+    for (char& c : tag)
+      if (c == ' ' || c == '-') c = '_';
     const std::string j = dir.file(tag + "_cpu" + std::to_string(world) + ".json");
     const auto [rc, out] = shell(common + " --nproc " + std::to_string(world) + " --json " + j);
     ASSERT_EQ(rc, 0) << out;
-    const std::string m = dir.file(tag + "_meta" + std::to_string(world) + ".json");
-    const auto [rc_m, out_m] = shell(common + " --device meta --world-size " + std::to_string(world) + " --json " + m);
-    ASSERT_EQ(rc_m, 0) << out_m;
-    const std::string predicted = ledger_of(m);
-    EXPECT_NE(predicted.find(views ? "grad " : "comm "), std::string::npos) << predicted;
-    EXPECT_EQ(ledger_of(j), predicted) << model << ": rank 0 of " << world;
-    for (int r = 1; r < world; r++)
-      EXPECT_EQ(ledger_of(j + ".rank" + std::to_string(r)), predicted) << model << ": rank " << r << " of " << world;
+    // Without ZeRO the ranks are alike: meta's rank 0 is every rank's prediction; under ZeRO each has its shards.
+    const bool zero = model.find("--zero") != std::string::npos;
+    std::string predicted;
+    for (int r = 0; r < world; r++) {
+      if (r == 0 || zero) {
+        const std::string m = dir.file(tag + "_meta" + std::to_string(world) + "_" + std::to_string(r) + ".json");
+        const auto [rc_m, out_m] = shell(common + " --device meta --world-size " + std::to_string(world) +
+                                         (zero ? " --rank " + std::to_string(r) : std::string()) + " --json " + m);
+        ASSERT_EQ(rc_m, 0) << out_m;
+        predicted = ledger_of(m);
+        EXPECT_NE(predicted.find(views ? "grad " : "comm "), std::string::npos) << predicted;
+      }
+      EXPECT_EQ(ledger_of(r == 0 ? j : j + ".rank" + std::to_string(r)), predicted)
+          << model << ": rank " << r << " of " << world;
+    }
   }
 }
 
 // ZeRO-1 and ZeRO-2 change who updates a parameter, not its update: rank r's optimizer steps its shard with the
 // same reduced gradients (ZeRO-2's gradient norm for clipping is summed over the shards) and broadcasts it, so the
 // losses of ten steps are DP's, to the digits printed: yolov3 (SGD with momentum), BERT (AdamW, clipping at 1).
+// ZeRO-3 moves the parameters into the shards between uses and back (copies and broadcasts: no arithmetic), so
+// it trains as DP too, with accumulation also (its earlier micro-batches release the layers on their own).
 // Bucket views change where the gradients live, not their values (backward adds into zeros: 0 + g is g).
-TEST(DataParallel, ZeroStagesOneAndTwoTrainAsPlainDataParallel) {
+TEST(DataParallel, ZeroStagesTrainAsPlainDataParallel) {
   for (const std::string model : {"yolov3 --batch 2", "bert_base"}) {
     std::vector<std::string> dp;
-    for (const std::string variant : {"", " --zero 1", " --zero 2", " --bucket-view", " --zero 1 --bucket-view"}) {
+    for (const std::string variant :
+         {"", " --zero 1", " --zero 2", " --zero 3", " --bucket-view", " --zero 1 --bucket-view"}) {
       const auto [rc, out] = shell(kTrain + " --model " + model + " --size tiny --steps 10 --nproc 2" + variant);
       ASSERT_EQ(rc, 0) << out;
       if (variant.empty())
@@ -291,6 +309,13 @@ TEST(DataParallel, ZeroStagesOneAndTwoTrainAsPlainDataParallel) {
     }
     ASSERT_EQ(dp.size(), 10u);
   }
+  const std::string accumulating = kTrain + " --model bert_base --size tiny --steps 4 --nproc 2 --accumulate 2";
+  const auto [rc, plain] = shell(accumulating);
+  ASSERT_EQ(rc, 0) << plain;
+  const auto [rc3, zero3] = shell(accumulating + " --zero 3");
+  ASSERT_EQ(rc3, 0) << zero3;
+  ASSERT_EQ(step_losses(plain).size(), 4u);
+  EXPECT_EQ(step_losses(zero3), step_losses(plain));
 }
 
 // Under ZeRO the ranks differ (each holds its shard's optimizer state), and meta predicts each with --rank; the
@@ -305,7 +330,7 @@ TEST(DataParallel, ZeroShardsTheOptimizerStateAndMetaPredictsEachRank) {
   };
   const auto [rc0, out0] = shell(common + " --nproc 2 --json " + dir.file("dp.json"));
   ASSERT_EQ(rc0, 0) << out0;
-  for (int zero : {1, 2}) {
+  for (int zero : {1, 2, 3}) {
     const std::string j = dir.file("zero" + std::to_string(zero) + ".json");
     const auto [rc, out] = shell(common + " --nproc 2 --zero " + std::to_string(zero) + " --json " + j);
     ASSERT_EQ(rc, 0) << out;
@@ -333,22 +358,29 @@ TEST(DataParallel, ZeroShardsTheOptimizerStateAndMetaPredictsEachRank) {
 TEST(DataParallel, AZeroCheckpointIsTheWholeStateAndReshardsIntoAnyWorld) {
   testutil::TempDir dir;
   const std::string common = kTrain + " --model yolov3 --size tiny --seed 7";
-  for (const char* zero : {"0", "2"}) {
+  for (const char* zero : {"0", "2", "3"}) {
     const auto [rc, out] = shell(common + " --batch 1 --steps 3 --nproc 4 --zero " + zero + " --save " +
                                  dir.file(std::string("world4_zero") + zero + ".safetensors"));
     ASSERT_EQ(rc, 0) << out;
   }
-  const auto dp = load(dir.file("world4_zero0.safetensors")), z2 = load(dir.file("world4_zero2.safetensors"));
-  ASSERT_EQ(dp.size(), z2.size());
-  for (const auto& [name, t] : dp) {
-    ASSERT_TRUE(z2.count(name)) << name;
-    EXPECT_EQ(z2.at(name).to_host_bytes(), t.to_host_bytes()) << name;
+  const auto dp = load(dir.file("world4_zero0.safetensors"));
+  for (const char* zero : {"2", "3"}) {
+    const std::string file = dir.file(std::string("world4_zero") + zero + ".safetensors");
+    const auto z = load(file);
+    ASSERT_EQ(dp.size(), z.size()) << "--zero " << zero;
+    for (const auto& [name, t] : dp) {
+      ASSERT_TRUE(z.count(name)) << name;
+      EXPECT_EQ(z.at(name).to_host_bytes(), t.to_host_bytes()) << name << " --zero " << zero;
+    }
+    EXPECT_EQ(engine::read_safetensors_metadata(file),
+              engine::read_safetensors_metadata(dir.file("world4_zero0.safetensors")));
   }
-  EXPECT_EQ(engine::read_safetensors_metadata(dir.file("world4_zero2.safetensors")),
-            engine::read_safetensors_metadata(dir.file("world4_zero0.safetensors")));
   const std::string resume = common + " --batch 2 --steps 2 --load " + dir.file("world4_zero2.safetensors");
   const auto [rc1, zero1] = shell(resume + " --nproc 2 --zero 1");
   ASSERT_EQ(rc1, 0) << zero1;
+  const auto [rc4, zero3] = shell(resume + " --nproc 2 --zero 3");
+  ASSERT_EQ(rc4, 0) << zero3;
+  EXPECT_EQ(step_losses(zero3), step_losses(zero1));
   const auto [rc2, plain] = shell(resume + " --nproc 2");
   ASSERT_EQ(rc2, 0) << plain;
   const auto [rc3, one] = shell(resume + " --accumulate 2");
@@ -529,7 +561,8 @@ TEST(DataParallel, ErrorsNameTheProblemAndTheFix) {
       {"--model yolov3 --size tiny --nproc 2 --find-max-batch", "runs on meta (--device meta --world-size N)"},
       {"--model yolov3 --size tiny --nproc 0", "must be 1 or more ranks"},
       {"--model yolov3 --size tiny --device meta --world-size 2 --bucket-mb 0", "--bucket-mb 0 must be 1 or more"},
-      {"--model yolov3 --size tiny --device meta --world-size 2 --zero 3", "--zero 3 (parameters sharded"},
+      {"--model stylegan --size tiny --device meta --world-size 2 --zero 3", "a model of one optimizer"},
+      {"--model mtdnn --size tiny --device meta --world-size 2 --zero 3", "train different modules in one step"},
       {"--model yolov3 --size tiny --device meta --world-size 2 --zero 2 --bucket-view", "use it with --zero 0 or 1"},
       {"--model yolov3 --size tiny --zero 1", "give --nproc N (cpu) or --world-size N (meta)"},
       {"--model yolov3 --size tiny --device meta --rank 1", "--rank 1 is a rank of the meta prediction"},
