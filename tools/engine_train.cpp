@@ -344,6 +344,7 @@ struct StepRecord {
   int64_t step = 0;
   double loss = 0, ms = 0, items_per_second = 0;
   size_t peak_bytes = 0;
+  std::string ranks_json;  // a data-parallel world's step over its ranks (ranks_json); "" for one process
 };
 
 struct RunOptions {
@@ -356,11 +357,26 @@ struct RunOptions {
   std::string save, export_hf;  // named in a non-finite loss's report
 };
 
-// The line under a data-parallel step (every rank calls it: it gathers): each rank's peak, the slowest rank's time,
-// and the step's collectives (bytes per rank, time, algorithm bandwidth = bytes / time, and the bus bandwidth as
-// nccl-tests defines it: all-reduce x 2 (W - 1) / W, broadcast x 1). `before`: this rank's totals as the step began.
-std::string ranks_line(models::Model& model, const engine::dist::CommTotals& before, double ms, size_t peak,
-                       bool meta) {
+// One step of a data-parallel world over its ranks (every rank calls world_step: it gathers): each rank's time and
+// peak, the slowest rank, and the step's collectives on the slowest rank (calls, bytes per rank, seconds).
+// `before`: this rank's totals as the step began.
+struct WorldStep {
+  int world = 1, slowest = 0, largest = 0, smallest = 0;
+  std::vector<double> ms, peak;  // per rank
+  struct Collective {
+    const char* name;
+    double calls = 0, bytes = 0, seconds = 0;
+  };
+  std::vector<Collective> collectives;  // all-reduce, broadcast
+  // The bus bandwidth as nccl-tests defines it: all-reduce's algorithm bandwidth (bytes / time) x 2 (W - 1) / W,
+  // broadcast's x 1; GB/s.
+  double algbw(const Collective& c) const { return c.bytes / c.seconds / 1e9; }
+  double busbw(const Collective& c) const {
+    return std::string(c.name) == "all-reduce" ? algbw(c) * 2.0 * (world - 1) / world : algbw(c);
+  }
+};
+
+WorldStep world_step(models::Model& model, const engine::dist::CommTotals& before, double ms, size_t peak) {
   const engine::dist::CommTotals now = model.communication();
   auto delta = [](const engine::dist::CommStats& a, const engine::dist::CommStats& b) {
     return std::vector<double>{double(a.calls - b.calls), a.bytes - b.bytes, a.seconds - b.seconds};
@@ -370,29 +386,68 @@ std::string ranks_line(models::Model& model, const engine::dist::CommTotals& bef
     mine.insert(mine.end(), d.begin(), d.end());
   const size_t n = mine.size();
   const std::vector<double> all = model.gather_over_ranks(mine);
-  const int W = model.world_size();
-  int slowest = 0, largest = 0, smallest = 0;
-  for (int r = 1; r < W; r++) {
-    if (all[r * n] > all[slowest * n]) slowest = r;
-    if (all[r * n + 1] > all[largest * n + 1]) largest = r;
-    if (all[r * n + 1] < all[smallest * n + 1]) smallest = r;
+  WorldStep w;
+  w.world = model.world_size();
+  for (int r = 0; r < w.world; r++) {
+    w.ms.push_back(all[r * n]);
+    w.peak.push_back(all[r * n + 1]);
+    if (w.ms[r] > w.ms[w.slowest]) w.slowest = r;
+    if (w.peak[r] > w.peak[w.largest]) w.largest = r;
+    if (w.peak[r] < w.peak[w.smallest]) w.smallest = r;
   }
-  std::string line = engine::str("ranks: peak ", format_bytes(size_t(all[largest * n + 1])), " (rank ", largest,
-                                 ") .. ", format_bytes(size_t(all[smallest * n + 1])), " (rank ", smallest, ")");
-  if (!meta) line += engine::str(" | slowest rank ", slowest, ": ", format_fixed(all[slowest * n], 1), " ms");
   const char* names[] = {"all-reduce", "broadcast"};
   for (size_t k = 0; k < 2; k++) {
-    const double calls = all[slowest * n + 2 + 3 * k], bytes = all[slowest * n + 3 + 3 * k],
-                 seconds = all[slowest * n + 4 + 3 * k];
-    if (calls == 0) continue;
-    line += engine::str(" | ", names[k], " ", int64_t(bytes), " B (", format_bytes(size_t(bytes)), ") in ",
-                        int64_t(calls), calls == 1 ? " call" : " calls");
-    if (meta || seconds <= 0) continue;
-    const double algbw = bytes / seconds / 1e9, bus = k == 0 ? algbw * 2.0 * (W - 1) / W : algbw;
-    line += engine::str(", ", format_fixed(seconds * 1000, 2), " ms: ", format_fixed(algbw, 2), " GB/s, bus ",
-                        format_fixed(bus, 2), " GB/s");
+    const double* c = &all[w.slowest * n + 2 + 3 * k];
+    w.collectives.push_back({names[k], c[0], c[1], c[2]});
+  }
+  return w;
+}
+
+// The line under a data-parallel step: the peaks' range, the slowest rank's time, and the step's collectives.
+std::string ranks_line(const WorldStep& w, bool meta) {
+  std::string line = engine::str("ranks: peak ", format_bytes(size_t(w.peak[w.largest])), " (rank ", w.largest,
+                                 ") .. ", format_bytes(size_t(w.peak[w.smallest])), " (rank ", w.smallest, ")");
+  if (!meta) line += engine::str(" | slowest rank ", w.slowest, ": ", format_fixed(w.ms[w.slowest], 1), " ms");
+  for (const WorldStep::Collective& c : w.collectives) {
+    if (c.calls == 0) continue;
+    line += engine::str(" | ", c.name, " ", int64_t(c.bytes), " B (", format_bytes(size_t(c.bytes)), ") in ",
+                        int64_t(c.calls), c.calls == 1 ? " call" : " calls");
+    if (meta || c.seconds <= 0) continue;
+    line += engine::str(", ", format_fixed(c.seconds * 1000, 2), " ms: ", format_fixed(w.algbw(c), 2), " GB/s, bus ",
+                        format_fixed(w.busbw(c), 2), " GB/s");
   }
   return line;
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// The same for --json: {"peak_bytes": [per rank], "ms": [per rank, null on meta], "slowest_rank": r,
+// "all_reduce": {"calls", "bytes", "seconds", "bus_gb_per_s"}, "broadcast": {...}} (times null on meta).
+std::string ranks_json(const WorldStep& w, bool meta) {
+  std::ostringstream os;
+  auto list = [&](const std::vector<double>& v, bool times) {
+    os << "[";
+    for (size_t r = 0; r < v.size(); r++) os << (r ? ", " : "") << (times && meta ? "null" : json_number(v[r]));
+    os << "]";
+  };
+  os << "{\"peak_bytes\": ";
+  list(w.peak, false);
+  os << ", \"ms\": ";
+  list(w.ms, true);
+  os << ", \"slowest_rank\": " << (meta ? "null" : std::to_string(w.slowest));
+  for (const WorldStep::Collective& c : w.collectives) {
+    const bool timed = !meta && c.seconds > 0;
+    os << ", \"" << (std::string(c.name) == "all-reduce" ? "all_reduce" : c.name) << "\": {\"calls\": " << int64_t(c.calls)
+       << ", \"bytes\": " << json_number(c.bytes) << ", \"seconds\": " << (timed ? json_number(c.seconds) : "null")
+       << ", \"bus_gb_per_s\": " << (timed ? json_number(w.busbw(c)) : "null") << "}";
+  }
+  os << "}";
+  return os.str();
 }
 
 // Steps first..last, one line each; the last step's kernel times (--profile) go into `times`. A non-finite
@@ -436,10 +491,15 @@ double run_steps(models::Model& model, engine::Device& device, const RunOptions&
       out.say(engine::str("  loss ", digits));
     }
     for (const std::string& line : r.details) out.say("  " + line);
-    if (model.world_size() > 1) out.say("  " + ranks_line(model, comm_before, ms, device.ledger().peak_bytes(), meta));
+    std::string ranks;
+    if (model.world_size() > 1) {
+      const WorldStep w = world_step(model, comm_before, ms, device.ledger().peak_bytes());
+      out.say("  " + ranks_line(w, meta));
+      ranks = ranks_json(w, meta);
+    }
     if (o.records)
       o.records->push_back({step, meta || !r.has_loss ? NAN : r.loss, ms,
-                            meta ? NAN : double(r.items) / (ms / 1000.0), device.ledger().peak_bytes()});
+                            meta ? NAN : double(r.items) / (ms / 1000.0), device.ledger().peak_bytes(), ranks});
     if (o.last - o.first >= 1) out.progress(step - o.first + 1, engine::str("step ", step));
   }
   return last_ms;
@@ -458,13 +518,6 @@ std::string peak_moment(const engine::Ledger::PeakGroups& g, int64_t step) {
   return str(step > 0 ? str("in step ", step) : std::string("while the model was built"), ", phase ",
              engine::phase_name(g.moment.phase), ", at the allocation of ",
              g.moment.owner.empty() ? std::string("(untagged)") : g.moment.owner);
-}
-
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
 }
 
 // --json: the run as one JSON object (tools/README.md shows an example).
@@ -488,7 +541,7 @@ std::string run_json(const models::ModelConfig& config, models::Model& model, co
     const StepRecord& r = records[i];
     os << (i ? ",\n  " : "\n  ") << "{\"step\": " << r.step << ", \"loss\": " << json_number(r.loss)
        << ", \"ms\": " << json_number(r.ms) << ", \"items_per_second\": " << json_number(r.items_per_second)
-       << ", \"peak_bytes\": " << r.peak_bytes << "}";
+       << ", \"peak_bytes\": " << r.peak_bytes << (r.ranks_json.empty() ? "" : ", \"ranks\": " + r.ranks_json) << "}";
   }
   const engine::Ledger& l = device.ledger();
   os << "],\n \"peak\": {\"bytes\": " << l.peak_bytes() << ", \"step\": " << peak_step << ", \"phase\": "

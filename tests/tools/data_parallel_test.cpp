@@ -210,10 +210,19 @@ TEST(DataParallel, TheStepReportsEveryRanksPeakAndTheCollectives) {
   EXPECT_NE(out.find("slowest rank "), std::string::npos) << out;
   EXPECT_NE(out.find(reduced), std::string::npos) << reduced << "\n" << out;
   EXPECT_NE(out.find(" GB/s, bus "), std::string::npos) << out;
+  testutil::TempDir dir;
+  const std::string json = dir.file("meta.json");
   const auto [rc_m, out_m] =
-      shell(kTrain + " --model yolov3 --size tiny --batch 2 --steps 2 --device meta --world-size 2");
+      shell(kTrain + " --model yolov3 --size tiny --batch 2 --steps 2 --device meta --world-size 2 --json " + json);
   ASSERT_EQ(rc_m, 0) << out_m;
   EXPECT_NE(out_m.find(reduced + "2.07 MiB) in 1 call\n"), std::string::npos) << out_m;
+  // --json carries the same per rank: every rank's peak, and the collectives' bytes (no times on meta).
+  const engine::json::Value v = engine::json::parse_json(engine::read_file(json, "--json", size_t(1) << 26), json);
+  const engine::json::Value& ranks = v.at("steps", json).items.at(1).at("ranks", json);
+  ASSERT_EQ(ranks.at("peak_bytes", json).items.size(), 2u);
+  EXPECT_EQ(ranks.at("peak_bytes", json).items[0].text, v.at("steps", json).items.at(1).at("peak_bytes", json).text);
+  EXPECT_EQ(std::stod(ranks.at("all_reduce", json).at("bytes", json).text), double(4 * params));
+  EXPECT_TRUE(ranks.at("all_reduce", json).at("seconds", json).type == engine::json::Value::Type::null);
   const auto [rc_z, out_z] = shell(kTrain + " --model bert_base --size tiny --steps 1 --nproc 2 --zero 1");
   ASSERT_EQ(rc_z, 0) << out_z;
   const size_t a = out_z.find("all-reduce ") + 11, b = out_z.find("broadcast ") + 10;
