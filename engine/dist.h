@@ -10,7 +10,8 @@
 //   meta    the meta device's: no values move, so a collective is a no-op; the world size is what the ranks'
 //           shard sizes and buffers are computed from. Ranks are symmetric, so one meta process predicts
 //           every rank of a world of any size.
-//   nccl    cuda tensors, through NCCL on the engine's stream (engine/cuda/nccl.cpp: libnccl.so.2 loaded at run
+//   nccl    cuda tensors, through NCCL on a stream of its own that waits for the engine's stream (so a started
+//           all-reduce overlaps the kernels queued after it; engine/cuda/nccl.cpp: libnccl.so.2 loaded at run
 //           time, from ENGINE_NCCL_LIBRARY, the loader's path or PyTorch's wheel); rank 0's unique id reaches the
 //           others through the file store (or the Gloo plugin for a tcp:// store). A cuda rank uses GPU LOCAL_RANK
 //           (modulo the GPUs it sees).
@@ -53,6 +54,12 @@ class Communicator {
   // In place: every rank's `t` becomes the elementwise sum of all ranks' (f32, f64, bf16 or f16; contiguous,
   // on this rank's device). The order of the additions is the backend's (Gloo: a ring), the same on every rank.
   virtual void all_reduce_sum(const Tensor& t) = 0;
+  // all_reduce_sum started where the backend can run it beside the work that follows (NCCL: on its own stream,
+  // after the work queued so far), so that backward goes on while a bucket is summed; `t` is neither read nor
+  // written by anyone until wait(). Backends that cannot (gloo, meta, single) sum at once.
+  virtual void start_all_reduce_sum(const Tensor& t) { all_reduce_sum(t); }
+  // What is queued from now on comes after every started collective (NCCL: the engine's stream waits for them).
+  virtual void wait() {}
   // In place: every rank's `t` becomes rank `root`'s.
   virtual void broadcast(const Tensor& t, int root) = 0;
   // Host values summed over the ranks (a step's loss and item count for the report): no arena allocation.

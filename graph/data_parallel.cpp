@@ -135,6 +135,7 @@ void GradientReducer::reduce_during(const std::function<void()>& backward) {
 void GradientReducer::finish() {
   for (Bucket& b : buckets_)
     if (!b.reduced) reduce(b);
+  if (in_flight_) take_back(*in_flight_);
   for (Bucket& b : buckets_) b.ready = 0, b.reduced = false;
   if (shards_) shards_->release_all();
 }
@@ -147,36 +148,43 @@ size_t GradientReducer::held_bytes() const {
 }
 
 void GradientReducer::reduce(Bucket& b) {
+  if (in_flight_) take_back(*in_flight_);  // its staging (or its turn on the collectives' stream) is needed
   NoGrad no_grad;
   const Tensor flat = bucket_view_ ? b.buffer : ops::slice(staging_.at(b.dtype), 0, 0, b.numel);
-  std::vector<Tensor> views;
   for (size_t j = 0; j < b.params.size(); j++) {
-    views.push_back(gradient_in(flat, b, j));
-    const Tensor g = params_[b.params[j]].second.grad();
+    const Tensor view = gradient_in(flat, b, j), g = params_[b.params[j]].second.grad();
     // With bucket views backward accumulated into the bucket itself (unless something replaced the view).
     if (!g.defined())
-      ops::fill_(views[j], 0.0);
-    else if (g.data_ptr() != views[j].data_ptr())
-      ops::copy_(views[j], g);
+      ops::fill_(view, 0.0);
+    else if (g.data_ptr() != view.data_ptr())
+      ops::copy_(view, g);
   }
-  comm_->all_reduce_sum(flat);
+  comm_->start_all_reduce_sum(flat);  // NCCL: runs beside the rest of backward until take_back
+  b.reduced = true;
+  in_flight_ = &b;
+}
+
+void GradientReducer::take_back(Bucket& b) {
+  NoGrad no_grad;
+  in_flight_ = nullptr;
+  comm_->wait();
+  const Tensor flat = bucket_view_ ? b.buffer : ops::slice(staging_.at(b.dtype), 0, 0, b.numel);
   if (comm_->world_size() > 1) ops::mul_(flat, 1.0 / comm_->world_size());
   for (size_t j = 0; j < b.params.size(); j++) {
     Tensor p = params_[b.params[j]].second;
-    const Tensor g = p.grad();
+    const Tensor g = p.grad(), view = gradient_in(flat, b, j);
     if (!g.defined() && trained_ && trained_(params_[b.params[j]].first) &&
         (zero_stage_ < 2 || has_mine_[b.params[j]])) {
       engine::CategoryScope category(engine::Category::grad);  // another rank trained it: the world's mean here too
-      p.set_grad(ops::clone(views[j]));
+      p.set_grad(ops::clone(view));
       continue;
     }
     if (!g.defined()) continue;
     if (zero_stage_ >= 2 && !has_mine_[b.params[j]])
       p.set_grad(Tensor());  // other ranks update it
-    else if (g.data_ptr() != views[j].data_ptr())
-      ops::copy_(g, views[j]);
+    else if (g.data_ptr() != view.data_ptr())
+      ops::copy_(g, view);
   }
-  b.reduced = true;
 }
 
 std::pair<int64_t, int64_t> GradientReducer::range_of(const std::string& name) const {

@@ -8,11 +8,12 @@
 // complete them) into buckets of at most `bucket_bytes` (25 MiB by default, as DDP's bucket_cap_mb) and one dtype
 // (a parameter larger than that is a bucket of its own). During backward (graph::LeafGradHookScope), a bucket is
 // reduced as soon as every gradient in it is complete: the gradients are copied into a flat staging buffer, summed
-// over the ranks (Communicator::all_reduce_sum), divided by the world size and copied back. On cpu the sum runs
-// there and then, so one staging buffer per dtype, the size of the largest bucket, serves every bucket: it is
-// allocated with the reducer (category `comm`, owner "data_parallel.staging.<dtype>") and kept. (PyTorch DDP keeps
-// a buffer per bucket, a second copy of all the gradients; overlap with the rest of backward, the cuda backend's
-// second stream, needs a buffer per bucket in flight.) finish() reduces the buckets backward did not complete: a
+// over the ranks (Communicator::start_all_reduce_sum: on NCCL the sum runs on the collectives' own stream while
+// backward's next kernels run; on Gloo there and then), and when the next bucket needs the staging (or at finish)
+// divided by the world size and copied back. So one staging buffer per dtype, the size of the largest bucket, serves
+// every bucket, one bucket in flight at a time: it is allocated with the reducer (category `comm`, owner
+// "data_parallel.staging.<dtype>") and kept. (PyTorch DDP keeps a buffer per bucket, a second copy of all the
+// gradients, and so can have several in flight.) finish() reduces the buckets backward did not complete: a
 // parameter without a gradient in this pass counts as zero, and keeps no gradient.
 //
 // ZeRO (Rajbhandari et al. 2020), as DeepSpeed partitions: the parameters, flattened and laid end to end in
@@ -107,7 +108,13 @@ class GradientReducer {
   double global_grad_norm() const;
 
  private:
+  // A bucket's reduction in two halves: reduce() copies its gradients into the staging (unless they are views into
+  // the bucket) and starts the sum (Communicator::start_all_reduce_sum: on NCCL it runs beside the rest of
+  // backward); take_back() waits for it, divides by the world size and copies the means back (ZeRO-2/3 drop the
+  // gradients this rank has no piece of). One bucket is in flight at a time: the next reduce() or finish() takes it
+  // back first (the staging is one buffer).
   void reduce(Bucket& b);
+  void take_back(Bucket& b);
   // The gradient of the j-th parameter of bucket b inside `flat` (the bucket's buffer or the staging): a view.
   engine::Tensor gradient_in(const engine::Tensor& flat, const Bucket& b, size_t j) const;
 
@@ -123,6 +130,7 @@ class GradientReducer {
   std::map<engine::DType, engine::Tensor> staging_;  // without bucket views: one per dtype, the largest bucket's
   std::vector<Bucket> buckets_;
   class ParameterShards* shards_ = nullptr;
+  Bucket* in_flight_ = nullptr;  // started, not yet taken back
 };
 
 // Copies rank 0's values of every parameter to the other ranks (DDP does this when it wraps a model), so that the

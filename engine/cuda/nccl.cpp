@@ -6,8 +6,10 @@
 // prefixes. The engine declares the few entry points it calls from NCCL's C ABI (nccl.h of NCCL 2: the unique id
 // is 128 bytes, the data type and reduction enums are stable numbers), so building needs no NCCL header either.
 //
-// Collectives run on the engine's one stream, in place on the arena's tensors: NCCL allocates no tensor the ledger
-// sees. Its own device memory (channels and buffers, made in ncclCommInitRank) is outside the arena, with the CUDA
+// Collectives run on a stream of the communicator's own, each after what the engine's stream had queued when it was
+// called (an event), in place on the arena's tensors: NCCL allocates no tensor the ledger sees. all_reduce_sum and
+// broadcast make the engine's stream wait for them at once; start_all_reduce_sum (a gradient bucket) lets it run on
+// (backward's next kernels overlap the sum) until wait(). Its own device memory (channels and buffers, made in ncclCommInitRank) is outside the arena, with the CUDA
 // context and cuBLASLt's (the whole-device report counts it there). Host values (all_reduce_host, barrier) go through
 // a 512-byte device scratch of the communicator's, also outside the arena, so that every rank's ledger is meta's.
 // Rendezvous: rank 0 makes the unique id; the others read it from the file store (ENGINE_STORE_DIR: written to a
@@ -171,42 +173,63 @@ class Nccl : public Communicator {
     const NcclUniqueId id = share_unique_id(spec);
     nccl_check(nccl_api().comm_init_rank(&comm_, world_size_, id, rank_), "ncclCommInitRank");
     ENGINE_CUDA_CHECK(cudaMalloc(&scratch_, kScratchBytes));
+    ENGINE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    ENGINE_CUDA_CHECK(cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming));
+    ENGINE_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
   }
   ~Nccl() override {
+    if (stream_) cudaStreamSynchronize(stream_);
     totals();  // the pending events
     if (scratch_) cudaFree(scratch_);
     if (comm_) nccl_api().comm_destroy(comm_);
+    if (queued_) cudaEventDestroy(queued_);
+    if (done_) cudaEventDestroy(done_);
+    if (stream_) cudaStreamDestroy(stream_);
   }
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   const char* backend() const override { return "nccl"; }
   void all_reduce_sum(const Tensor& t) override {
+    start_all_reduce_sum(t);
+    wait();
+  }
+  void start_all_reduce_sum(const Tensor& t) override {
     ENGINE_CHECK(t.is_contiguous() && t.device().type() == DeviceType::cuda,
                  "all_reduce_sum: the tensor must be contiguous and on this rank's GPU");
     if (t.numel() == 0) return;
     const int kind = nccl_type(t.dtype());
+    after_queued_work();
     timed(totals_.all_reduce, t.nbytes(), [&] {
-      nccl_check(nccl_api().all_reduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), kind, kNcclSum, comm_,
-                                       engine::cuda::stream()),
+      nccl_check(nccl_api().all_reduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), kind, kNcclSum, comm_, stream_),
                  "ncclAllReduce");
     });
+  }
+  void wait() override {
+    ENGINE_CUDA_CHECK(cudaEventRecord(done_, stream_));
+    ENGINE_CUDA_CHECK(cudaStreamWaitEvent(engine::cuda::stream(), done_, 0));
   }
   void broadcast(const Tensor& t, int root) override {
     ENGINE_CHECK(t.is_contiguous() && t.device().type() == DeviceType::cuda,
                  "broadcast: the tensor must be contiguous and on this rank's GPU");
     if (t.nbytes() == 0) return;
+    after_queued_work();
     // As bytes: any dtype (NCCL's int8, 0).
-    nccl_check(nccl_api().broadcast(t.data_ptr(), t.data_ptr(), t.nbytes(), 0, root, comm_, engine::cuda::stream()),
-               "ncclBroadcast");
+    timed(totals_.broadcast, t.nbytes(), [&] {
+      nccl_check(nccl_api().broadcast(t.data_ptr(), t.data_ptr(), t.nbytes(), 0, root, comm_, stream_),
+                 "ncclBroadcast");
+    });
+    wait();
   }
   void all_reduce_host(std::vector<double>& values) override {
     for (size_t at = 0; at < values.size(); at += kScratchBytes / sizeof(double)) {
       const size_t n = std::min(values.size() - at, kScratchBytes / sizeof(double));
-      cudaStream_t s = engine::cuda::stream();
-      ENGINE_CUDA_CHECK(cudaMemcpyAsync(scratch_, values.data() + at, n * sizeof(double), cudaMemcpyHostToDevice, s));
-      nccl_check(nccl_api().all_reduce(scratch_, scratch_, n, kNcclFloat64, kNcclSum, comm_, s), "ncclAllReduce");
-      ENGINE_CUDA_CHECK(cudaMemcpyAsync(values.data() + at, scratch_, n * sizeof(double), cudaMemcpyDeviceToHost, s));
-      ENGINE_CUDA_CHECK(cudaStreamSynchronize(s));
+      after_queued_work();  // (and after any started collective: the same stream)
+      ENGINE_CUDA_CHECK(
+          cudaMemcpyAsync(scratch_, values.data() + at, n * sizeof(double), cudaMemcpyHostToDevice, stream_));
+      nccl_check(nccl_api().all_reduce(scratch_, scratch_, n, kNcclFloat64, kNcclSum, comm_, stream_), "ncclAllReduce");
+      ENGINE_CUDA_CHECK(
+          cudaMemcpyAsync(values.data() + at, scratch_, n * sizeof(double), cudaMemcpyDeviceToHost, stream_));
+      ENGINE_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
   }
   void barrier() override {
@@ -215,15 +238,21 @@ class Nccl : public Communicator {
   }
 
  private:
-  // Runs `call` (one collective on the engine's stream) between two events, counted in `s` when read.
+  // The collectives' stream waits for what the engine's stream has queued (the tensor's producers).
+  void after_queued_work() {
+    ENGINE_CUDA_CHECK(cudaEventRecord(queued_, engine::cuda::stream()));
+    ENGINE_CUDA_CHECK(cudaStreamWaitEvent(stream_, queued_, 0));
+  }
+  // Runs `call` (one collective on the collectives' stream) between two events, counted in `s` when read: the
+  // collective's own time, whatever it overlapped.
   template <typename F>
   void timed(CommStats& s, size_t bytes, F call) {
     cudaEvent_t start, stop;
     ENGINE_CUDA_CHECK(cudaEventCreate(&start));
     ENGINE_CUDA_CHECK(cudaEventCreate(&stop));
-    ENGINE_CUDA_CHECK(cudaEventRecord(start, engine::cuda::stream()));
+    ENGINE_CUDA_CHECK(cudaEventRecord(start, stream_));
     call();
-    ENGINE_CUDA_CHECK(cudaEventRecord(stop, engine::cuda::stream()));
+    ENGINE_CUDA_CHECK(cudaEventRecord(stop, stream_));
     s.calls++, s.bytes += double(bytes);
     pending_.push_back({&s, start, stop});
   }
@@ -236,6 +265,8 @@ class Nccl : public Communicator {
   int rank_, world_size_;
   NcclComm comm_ = nullptr;
   void* scratch_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // every collective runs here, in the order called (as NCCL needs)
+  cudaEvent_t queued_ = nullptr, done_ = nullptr;
 };
 
 }  // namespace
