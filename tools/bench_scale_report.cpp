@@ -109,8 +109,9 @@ std::string world_markdown(const ScaleResult& r) {
                        : str(int64_t(g.max_x), g.extrapolated ? " (extrapolated)" : ""))
        << " |\n";
   os << "\nextrapolated: beyond the largest N measured. A rank's memory falls as 1 / N only in the sharded states "
-        "(ZeRO-1: the optimizer state and f32 masters; ZeRO-2: the gradients too); activations, parameters and the "
-        "gradient buckets stay whole on every rank.\n";
+        "(ZeRO-1: the optimizer state and f32 masters; ZeRO-2: the gradients too; ZeRO-3: the parameters too, but "
+        "for the root unit and the layers gathered at the moment); activations and the gradient buckets stay whole "
+        "on every rank.\n";
   return os.str();
 }
 
