@@ -158,7 +158,7 @@ TEST(VisionData, LetterboxHandComputed) {
   EXPECT_EQ(g.top, 16);
   EXPECT_EQ(g.left, 0);
   // Box x 10, y 5, w 20, h 10: centre (20, 10) * 0.8 + (0, 16) = (16, 24) -> (0.25, 0.375), size (16, 8) / 64.
-  DetectionBox box{10, 5, 20, 10, 0};
+  DetectionBox box{10, 5, 20, 10, 0, {}};
   auto b = letterbox_box(box, 40, 80, g, 64, false);
   EXPECT_FLOAT_EQ(b[0], 0.25f);
   EXPECT_FLOAT_EQ(b[1], 0.375f);
