@@ -135,6 +135,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(co
   float* sDelta = sLse + 2 * Br;                              // [2][Br]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  [[maybe_unused]] const bool aligned_draw = kDropout && dropout_blocks_aligned(a);  // dropout_keep_rows/_cols
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
   const int k0 = int(blockIdx.x) * Bc;
   const int warp_key = warp * 16;
@@ -238,7 +239,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(co
     // of the loop); keys past Lk or padded are zeroed per row (key_ok).
     auto scores_to_ds = [&](auto causal_tile) {
 #pragma unroll
-      for (int nt = 0; nt < NT; nt++)
+      for (int nt = 0; nt < NT; nt++) {
+        bool keep[4] = {true, true, true, true};
+        if constexpr (kDropout) {
+          if (aligned_draw) {  // one Philox block per 4 elements, shared by the 4 lanes of a key group
+            dropout_keep_cols(a, bh, i0 + nt * 8 + 2 * tq, k0 + warp_key + g, lane, keep);
+          } else {
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+              keep[e] = dropout_keep(
+                  a, dropout_index(a, bh, i0 + nt * 8 + 2 * tq + (e & 1), k0 + warp_key + g + (e >> 1) * 8));
+          }
+        }
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int half = e >> 1, col = nt * 8 + 2 * tq + (e & 1);
@@ -249,14 +261,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(co
             visible = visible && k0 + warp_key + g + half * 8 <= i0 + col + (a.Lk - a.Lq);
           }
           p = visible ? p : 0.f;
-          float z = 1.f;
-          if constexpr (kDropout) {
-            const int i = i0 + col, j = k0 + warp_key + g + half * 8;
-            z = dropout_keep(a, dropout_index(a, bh, i, j)) ? a.keep_scale : 0.f;
-          }
+          const float z = kDropout ? (keep[e] ? a.keep_scale : 0.f) : 1.f;
           dp[nt][e] = p * (dp[nt][e] * z - delta_t[col]);  // dS^T
           s[nt][e] = p * z;                                // (P Z)^T
         }
+      }
     };
     if (a.causal && k0 + Bc - 1 > i0 + (a.Lk - a.Lq)) scores_to_ds(std::true_type{});
     else scores_to_ds(std::false_type{});
@@ -324,6 +333,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dq_kernel(cons
   uint16_t* sV = sK + 2 * Bc * D;   // [2][Bc, D]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  [[maybe_unused]] const bool aligned_draw = kDropout && dropout_blocks_aligned(a);  // dropout_keep_rows/_cols
   const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);  // longest causal tiles first
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
   const int q0 = m_block * Br;
@@ -424,24 +434,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dq_kernel(cons
           last[half] = a.causal ? q0 + warp_row + g + half * 8 + a.Lk - a.Lq - k0 - 2 * tq : 0x7fffffff;
       }
 #pragma unroll
-      for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-          bool keep[2] = {true, true};
-          if constexpr (kDropout) {
-            const int i = q0 + warp_row + g + half * 8, j = k0 + nt * 8 + 2 * tq;
+      for (int nt = 0; nt < NT; nt++) {
+        bool keep[4] = {true, true, true, true};  // keep[2 half + e]
+        if constexpr (kDropout) {
+          const int i = q0 + warp_row + g, j = k0 + nt * 8 + 2 * tq;
+          if (aligned_draw) {
+            dropout_keep_rows(a, bh, i, j, lane, keep);
+          } else {
             dropout_keep2(a, dropout_index(a, bh, i, j), keep[0], keep[1]);
+            dropout_keep2(a, dropout_index(a, bh, i + 8, j), keep[2], keep[3]);
           }
+        }
+#pragma unroll
+        for (int half = 0; half < 2; half++)
 #pragma unroll
           for (int e = 0; e < 2; e++) {
             float p = fast_exp2(s[nt][2 * half + e] * a.scale_log2 - lse2[half]);
             if constexpr (decltype(masked)::value) {
               if (!col_ok[nt][e] || nt * 8 + e > last[half]) p = 0.f;
             }
-            const float z = kDropout ? (keep[e] ? a.keep_scale : 0.f) : 1.f;
+            const float z = kDropout ? (keep[2 * half + e] ? a.keep_scale : 0.f) : 1.f;
             dp[nt][2 * half + e] = p * (dp[nt][2 * half + e] * z - delta[half]);
           }
-        }
+      }
     };
     if (need_mask) scores_to_ds(std::true_type{});
     else scores_to_ds(std::false_type{});

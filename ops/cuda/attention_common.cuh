@@ -98,6 +98,50 @@ __device__ __forceinline__ uint64_t dropout_index(const FlashArgs& a, int bh, in
   return (uint64_t(bh) * uint64_t(a.Lq) + uint64_t(i)) * uint64_t(a.Lk) + uint64_t(j);
 }
 
+// Shared draws. A Philox block gives the keep tests of 4 neighbouring keys j..j+3 of one query (j a multiple of 4)
+// when the draw's blocks start on such keys: the generator offset and Lk multiples of 4 (dropout_blocks_aligned).
+// The tensor-core kernels then draw each block once per warp and pass its words by shuffles, instead of one block
+// per element or pair (the Philox rounds were most of a dropout step's attention time). Every lane of the warp
+// must call these together.
+__device__ __forceinline__ bool dropout_blocks_aligned(const FlashArgs& a) {
+  return (a.offset & 3u) == 0 && (a.Lk & 3) == 0;
+}
+
+// An m16n8 accumulator tile with queries along its rows: this lane's four elements, rows i and i + 8 (halves) and
+// keys j, j + 1 (j = tile + 2 tq), keep[2 half + e]. Lanes tq = 2m and 2m + 1 hold keys tile + 4m .. + 3: each draws
+// the block of one of the two rows (half = tq & 1) and hands the other the two words it needs.
+__device__ __forceinline__ void dropout_keep_rows(const FlashArgs& a, int bh, int i, int j, int lane, bool (&keep)[4]) {
+  const int mine = lane & 1;  // the half whose block this lane draws
+  uint32_t r[4];
+  engine::philox4x32_10(a.seed, (a.offset + dropout_index(a, bh, i + 8 * mine, j & ~3)) >> 2, r);
+  // The even lane needs words 0, 1 of both halves; the odd lane words 2, 3.
+  const uint32_t got0 = __shfl_xor_sync(0xffffffffu, mine ? r[0] : r[2], 1);
+  const uint32_t got1 = __shfl_xor_sync(0xffffffffu, mine ? r[1] : r[3], 1);
+  const uint32_t w[4] = {mine ? got0 : r[0], mine ? got1 : r[1], mine ? r[2] : got0, mine ? r[3] : got1};
+#pragma unroll
+  for (int k = 0; k < 4; k++) keep[k] = (w[k] >> 8) >= a.keep_threshold;
+}
+
+// The transposed tile (keys along its rows: rows j and j + 8, queries i, i + 1; i = tile + 2 tq): element
+// e = 2 half + c is (query i + c, key j + 8 half), keep[e]. The four lanes of one tq whose keys share a group of 4
+// (g = 4 t + m, m = 0..3) need the same four blocks, word m of each: lane m draws block e = m, and in round k lane m
+// takes word m of block (m + k) & 3 from the lane that drew it (which sends word (its m - k) & 3).
+__device__ __forceinline__ void dropout_keep_cols(const FlashArgs& a, int bh, int i, int j, int lane, bool (&keep)[4]) {
+  const int m = (lane >> 2) & 3;
+  uint32_t r[4];
+  engine::philox4x32_10(a.seed, (a.offset + dropout_index(a, bh, i + (m & 1), (j & ~3) + 8 * (m >> 1))) >> 2, r);
+  uint32_t kept = 0;  // bit e: keep[e] (a register: keep[] indexed by a lane-dependent s would go to memory)
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    const int s = (m + k) & 3;                                    // the block this lane takes a word of
+    const uint32_t sent = philox_lane(r, uint32_t((m - k) & 3));  // the word the lane that asks for mine needs
+    const uint32_t word = __shfl_sync(0xffffffffu, sent, lane + 4 * (s - m));
+    kept |= uint32_t((word >> 8) >= a.keep_threshold) << s;
+  }
+#pragma unroll
+  for (int e = 0; e < 4; e++) keep[e] = (kept >> e) & 1u;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Tensor-core primitives (sm_80+). Tiles of 16-bit elements live in shared memory as rows of D elements
 // split in 16-byte chunks; chunk c of row r is stored at chunk c ^ (r % 8), so the 8 row addresses of one

@@ -195,18 +195,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel
 
     // Dropout: after the row sum (l counts every probability), before P V.
     if constexpr (kDropout) {
+      if (dropout_blocks_aligned(a)) {  // one Philox block per 4 elements, shared by a lane pair
 #pragma unroll
-      for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int half = 0; half < 2; half++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
           for (int nt = 0; nt < NT; nt++) {
-            const int i = q0 + warp_row + mt * 16 + g + half * 8, j = k0 + nt * 8 + 2 * tq;
-            bool keep0, keep1;
-            dropout_keep2(a, dropout_index(a, bh, i, j), keep0, keep1);
-            s[mt][nt][2 * half] *= keep0 ? a.keep_scale : 0.f;
-            s[mt][nt][2 * half + 1] *= keep1 ? a.keep_scale : 0.f;
+            bool keep[4];
+            dropout_keep_rows(a, bh, q0 + warp_row + mt * 16 + g, k0 + nt * 8 + 2 * tq, lane, keep);
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[mt][nt][e] *= keep[e] ? a.keep_scale : 0.f;
           }
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+          for (int half = 0; half < 2; half++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+              const int i = q0 + warp_row + mt * 16 + g + half * 8, j = k0 + nt * 8 + 2 * tq;
+              bool keep0, keep1;
+              dropout_keep2(a, dropout_index(a, bh, i, j), keep0, keep1);
+              s[mt][nt][2 * half] *= keep0 ? a.keep_scale : 0.f;
+              s[mt][nt][2 * half + 1] *= keep1 ? a.keep_scale : 0.f;
+            }
+      }
     }
 
     // O += P V                                                                   [16*MT, D] per warp

@@ -197,6 +197,10 @@ const std::vector<Case>& cases() {
       {"key padding (batch 1 fully padded)", 3, 2, 77, 131, 64, 64, false, true},
       {"dropout", 2, 2, 77, 131, 64, 64, false, false, 0.2},
       {"dropout + causal + padding", 3, 2, 77, 131, 64, 64, true, true, 0.3},
+      // Lk a multiple of 4 (and the offset's 4096): the tensor-core kernels share each Philox block in a warp.
+      {"dropout, shared draws", 2, 2, 77, 132, 64, 64, false, false, 0.2},
+      {"dropout + causal + padding, shared draws", 3, 2, 130, 128, 64, 64, true, true, 0.3},
+      {"head dim 128, dropout, shared draws", 2, 1, 70, 200, 128, 128, false, false, 0.1},
       {"head dim 128, causal", 2, 2, 130, 200, 128, 128, true},
       {"head dim 128, dropout + padding", 3, 1, 70, 150, 128, 128, false, true, 0.1},
       {"several full tiles, causal", 1, 2, 512, 512, 64, 64, true},
@@ -360,16 +364,28 @@ void bench_shape(int64_t B, int64_t H, int64_t L, int64_t D) {
   std::printf("flash attention, bf16; forward 4*B*H*L^2*D FLOPs, backward 2.5x that, halved causal; median of 20\n");
   std::printf("%-14s %-6s %-45s %8s %8s %8s\n", "B x H x L x D", "causal", "pass, configuration", "ms", "TFLOP/s",
               "10 calls");
-  for (bool causal : {false, true}) {
+  for (int run = 0; run < 3; run++) {  // plain, causal, and with BERT's attention dropout (0.1)
+    const bool causal = run == 1;
     ops::FlashAttentionParams p;
     p.causal = causal;
+    if (run == 2) p.dropout_p = 0.1, p.seed = 42, p.offset = 0;
     const double fwd_flops = 4.0 * double(B * H) * double(L) * double(L) * double(D) * (causal ? 0.5 : 1.0);
     std::vector<Tensor> f = ops::flash_attention_forward(q, k, v, Tensor(), p);
     auto report = [&](const char* pass, const std::string& config, double flops, const std::function<void()>& fn) {
       const double ms = median_ms(fn), ms10 = median_ms(fn, 10);
-      std::printf("%-14s %-6s %s %-41s %8.3f %8.1f %8.1f\n", shape.c_str(), causal ? "yes" : "no", pass, config.c_str(),
-                  ms, flops / ms / 1e9, flops / ms10 / 1e9);
+      std::printf("%-14s %-6s %s %-41s %8.3f %8.1f %8.1f\n", shape.c_str(),
+                  p.dropout_p > 0 ? "drop"
+                  : causal        ? "yes"
+                                  : "no",
+                  pass, config.c_str(), ms, flops / ms / 1e9, flops / ms10 / 1e9);
     };
+    if (p.dropout_p > 0) {  // the alternative configurations are built without dropout: the defaults only
+      ops::cuda::set_flash_tuning({});
+      report("fwd", "default", fwd_flops, [&] { ops::flash_attention_forward(q, k, v, Tensor(), p); });
+      report("bwd", "default", 2.5 * fwd_flops,
+             [&] { ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], Tensor(), p); });
+      continue;
+    }
     for (int variant = 0; variant < ops::cuda::flash_forward_variants(int(D)); variant++) {
       ops::cuda::set_flash_tuning({variant, -1});
       report("fwd", ops::cuda::flash_forward_variant_name(int(D), variant), fwd_flops,
