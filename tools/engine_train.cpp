@@ -442,8 +442,9 @@ std::string ranks_json(const WorldStep& w, bool meta) {
   os << ", \"slowest_rank\": " << (meta ? "null" : std::to_string(w.slowest));
   for (const WorldStep::Collective& c : w.collectives) {
     const bool timed = !meta && c.seconds > 0;
-    os << ", \"" << (std::string(c.name) == "all-reduce" ? "all_reduce" : c.name) << "\": {\"calls\": " << int64_t(c.calls)
-       << ", \"bytes\": " << json_number(c.bytes) << ", \"seconds\": " << (timed ? json_number(c.seconds) : "null")
+    const char* key = std::string(c.name) == "all-reduce" ? "all_reduce" : c.name;
+    os << ", \"" << key << "\": {\"calls\": " << int64_t(c.calls) << ", \"bytes\": " << json_number(c.bytes)
+       << ", \"seconds\": " << (timed ? json_number(c.seconds) : "null")
        << ", \"bus_gb_per_s\": " << (timed ? json_number(w.busbw(c)) : "null") << "}";
   }
   os << "}";

@@ -9,9 +9,10 @@
 // Collectives run on a stream of the communicator's own, each after what the engine's stream had queued when it was
 // called (an event), in place on the arena's tensors: NCCL allocates no tensor the ledger sees. all_reduce_sum and
 // broadcast make the engine's stream wait for them at once; start_all_reduce_sum (a gradient bucket) lets it run on
-// (backward's next kernels overlap the sum) until wait(). Its own device memory (channels and buffers, made in ncclCommInitRank) is outside the arena, with the CUDA
-// context and cuBLASLt's (the whole-device report counts it there). Host values (all_reduce_host, barrier) go through
-// a 512-byte device scratch of the communicator's, also outside the arena, so that every rank's ledger is meta's.
+// (backward's next kernels overlap the sum) until wait(). NCCL's own device memory (channels and buffers, made in
+// ncclCommInitRank) is outside the arena, with the CUDA context and cuBLASLt's (the whole-device report counts it
+// there). Host values (all_reduce_host, barrier) go through a 512-byte device scratch of the communicator's, also
+// outside the arena, so that every rank's ledger is meta's.
 // Rendezvous: rank 0 makes the unique id; the others read it from the file store (ENGINE_STORE_DIR: written to a
 // temporary name and renamed, so a reader never sees half of it), or through the Gloo plugin's broadcast when the
 // store is tcp:// (MASTER_ADDR / MASTER_PORT).

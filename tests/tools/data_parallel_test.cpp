@@ -259,7 +259,7 @@ TEST(DataParallel, FourRanksMatchAccumulationWithinTheSummationBound) {
 // the meta device predicts for one rank of that world, byte for byte: BERT at two and three ranks, StyleGAN (two
 // optimizers, each with its buckets; R1's double backward) at two, yolov3 with bucket views, and ZeRO-3's gathers
 // and releases: transformer_big accumulating two micro-batches at two ranks, NASNet (its cells are the units) at
-// three.
+// three, yolov3 at four.
 TEST(DataParallel, EveryRanksLedgerIsMetasPredictionForThatWorld) {
   testutil::TempDir dir;
   const std::pair<std::string, int> runs[] = {{"bert_base", 2},
@@ -267,7 +267,8 @@ TEST(DataParallel, EveryRanksLedgerIsMetasPredictionForThatWorld) {
                                               {"stylegan", 2},
                                               {"yolov3 --bucket-view", 2},
                                               {"transformer_big --zero 3 --accumulate 2", 2},
-                                              {"nasnet_large --zero 3", 3}};
+                                              {"nasnet_large --zero 3", 3},
+                                              {"yolov3 --zero 3", 4}};
   for (const auto& [model, world] : runs) {
     const std::string common = kTrain + " --model " + model + " --size tiny --steps 2 --bucket-mb 1";
     const bool views = model.find("view") != std::string::npos;
