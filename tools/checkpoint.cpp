@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "engine/io.h"
@@ -157,12 +158,22 @@ void check_hf_exportable(models::Model& model, const std::string& dir) {
 namespace {
 void export_whole(const std::string& dir, models::Model& model) {
   check_hf_exportable(model, dir);
+  // Under ZeRO each rank holds pieces of the f32 masters: the whole ones, assembled from the ranks (a collective
+  // every rank takes part in, as for --save).
+  std::map<std::string, Tensor> masters;
+  if (model.zero_stage() > 0)
+    for (ops::Optimizer* o : model.optimizers())
+      for (auto& [key, t] : model.checkpoint_state(*o).tensors)
+        if (key.size() > 7 && key.compare(key.size() - 7, 7, ".master") == 0)
+          masters[key.substr(0, key.size() - 7)] = t;
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (auto& [name, p] : model.module().named_parameters()) {
-    Tensor master = model.master_weight(name);
+    Tensor master =
+        model.zero_stage() > 0 ? (masters.count(name) ? masters.at(name) : Tensor()) : model.master_weight(name);
     tensors.push_back({name, master.defined() ? master : p});
   }
   for (auto& b : model.module().named_buffers()) tensors.push_back(b);
+  if (model.rank() != 0) return;  // the world's export: rank 0's
   const std::string base = (std::filesystem::path(dir) / "").string();
   engine::save_safetensors(base + "model.safetensors", tensors, {{"format", "pt"}});
   engine::write_file_atomic(base + "config.json", model.hf_config_json());

@@ -707,10 +707,11 @@ int run(int argc, char** argv) {
     tools::save_checkpoint(save, *model, config, o.last);
     std::printf("saved %s after step %lld\n", save.c_str(), (long long)o.last);
   }
-  if (!export_hf.empty() && world.env.rank == 0) {
+  if (!export_hf.empty()) {  // every rank: under ZeRO the masters are assembled from all of them; rank 0 writes
     tools::export_hf(export_hf, *model);
-    std::printf("exported %s/model.safetensors and %s/config.json (Hugging Face transformers) after step %lld\n",
-                export_hf.c_str(), export_hf.c_str(), (long long)o.last);
+    if (world.env.rank == 0)
+      std::printf("exported %s/model.safetensors and %s/config.json (Hugging Face transformers) after step %lld\n",
+                  export_hf.c_str(), export_hf.c_str(), (long long)o.last);
   }
   return 0;
 }
