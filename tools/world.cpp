@@ -11,6 +11,10 @@
 #include "graph/parameter_shards.h"
 #include "tools/launcher.h"
 
+#ifdef ENGINE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 namespace tools {
 
 using engine::format_bytes;
@@ -19,16 +23,17 @@ using engine::str;
 void add_world_flags(Flags& flags) {
   flags.add_int("nproc", 1,
                 "data parallel on this host: run N ranks (processes) of one world, each with its part of the "
-                "global batch (--batch per rank) and its own arena and ledger; cpu ranks use Gloo. Rank 0 prints and "
-                "saves; the other ranks write their --json/--report/--timeline/--trace as FILE.rank<r>");
+                "global batch (--batch per rank) and its own arena and ledger; cpu ranks use Gloo, cuda ranks NCCL "
+                "(one GPU each). Rank 0 prints and saves; the other ranks write their --json/--report/--timeline/"
+                "--trace as FILE.rank<r>");
   flags.add_int("world-size", 0,
                 "on meta: predict one rank of a data-parallel world of N ranks (its gradient buckets; no "
                 "communication). Ranks started by a launcher read RANK and WORLD_SIZE instead (engine/dist.h)");
   flags.add_int("bucket-mb", 25, "data parallel: the gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb)");
   flags.add_choice("zero", "0", {"0", "1", "2", "3"},
                    "data parallel with ZeRO: 1 shards the optimizer state and f32 masters over the ranks, 2 the "
-                   "gradients too (DeepSpeed's partition of the flattened parameters: graph/data_parallel.h); 3 is not "
-                   "there yet");
+                   "gradients too (DeepSpeed's partition of the flattened parameters: graph/data_parallel.h), 3 the "
+                   "parameters too, gathered per layer while it runs (graph/parameter_shards.h)");
   flags.add_bool("bucket-view",
                  "data parallel: every gradient a view into its bucket (PyTorch DDP's "
                  "gradient_as_bucket_view): no second copy of the gradients; not with --zero 2");
@@ -37,13 +42,32 @@ void add_world_flags(Flags& flags) {
 
 bool nproc_given(const Flags& flags) { return flags.integer("nproc") != 1; }
 
+namespace {
+// The CUDA GPUs this process sees (0 without a driver, or in a build without CUDA).
+int visible_gpus() {
+#ifdef ENGINE_CUDA
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+#else
+  return 0;
+#endif
+}
+}  // namespace
+
 int launch_nproc(const Flags& flags, int argc, char** argv) {
   ENGINE_CHECK(flags.integer("nproc") > 1, "engine_train: --nproc ", flags.integer("nproc"),
                " must be 1 or more ranks");
-  ENGINE_CHECK(flags.str("device") == "cpu", "engine_train: --nproc runs cpu ranks (Gloo); for --device ",
-               flags.str("device"),
-               (flags.str("device") == "meta" ? " use --world-size N: one meta process predicts every rank"
-                                              : " ranks need NCCL, not driven yet"));
+  const std::string device = flags.str("device");
+  ENGINE_CHECK(device != "meta",
+               "engine_train: --nproc runs cpu ranks (Gloo) or cuda ranks (NCCL); for --device meta use "
+               "--world-size N: one meta process predicts every rank");
+  if (device == "cuda") {  // one GPU per rank (rank r takes GPU LOCAL_RANK = r): NCCL refuses two ranks on one GPU
+    const int gpus = visible_gpus();
+    ENGINE_CHECK(flags.integer("nproc") <= gpus, "engine_train: --nproc ", flags.integer("nproc"),
+                 " cuda ranks need as many GPUs, one each; this host shows ", gpus, ". Give --nproc ",
+                 std::max(gpus, 1), " or fewer, or --device meta --world-size ", flags.integer("nproc"),
+                 " to predict each rank's memory without them");
+  }
   ENGINE_CHECK(std::getenv("RANK") == nullptr,
                "engine_train: --nproc inside a launched rank (RANK is set): give one or the other");
   return launch_ranks(int(flags.integer("nproc")),

@@ -588,6 +588,7 @@ TEST(DataParallel, ErrorsNameTheProblemAndTheFix) {
   };
   const std::vector<Case> cases = {
       {"--model yolov3 --size tiny --nproc 2 --device meta", "use --world-size N"},
+      {"--model yolov3 --size tiny --nproc 64 --device cuda", "cuda ranks need as many GPUs, one each"},
       {"--model yolov3 --size tiny --world-size 2", "--world-size predicts a world on the meta device"},
       {"--model yolov3 --size tiny --nproc 2 --find-max-batch", "runs on meta (--device meta --world-size N)"},
       {"--model yolov3 --size tiny --nproc 0", "must be 1 or more ranks"},
