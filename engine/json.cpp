@@ -2,6 +2,7 @@
 #include "engine/json.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "engine/error.h"
@@ -180,6 +181,13 @@ class Parser {
 }  // namespace
 
 Value parse_json(const std::string& text, const std::string& source) { return Parser(text, source).document(); }
+
+std::string number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
 
 std::string quote(const std::string& s) {
   std::string o = "\"";

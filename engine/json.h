@@ -41,5 +41,7 @@ const Value& member(const Value& v, const std::string& key, Value::Type type, co
 int64_t integer_member(const Value& v, const std::string& key, int64_t lo, int64_t hi, const std::string& where);
 // A JSON string literal for s (quotes included), escaping what must be escaped.
 std::string quote(const std::string& s);
+// A JSON number literal for v that reads back as the same double ("%.17g"), or null when v is not finite.
+std::string number(double v);
 
 }  // namespace engine::json

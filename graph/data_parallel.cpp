@@ -97,6 +97,10 @@ GradientReducer::GradientReducer(std::shared_ptr<engine::dist::Communicator> com
   }
 }
 
+Tensor GradientReducer::flat_of(const Bucket& b) const {
+  return bucket_view_ ? b.buffer : ops::slice(staging_.at(b.dtype), 0, 0, b.numel);
+}
+
 Tensor GradientReducer::gradient_in(const Tensor& flat, const Bucket& b, size_t j) const {
   const Tensor& p = params_[b.params[j]].second;
   return ops::reshape(ops::slice(flat, 0, b.offsets[j], b.offsets[j] + p.numel()), p.shape());
@@ -150,7 +154,7 @@ size_t GradientReducer::held_bytes() const {
 void GradientReducer::reduce(Bucket& b) {
   if (in_flight_) take_back(*in_flight_);  // its staging (or its turn on the collectives' stream) is needed
   NoGrad no_grad;
-  const Tensor flat = bucket_view_ ? b.buffer : ops::slice(staging_.at(b.dtype), 0, 0, b.numel);
+  const Tensor flat = flat_of(b);
   for (size_t j = 0; j < b.params.size(); j++) {
     const Tensor view = gradient_in(flat, b, j), g = params_[b.params[j]].second.grad();
     // With bucket views backward accumulated into the bucket itself (unless something replaced the view).
@@ -168,7 +172,7 @@ void GradientReducer::take_back(Bucket& b) {
   NoGrad no_grad;
   in_flight_ = nullptr;
   comm_->wait();
-  const Tensor flat = bucket_view_ ? b.buffer : ops::slice(staging_.at(b.dtype), 0, 0, b.numel);
+  const Tensor flat = flat_of(b);
   if (comm_->world_size() > 1) ops::mul_(flat, 1.0 / comm_->world_size());
   for (size_t j = 0; j < b.params.size(); j++) {
     Tensor p = params_[b.params[j]].second;

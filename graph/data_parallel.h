@@ -115,6 +115,8 @@ class GradientReducer {
   // back first (the staging is one buffer).
   void reduce(Bucket& b);
   void take_back(Bucket& b);
+  // Where bucket b's gradients are summed: its own buffer (bucket views) or the front of its dtype's staging.
+  engine::Tensor flat_of(const Bucket& b) const;
   // The gradient of the j-th parameter of bucket b inside `flat` (the bucket's buffer or the staging): a view.
   engine::Tensor gradient_in(const engine::Tensor& flat, const Bucket& b, size_t j) const;
 

@@ -357,100 +357,6 @@ struct RunOptions {
   std::string save, export_hf;  // named in a non-finite loss's report
 };
 
-// One step of a data-parallel world over its ranks (every rank calls world_step: it gathers): each rank's time and
-// peak, the slowest rank, and the step's collectives on the slowest rank (calls, bytes per rank, seconds).
-// `before`: this rank's totals as the step began.
-struct WorldStep {
-  int world = 1, slowest = 0, largest = 0, smallest = 0;
-  std::vector<double> ms, peak;  // per rank
-  struct Collective {
-    const char* name;
-    double calls = 0, bytes = 0, seconds = 0;
-  };
-  std::vector<Collective> collectives;  // all-reduce, broadcast
-  // The bus bandwidth as nccl-tests defines it: all-reduce's algorithm bandwidth (bytes / time) x 2 (W - 1) / W,
-  // broadcast's x 1; GB/s.
-  double algbw(const Collective& c) const { return c.bytes / c.seconds / 1e9; }
-  double busbw(const Collective& c) const {
-    return std::string(c.name) == "all-reduce" ? algbw(c) * 2.0 * (world - 1) / world : algbw(c);
-  }
-};
-
-WorldStep world_step(models::Model& model, const engine::dist::CommTotals& before, double ms, size_t peak) {
-  const engine::dist::CommTotals now = model.communication();
-  auto delta = [](const engine::dist::CommStats& a, const engine::dist::CommStats& b) {
-    return std::vector<double>{double(a.calls - b.calls), a.bytes - b.bytes, a.seconds - b.seconds};
-  };
-  std::vector<double> mine = {ms, double(peak)};
-  for (const auto& d : {delta(now.all_reduce, before.all_reduce), delta(now.broadcast, before.broadcast)})
-    mine.insert(mine.end(), d.begin(), d.end());
-  const size_t n = mine.size();
-  const std::vector<double> all = model.gather_over_ranks(mine);
-  WorldStep w;
-  w.world = model.world_size();
-  for (int r = 0; r < w.world; r++) {
-    w.ms.push_back(all[r * n]);
-    w.peak.push_back(all[r * n + 1]);
-    if (w.ms[r] > w.ms[w.slowest]) w.slowest = r;
-    if (w.peak[r] > w.peak[w.largest]) w.largest = r;
-    if (w.peak[r] < w.peak[w.smallest]) w.smallest = r;
-  }
-  const char* names[] = {"all-reduce", "broadcast"};
-  for (size_t k = 0; k < 2; k++) {
-    const double* c = &all[w.slowest * n + 2 + 3 * k];
-    w.collectives.push_back({names[k], c[0], c[1], c[2]});
-  }
-  return w;
-}
-
-// The line under a data-parallel step: the peaks' range, the slowest rank's time, and the step's collectives.
-std::string ranks_line(const WorldStep& w, bool meta) {
-  std::string line = engine::str("ranks: peak ", format_bytes(size_t(w.peak[w.largest])), " (rank ", w.largest,
-                                 ") .. ", format_bytes(size_t(w.peak[w.smallest])), " (rank ", w.smallest, ")");
-  if (!meta) line += engine::str(" | slowest rank ", w.slowest, ": ", format_fixed(w.ms[w.slowest], 1), " ms");
-  for (const WorldStep::Collective& c : w.collectives) {
-    if (c.calls == 0) continue;
-    line += engine::str(" | ", c.name, " ", int64_t(c.bytes), " B (", format_bytes(size_t(c.bytes)), ") in ",
-                        int64_t(c.calls), c.calls == 1 ? " call" : " calls");
-    if (meta || c.seconds <= 0) continue;
-    line += engine::str(", ", format_fixed(c.seconds * 1000, 2), " ms: ", format_fixed(w.algbw(c), 2), " GB/s, bus ",
-                        format_fixed(w.busbw(c), 2), " GB/s");
-  }
-  return line;
-}
-
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
-// The same for --json: {"peak_bytes": [per rank], "ms": [per rank, null on meta], "slowest_rank": r,
-// "all_reduce": {"calls", "bytes", "seconds", "bus_gb_per_s"}, "broadcast": {...}} (times null on meta).
-std::string ranks_json(const WorldStep& w, bool meta) {
-  std::ostringstream os;
-  auto list = [&](const std::vector<double>& v, bool times) {
-    os << "[";
-    for (size_t r = 0; r < v.size(); r++) os << (r ? ", " : "") << (times && meta ? "null" : json_number(v[r]));
-    os << "]";
-  };
-  os << "{\"peak_bytes\": ";
-  list(w.peak, false);
-  os << ", \"ms\": ";
-  list(w.ms, true);
-  os << ", \"slowest_rank\": " << (meta ? "null" : std::to_string(w.slowest));
-  for (const WorldStep::Collective& c : w.collectives) {
-    const bool timed = !meta && c.seconds > 0;
-    const char* key = std::string(c.name) == "all-reduce" ? "all_reduce" : c.name;
-    os << ", \"" << key << "\": {\"calls\": " << int64_t(c.calls) << ", \"bytes\": " << json_number(c.bytes)
-       << ", \"seconds\": " << (timed ? json_number(c.seconds) : "null")
-       << ", \"bus_gb_per_s\": " << (timed ? json_number(w.busbw(c)) : "null") << "}";
-  }
-  os << "}";
-  return os.str();
-}
-
 // Steps first..last, one line each; the last step's kernel times (--profile) go into `times`. A non-finite
 // loss stops training before anything is saved (an fp16 step skipped for overflow is reported instead).
 double run_steps(models::Model& model, engine::Device& device, const RunOptions& o, Transcript& out,
@@ -494,9 +400,9 @@ double run_steps(models::Model& model, engine::Device& device, const RunOptions&
     for (const std::string& line : r.details) out.say("  " + line);
     std::string ranks;
     if (model.world_size() > 1) {
-      const WorldStep w = world_step(model, comm_before, ms, device.ledger().peak_bytes());
-      out.say("  " + ranks_line(w, meta));
-      ranks = ranks_json(w, meta);
+      const tools::WorldStep w = tools::world_step(model, comm_before, ms, device.ledger().peak_bytes());
+      out.say("  " + tools::ranks_line(w, meta));
+      ranks = tools::ranks_json(w, meta);
     }
     if (o.records)
       o.records->push_back({step, meta || !r.has_loss ? NAN : r.loss, ms,
@@ -540,9 +446,10 @@ std::string run_json(const models::ModelConfig& config, models::Model& model, co
      << ",\n \"steps\": [";
   for (size_t i = 0; i < records.size(); i++) {
     const StepRecord& r = records[i];
-    os << (i ? ",\n  " : "\n  ") << "{\"step\": " << r.step << ", \"loss\": " << json_number(r.loss)
-       << ", \"ms\": " << json_number(r.ms) << ", \"items_per_second\": " << json_number(r.items_per_second)
-       << ", \"peak_bytes\": " << r.peak_bytes << (r.ranks_json.empty() ? "" : ", \"ranks\": " + r.ranks_json) << "}";
+    os << (i ? ",\n  " : "\n  ") << "{\"step\": " << r.step << ", \"loss\": " << engine::json::number(r.loss)
+       << ", \"ms\": " << engine::json::number(r.ms)
+       << ", \"items_per_second\": " << engine::json::number(r.items_per_second) << ", \"peak_bytes\": " << r.peak_bytes
+       << (r.ranks_json.empty() ? "" : ", \"ranks\": " + r.ranks_json) << "}";
   }
   const engine::Ledger& l = device.ledger();
   os << "],\n \"peak\": {\"bytes\": " << l.peak_bytes() << ", \"step\": " << peak_step << ", \"phase\": "

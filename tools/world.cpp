@@ -1,12 +1,14 @@
-// world.cpp: engine_train's data-parallel flags, their checks and the header line.
+// world.cpp: engine_train's data-parallel flags, their checks, the header line and the per-rank step report.
 #include "tools/world.h"
 
 #include <algorithm>
 #include <cstdlib>
+#include <sstream>
 #include <vector>
 
 #include "engine/error.h"
 #include "engine/format.h"
+#include "engine/json.h"
 #include "graph/data_parallel.h"
 #include "graph/parameter_shards.h"
 #include "tools/launcher.h"
@@ -18,6 +20,7 @@
 namespace tools {
 
 using engine::format_bytes;
+using engine::format_fixed;
 using engine::str;
 
 void add_world_flags(Flags& flags) {
@@ -151,6 +154,72 @@ std::string data_parallel_line(models::Model& model) {
              views ? " (category grad: the gradients are views into them)"
                    : " of staging, the largest bucket's size (category comm)",
              zero, " | the loss and items are the world's");
+}
+
+WorldStep world_step(models::Model& model, const engine::dist::CommTotals& before, double ms, size_t peak) {
+  const engine::dist::CommTotals now = model.communication();
+  auto delta = [](const engine::dist::CommStats& a, const engine::dist::CommStats& b) {
+    return std::vector<double>{double(a.calls - b.calls), a.bytes - b.bytes, a.seconds - b.seconds};
+  };
+  std::vector<double> mine = {ms, double(peak)};
+  for (const auto& d : {delta(now.all_reduce, before.all_reduce), delta(now.broadcast, before.broadcast)})
+    mine.insert(mine.end(), d.begin(), d.end());
+  const size_t n = mine.size();
+  const std::vector<double> all = model.gather_over_ranks(mine);
+  WorldStep w;
+  w.world = model.world_size();
+  for (int r = 0; r < w.world; r++) {
+    w.ms.push_back(all[r * n]);
+    w.peak.push_back(all[r * n + 1]);
+    if (w.ms[r] > w.ms[w.slowest]) w.slowest = r;
+    if (w.peak[r] > w.peak[w.largest]) w.largest = r;
+    if (w.peak[r] < w.peak[w.smallest]) w.smallest = r;
+  }
+  const char* names[] = {"all-reduce", "broadcast"};
+  for (size_t k = 0; k < 2; k++) {
+    const double* c = &all[w.slowest * n + 2 + 3 * k];
+    w.collectives.push_back({names[k], c[0], c[1], c[2]});
+  }
+  return w;
+}
+
+std::string ranks_line(const WorldStep& w, bool meta) {
+  std::string line = engine::str("ranks: peak ", format_bytes(size_t(w.peak[w.largest])), " (rank ", w.largest, ") .. ",
+                                 format_bytes(size_t(w.peak[w.smallest])), " (rank ", w.smallest, ")");
+  if (!meta) line += engine::str(" | slowest rank ", w.slowest, ": ", format_fixed(w.ms[w.slowest], 1), " ms");
+  for (const WorldStep::Collective& c : w.collectives) {
+    if (c.calls == 0) continue;
+    line += engine::str(" | ", c.name, " ", int64_t(c.bytes), " B (", format_bytes(size_t(c.bytes)), ") in ",
+                        int64_t(c.calls), c.calls == 1 ? " call" : " calls");
+    if (meta || c.seconds <= 0) continue;
+    line += engine::str(", ", format_fixed(c.seconds * 1000, 2), " ms: ", format_fixed(w.algbw(c), 2), " GB/s, bus ",
+                        format_fixed(w.busbw(c), 2), " GB/s");
+  }
+  return line;
+}
+
+std::string ranks_json(const WorldStep& w, bool meta) {
+  using engine::json::number;
+  std::ostringstream os;
+  auto list = [&](const std::vector<double>& v, bool times) {
+    os << "[";
+    for (size_t r = 0; r < v.size(); r++) os << (r ? ", " : "") << (times && meta ? "null" : number(v[r]));
+    os << "]";
+  };
+  os << "{\"peak_bytes\": ";
+  list(w.peak, false);
+  os << ", \"ms\": ";
+  list(w.ms, true);
+  os << ", \"slowest_rank\": " << (meta ? "null" : std::to_string(w.slowest));
+  for (const WorldStep::Collective& c : w.collectives) {
+    const bool timed = !meta && c.seconds > 0;
+    const char* key = std::string(c.name) == "all-reduce" ? "all_reduce" : c.name;
+    os << ", \"" << key << "\": {\"calls\": " << int64_t(c.calls) << ", \"bytes\": " << number(c.bytes)
+       << ", \"seconds\": " << (timed ? number(c.seconds) : "null")
+       << ", \"bus_gb_per_s\": " << (timed ? number(w.busbw(c)) : "null") << "}";
+  }
+  os << "}";
+  return os.str();
 }
 
 }  // namespace tools

@@ -70,6 +70,20 @@ size_t held_shards(const graph::ParameterShards& shards, size_t params) {
   return n;
 }
 
+// `net` sharded over `world` ranks of a meta communicator, this process being rank 0: the reducer of its parameters
+// (ZeRO stage 3) and its shards, which the reducer tells of every complete gradient.
+struct Sharded {
+  std::shared_ptr<engine::dist::Communicator> comm;
+  graph::GradientReducer reducer;
+  graph::ParameterShards shards;
+  Sharded(Stack& net, int world)
+      : comm(engine::dist::meta_world(world, 0)),
+        reducer(comm, net.named_parameters(), graph::kDefaultBucketBytes, 3),
+        shards(comm, reducer, net) {
+    reducer.set_parameter_shards(&shards);
+  }
+};
+
 std::vector<std::vector<double>> gradients(const graph::Module& m) {
   std::vector<std::vector<double>> g;
   for (const auto& [name, p] : m.named_parameters()) g.push_back(p.grad().to_double());
@@ -82,9 +96,8 @@ TEST(ParameterShards, UnitsAreTheNumberedLayersAndTheRestIsTheRoot) {
   auto dev = engine::Device::create(engine::DeviceType::meta, size_t(1) << 30);
   engine::DeviceGuard guard(dev);
   Stack net;
-  auto comm = engine::dist::meta_world(2, 0);
-  graph::GradientReducer reducer(comm, net.named_parameters(), graph::kDefaultBucketBytes, 3);
-  graph::ParameterShards shards(comm, reducer, net);
+  Sharded sharded(net, 2);
+  const graph::ParameterShards& shards = sharded.shards;
   ASSERT_EQ(shards.units().size(), 4u);
   EXPECT_EQ(shards.units()[0].name, "");
   EXPECT_EQ(shards.units()[0].bytes, kMatrix);
@@ -118,20 +131,17 @@ TEST(ParameterShards, TrainingThroughTheShardsGivesTheWholeParametersGradients) 
   engine::generator().seed = 5, engine::generator().offset = 64;
   Stack sharded;
 
-  auto comm = engine::dist::meta_world(1, 0);
-  graph::GradientReducer reducer(comm, sharded.named_parameters(), graph::kDefaultBucketBytes, 3);
-  graph::ParameterShards shards(comm, reducer, sharded);
-  reducer.set_parameter_shards(&shards);
-  shards.gather_root();
+  Sharded world(sharded, 1);
+  world.shards.gather_root();
   Tensor got;
-  reducer.reduce_during([&] {
+  world.reducer.reduce_during([&] {
     got = sharded.loss(x);
     graph::backward(got);
   });
   EXPECT_EQ(got.to_double(), want);
   EXPECT_EQ(gradients(sharded), want_gradients);
   for (const auto& [name, p] : sharded.named_parameters()) EXPECT_TRUE(p.storage()->released()) << name;
-  EXPECT_EQ(dev->ledger().live_bytes(Category::param), held_shards(shards, 7));
+  EXPECT_EQ(dev->ledger().live_bytes(Category::param), held_shards(world.shards, 7));
 }
 
 // Two ranks on meta (rank 0): while layer i runs, the parameters live are the shards, the root and layer i only.
@@ -139,10 +149,8 @@ TEST(ParameterShards, ARankHoldsItsShardsTheRootAndTheLayerInFlight) {
   auto dev = engine::Device::create(engine::DeviceType::meta, size_t(1) << 30);
   engine::DeviceGuard guard(dev);
   Stack net;
-  auto comm = engine::dist::meta_world(2, 0);
-  graph::GradientReducer reducer(comm, net.named_parameters(), graph::kDefaultBucketBytes, 3);
-  graph::ParameterShards shards(comm, reducer, net);
-  reducer.set_parameter_shards(&shards);
+  Sharded world(net, 2);
+  graph::ParameterShards& shards = world.shards;
   const engine::Ledger& ledger = dev->ledger();
   // Rank 0's pieces: embed, layers.0 and the first 8 elements of layers.1.weight, each a block.
   const size_t mine = held(kMatrix) + held(kMatrix) + held(kVector) + held(8 * 4);
@@ -150,7 +158,7 @@ TEST(ParameterShards, ARankHoldsItsShardsTheRootAndTheLayerInFlight) {
   EXPECT_EQ(ledger.live_bytes(Category::param), mine);
   shards.gather_root();
   const Tensor x = ops::rand({4, kWidth});
-  reducer.reduce_during([&] { graph::backward(net.loss(x)); });
+  world.reducer.reduce_during([&] { graph::backward(net.loss(x)); });
   ASSERT_EQ(net.live_params.size(), 3u);
   for (size_t n : net.live_params) EXPECT_EQ(n, mine + held(kMatrix) + held(kMatrix) + held(kVector));
   EXPECT_EQ(ledger.live_bytes(Category::param), mine);
@@ -161,9 +169,7 @@ TEST(ParameterShards, AParameterReadWhileReleasedIsAnErrorNamingIt) {
     auto dev = engine::Device::create(type, size_t(1) << 26);
     engine::DeviceGuard guard(dev);
     Stack net;
-    auto comm = engine::dist::meta_world(2, 0);
-    graph::GradientReducer reducer(comm, net.named_parameters(), graph::kDefaultBucketBytes, 3);
-    graph::ParameterShards shards(comm, reducer, net);
+    Sharded world(net, 2);
     // A layer's weight used outside the layer's forward (on cpu the kernel's read fails; on meta, where no kernel
     // reads, the op's recording does).
     try {

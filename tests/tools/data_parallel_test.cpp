@@ -69,6 +69,44 @@ std::pair<double, double> largest_difference(const engine::Tensor& got, const en
   return {diff, top};
 }
 
+using Checkpoint = std::map<std::string, engine::Tensor>;
+
+// `got` holds the tensors of `want`, no more, each of the same shape and bytes.
+void expect_same_tensors(const Checkpoint& got, const Checkpoint& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (const auto& [name, t] : want) {
+    ASSERT_TRUE(got.count(name)) << name << " " << what;
+    EXPECT_EQ(got.at(name).shape(), t.shape()) << name << " " << what;
+    EXPECT_EQ(got.at(name).to_host_bytes(), t.to_host_bytes()) << name << " " << what;
+  }
+}
+
+// `common` trained on two ranks (saved, with --json dp.json) and as one process accumulating two (saved): both run
+// and print the same losses, and their checkpoints hold as many tensors; *dp and *acc are those checkpoints.
+void train_on_two_ranks_and_accumulating(const std::string& common, const testutil::TempDir& dir, Checkpoint* dp,
+                                         Checkpoint* acc) {
+  const auto [rc_dp, out_dp] =
+      shell(common + " --nproc 2 --save " + dir.file("dp.safetensors") + " --json " + dir.file("dp.json"));
+  ASSERT_EQ(rc_dp, 0) << out_dp;
+  const auto [rc_acc, out_acc] = shell(common + " --accumulate 2 --save " + dir.file("acc.safetensors"));
+  ASSERT_EQ(rc_acc, 0) << out_acc;
+  EXPECT_EQ(step_losses(out_dp), step_losses(out_acc)) << out_dp << out_acc;
+  *dp = load(dir.file("dp.safetensors"));
+  *acc = load(dir.file("acc.safetensors"));
+  ASSERT_EQ(dp->size(), acc->size());
+}
+
+// Each rank's ledger of that two-rank run (dp.json, dp.json.rank1) is meta's prediction of that rank.
+void expect_meta_predicts_both_ranks(const std::string& common, const testutil::TempDir& dir) {
+  for (int r = 0; r < 2; r++) {
+    const std::string m = dir.file("meta" + std::to_string(r) + ".json");
+    const auto [rc_m, out_m] =
+        shell(common + " --device meta --world-size 2 --rank " + std::to_string(r) + " --json " + m);
+    ASSERT_EQ(rc_m, 0) << out_m;
+    EXPECT_EQ(ledger_of(dir.file(r == 0 ? "dp.json" : "dp.json.rank1")), ledger_of(m)) << "rank " << r;
+  }
+}
+
 }  // namespace
 
 // Two ranks each with batch 2 against one process with --accumulate 2 (the same four images per step): yolov3 has no
@@ -109,14 +147,8 @@ TEST(DataParallel, MtdnnRanksOfDifferentTasksTrainAsOneProcessAccumulating) {
   const std::string common = kTrain +
                              " --model mtdnn --size tiny --task mnli,sst,stsb --batch 2 --steps 4 --seed 3 --dropout 0 "
                              "--attention-dropout 0 --bucket-mb 1";
-  const auto [rc_dp, out_dp] =
-      shell(common + " --nproc 2 --save " + dir.file("dp.safetensors") + " --json " + dir.file("dp.json"));
-  ASSERT_EQ(rc_dp, 0) << out_dp;
-  const auto [rc_acc, out_acc] = shell(common + " --accumulate 2 --save " + dir.file("acc.safetensors"));
-  ASSERT_EQ(rc_acc, 0) << out_acc;
-  EXPECT_EQ(step_losses(out_dp), step_losses(out_acc)) << out_dp << out_acc;
-  const auto dp = load(dir.file("dp.safetensors")), acc = load(dir.file("acc.safetensors"));
-  ASSERT_EQ(dp.size(), acc.size());
+  Checkpoint dp, acc;
+  ASSERT_NO_FATAL_FAILURE(train_on_two_ranks_and_accumulating(common, dir, &dp, &acc));
   int heads = 0, exact = 0;
   for (const auto& [name, t] : acc) {
     ASSERT_TRUE(dp.count(name)) << name;
@@ -131,13 +163,7 @@ TEST(DataParallel, MtdnnRanksOfDifferentTasksTrainAsOneProcessAccumulating) {
   }
   EXPECT_GT(heads, 3);
   EXPECT_GT(exact, int(acc.size()) * 3 / 4);
-  const auto [rc_m, out_m] = shell(common + " --device meta --world-size 2 --json " + dir.file("meta0.json"));
-  ASSERT_EQ(rc_m, 0) << out_m;
-  const auto [rc_m1, out_m1] =
-      shell(common + " --device meta --world-size 2 --rank 1 --json " + dir.file("meta1.json"));
-  ASSERT_EQ(rc_m1, 0) << out_m1;
-  EXPECT_EQ(ledger_of(dir.file("dp.json")), ledger_of(dir.file("meta0.json")));
-  EXPECT_EQ(ledger_of(dir.file("dp.json.rank1")), ledger_of(dir.file("meta1.json")));
+  expect_meta_predicts_both_ranks(common, dir);
 }
 
 // unsupmt's step is four sub-steps (auto-encoding and back-translation, per language), each one forward and backward
@@ -152,14 +178,8 @@ TEST(DataParallel, UnsupmtTrainsAsOneProcessAccumulatingAndMetaPredictsEachRank)
   testutil::TempDir dir;
   const std::string common =
       kTrain + " --model unsupmt --size tiny --steps 3 --seed 3 --dropout 0 --attention-dropout 0 --bucket-mb 1";
-  const auto [rc_dp, out_dp] =
-      shell(common + " --nproc 2 --save " + dir.file("dp.safetensors") + " --json " + dir.file("dp.json"));
-  ASSERT_EQ(rc_dp, 0) << out_dp;
-  const auto [rc_acc, out_acc] = shell(common + " --accumulate 2 --save " + dir.file("acc.safetensors"));
-  ASSERT_EQ(rc_acc, 0) << out_acc;
-  EXPECT_EQ(step_losses(out_dp), step_losses(out_acc)) << out_dp << out_acc;
-  const auto dp = load(dir.file("dp.safetensors")), acc = load(dir.file("acc.safetensors"));
-  ASSERT_EQ(dp.size(), acc.size());
+  Checkpoint dp, acc;
+  ASSERT_NO_FATAL_FAILURE(train_on_two_ranks_and_accumulating(common, dir, &dp, &acc));
   int compared = 0;
   for (const auto& [name, t] : acc) {
     ASSERT_TRUE(dp.count(name)) << name;
@@ -169,13 +189,7 @@ TEST(DataParallel, UnsupmtTrainsAsOneProcessAccumulatingAndMetaPredictsEachRank)
     compared++;
   }
   EXPECT_GT(compared, 100);
-  for (int r = 0; r < 2; r++) {
-    const std::string m = dir.file("meta" + std::to_string(r) + ".json");
-    const auto [rc_m, out_m] =
-        shell(common + " --device meta --world-size 2 --rank " + std::to_string(r) + " --json " + m);
-    ASSERT_EQ(rc_m, 0) << out_m;
-    EXPECT_EQ(ledger_of(dir.file(r == 0 ? "dp.json" : "dp.json.rank1")), ledger_of(m)) << "rank " << r;
-  }
+  expect_meta_predicts_both_ranks(common, dir);
 }
 
 // The finder for a world of token-batched ranks: each rank holds what one process holds plus its staging buffer, so
@@ -376,12 +390,7 @@ TEST(DataParallel, AZeroCheckpointIsTheWholeStateAndReshardsIntoAnyWorld) {
   const auto dp = load(dir.file("world4_zero0.safetensors"));
   for (const char* zero : {"2", "3"}) {
     const std::string file = dir.file(std::string("world4_zero") + zero + ".safetensors");
-    const auto z = load(file);
-    ASSERT_EQ(dp.size(), z.size()) << "--zero " << zero;
-    for (const auto& [name, t] : dp) {
-      ASSERT_TRUE(z.count(name)) << name;
-      EXPECT_EQ(z.at(name).to_host_bytes(), t.to_host_bytes()) << name << " --zero " << zero;
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_same_tensors(load(file), dp, std::string("--zero ") + zero));
     EXPECT_EQ(engine::read_safetensors_metadata(file),
               engine::read_safetensors_metadata(dir.file("world4_zero0.safetensors")));
   }
@@ -411,13 +420,8 @@ TEST(DataParallel, AZeroWorldExportsTheWholeMasters) {
   }
   const auto dp = load(dir.file("hf0") + "/model.safetensors");
   for (const char* zero : {"1", "3"}) {
-    const auto z = load(dir.file(std::string("hf") + zero) + "/model.safetensors");
-    ASSERT_EQ(z.size(), dp.size()) << "--zero " << zero;
-    for (const auto& [name, t] : dp) {
-      ASSERT_TRUE(z.count(name)) << name;
-      EXPECT_EQ(z.at(name).shape(), t.shape()) << name << " --zero " << zero;
-      EXPECT_EQ(z.at(name).to_host_bytes(), t.to_host_bytes()) << name << " --zero " << zero;
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_same_tensors(load(dir.file(std::string("hf") + zero) + "/model.safetensors"), dp,
+                                                std::string("--zero ") + zero));
   }
 }
 

@@ -56,6 +56,20 @@ def batch(model_name, cfg, b, s, dev):
     return kw
 
 
+def time_training(loss_of, opt, amp, steps, warmup):
+    """Times training steps: loss_of() under bf16 autocast when `amp`, backward, opt.step, zero_grad (set_to_none);
+    returns time_steps' (seconds per step, peak GiB)."""
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+            loss = loss_of()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    return time_steps(step, steps, warmup)
+
+
 def run_config(model_name, seq, batch_size, precision, attn, steps, warmup):
     """Trains `steps` timed steps after `warmup`; returns (seconds per step, peak GiB)."""
     dev = torch.device("cuda")
@@ -67,16 +81,8 @@ def run_config(model_name, seq, batch_size, precision, attn, steps, warmup):
     kw = batch(model_name, cfg, batch_size, seq, dev)
     amp = precision == "bf16"
 
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-            loss = model(**kw).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
-
     try:
-        return time_steps(step, steps, warmup)
+        return time_training(lambda: model(**kw).loss, opt, amp, steps, warmup)
     finally:
         del model, opt, kw
         release()
@@ -110,16 +116,8 @@ def run_best(seq, batch_size, precision, steps, warmup, compiled):
 
     f = torch.compile(loss_fn) if compiled else loss_fn
 
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-            loss = f(**kw)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
-
     try:
-        return time_steps(step, steps, warmup)
+        return time_training(lambda: f(**kw), opt, amp, steps, warmup)
     finally:
         del model, opt, kw
         release()
