@@ -69,7 +69,9 @@ TEST(DistCuda, DataParallelOverNcclEqualsOneProcessAndMetaPredictsItsLedger) {
     EXPECT_EQ(nccl.peak, meta.peak) << "--zero " << zero;
     EXPECT_TRUE(nccl.events == meta.events) << "--zero " << zero << ": the NCCL rank's allocation events differ "
                                             << "from meta's";
-    if (zero == 0) EXPECT_GT(nccl.peak, one.peak);  // the staging buffer of the buckets, category comm
+    if (zero == 0) {
+      EXPECT_GT(nccl.peak, one.peak);  // the staging buffer of the buckets, category comm
+    }
     std::printf("bert_base tiny --zero %d: one process peak %zu B, NCCL world of one %zu B == meta %zu B\n", zero,
                 one.peak, nccl.peak, meta.peak);
   }
