@@ -5,9 +5,11 @@
 // any order: recomputation (activation checkpointing) and the CUDA kernels reproduce the cpu's masks.
 //
 // Element i of a draw made at generator offset `off` (a multiple of 4) uses Philox block (off + i) / 4,
-// lane (off + i) % 4, keyed by the seed. A uniform float in [0, 1) keeps the top 24 bits.
+// lane (off + i) % 4, keyed by the seed. A uniform float in [0, 1) keeps the top 24 bits. Dropout's keep
+// decisions use each 32-bit number as two 16-bit ones (dropout_bits below): 8 decisions per Philox block.
 #pragma once
 #include <array>
+#include <cmath>
 #include <cstdint>
 
 namespace engine {
@@ -55,6 +57,47 @@ ENGINE_HD float philox_uniform(uint64_t seed, uint64_t offset, uint64_t i) {
   uint32_t r[4];
   philox4x32_10(seed, n >> 2, r);
   return philox_bits_to_uniform(r[n & 3]);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Dropout's draws: 16-bit numbers.
+//
+// A keep decision needs one comparison, not a 24-bit uniform, and on a GPU the Philox rounds' integer
+// multiplies are what dropout costs (inside flash attention they took more time than the matrix products).
+// So dropout reads each 32-bit number as two 16-bit ones: element e of a dropout draw made at generator
+// offset `off` is the low (e even) or high (e odd) half of number off + e / 2. With off a multiple of 4 (the
+// generator reserves in fours), elements 8k .. 8k + 7 are the 8 halves of Philox block off / 4 + k, in order.
+// Element e is kept iff its half >= DropoutRate::threshold = ceil(p * 2^16): the drop probability is p
+// rounded up to a multiple of 2^-16 (p_q; 0.1 becomes 0.1000061), and kept elements are multiplied by
+// 1 / (1 - p_q), so the expectation is the input's exactly. A draw of n elements reserves ceil(n / 2) numbers.
+struct DropoutRate {
+  uint32_t threshold = 0;  // keep iff the element's 16-bit number >= threshold (2^16: nothing is kept)
+  double keep_scale = 1;   // 1 / (1 - p_q); 0 when nothing is kept
+};
+
+inline DropoutRate dropout_rate(double p) {
+  DropoutRate r;
+  const double t = std::ceil(p * 65536.0);  // p * 2^16 is exact in double
+  r.threshold = t <= 0 ? 0u : t >= 65536 ? 65536u : uint32_t(t);
+  r.keep_scale = r.threshold >= 65536u ? 0.0 : 65536.0 / double(65536u - r.threshold);
+  return r;
+}
+
+// Numbers a dropout draw of n elements reserves.
+ENGINE_HD uint64_t dropout_numbers(uint64_t n) { return (n + 1) / 2; }
+
+// Half h (0..7, low half of word 0 first) of a Philox block.
+ENGINE_HD uint32_t philox_half(const uint32_t (&r)[4], uint32_t h) {
+  const uint32_t w = h < 4 ? (h < 2 ? r[0] : r[1]) : (h < 6 ? r[2] : r[3]);
+  return (h & 1u) ? w >> 16 : w & 0xffffu;
+}
+
+// The 16-bit number of element e of a dropout draw at offset `offset`.
+ENGINE_HD uint32_t dropout_bits(uint64_t seed, uint64_t offset, uint64_t e) {
+  const uint64_t half = 2 * offset + e;  // position counted in 16-bit halves
+  uint32_t r[4];
+  philox4x32_10(seed, half >> 3, r);
+  return philox_half(r, uint32_t(half & 7));
 }
 
 // The engine's generator: a seed and the offset of the next unused number.

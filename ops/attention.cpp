@@ -244,7 +244,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
     engine::Generator& gen = engine::generator();
     params.dropout_p = options.dropout_p;
     params.seed = gen.seed;
-    params.offset = gen.reserve(uint64_t(q.size(0) * q.size(1) * q.size(2)) * uint64_t(k.size(2)));
+    const uint64_t elements = uint64_t(q.size(0) * q.size(1) * q.size(2)) * uint64_t(k.size(2));
+    params.offset = gen.reserve(engine::dropout_numbers(elements));
   }
   return flash_attention_forward(q, k, v, key_padding_mask, params)[0];
 }

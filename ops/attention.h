@@ -20,10 +20,11 @@
 //           row is 0 and no gradient flows through it, never NaN. flash: the row's log-sum-exp is +inf, so
 //           the recomputed probabilities exp(s - lse) are all 0. naive: such a row is left unmasked (its
 //           softmax stays finite) and its output row is multiplied by 0.
-// Dropout (training and dropout_p > 0) drops attention probabilities: element (b, h, i, j) is kept iff
-// philox_uniform(seed, offset, ((b*H + h)*Lq + i)*Lk + j) >= p and scaled by 1/(1 - p), where (seed, offset)
-// is a reservation of B*H*Lq*Lk numbers from engine::generator(). Both algorithms reserve and index the same
-// way (naive through ops::dropout on its contiguous probabilities), so the same seed gives the same result.
+// Dropout (training and dropout_p > 0) drops attention probabilities: element (b, h, i, j) is element
+// ((b*H + h)*Lq + i)*Lk + j of a dropout draw (ops/dropout.h, engine/rng.h: kept iff its 16-bit number >=
+// ceil(p * 2^16), then scaled by 1/(1 - p_q)), where (seed, offset) is a reservation of B*H*Lq*Lk / 2 numbers from
+// engine::generator(). Both algorithms reserve and index the same way (naive through ops::dropout on its contiguous
+// probabilities), so the same seed gives the same result.
 //
 // FLOPs: 2*B*H*Lq*Lk*(D + Dv) forward (= 4*B*H*Lq*Lk*D when Dv == D), halved when causal; flash backward
 // 2*B*H*Lq*Lk*(3*D + 2*Dv) (= 2.5x forward: S is recomputed, then dV, dP, dQ, dK). naive's FLOPs are counted

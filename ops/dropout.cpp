@@ -49,7 +49,7 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   if (p == 0 || !training) return x;
   engine::Generator& gen = engine::generator();
   const uint64_t seed = gen.seed;
-  const uint64_t offset = gen.reserve(uint64_t(x.numel()));  // on every device, so draws stay aligned
+  const uint64_t offset = gen.reserve(engine::dropout_numbers(uint64_t(x.numel())));  // on every device: draws align
   return apply_dropout("dropout", "dropout_mask_apply", x, p, seed, offset, 1);
 }
 
@@ -66,7 +66,7 @@ Tensor drop_path(const Tensor& x, double keep_prob, bool training) {
   if (keep_prob == 1 || !training) return x;
   engine::Generator& gen = engine::generator();
   const uint64_t seed = gen.seed;
-  const uint64_t offset = gen.reserve(uint64_t(x.size(0)));  // one number per sample
+  const uint64_t offset = gen.reserve(engine::dropout_numbers(uint64_t(x.size(0))));  // one draw per sample
   return apply_dropout("drop_path", "drop_path_mask_apply", x, 1 - keep_prob, seed, offset, sample_elements(x));
 }
 

@@ -1,9 +1,11 @@
 // dropout.h: inverted dropout with masks regenerated from the counter-based RNG instead of saved.
 //
-//   dropout(x, p, training)   element i (row-major index) is kept iff philox_uniform(seed, offset, i) >= p
-//                             (the float u compared with p in double) and then scaled by 1 / (1 - p); else 0.
-//                             (seed, offset) is a reservation of numel(x) numbers from engine::generator(),
-//                             made on every device (meta too), so later draws line up across devices.
+//   dropout(x, p, training)   element i (row-major index) is kept iff its 16-bit draw dropout_bits(seed, offset,
+//                             i) >= ceil(p * 2^16) and then scaled by 1 / (1 - p_q), p_q = ceil(p * 2^16) / 2^16
+//                             (engine/rng.h: p rounded up to a multiple of 2^-16, so E[out] = x); else 0.
+//                             (seed, offset) is a reservation of ceil(numel(x) / 2) numbers (two 16-bit draws
+//                             each) from engine::generator(), made on every device (meta too), so later draws
+//                             line up across devices.
 //   p == 0 or !training      returns x itself: no allocation, no node, no numbers reserved.
 //
 // No mask is saved. PyTorch keeps a bool (or byte) mask per dropout as an activation, 1 byte per element;
@@ -27,8 +29,9 @@ Tensor dropout(const Tensor& x, double p, bool training = true);
 Tensor dropout_mask_apply(const Tensor& g, double p, uint64_t seed, uint64_t offset);
 
 // Drop path (NASNet's and stochastic depth's): a whole sample of x (its first dimension, N) is kept with
-// probability keep_prob, then scaled by 1 / keep_prob, else zeroed: dropout with one draw per sample, sample n
-// kept iff philox_uniform(seed, offset, n) >= 1 - keep_prob, N numbers reserved. Saves nothing, as dropout.
+// probability keep_prob, then scaled by 1 / (1 - p_q), else zeroed: dropout at p = 1 - keep_prob with one draw per
+// sample, sample n kept iff dropout_bits(seed, offset, n) >= ceil(p * 2^16), ceil(N / 2) numbers reserved. Saves
+// nothing, as dropout.
 // keep_prob == 1 or !training: x itself.
 Tensor drop_path(const Tensor& x, double keep_prob, bool training = true);
 Tensor drop_path_mask_apply(const Tensor& g, double keep_prob, uint64_t seed, uint64_t offset);

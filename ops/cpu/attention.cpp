@@ -74,18 +74,19 @@ struct HeadMasks {
   const uint8_t* pad_row;  // key_padding_mask[b, :], or nullptr
   int64_t Lq, Lk;
   uint64_t head_base;      // (b*H + h) * Lq * Lk: flat index of (b, h, 0, 0) in the [B, H, Lq, Lk] draw
+  engine::DropoutRate rate;  // engine::dropout_rate(p.dropout_p)
 
   // Query i attends key j: not padding, and not after the bottom-right aligned causal diagonal.
   bool visible(int64_t i, int64_t j) const {
     if (p.causal && j > i + (Lk - Lq)) return false;
     return !(pad_row && pad_row[j]);
   }
-  // The dropout factor z_ij: 1/(1-p) when kept, 0 when dropped (1 without dropout).
+  // The dropout factor z_ij: 1/(1-p_q) when kept, 0 when dropped (1 without dropout); engine/rng.h's draw.
   template <typename A>
   A dropout_factor(int64_t i, int64_t j) const {
     if (p.dropout_p <= 0) return A(1);
-    float u = engine::philox_uniform(p.seed, p.offset, head_base + uint64_t(i * Lk + j));
-    return u >= p.dropout_p ? A(1.0 / (1.0 - p.dropout_p)) : A(0);
+    const uint32_t bits = engine::dropout_bits(p.seed, p.offset, head_base + uint64_t(i * Lk + j));
+    return bits >= rate.threshold ? A(rate.keep_scale) : A(0);
   }
 };
 
@@ -93,7 +94,7 @@ HeadMasks head_masks(const FlashAttentionInputs& in, const FlashAttentionParams&
   int64_t H = in.q.size(1), Lq = in.q.size(2), Lk = in.k.size(2);
   const uint8_t* pad = in.key_padding_mask.defined()
                            ? static_cast<const uint8_t*>(in.key_padding_mask.data_ptr()) + b * Lk : nullptr;
-  return HeadMasks{p, pad, Lq, Lk, uint64_t((b * H + h) * Lq) * uint64_t(Lk)};
+  return HeadMasks{p, pad, Lq, Lk, uint64_t((b * H + h) * Lq) * uint64_t(Lk), engine::dropout_rate(p.dropout_p)};
 }
 
 // Threads only pay for themselves past some work (tests run thousands of tiny attentions).

@@ -10,10 +10,11 @@ namespace ops::cpu {
 void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Tensor& out, int64_t group) {
   ENGINE_FLOAT_SWITCH(x.dtype(), T, {
     using A = acc_t<T>;
-    const A scale = p < 1 ? A(1.0 / (1.0 - p)) : A(0);
+    const engine::DropoutRate rate = engine::dropout_rate(p);
+    const A scale = A(rate.keep_scale);
     const T* px = x.data<T>();
     T* po = out.data<T>();
-    auto keep = [&](int64_t i) { return engine::philox_uniform(seed, offset, uint64_t(i / group)) >= p; };
+    auto keep = [&](int64_t i) { return engine::dropout_bits(seed, offset, uint64_t(i / group)) >= rate.threshold; };
     if (x.is_contiguous()) {
       parallel_for(out.numel(), [&](int64_t i) { po[i] = st<T>(keep(i) ? ld(px[i]) * scale : A(0)); });
     } else {

@@ -82,11 +82,11 @@ attn::FlashArgs make_args(const cpu::FlashAttentionInputs& in, const FlashAttent
   a.scale_f64 = p.scale;
   a.scale_log2 = float(p.scale * 1.4426950408889634);
   if (p.dropout_p > 0) {
-    // u = (r >> 8) / 2^24 >= p exactly when (r >> 8) >= ceil(p * 2^24) (p * 2^24 is exact in double).
+    const engine::DropoutRate rate = engine::dropout_rate(p.dropout_p);  // the cpu's threshold and scale
     a.dropout = true;
-    a.keep_threshold = uint32_t(std::ceil(p.dropout_p * 16777216.0));
-    a.keep_scale = float(1.0 / (1.0 - p.dropout_p));
-    a.keep_scale_f64 = 1.0 / (1.0 - p.dropout_p);
+    a.keep_threshold = rate.threshold;
+    a.keep_scale = float(rate.keep_scale);
+    a.keep_scale_f64 = rate.keep_scale;
     a.seed = p.seed;
     a.offset = p.offset;
   }

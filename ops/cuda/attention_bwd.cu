@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(co
   float* sDelta = sLse + 2 * Br;                              // [2][Br]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
-  [[maybe_unused]] const bool aligned_draw = kDropout && dropout_blocks_aligned(a);  // dropout_keep_rows/_cols
+  [[maybe_unused]] const bool shared_draw = kDropout && dropout_blocks_aligned(a);  // dropout_keep_cols, else _each
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
   const int k0 = int(blockIdx.x) * Bc;
   const int warp_key = warp * 16;
@@ -206,6 +206,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(co
     const float* delta_t = sDelta + buf * Br;
     const int i0 = m * Br;
 
+    // Dropout's keep bits of this step (byte nt2: n-tiles 2 nt2, 2 nt2 + 1), drawn before the products.
+    [[maybe_unused]] KeepBytes<NT / 2> keep_bits;
+    if constexpr (kDropout) {
+#pragma unroll
+      for (int nt2 = 0; nt2 < NT / 2; nt2++) {
+        const int i = i0 + nt2 * 16, j0 = k0 + warp_key;
+        keep_bits.set(nt2, shared_draw ? dropout_keep_cols(a, bh, i, j0, lane)  // a block per 8 elements
+                                       : dropout_keep_cols_each(a, bh, i, j0, lane));
+      }
+    }
+
     // S^T = K Q^T and dP^T = V dO^T                                              [16 keys, Br] per warp
     float s[NT][4], dp[NT][4];
 #pragma unroll
@@ -242,14 +253,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(co
       for (int nt = 0; nt < NT; nt++) {
         bool keep[4] = {true, true, true, true};
         if constexpr (kDropout) {
-          if (aligned_draw) {  // one Philox block per 4 elements, shared by the 4 lanes of a key group
-            dropout_keep_cols(a, bh, i0 + nt * 8 + 2 * tq, k0 + warp_key + g, lane, keep);
-          } else {
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-              keep[e] = dropout_keep(
-                  a, dropout_index(a, bh, i0 + nt * 8 + 2 * tq + (e & 1), k0 + warp_key + g + (e >> 1) * 8));
-          }
+          for (int e = 0; e < 4; e++) keep[e] = keep_bits(nt / 2, col_keep_bit(nt % 2, e >> 1, e & 1));
         }
 #pragma unroll
         for (int e = 0; e < 4; e++) {
@@ -333,7 +338,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dq_kernel(cons
   uint16_t* sV = sK + 2 * Bc * D;   // [2][Bc, D]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
-  [[maybe_unused]] const bool aligned_draw = kDropout && dropout_blocks_aligned(a);  // dropout_keep_rows/_cols
+  [[maybe_unused]] const bool shared_draw = kDropout && dropout_blocks_aligned(a);  // dropout_keep_rows, else _each
   const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);  // longest causal tiles first
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
   const int q0 = m_block * Br;
@@ -395,6 +400,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dq_kernel(cons
     const uint16_t* k_t = sK + buf * Bc * D;
     const uint16_t* v_t = sV + buf * Bc * D;
 
+    // Dropout's keep bits of this tile (byte nt2: n-tiles 2 nt2, 2 nt2 + 1), drawn before the products.
+    [[maybe_unused]] KeepBytes<NT / 2> keep_bits;
+    if constexpr (kDropout) {
+#pragma unroll
+      for (int nt2 = 0; nt2 < NT / 2; nt2++) {
+        const int i = q0 + warp_row + g, j0 = k0 + nt2 * 16;
+        keep_bits.set(nt2, shared_draw ? dropout_keep_rows(a, bh, i, j0, lane)  // a block per 8 elements
+                                       : dropout_keep_rows_each(a, bh, i, j0, lane));
+      }
+    }
+
     // S = Q K^T, dP = dO V^T                                                     [16, Bc] per warp
     float s[NT][4], dp[NT][4];
 #pragma unroll
@@ -437,13 +453,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dq_kernel(cons
       for (int nt = 0; nt < NT; nt++) {
         bool keep[4] = {true, true, true, true};  // keep[2 half + e]
         if constexpr (kDropout) {
-          const int i = q0 + warp_row + g, j = k0 + nt * 8 + 2 * tq;
-          if (aligned_draw) {
-            dropout_keep_rows(a, bh, i, j, lane, keep);
-          } else {
-            dropout_keep2(a, dropout_index(a, bh, i, j), keep[0], keep[1]);
-            dropout_keep2(a, dropout_index(a, bh, i + 8, j), keep[2], keep[3]);
-          }
+#pragma unroll
+          for (int e = 0; e < 4; e++) keep[e] = keep_bits(nt / 2, row_keep_bit(nt % 2, e >> 1, e & 1));
         }
 #pragma unroll
         for (int half = 0; half < 2; half++)

@@ -3,8 +3,8 @@
 //
 // The masks and the dropout are the cpu reference's (ops/cpu/attention.cpp), element for element:
 //   query i sees key j  iff  j < Lk, not (causal and j > i + (Lk - Lq)), not key_padding_mask[b, j];
-//   dropout keeps (b, h, i, j) iff philox_uniform(seed, offset, ((b*H + h)*Lq + i)*Lk + j) >= p, tested here
-//   on the integer the uniform is made of: u = r / 2^24 >= p  <=>  r >= ceil(p * 2^24) (exact, no rounding).
+//   dropout keeps (b, h, i, j) iff dropout_bits(seed, offset, ((b*H + h)*Lq + i)*Lk + j) >= ceil(p * 2^16) and then
+//   scales by 1 / (1 - p_q) (engine/rng.h: 16-bit draws, 8 per Philox block).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -34,8 +34,8 @@ struct FlashArgs {
   double scale_f64 = 1;   // for f64 kernels
   float scale_log2 = 1;   // scale * log2(e): the tensor-core kernels use exp2
   bool dropout = false;
-  uint32_t keep_threshold = 0;  // keep iff (philox >> 8) >= keep_threshold
-  float keep_scale = 1;         // 1 / (1 - p) as the cpu rounds it (A(1.0 / (1.0 - p)))
+  uint32_t keep_threshold = 0;  // keep iff the 16-bit draw >= keep_threshold (engine::dropout_rate)
+  float keep_scale = 1;         // 1 / (1 - p_q) as the cpu rounds it (A(rate.keep_scale))
   double keep_scale_f64 = 1;
   uint64_t seed = 0, offset = 0;
   // forward outputs
@@ -62,35 +62,26 @@ __device__ __forceinline__ bool key_visible(const FlashArgs& a, const uint8_t* p
   return !(pad_row && pad_row[j]);
 }
 
-__device__ __forceinline__ uint32_t philox_lane(const uint32_t (&r)[4], uint32_t lane) {
-  return lane == 0 ? r[0] : lane == 1 ? r[1] : lane == 2 ? r[2] : r[3];
-}
-
-// Dropout keep test of the draw's element n (generator position offset + flat index).
+// Dropout keep test of the draw's element `flat` (engine/rng.h's 16-bit draw of element flat at a.offset).
 __device__ __forceinline__ bool dropout_keep(const FlashArgs& a, uint64_t flat) {
-  const uint64_t n = a.offset + flat;
-  uint32_t r[4];
-  engine::philox4x32_10(a.seed, n >> 2, r);
-  return (philox_lane(r, uint32_t(n & 3)) >> 8) >= a.keep_threshold;
+  return engine::dropout_bits(a.seed, a.offset, flat) >= a.keep_threshold;
 }
 
 // The keep tests of elements flat and flat + 1 (neighbouring keys of one query), with one Philox block
 // when both fall in it.
 __device__ __forceinline__ void dropout_keep2(const FlashArgs& a, uint64_t flat, bool& keep0, bool& keep1) {
-  const uint64_t n = a.offset + flat;
+  const uint64_t half = 2 * a.offset + flat;  // position in 16-bit halves
   uint32_t r[4];
-  engine::philox4x32_10(a.seed, n >> 2, r);
-  const uint32_t lane = uint32_t(n & 3);
-  keep0 = (philox_lane(r, lane) >> 8) >= a.keep_threshold;
-  uint32_t next;
-  if (lane == 3) {
+  engine::philox4x32_10(a.seed, half >> 3, r);
+  const uint32_t h = uint32_t(half & 7);
+  keep0 = engine::philox_half(r, h) >= a.keep_threshold;
+  if (h == 7) {
     uint32_t r2[4];
-    engine::philox4x32_10(a.seed, (n >> 2) + 1, r2);
-    next = r2[0];
+    engine::philox4x32_10(a.seed, (half >> 3) + 1, r2);
+    keep1 = engine::philox_half(r2, 0) >= a.keep_threshold;
   } else {
-    next = philox_lane(r, lane + 1);
+    keep1 = engine::philox_half(r, h + 1) >= a.keep_threshold;
   }
-  keep1 = (next >> 8) >= a.keep_threshold;
 }
 
 // The flat index of (b, h, i, j) in the [B, H, Lq, Lk] draw, for the head's (b*H + h).
@@ -98,49 +89,107 @@ __device__ __forceinline__ uint64_t dropout_index(const FlashArgs& a, int bh, in
   return (uint64_t(bh) * uint64_t(a.Lq) + uint64_t(i)) * uint64_t(a.Lk) + uint64_t(j);
 }
 
-// Shared draws. A Philox block gives the keep tests of 4 neighbouring keys j..j+3 of one query (j a multiple of 4)
-// when the draw's blocks start on such keys: the generator offset and Lk multiples of 4 (dropout_blocks_aligned).
-// The tensor-core kernels then draw each block once per warp and pass its words by shuffles, instead of one block
-// per element or pair (the Philox rounds were most of a dropout step's attention time). Every lane of the warp
-// must call these together.
+// Shared draws. A Philox block gives the keep tests of 8 neighbouring keys j..j+7 of one query (j a multiple of 8)
+// when the draw's blocks start on such keys: the generator offset a multiple of 4 and Lk a multiple of 8
+// (dropout_blocks_aligned). The tensor-core kernels then draw each block once per warp: every lane draws one
+// block, turns it into 8 keep bits (a byte) and the lanes that need each other's blocks gather the bytes by
+// butterfly shuffles, instead of a block per element or pair (the Philox rounds' integer multiplies were most of
+// a dropout step's attention time). Every lane of the warp must call these together.
 __device__ __forceinline__ bool dropout_blocks_aligned(const FlashArgs& a) {
-  return (a.offset & 3u) == 0 && (a.Lk & 3) == 0;
+  return (a.offset & 3u) == 0 && (a.Lk & 7) == 0;
 }
 
-// An m16n8 accumulator tile with queries along its rows: this lane's four elements, rows i and i + 8 (halves) and
-// keys j, j + 1 (j = tile + 2 tq), keep[2 half + e]. Lanes tq = 2m and 2m + 1 hold keys tile + 4m .. + 3: each draws
-// the block of one of the two rows (half = tq & 1) and hands the other the two words it needs.
-__device__ __forceinline__ void dropout_keep_rows(const FlashArgs& a, int bh, int i, int j, int lane, bool (&keep)[4]) {
-  const int mine = lane & 1;  // the half whose block this lane draws
+// The keep bits of the 8 elements flat .. flat + 7 (flat a multiple of 8 of an aligned draw): bit e = element e.
+__device__ __forceinline__ uint32_t dropout_keep_byte(const FlashArgs& a, uint64_t flat) {
   uint32_t r[4];
-  engine::philox4x32_10(a.seed, (a.offset + dropout_index(a, bh, i + 8 * mine, j & ~3)) >> 2, r);
-  // The even lane needs words 0, 1 of both halves; the odd lane words 2, 3.
-  const uint32_t got0 = __shfl_xor_sync(0xffffffffu, mine ? r[0] : r[2], 1);
-  const uint32_t got1 = __shfl_xor_sync(0xffffffffu, mine ? r[1] : r[3], 1);
-  const uint32_t w[4] = {mine ? got0 : r[0], mine ? got1 : r[1], mine ? r[2] : got0, mine ? r[3] : got1};
+  engine::philox4x32_10(a.seed, (2 * a.offset + flat) >> 3, r);
+  uint32_t bits = 0;
 #pragma unroll
-  for (int k = 0; k < 4; k++) keep[k] = (w[k] >> 8) >= a.keep_threshold;
-}
-
-// The transposed tile (keys along its rows: rows j and j + 8, queries i, i + 1; i = tile + 2 tq): element
-// e = 2 half + c is (query i + c, key j + 8 half), keep[e]. The four lanes of one tq whose keys share a group of 4
-// (g = 4 t + m, m = 0..3) need the same four blocks, word m of each: lane m draws block e = m, and in round k lane m
-// takes word m of block (m + k) & 3 from the lane that drew it (which sends word (its m - k) & 3).
-__device__ __forceinline__ void dropout_keep_cols(const FlashArgs& a, int bh, int i, int j, int lane, bool (&keep)[4]) {
-  const int m = (lane >> 2) & 3;
-  uint32_t r[4];
-  engine::philox4x32_10(a.seed, (a.offset + dropout_index(a, bh, i + (m & 1), (j & ~3) + 8 * (m >> 1))) >> 2, r);
-  uint32_t kept = 0;  // bit e: keep[e] (a register: keep[] indexed by a lane-dependent s would go to memory)
-#pragma unroll
-  for (int k = 0; k < 4; k++) {
-    const int s = (m + k) & 3;                                    // the block this lane takes a word of
-    const uint32_t sent = philox_lane(r, uint32_t((m - k) & 3));  // the word the lane that asks for mine needs
-    const uint32_t word = __shfl_sync(0xffffffffu, sent, lane + 4 * (s - m));
-    kept |= uint32_t((word >> 8) >= a.keep_threshold) << s;
+  for (int w = 0; w < 4; w++) {
+    bits |= uint32_t((r[w] & 0xffffu) >= a.keep_threshold) << (2 * w);
+    bits |= uint32_t((r[w] >> 16) >= a.keep_threshold) << (2 * w + 1);
   }
-#pragma unroll
-  for (int e = 0; e < 4; e++) keep[e] = (kept >> e) & 1u;
+  return bits;
 }
+
+// Bits 0, 1 of each byte of v, as bits 0..7.
+__device__ __forceinline__ uint32_t low_pairs(uint32_t v) {
+  return (v & 0x3u) | ((v >> 6) & 0xcu) | ((v >> 12) & 0x30u) | ((v >> 18) & 0xc0u);
+}
+
+// Two neighbouring m16n8 accumulator tiles with queries along their rows (n-tiles nt + t, t = 0, 1, keys
+// j0 + 8 t .. + 7, j0 a multiple of 8): this lane's elements are rows i and i + 8 (h = 0, 1) and keys
+// j0 + 8 t + 2 tq + e. The 4 lanes of a quad (tq = 0..3, one i) need the same 4 blocks (h, t): lane tq draws block
+// (h, t) = (tq & 1, tq >> 1) into byte tq, and two xor shuffles give every lane all four bytes. Returns the lane's 8
+// keep bits: element (t, h, e) is bit row_keep_bit(t, h, e).
+__device__ __forceinline__ uint32_t dropout_keep_rows(const FlashArgs& a, int bh, int i, int j0, int lane) {
+  const int tq = lane & 3;
+  uint32_t v = dropout_keep_byte(a, dropout_index(a, bh, i + 8 * (tq & 1), j0 + 8 * (tq >> 1))) << (8 * tq);
+  v |= __shfl_xor_sync(0xffffffffu, v, 1);
+  v |= __shfl_xor_sync(0xffffffffu, v, 2);
+  return low_pairs(v >> (2 * tq));  // keys 2 tq, 2 tq + 1 of each block
+}
+__host__ __device__ constexpr int row_keep_bit(int t, int h, int e) { return 2 * (h + 2 * t) + e; }
+
+// The same 8 bits when the draw's blocks do not start on tile columns: each pair of keys drawn on its own.
+__device__ __forceinline__ uint32_t dropout_keep_rows_each(const FlashArgs& a, int bh, int i, int j0, int lane) {
+  const int tq = lane & 3;
+  uint32_t bits = 0;
+#pragma unroll
+  for (int t = 0; t < 2; t++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      bool keep0, keep1;
+      dropout_keep2(a, dropout_index(a, bh, i + 8 * h, j0 + 8 * t + 2 * tq), keep0, keep1);
+      bits |= uint32_t(keep0) << row_keep_bit(t, h, 0) | uint32_t(keep1) << row_keep_bit(t, h, 1);
+    }
+  return bits;
+}
+
+// The transposed tile (dK, dV): keys along its rows (j0 + g + 8 h, j0 a multiple of 8), queries along its columns
+// (n-tiles nt + t: queries i0 + 8 t + 2 tq + e). The 8 lanes of one tq (g = 0..7) need the same 8 blocks
+// (t, h, e) (query i0 + 8 t + 2 tq + e, keys j0 + 8 h ..): lane g draws block (t, h, e) = (g >> 2, (g >> 1) & 1,
+// g & 1) into byte g & 3 of a word per t, xor shuffles over g ^ 1 and g ^ 2 gather a t's four bytes and one over
+// g ^ 4 fetches the other t's. Each lane keeps bit g (its key) of every byte: element (t, h, e) is bit
+// col_keep_bit(t, h, e) of the 8 bits returned.
+__device__ __forceinline__ uint32_t dropout_keep_cols(const FlashArgs& a, int bh, int i0, int j0, int lane) {
+  const int g = lane >> 2, tq = lane & 3;
+  const uint64_t flat = dropout_index(a, bh, i0 + 8 * (g >> 2) + 2 * tq + (g & 1), j0 + 8 * ((g >> 1) & 1));
+  uint32_t v = dropout_keep_byte(a, flat) << (8 * (g & 3));
+  v |= __shfl_xor_sync(0xffffffffu, v, 4);
+  v |= __shfl_xor_sync(0xffffffffu, v, 8);
+  const uint32_t other = __shfl_xor_sync(0xffffffffu, v, 16);
+  const uint32_t w0 = g < 4 ? v : other, w1 = g < 4 ? other : v;  // the blocks of t = 0 and t = 1
+  return low_pairs(((w0 >> g) & 0x01010101u) | (((w1 >> g) & 0x01010101u) << 1));
+}
+__host__ __device__ constexpr int col_keep_bit(int t, int h, int e) { return 2 * (2 * h + e) + t; }
+
+// The same 8 bits when the draw's blocks do not start on tile rows: each element drawn on its own.
+__device__ __forceinline__ uint32_t dropout_keep_cols_each(const FlashArgs& a, int bh, int i0, int j0, int lane) {
+  const int g = lane >> 2, tq = lane & 3;
+  uint32_t bits = 0;
+#pragma unroll
+  for (int t = 0; t < 2; t++)
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+      for (int e = 0; e < 2; e++)
+        bits |= uint32_t(dropout_keep(a, dropout_index(a, bh, i0 + 8 * t + 2 * tq + e, j0 + g + 8 * h)))
+                << col_keep_bit(t, h, e);
+  return bits;
+}
+
+// The keep bytes of N pairs of n-tiles (dropout_keep_rows or _cols, byte n = pair n), in registers when n is a
+// compile-time constant (unrolled loops). The kernels draw a tile's bytes before its matrix products, while the
+// score accumulators are not yet live: the draws depend on nothing the tile computes, and the Philox rounds then
+// cost no registers the scores need.
+template <int N>
+struct KeepBytes {
+  static_assert(N <= 8, "eight pairs of n-tiles at most");
+  uint64_t w = 0;
+  __device__ __forceinline__ void set(int n, uint32_t byte) { w |= uint64_t(byte) << (8 * n); }
+  __device__ __forceinline__ bool operator()(int n, int bit) const { return (w >> (8 * n + bit)) & 1u; }
+};
 
 // ---------------------------------------------------------------------------------------------------
 // Tensor-core primitives (sm_80+). Tiles of 16-bit elements live in shared memory as rows of D elements

@@ -61,6 +61,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel
   const uint16_t* kh = static_cast<const uint16_t*>(a.k) + b * a.ks.b + h * a.ks.h;
   const uint16_t* vh = static_cast<const uint16_t*>(a.v) + b * a.vs.b + h * a.vs.h;
   const uint8_t* pad_row = a.pad ? a.pad + int64_t(b) * a.Lk : nullptr;
+  [[maybe_unused]] const bool shared_draw = kDropout && dropout_blocks_aligned(a);  // dropout_keep_rows, else _each
 
   // Keys after the tile's last row's causal limit are masked for every row: skip them.
   int key_end = a.Lk;
@@ -105,6 +106,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel
           for (int ks = 0; ks < KS; ks++)
             ldmatrix_x4(qf[mt][ks], q_frag(warp_row + mt * 16, ks));
       }
+    }
+
+    // Dropout's keep bits of this tile (byte mt * NT/2 + nt2: n-tiles 2 nt2, 2 nt2 + 1), drawn before the scores.
+    [[maybe_unused]] KeepBytes<MT * NT / 2> keep;
+    if constexpr (kDropout) {
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt2 = 0; nt2 < NT / 2; nt2++) {
+          const int i = q0 + warp_row + mt * 16 + g, j0 = k0 + nt2 * 16;
+          keep.set(mt * NT / 2 + nt2, shared_draw ? dropout_keep_rows(a, bh, i, j0, lane)  // a block per 8 elements
+                                                  : dropout_keep_rows_each(a, bh, i, j0, lane));
+        }
     }
 
     // S = Q K^T                                                                  [16*MT, Bc] per warp
@@ -195,30 +209,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel
 
     // Dropout: after the row sum (l counts every probability), before P V.
     if constexpr (kDropout) {
-      if (dropout_blocks_aligned(a)) {  // one Philox block per 4 elements, shared by a lane pair
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++)
+      for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-          for (int nt = 0; nt < NT; nt++) {
-            bool keep[4];
-            dropout_keep_rows(a, bh, q0 + warp_row + mt * 16 + g, k0 + nt * 8 + 2 * tq, lane, keep);
+        for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) s[mt][nt][e] *= keep[e] ? a.keep_scale : 0.f;
-          }
-      } else {
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-          for (int half = 0; half < 2; half++)
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-              const int i = q0 + warp_row + mt * 16 + g + half * 8, j = k0 + nt * 8 + 2 * tq;
-              bool keep0, keep1;
-              dropout_keep2(a, dropout_index(a, bh, i, j), keep0, keep1);
-              s[mt][nt][2 * half] *= keep0 ? a.keep_scale : 0.f;
-              s[mt][nt][2 * half + 1] *= keep1 ? a.keep_scale : 0.f;
-            }
-      }
+          for (int e = 0; e < 4; e++)
+            s[mt][nt][e] *= keep(mt * NT / 2 + nt / 2, row_keep_bit(nt % 2, e >> 1, e & 1)) ? a.keep_scale : 0.f;
     }
 
     // O += P V                                                                   [16*MT, D] per warp

@@ -1,18 +1,18 @@
 // cuda/dropout.cu: dropout's keep mask drawn on the fly from Philox, never stored.
 //
-// Element i is kept iff philox_uniform(seed, offset, i) >= p (engine/rng.h, the same ENGINE_HD code the cpu
-// runs, the float compared with p in double) and then multiplied by 1 / (1 - p) in float (double for f64):
+// Element i is kept iff dropout_bits(seed, offset, i) >= threshold (engine/rng.h's 16-bit draws, the same
+// ENGINE_HD code the cpu runs) and then multiplied by keep_scale = 1 / (1 - p_q) in float (double for f64):
 // one rounding, as on the cpu, so the outputs agree bit for bit, masks included.
 //
-//   dropout_packed   x dense and offset a multiple of 4 (the generator reserves in fours): a thread takes E
-//                    consecutive elements (E = 4, or 8 for bf16/f16 so that each access is 16 bytes), i.e.
-//                    E / 4 whole Philox blocks: one 10-round block yields the uniforms of 4 elements.
-//   dropout_strided  anything else: a thread per element, philox_uniform for it, x read through the
+//   dropout_packed   x dense and offset a multiple of 4 (the generator reserves in fours): a thread takes 8
+//                    consecutive elements, the 8 halves of one Philox block (one 10-round block per 8
+//                    elements), loaded and stored as 16-byte vectors.
+//   dropout_strided  anything else: a thread per element, dropout_bits for it, x read through the
 //                    collapsed layout (kernel_util.cuh's Indexer).
 //   drop_path_*      one draw per sample of `group` elements (NASNet's drop path): a block row per sample.
-// Bound: memory (x read, out written: 2 x nbytes) and, for 16-bit types, nearly as much by the Philox
-// integer multiplies (10 rounds of two 32x32->64 multiplies per 4 elements). Measured on an H200 (64M
-// elements, bytes read + written): 3.7 TB/s f32, 2.85 TB/s bf16 (there the Philox rounds bind).
+// Bound: memory (x read, out written: 2 x nbytes); the Philox rounds (two 32x32->64 multiplies per round)
+// are 10 per 8 elements. Measured on an H200 with 32-bit draws (one block per 4 elements; 64M elements,
+// bytes read + written): 3.7 TB/s f32, 2.85 TB/s bf16, where the Philox rounds bound it.
 #include <algorithm>
 
 #include "engine/rng.h"
@@ -31,51 +31,49 @@ constexpr int kThreads = 256;
 template <typename T>
 struct DropoutArgs {
   using A = acc_t<T>;
-  double p;
-  A scale;  // 1 / (1 - p), or 0 when p == 1
+  uint32_t threshold;  // keep iff the element's 16-bit draw >= threshold
+  A scale;             // 1 / (1 - p_q), or 0 when nothing is kept
   uint64_t seed, offset;
 };
 
 template <typename T>
-__device__ __forceinline__ T drop(const DropoutArgs<T>& d, float u, T x) {
-  using A = acc_t<T>;
-  return st<T>(double(u) >= d.p ? A(ld(x)) * d.scale : A(0));
+DropoutArgs<T> dropout_args(double p, uint64_t seed, uint64_t offset) {
+  const engine::DropoutRate rate = engine::dropout_rate(p);
+  return DropoutArgs<T>{rate.threshold, acc_t<T>(rate.keep_scale), seed, offset};
 }
 
-// Elements per thread in the packed kernel: whole Philox blocks, and at least one 16-byte vector.
 template <typename T>
-constexpr int packed_elements() {
-  return vec16<T>() > 4 ? vec16<T>() : 4;
+__device__ __forceinline__ T drop(const DropoutArgs<T>& d, uint32_t bits, T x) {
+  using A = acc_t<T>;
+  return st<T>(bits >= d.threshold ? A(ld(x)) * d.scale : A(0));
 }
 
-// dropout_packed: grid-stride over packs of E elements; pack k covers elements [kE, kE + E), whose
-// uniforms are lanes 0..3 of Philox blocks offset/4 + kE/4 + g. The n % E tail elements go to the first
-// threads, one each, through philox_uniform.
+// Elements per thread in the packed kernel: one Philox block's 8 draws.
+constexpr int kPacked = 8;
+
+// dropout_packed: grid-stride over packs of 8 elements; pack k covers elements [8k, 8k + 8), whose draws are
+// the halves of Philox block offset/4 + k. The n % 8 tail elements go to the first threads, one each,
+// through dropout_bits.
 template <typename T>
 __global__ void dropout_packed(const T* x, T* out, int64_t n, DropoutArgs<T> d) {
-  constexpr int E = packed_elements<T>(), VEC = vec16<T>();
+  constexpr int E = kPacked, VEC = vec16<T>();
+  static_assert(E % VEC == 0, "a pack is whole 16-byte vectors");
   const int64_t packs = n / E;
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   for (int64_t k = tid; k < packs; k += step) {
-    float u[E];
-#pragma unroll
-    for (int g = 0; g < E / 4; g++) {
-      uint32_t r[4];
-      engine::philox4x32_10(d.seed, d.offset / 4 + uint64_t(k) * (E / 4) + g, r);
-#pragma unroll
-      for (int l = 0; l < 4; l++) u[4 * g + l] = engine::philox_bits_to_uniform(r[l]);
-    }
+    uint32_t r[4];
+    engine::philox4x32_10(d.seed, d.offset / 4 + uint64_t(k), r);
 #pragma unroll
     for (int v = 0; v < E / VEC; v++) {
       Vec<T, VEC> in = reinterpret_cast<const Vec<T, VEC>*>(x + k * E)[v], o;
 #pragma unroll
-      for (int j = 0; j < VEC; j++) o.v[j] = drop(d, u[v * VEC + j], in.v[j]);
+      for (int j = 0; j < VEC; j++) o.v[j] = drop(d, engine::philox_half(r, uint32_t(v * VEC + j)), in.v[j]);
       reinterpret_cast<Vec<T, VEC>*>(out + k * E)[v] = o;
     }
   }
   const int64_t i = packs * E + tid;
-  if (i < n) out[i] = drop(d, engine::philox_uniform(d.seed, d.offset, uint64_t(i)), x[i]);
+  if (i < n) out[i] = drop(d, engine::dropout_bits(d.seed, d.offset, uint64_t(i)), x[i]);
 }
 
 // dropout_strided: grid-stride, a thread per element i (row-major over x's shape), x at its strided
@@ -86,7 +84,7 @@ __global__ void dropout_strided(const T* x, T* out, int64_t n, Indexer<1, I> ix,
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     I off[1];
     ix.offsets(I(i), off);
-    out[i] = drop(d, engine::philox_uniform(d.seed, d.offset, uint64_t(i)), x[off[0]]);
+    out[i] = drop(d, engine::dropout_bits(d.seed, d.offset, uint64_t(i)), x[off[0]]);
   }
 }
 
@@ -97,12 +95,12 @@ __global__ void drop_path_dense(const T* x, T* out, int64_t group, DropoutArgs<T
   const int64_t n = blockIdx.y;
   const T* xs = x + n * group;
   T* os = out + n * group;
-  const float u = engine::philox_uniform(d.seed, d.offset, uint64_t(n));
+  const uint32_t bits = engine::dropout_bits(d.seed, d.offset, uint64_t(n));
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < group / VEC; k += step) {
     Vec<T, VEC> in = reinterpret_cast<const Vec<T, VEC>*>(xs)[k], o;
 #pragma unroll
-    for (int j = 0; j < VEC; j++) o.v[j] = drop(d, u, in.v[j]);
+    for (int j = 0; j < VEC; j++) o.v[j] = drop(d, bits, in.v[j]);
     reinterpret_cast<Vec<T, VEC>*>(os)[k] = o;
   }
 }
@@ -114,7 +112,7 @@ __global__ void drop_path_strided(const T* x, T* out, int64_t n, int64_t group, 
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     I off[1];
     ix.offsets(I(i), off);
-    out[i] = drop(d, engine::philox_uniform(d.seed, d.offset, uint64_t(i / group)), x[off[0]]);
+    out[i] = drop(d, engine::dropout_bits(d.seed, d.offset, uint64_t(i / group)), x[off[0]]);
   }
 }
 
@@ -127,8 +125,7 @@ void drop_path(const Tensor& x, double p, uint64_t seed, uint64_t offset, const 
   ENGINE_CHECK(samples <= 65535, "drop_path: at most 65535 samples on the GPU, got ", samples);
   cudaStream_t stream = engine::cuda::stream();
   ENGINE_CUDA_FLOAT_SWITCH(x.dtype(), T, {
-    using A = acc_t<T>;
-    DropoutArgs<T> d{p, p < 1 ? A(1.0 / (1.0 - p)) : A(0), seed, offset};
+    const DropoutArgs<T> d = dropout_args<T>(p, seed, offset);
     const T* px = static_cast<const T*>(x.data_ptr());
     T* po = static_cast<T*>(out.data_ptr());
     constexpr int VEC = vec16<T>();
@@ -155,12 +152,11 @@ void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const Te
   const int64_t n = x.numel();
   cudaStream_t stream = engine::cuda::stream();
   ENGINE_CUDA_FLOAT_SWITCH(x.dtype(), T, {
-    using A = acc_t<T>;
-    DropoutArgs<T> d{p, p < 1 ? A(1.0 / (1.0 - p)) : A(0), seed, offset};
+    const DropoutArgs<T> d = dropout_args<T>(p, seed, offset);
     const T* px = static_cast<const T*>(x.data_ptr());
     T* po = static_cast<T*>(out.data_ptr());
     if (x.is_contiguous() && offset % 4 == 0 && aligned16(px) && aligned16(po)) {
-      dropout_packed<<<grid_for(n / packed_elements<T>() + 1, kThreads), kThreads, 0, stream>>>(px, po, n, d);
+      dropout_packed<<<grid_for(n / kPacked + 1, kThreads), kThreads, 0, stream>>>(px, po, n, d);
     } else if (fits_int32(n, {&x})) {
       auto ix = make_indexer<1, int32_t>("dropout", x.shape(), {x.strides()});
       dropout_strided<<<grid_for(n, kThreads), kThreads, 0, stream>>>(px, po, n, ix, d);

@@ -1,8 +1,9 @@
-// rng_test.cpp: Philox-4x32-10 against the known-answer vectors of Random123 (Salmon et al.), and the
-// generator's reservation rule.
+// rng_test.cpp: Philox-4x32-10 against the known-answer vectors of Random123 (Salmon et al.), the generator's
+// reservation rule, and dropout's 16-bit draws against their definition (tests/util/dropout_reference.h).
 #include <gtest/gtest.h>
 
 #include "engine/rng.h"
+#include "tests/util/dropout_reference.h"
 
 TEST(Philox, KnownAnswers) {
   struct Kat {
@@ -46,4 +47,39 @@ TEST(Generator, ReservesInMultiplesOfFour) {
   EXPECT_EQ(engine::generator().offset, 12u);
   engine::manual_seed(3);
   EXPECT_EQ(engine::generator().offset, 0u);
+}
+
+TEST(DropoutDraw, SixteenBitHalvesOfTheGeneratorsNumbers) {
+  // Element e at offset 8 is half e % 2 of number 8 + e / 2; the halves of block 2 are elements 0..7.
+  uint32_t r[4];
+  engine::philox4x32_10(42, 2, r);
+  for (uint64_t e = 0; e < 8; e++) {
+    const uint32_t word = r[e / 2], half = e % 2 ? word >> 16 : word & 0xffffu;
+    EXPECT_EQ(engine::dropout_bits(42, 8, e), half) << "element " << e;
+    EXPECT_EQ(engine::philox_half(r, uint32_t(e)), half);
+  }
+  EXPECT_EQ(engine::dropout_bits(42, 8, 9), engine::dropout_bits(42, 12, 1)) << "a pure function of the position";
+  EXPECT_EQ(engine::dropout_numbers(5), 3u);
+  EXPECT_EQ(engine::dropout_numbers(8), 4u);
+}
+
+TEST(DropoutDraw, RateRoundsPUpToSixteenBitsAndScalesExactly) {
+  EXPECT_EQ(engine::dropout_rate(0.1).threshold, 6554u);  // ceil(6553.6)
+  EXPECT_DOUBLE_EQ(engine::dropout_rate(0.1).keep_scale, 65536.0 / (65536 - 6554));
+  EXPECT_EQ(engine::dropout_rate(0.25).threshold, 16384u);  // exact: 0.25 * 2^16
+  EXPECT_DOUBLE_EQ(engine::dropout_rate(0.25).keep_scale, 4.0 / 3.0);
+  EXPECT_EQ(engine::dropout_rate(0).threshold, 0u);
+  EXPECT_EQ(engine::dropout_rate(0).keep_scale, 1.0);
+  EXPECT_EQ(engine::dropout_rate(1).threshold, 65536u);  // nothing kept
+  EXPECT_EQ(engine::dropout_rate(1).keep_scale, 0.0);
+  // The kept fraction over many draws is 1 - p_q, and the definition's restatement agrees element for element.
+  const double p = 0.3;
+  int64_t kept = 0;
+  const int64_t n = 200000;
+  for (int64_t e = 0; e < n; e++) {
+    const bool keep = engine::dropout_bits(7, 4, uint64_t(e)) >= engine::dropout_rate(p).threshold;
+    ASSERT_EQ(keep, testutil::dropout_keeps(7, 4, uint64_t(e), p)) << "element " << e;
+    kept += keep;
+  }
+  EXPECT_NEAR(double(kept) / double(n), 1 - p, 0.005);
 }

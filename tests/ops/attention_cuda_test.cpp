@@ -197,8 +197,9 @@ const std::vector<Case>& cases() {
       {"key padding (batch 1 fully padded)", 3, 2, 77, 131, 64, 64, false, true},
       {"dropout", 2, 2, 77, 131, 64, 64, false, false, 0.2},
       {"dropout + causal + padding", 3, 2, 77, 131, 64, 64, true, true, 0.3},
-      // Lk a multiple of 4 (and the offset's 4096): the tensor-core kernels share each Philox block in a warp.
-      {"dropout, shared draws", 2, 2, 77, 132, 64, 64, false, false, 0.2},
+      // Lk a multiple of 8 (and the offset's 4096): the tensor-core kernels share each Philox block in a warp.
+      {"dropout, shared draws", 2, 2, 77, 136, 64, 64, false, false, 0.2},
+      {"dropout, Lk a multiple of 4 only (drawn per element)", 2, 2, 77, 132, 64, 64, false, false, 0.2},
       {"dropout + causal + padding, shared draws", 3, 2, 130, 128, 64, 64, true, true, 0.3},
       {"head dim 128, dropout, shared draws", 2, 1, 70, 200, 128, 128, false, false, 0.1},
       {"head dim 128, causal", 2, 2, 130, 200, 128, 128, true},

@@ -14,6 +14,7 @@
 #include "ops/factory.h"
 #include "ops/reduce.h"
 #include "ops/view.h"
+#include "tests/util/dropout_reference.h"
 #include "tests/util/gradcheck_util.h"
 #include "tests/util/meta_util.h"
 
@@ -82,7 +83,7 @@ Values reference(const Case& c, const Tensor& q, const Tensor& k, const Tensor& 
           if (seen[j]) m = std::max(m, s[j]);
           if (c.dropout_p > 0) {
             uint64_t flat = uint64_t(((b * H + h) * Lq + i) * Lk + j);
-            z[j] = engine::philox_uniform(seed, offset, flat) >= c.dropout_p ? 1.0 / (1.0 - c.dropout_p) : 0.0;
+            z[j] = testutil::dropout_reference(1.0, c.dropout_p, seed, offset, flat);
           }
         }
         if (m == -std::numeric_limits<double>::infinity()) continue;  // no key: output 0, gradient 0

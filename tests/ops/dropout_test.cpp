@@ -12,6 +12,7 @@
 #include "ops/factory.h"
 #include "ops/reduce.h"
 #include "ops/view.h"
+#include "tests/util/dropout_reference.h"
 #include "tests/util/gradcheck_util.h"
 #include "tests/util/meta_util.h"
 
@@ -24,7 +25,7 @@ namespace {
 
 // Element i of a dropout drawn at (seed, offset), from the definition.
 double expected_dropout(double x, double p, uint64_t seed, uint64_t offset, uint64_t i) {
-  return engine::philox_uniform(seed, offset, i) >= p ? x / (1 - p) : 0.0;
+  return testutil::dropout_reference(x, p, seed, offset, i);
 }
 
 }  // namespace
@@ -39,7 +40,7 @@ TEST(Dropout, KeepsAboutOneMinusPAndScales) {
     if (e == 0)
       dropped++;
     else
-      EXPECT_NEAR(e, 1 / (1 - p), 1e-6);
+      EXPECT_NEAR(e, 1 / (1 - p), 1e-4);  // 1 / (1 - p_q), p_q = p rounded up to a multiple of 2^-16
   }
   EXPECT_NEAR(double(dropped) / double(v.size()), p, 0.01);
 }
@@ -52,7 +53,7 @@ TEST(Dropout, MatchesPhiloxDrawsAndRegenerates) {
   Tensor x = ops::rand({4, 6}, -1, 1, DType::f64);
   const uint64_t after_x = engine::generator().offset;
   Tensor y = ops::dropout(x, p, true);
-  EXPECT_EQ(engine::generator().offset, after_x + 24);  // numel numbers reserved
+  EXPECT_EQ(engine::generator().offset, after_x + 12);  // numel / 2 numbers reserved: two 16-bit draws each
   std::vector<double> xv = x.to_double(), yv = y.to_double();
   for (size_t i = 0; i < xv.size(); i++) EXPECT_DOUBLE_EQ(yv[i], expected_dropout(xv[i], p, seed, after_x, i));
   // The same (seed, offset) gives the same mask: through dropout_mask_apply, and through dropout again.
@@ -142,11 +143,11 @@ TEST(Dropout, MetaAllocatesAndReservesLikeCpu) {
     reserved[k++] = engine::generator().offset;
   });
   EXPECT_EQ(reserved[0], reserved[1]);
-  EXPECT_EQ(reserved[0], 32u * 3);  // rand + two dropouts
+  EXPECT_EQ(reserved[0], 32u + 2 * 16u);  // rand (a number per element) + two dropouts (one per 2 elements)
 }
 
-// Drop path: sample n of x (all its elements) is kept iff philox_uniform(seed, offset, n) >= 1 - keep_prob,
-// then scaled by 1 / keep_prob; one number per sample is reserved; backward regenerates it and saves nothing.
+// Drop path: sample n of x (all its elements) is kept iff dropout draw n keeps it at p = 1 - keep_prob, then scaled
+// by 1 / (1 - p_q); half a number per sample is reserved; backward regenerates it and saves nothing.
 TEST(DropPath, WholeSamplesAreKeptOrDroppedFromTheirOneDraw) {
   engine::manual_seed(7);
   const double keep = 0.7;
@@ -154,18 +155,18 @@ TEST(DropPath, WholeSamplesAreKeptOrDroppedFromTheirOneDraw) {
   Tensor x = ops::rand(xs, 0.5, 1.5, DType::f64).set_requires_grad(true);
   const uint64_t seed = engine::generator().seed, offset = engine::generator().offset;
   Tensor y = ops::drop_path(x, keep, true);
-  EXPECT_EQ(engine::generator().offset - offset, 400u) << "one number per sample";
+  EXPECT_EQ(engine::generator().offset - offset, 200u) << "a 16-bit draw per sample";
   ASSERT_TRUE(y.grad_fn());
   EXPECT_TRUE(y.grad_fn()->saved_tensors.empty());
   const std::vector<double> xv = x.to_double(), yv = y.to_double();
   const int64_t inner = 3 * 2 * 5;
   int kept = 0;
   for (int64_t n = 0; n < 400; n++) {
-    const bool k = engine::philox_uniform(seed, offset, uint64_t(n)) >= 1 - keep;
+    const bool k = testutil::dropout_keeps(seed, offset, uint64_t(n), 1 - keep);
     kept += k;
     for (int64_t j = 0; j < inner; j++) {
       const size_t i = size_t(n * inner + j);
-      EXPECT_DOUBLE_EQ(yv[i], k ? xv[i] / keep : 0.0) << "sample " << n;
+      EXPECT_DOUBLE_EQ(yv[i], k ? xv[i] * testutil::dropout_scale(1 - keep) : 0.0) << "sample " << n;
     }
   }
   EXPECT_NEAR(double(kept) / 400, keep, 0.07);
@@ -173,8 +174,8 @@ TEST(DropPath, WholeSamplesAreKeptOrDroppedFromTheirOneDraw) {
   graph::backward(y, g);
   const std::vector<double> gv = g.to_double(), gx = x.grad().to_double();
   for (size_t i = 0; i < gv.size(); i++) {
-    const bool k = engine::philox_uniform(seed, offset, uint64_t(int64_t(i) / inner)) >= 1 - keep;
-    EXPECT_DOUBLE_EQ(gx[i], k ? gv[i] / keep : 0.0);
+    const bool k = testutil::dropout_keeps(seed, offset, uint64_t(int64_t(i) / inner), 1 - keep);
+    EXPECT_DOUBLE_EQ(gx[i], k ? gv[i] * testutil::dropout_scale(1 - keep) : 0.0);
   }
   EXPECT_TRUE(ops::drop_path(x, 1.0, true).impl() == x.impl()) << "keep_prob 1: x itself";
   EXPECT_TRUE(ops::drop_path(x, 0.5, false).impl() == x.impl()) << "not training: x itself";

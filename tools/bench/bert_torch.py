@@ -77,7 +77,7 @@ def run_config(model_name, seq, batch_size, precision, attn, steps, warmup):
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
     model, cfg = build(model_name, attn)
     model.to(dev).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True if ARGS.fused_adamw else None)
     kw = batch(model_name, cfg, batch_size, seq, dev)
     amp = precision == "bf16"
 
@@ -150,7 +150,8 @@ def main():
     for m, s, b, p, a in configs:
         dt, peak = run_config(m, s, b, p, a, ARGS.steps, ARGS.warmup)
         size = f" {ARGS.size}" if m == "bert_squad" else ""
-        print(f"torch {m}{size} seq {s} batch {b} {p} {a} | {b / dt:.1f} seq/s | {dt * 1000:.1f} ms | "
+        fused = " fused-adamw" if ARGS.fused_adamw else ""
+        print(f"torch {m}{size} seq {s} batch {b} {p} {a}{fused} | {b / dt:.1f} seq/s | {dt * 1000:.1f} ms | "
               f"peak {peak:.2f} GiB", flush=True)
 
 
@@ -166,6 +167,7 @@ if __name__ == "__main__":
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--sweep", default="", help="model:seq:batch:precision:attn,... run in one process")
     p.add_argument("--max-batch-cap-gib", type=float, default=0)
+    p.add_argument("--fused-adamw", action="store_true", help="AdamW's fused CUDA update (one kernel for all)")
     p.add_argument("--best", action="store_true",
                    help="bert_base only: SDPA, MLM on the masked positions, fused AdamW; eager, then torch.compile")
     ARGS = p.parse_args()

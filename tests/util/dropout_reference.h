@@ -1,0 +1,31 @@
+// dropout_reference.h: the dropout draw restated for tests from its definition (engine/rng.h), on top of the
+// Philox block alone (tests/engine/rng_test.cpp checks that against Random123's known answers), so the tests
+// of dropout, attention and the kernels compare against the definition, not against the engine's helpers.
+//
+//   element e of a dropout draw at generator offset `off` is 16-bit half e % 2 (low first) of 32-bit number
+//   off + e / 2 (number n: word n % 4 of Philox block n / 4); kept iff half >= ceil(p * 65536); kept elements
+//   are scaled by 65536 / (65536 - ceil(p * 65536)).
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "engine/rng.h"
+
+namespace testutil {
+
+inline bool dropout_keeps(uint64_t seed, uint64_t offset, uint64_t e, double p) {
+  const uint64_t number = offset + e / 2;
+  uint32_t r[4];
+  engine::philox4x32_10(seed, number / 4, r);
+  const uint32_t half = e % 2 == 0 ? r[number % 4] & 0xffffu : r[number % 4] >> 16;
+  return double(half) >= std::ceil(p * 65536.0);
+}
+
+inline double dropout_scale(double p) { return 65536.0 / (65536.0 - std::ceil(p * 65536.0)); }
+
+// x's element e after dropout at p.
+inline double dropout_reference(double x, double p, uint64_t seed, uint64_t offset, uint64_t e) {
+  return dropout_keeps(seed, offset, e, p) ? x * dropout_scale(p) : 0.0;
+}
+
+}  // namespace testutil

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Issue 20's GPU measurements in one call (device time is scarce): the transformer family's step time by op
+# (engine_train --profile), the flash attention kernels' TFLOP/s, and the steps beside PyTorch's strongest setups.
+#   profile  engine --profile of bert_base 512 x 32, bert_squad large 384 x 16, mtdnn 512 x 8, transformer_big
+#            8192 tokens (bf16, flash), and the attention kernel benchmark (AttentionCudaBench*)
+#   bench    engine steps (bf16 flash, and fp32) beside tools/bench/bert_torch.py --best (SDPA, gathered MLM,
+#            fused AdamW; eager and torch.compile) and tools/bench/translation_torch.py --attn flash, one call
+#   ab       a change measured before and after in one call: the attention kernel benchmark and the bert_base
+#            512 x 32 bf16 flash step of $BIN_BEFORE's and $BIN's binaries, then PyTorch's best setup
+# Usage on the GPU machine (binaries built here for sm_90, carried in $BIN):
+#   BIN=.gpu OUT=$OUT tools/bench/transformer_gpu.sh profile|bench
+#   BIN_BEFORE=.gpu_before BIN=.gpu OUT=$OUT tools/bench/transformer_gpu.sh ab
+set -uo pipefail
+BIN=${BIN:-build}
+OUT=${OUT:-/tmp/transformer_gpu}
+mkdir -p "$OUT"
+# name | engine flags (bf16 flash added) | steps
+CONFIGS=("bert_base|--model bert_base --seq 512 --batch 32"
+         "bert_squad|--model bert_squad --size large --seq 384 --batch 16"
+         "mtdnn|--model mtdnn --task mnli --seq 512 --batch 8"
+         "transformer_big|--model transformer_big --tokens 8192")
+engine_step() {  # name, log, flags...: prints the last step line
+  local name=$1 log=$2; shift 2
+  timeout 120 "$BIN/engine_train" --device cuda --steps 6 "$@" > "$log" 2>&1
+  echo "engine $name $* | $(grep -E '^step 6|rror' "$log" | tail -1)"
+}
+nvidia-smi -L | tee "$OUT/gpu.txt"
+case "${1:-profile}" in
+profile)
+  for cfg in "${CONFIGS[@]}"; do
+    IFS='|' read -r name flags <<< "$cfg"
+    engine_step "$name" "$OUT/profile_$name.log" $flags --precision bf16 --attention flash --profile
+    awk '/## Time by op/{f=1} /## Memory/{f=0} f' "$OUT/profile_$name.log" | head -30
+  done
+  echo "== attention kernels"
+  timeout 200 "$BIN/engine_cuda_tests" --gtest_also_run_disabled_tests --gtest_filter='AttentionCudaBench*' \
+    > "$OUT/attention_bench.log" 2>&1
+  grep -iE "tflop|ms" "$OUT/attention_bench.log" | head -40
+  ;;
+ab)
+  for side in before after; do
+    bin=$BIN; [ "$side" = before ] && bin=$BIN_BEFORE
+    timeout 200 "$bin/engine_cuda_tests" --gtest_also_run_disabled_tests --gtest_filter='AttentionCudaBench*' \
+      > "$OUT/attention_bench_$side.log" 2>&1
+    echo "== attention kernels, $side"; grep -iE "tflop" "$OUT/attention_bench_$side.log" | head -24
+    BIN=$bin engine_step "bert_base ($side)" "$OUT/ab_bert_base_$side.log" --model bert_base --seq 512 --batch 32 \
+      --precision bf16 --attention flash
+  done
+  timeout 200 python3 tools/bench/bert_torch.py --best --seq 512 --batch 32 --precision bf16 --steps 10 --warmup 3 \
+    2>&1 | grep -E "^torch|rror" | tee "$OUT/torch_bert_base.log"
+  ;;
+bench)
+  for cfg in "${CONFIGS[@]}"; do
+    IFS='|' read -r name flags <<< "$cfg"
+    engine_step "$name" "$OUT/bench_${name}_bf16.log" $flags --precision bf16 --attention flash
+  done
+  engine_step bert_base "$OUT/bench_bert_base_fp32.log" --model bert_base --seq 512 --batch 32 --precision fp32 \
+    --attention flash
+  echo "== PyTorch"
+  timeout 200 python3 tools/bench/bert_torch.py --best --seq 512 --batch 32 --precision bf16 --steps 10 --warmup 3 \
+    2>&1 | grep -E "^torch|rror" | tee "$OUT/torch_bert_base.log"
+  timeout 200 python3 tools/bench/bert_torch.py --size large --fused-adamw --steps 10 --warmup 3 \
+    --sweep bert_squad:384:16:bf16:sdpa,mtdnn:512:8:bf16:sdpa 2>&1 | grep -E "^torch|rror" | tee "$OUT/torch_large.log"
+  for attn in flash default; do
+    timeout 120 python3 tools/bench/translation_torch.py --tokens 8192 --length 128 --precision bf16 --attn "$attn" \
+      2>&1 | tail -1 | tee -a "$OUT/torch_transformer_big.log"
+  done
+  ;;
+esac
