@@ -161,7 +161,7 @@ std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, co
   params.scale = resolve_scale(params.scale, q.size(3));
   const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), Dv = v.size(3);
   Tensor pad = key_padding_mask.defined() ? contiguous(key_padding_mask) : Tensor();
-  Tensor out = new_empty(q, {B, H, Lq, Dv});                               // [B, H, Lq, Dv]
+  Tensor out = new_empty_in_layout_of(q, {B, H, Lq, Dv}, q.dtype());       // [B, H, Lq, Dv] in q's layout
   Tensor lse = new_empty(q, {B, H, Lq}, accumulation_dtype(q.dtype()));    // [B, H, Lq]
   run_kernel("flash_attention", out, [&] { cpu::flash_attention_forward({q, k, v, pad}, params, out, lse); },
              CUDA_KERNEL(cuda::flash_attention_forward({q, k, v, pad}, params, out, lse)));
@@ -206,18 +206,16 @@ std::vector<Tensor> flash_attention_backward(const Tensor& dout, const Tensor& d
   Tensor pad = key_padding_mask.defined() ? contiguous(key_padding_mask) : Tensor();
   Tensor lse_c = contiguous(lse);
   Tensor dlse_c = dlse.defined() ? contiguous(to(dlse, acc)) : Tensor();
-  Tensor dq = new_empty(q, q.shape());                              // [B, H, Lq, D]
-  Tensor dk = new_empty(q, k.shape());                              // [B, H, Lk, D]
-  Tensor dv = new_empty(q, v.shape());                              // [B, H, Lk, Dv]
+  // The gradients in the layouts of q, k and v (a [B, L, H, D] split stays one: its merge is a view).
+  Tensor dq = new_empty_in_layout_of(q, q.shape(), q.dtype());      // [B, H, Lq, D]
+  Tensor dk = new_empty_in_layout_of(k, k.shape(), q.dtype());      // [B, H, Lk, D]
+  Tensor dv = new_empty_in_layout_of(v, v.shape(), q.dtype());      // [B, H, Lk, Dv]
   Tensor delta = new_empty(q, {B, H, Lq}, acc);                     // [B, H, Lq] rowsum(dO∘O) - dlse
-  Tensor dq_accum = acc == q.dtype() ? dq : new_empty(q, q.shape(), acc);  // [B, H, Lq, D]
   run_kernel(
       name, dq,
-      [&] {
-        cpu::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, dq_accum, dq, dk, dv);
-      },
-      CUDA_KERNEL(cuda::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, dq_accum,
-                                                 dq, dk, dv)));
+      [&] { cpu::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, dq, dk, dv); },
+      CUDA_KERNEL(cuda::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, dq, dk,
+                                                 dv)));
   // S recomputed, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q.
   double fwd = attention_forward_flops(q, k, v, params.causal);
   double flops = fwd * double(3 * q.size(3) + 2 * Dv) / double(q.size(3) + Dv);

@@ -10,7 +10,9 @@
 //          activation memory linear in the sequence length. Backward recomputes the probabilities tile by
 //          tile from the log-sum-exp (ops/cpu/attention.cpp explains both passes).
 //
-// Shapes: q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv] (any strides) -> out [B, H, Lq, Dv] contiguous.
+// Shapes: q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv] (any strides) -> out [B, H, Lq, Dv]: naive's
+// contiguous; flash's in the memory order of q (new_empty_in_layout_of: heads split from [B, L, C] rows give an
+// output whose heads merge back as a view), its gradients dq, dk, dv in the orders of q, k and v.
 // key_padding_mask: undefined, or bool [B, Lk] where true means "this key is padding: attend to it nowhere".
 //
 // Masking conventions (both algorithms):

@@ -1,6 +1,9 @@
 // op.cpp: the shared argument checks and dispatch.
 #include "ops/op.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "ops/profile.h"
 
 namespace ops {
@@ -50,6 +53,21 @@ Tensor new_empty(const Tensor& like, const Shape& shape, DType dtype) {
 }
 
 Tensor new_empty(const Tensor& like, const Shape& shape) { return new_empty(like, shape, like.dtype()); }
+
+Tensor new_empty_in_layout_of(const Tensor& layout, const Shape& shape, DType dtype) {
+  const size_t n = shape.size();
+  ENGINE_CHECK(layout.dim() == int64_t(n) && n >= 1, "new_empty_in_layout_of: a layout of ", layout.dim(),
+               " dimensions for a shape of ", n);
+  std::vector<size_t> order(n);  // memory order, outermost first
+  for (size_t d = 0; d < n; d++) order[d] = d;
+  std::stable_sort(order.begin(), order.end() - 1,
+                   [&](size_t a, size_t b) { return layout.strides()[a] > layout.strides()[b]; });
+  Shape stored(n), strides(n);
+  for (size_t k = 0; k < n; k++) stored[k] = shape[order[k]];
+  Tensor base = Tensor::empty(stored, dtype, layout.device_ptr());  // contiguous in memory order
+  for (size_t k = 0; k < n; k++) strides[order[k]] = base.strides()[k];
+  return Tensor::view_of(base, shape, strides, base.offset());
+}
 
 void run_kernel(const char* op, const Tensor& like, const std::function<void()>& cpu,
                 const std::function<void()>& cuda) {

@@ -46,6 +46,11 @@ int64_t normalize_dim(const char* op, int64_t dim, int64_t ndim);
 Tensor empty_like(const Tensor& like);
 Tensor new_empty(const Tensor& like, const Shape& shape, DType dtype);
 Tensor new_empty(const Tensor& like, const Shape& shape);
+// A new tensor of `shape` (as many dimensions as `layout`) whose dimensions lie in memory in the order of
+// `layout`'s: outer to inner by decreasing stride, the last dimension innermost. An op's output then follows its
+// input's layout: attention's output and gradients keep the [B, L, H, D] order of heads split from a [B, L, C]
+// projection, so merging the heads back is a view, not a copy.
+Tensor new_empty_in_layout_of(const Tensor& layout, const Shape& shape, DType dtype);
 
 // Runs the kernel for the tensor's device: cpu runs `cpu`, meta runs nothing (shapes and allocations
 // only), cuda runs `cuda` (an op without a cuda kernel says so).

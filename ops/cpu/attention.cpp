@@ -30,7 +30,8 @@
 // Pass 1 computes delta for every row (a small kernel of its own on the GPU). Pass 2 gives each key tile
 // j to one worker (one thread block on the GPU): it holds K_j, V_j, accumulates dK_j and dV_j over every
 // query tile i that can see it, recomputing P_ij from Q_i, K_j and lse_i, and adds its share of dQ_i into
-// dq_accum (atomic adds on the GPU). Here the (b, h) loop is the parallel one, so the adds need no atomics.
+// a dQ accumulator of its head (in the accumulation type). Here the (b, h) loop is the parallel one, so the adds
+// need no atomics; the GPU runs a second pass over query tiles for dQ instead.
 #include "ops/cpu/attention.h"
 
 #include <algorithm>
@@ -180,7 +181,7 @@ void forward_impl(const FlashAttentionInputs& in, const FlashAttentionParams& p,
 template <typename T>
 void backward_impl(const FlashAttentionInputs& in, const FlashAttentionParams& p, const Tensor& out,
                    const Tensor& lse, const Tensor& dout, const Tensor& dlse, const Tensor& delta,
-                   const Tensor& dq_accum, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                   const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   using A = acc_t<T>;
   const int64_t B = in.q.size(0), H = in.q.size(1), Lq = in.q.size(2), Lk = in.k.size(2);
   const int64_t D = in.q.size(3), Dv = in.v.size(3);
@@ -189,7 +190,6 @@ void backward_impl(const FlashAttentionInputs& in, const FlashAttentionParams& p
   const A* LSE = lse.data<A>();                                     // [B, H, Lq]
   const A* dLSE = dlse.defined() ? dlse.data<A>() : nullptr;        // [B, H, Lq] contiguous, or none
   A* DELTA = delta.data<A>();                                       // [B, H, Lq]
-  A* dQ_acc = dq_accum.data<A>();                                   // [B, H, Lq, D] contiguous
   const A scale = A(p.scale);
 
   // Pass 1: delta_i = dO_i · O_i - dlse_i.
@@ -205,8 +205,7 @@ void backward_impl(const FlashAttentionInputs& in, const FlashAttentionParams& p
   for (int64_t bh = 0; bh < B * H; bh++) {
     const int64_t b = bh / H, h = bh % H;
     const HeadMasks mask = head_masks(in, p, b, h);
-    A* dq_head = dQ_acc + bh * Lq * D;                                    // [Lq, D]
-    std::fill(dq_head, dq_head + Lq * D, A(0));
+    std::vector<A> dq_head(Lq * D, A(0));                               // [Lq, D] dQ accumulator of the head
     std::vector<A> k_tile(kBlockK * D), v_tile(kBlockK * Dv);           // [Bc, D] [Bc, Dv]
     std::vector<A> dk_tile(kBlockK * D), dv_tile(kBlockK * Dv);         // [Bc, D] [Bc, Dv] accumulators
     std::vector<A> q_tile(kBlockQ * D), do_tile(kBlockQ * Dv);          // [Br, D] [Br, Dv]
@@ -261,10 +260,8 @@ void backward_impl(const FlashAttentionInputs& in, const FlashAttentionParams& p
         for (int64_t e = 0; e < Dv; e++) dV(b, h, k0 + c, e) = st<T>(dv_tile[c * Dv + e]);
       }
     }
-    // dq from its accumulator (a no-op when the accumulator is dq itself).
-    if (static_cast<void*>(dq_head) != static_cast<void*>(&dQ(b, h, 0, 0)))
-      for (int64_t i = 0; i < Lq; i++)
-        for (int64_t d = 0; d < D; d++) dQ(b, h, i, d) = st<T>(dq_head[i * D + d]);
+    for (int64_t i = 0; i < Lq; i++)
+      for (int64_t d = 0; d < D; d++) dQ(b, h, i, d) = st<T>(dq_head[i * D + d]);
   }
 }
 
@@ -277,10 +274,10 @@ void flash_attention_forward(const FlashAttentionInputs& in, const FlashAttentio
 
 void flash_attention_backward(const FlashAttentionInputs& in, const FlashAttentionParams& params,
                               const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
-                              const Tensor& delta, const Tensor& dq_accum, const Tensor& dq, const Tensor& dk,
+                              const Tensor& delta, const Tensor& dq, const Tensor& dk,
                               const Tensor& dv) {
   ENGINE_FLOAT_SWITCH(in.q.dtype(), T,
-                      { backward_impl<T>(in, params, out, lse, dout, dlse, delta, dq_accum, dq, dk, dv); });
+                      { backward_impl<T>(in, params, out, lse, dout, dlse, delta, dq, dk, dv); });
 }
 
 }  // namespace ops::cpu

@@ -15,17 +15,14 @@ struct FlashAttentionInputs {
   Tensor q, k, v, key_padding_mask;
 };
 
-// out [B, H, Lq, Dv] and lse [B, H, Lq] (accumulation type), both contiguous.
+// out [B, H, Lq, Dv] with any strides; lse [B, H, Lq] (accumulation type) contiguous.
 void flash_attention_forward(const FlashAttentionInputs& in, const FlashAttentionParams& params,
                              const Tensor& out, const Tensor& lse);
 
-// dq [B, H, Lq, D], dk, dv like k and v (contiguous). dout [B, H, Lq, Dv] (any strides); dlse undefined or
-// [B, H, Lq] contiguous in the accumulation type, like lse. Scratch the op allocated: delta [B, H, Lq] (accumulation
-// type) and dq_accum [B, H, Lq, D]
-// in the accumulation type (it may be dq itself when dq has that type).
+// dq [B, H, Lq, D], dk, dv like k and v, out and dout [B, H, Lq, Dv]: any strides. dlse undefined or [B, H, Lq]
+// contiguous in the accumulation type, like lse. Scratch the op allocated: delta [B, H, Lq] (accumulation type).
 void flash_attention_backward(const FlashAttentionInputs& in, const FlashAttentionParams& params,
                               const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
-                              const Tensor& delta, const Tensor& dq_accum, const Tensor& dq, const Tensor& dk,
-                              const Tensor& dv);
+                              const Tensor& delta, const Tensor& dq, const Tensor& dk, const Tensor& dv);
 
 }  // namespace ops::cpu

@@ -45,7 +45,10 @@ bool rows_are_16_byte_vectors(const Tensor& t) {
   return true;
 }
 
-bool use_tensor_cores(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& p, const Tensor* dout) {
+// The tensor-core kernels: bf16/f16, D == Dv in {64, 128}, and every tensor they read or write (inputs, and the
+// outputs and dout in `rows`) made of 16-byte rows.
+bool use_tensor_cores(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& p,
+                      std::initializer_list<const Tensor*> rows) {
   const DType t = in.q.dtype();
   if (t != DType::bf16 && t != DType::f16) return false;
   const int64_t D = in.q.size(3);
@@ -54,7 +57,9 @@ bool use_tensor_cores(const cpu::FlashAttentionInputs& in, const FlashAttentionP
   if (compute_capability_major() < 8) return false;
   for (const Tensor* x : {&in.q, &in.k, &in.v})
     if (!rows_are_16_byte_vectors(*x)) return false;
-  return dout == nullptr || rows_are_16_byte_vectors(*dout);
+  for (const Tensor* x : rows)
+    if (!rows_are_16_byte_vectors(*x)) return false;
+  return true;
 }
 
 attn::FlashArgs make_args(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& p) {
@@ -99,9 +104,10 @@ void flash_attention_forward(const cpu::FlashAttentionInputs& in, const FlashAtt
                              const Tensor& out, const Tensor& lse) {
   attn::FlashArgs a = make_args(in, params);
   a.out = out.data_ptr();
+  a.outs = strides_of(out);
   a.lse = lse.data_ptr();
   if (int64_t(a.B) * a.H * a.Lq == 0) return;
-  if (use_tensor_cores(in, params, nullptr) &&
+  if (use_tensor_cores(in, params, {&out}) &&
       attn::launch_forward_tensor_core(a, in.q.dtype() == DType::bf16, g_tuning.forward))
     return;
   attn::launch_forward_generic(a, int(in.q.dtype()));
@@ -109,9 +115,7 @@ void flash_attention_forward(const cpu::FlashAttentionInputs& in, const FlashAtt
 
 void flash_attention_backward(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& params,
                               const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
-                              const Tensor& delta, const Tensor& dq_accum, const Tensor& dq, const Tensor& dk,
-                              const Tensor& dv) {
-  (void)dq_accum;  // dQ is summed in registers by its own pass
+                              const Tensor& delta, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   attn::FlashArgs a = make_args(in, params);
   a.o = out.data_ptr();
   a.os = strides_of(out);
@@ -123,9 +127,12 @@ void flash_attention_backward(const cpu::FlashAttentionInputs& in, const FlashAt
   a.dq = dq.data_ptr();
   a.dk = dk.data_ptr();
   a.dv = dv.data_ptr();
+  a.dqs = strides_of(dq);
+  a.dks = strides_of(dk);
+  a.dvs = strides_of(dv);
   if (int64_t(a.B) * a.H == 0) return;
   attn::launch_backward_delta(a, int(in.q.dtype()));
-  if (use_tensor_cores(in, params, &dout) &&
+  if (use_tensor_cores(in, params, {&dout, &dq, &dk, &dv}) &&
       attn::launch_backward_tensor_core(a, in.q.dtype() == DType::bf16, g_tuning.backward))
     return;
   attn::launch_backward_generic(a, int(in.q.dtype()));

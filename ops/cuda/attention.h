@@ -17,16 +17,14 @@ namespace ops::cuda {
 
 using engine::Tensor;
 
-// out [B, H, Lq, Dv] and lse [B, H, Lq] (accumulation type), both contiguous.
+// out [B, H, Lq, Dv] with unit-stride rows; lse [B, H, Lq] (accumulation type) contiguous.
 void flash_attention_forward(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& params,
                              const Tensor& out, const Tensor& lse);
 
-// dq, dk, dv contiguous; delta [B, H, Lq] (accumulation type) is scratch the op allocated. dq_accum is
-// not needed on the GPU (dQ is summed in registers by its own pass); it is accepted for the shared contract.
+// dq, dk, dv with unit-stride rows; delta [B, H, Lq] (accumulation type) is scratch the op allocated.
 void flash_attention_backward(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& params,
                               const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
-                              const Tensor& delta, const Tensor& dq_accum, const Tensor& dq, const Tensor& dk,
-                              const Tensor& dv);
+                              const Tensor& delta, const Tensor& dq, const Tensor& dk, const Tensor& dv);
 
 // Tuning hook for the benchmark (tests/ops/attention_cuda_test.cpp): the tile configuration the tensor-core
 // kernels use, -1 for the default. Returns how many configurations each pass has for head dim D.

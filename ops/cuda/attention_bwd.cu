@@ -297,17 +297,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(co
   cp_async_wait<0>();
 
   // dK = scale * sum dS^T Q; rows past Lk are not written.
-  uint16_t* dkh = static_cast<uint16_t*>(a.dk) + int64_t(bh) * a.Lk * D;  // [Lk, D] contiguous
-  uint16_t* dvh = static_cast<uint16_t*>(a.dv) + int64_t(bh) * a.Lk * D;
+  uint16_t* dkh = static_cast<uint16_t*>(a.dk) + b * a.dks.b + h * a.dks.h;  // [Lk, D], rows dks.l apart
+  uint16_t* dvh = static_cast<uint16_t*>(a.dv) + b * a.dvs.b + h * a.dvs.h;
 #pragma unroll
   for (int half = 0; half < 2; half++) {
     const int j = k0 + warp_key + g + half * 8;
     if (j >= a.Lk) continue;
 #pragma unroll
     for (int dt = 0; dt < DT; dt++) {
-      const int64_t at = int64_t(j) * D + dt * 8 + 2 * tq;
-      *reinterpret_cast<uint32_t*>(dkh + at) = pack2<T>(dk[dt][2 * half] * a.scale, dk[dt][2 * half + 1] * a.scale);
-      *reinterpret_cast<uint32_t*>(dvh + at) = pack2<T>(dv[dt][2 * half], dv[dt][2 * half + 1]);
+      const int col = dt * 8 + 2 * tq;
+      *reinterpret_cast<uint32_t*>(dkh + int64_t(j) * a.dks.l + col) =
+          pack2<T>(dk[dt][2 * half] * a.scale, dk[dt][2 * half + 1] * a.scale);
+      *reinterpret_cast<uint32_t*>(dvh + int64_t(j) * a.dvs.l + col) = pack2<T>(dv[dt][2 * half], dv[dt][2 * half + 1]);
     }
   }
 #endif
@@ -489,14 +490,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dq_kernel(cons
   }
   cp_async_wait<0>();
 
-  uint16_t* dqh = static_cast<uint16_t*>(a.dq) + int64_t(bh) * a.Lq * D;  // [Lq, D] contiguous
+  uint16_t* dqh = static_cast<uint16_t*>(a.dq) + b * a.dqs.b + h * a.dqs.h;  // [Lq, D], rows dqs.l apart
 #pragma unroll
   for (int half = 0; half < 2; half++) {
     const int i = q0 + warp_row + g + half * 8;
     if (i >= a.Lq) continue;
 #pragma unroll
     for (int dt = 0; dt < DT; dt++)
-      *reinterpret_cast<uint32_t*>(dqh + int64_t(i) * D + dt * 8 + 2 * tq) =
+      *reinterpret_cast<uint32_t*>(dqh + int64_t(i) * a.dqs.l + dt * 8 + 2 * tq) =
           pack2<T>(dq[dt][2 * half] * a.scale, dq[dt][2 * half + 1] * a.scale);
   }
 #endif

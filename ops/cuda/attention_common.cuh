@@ -39,17 +39,19 @@ struct FlashArgs {
   double keep_scale_f64 = 1;
   uint64_t seed = 0, offset = 0;
   // forward outputs
-  void* out = nullptr;  // [B, H, Lq, Dv] contiguous
-  void* lse = nullptr;  // [B, H, Lq] f32 (f64 for f64)
+  void* out = nullptr;  // [B, H, Lq, Dv], unit-stride rows (strides outs: [B, Lq, H, Dv] after a head split)
+  Strides outs;
+  void* lse = nullptr;  // [B, H, Lq] f32 (f64 for f64) contiguous
   // backward
   const void* o = nullptr;     // forward output, [B, H, Lq, Dv] (strides os)
   const void* dout = nullptr;  // [B, H, Lq, Dv] (strides dos)
   Strides os, dos;
   const void* dlse = nullptr;  // [B, H, Lq] contiguous, or nullptr
   void* delta = nullptr;       // [B, H, Lq]
-  void* dq = nullptr;          // [B, H, Lq, D] contiguous
-  void* dk = nullptr;          // [B, H, Lk, D] contiguous
-  void* dv = nullptr;          // [B, H, Lk, Dv] contiguous
+  void* dq = nullptr;          // [B, H, Lq, D], unit-stride rows (strides dqs), in q's layout
+  void* dk = nullptr;          // [B, H, Lk, D] (dks), in k's layout
+  void* dv = nullptr;          // [B, H, Lk, Dv] (dvs), in v's layout
+  Strides dqs, dks, dvs;
 };
 
 // ---------------------------------------------------------------------------------------------------

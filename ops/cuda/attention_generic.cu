@@ -162,12 +162,12 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const FlashArgs a) {
     accumulate<false>(sO, sP, sV, Dv, sAlpha);
   }
   __syncthreads();
-  T* out = static_cast<T*>(a.out) + int64_t(bh) * a.Lq * Dv;  // [Lq, Dv] contiguous
+  T* out = static_cast<T*>(a.out) + b * a.outs.b + h * a.outs.h;  // [Lq, Dv], element strides outs.l, outs.d
   for (int idx = threadIdx.x; idx < kTile * Dv; idx += kThreads) {
     const int r = idx / Dv, e = idx % Dv;
     if (q0 + r >= a.Lq) continue;
     const A l = sL[r];
-    out[int64_t(q0 + r) * Dv + e] = from_acc<T>(l == A(0) ? A(0) : sO[e * kLd + r] / l);
+    out[int64_t(q0 + r) * a.outs.l + e * a.outs.d] = from_acc<T>(l == A(0) ? A(0) : sO[e * kLd + r] / l);
   }
   if (threadIdx.x < kTile && q0 + int(threadIdx.x) < a.Lq) {
     const A l = sL[threadIdx.x];
@@ -257,15 +257,15 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const FlashArgs a) {
     accumulate<true>(sdK, sS, sQ, D, static_cast<const A*>(nullptr));    // dK(j, d) += sum_i dS(i, j) Q(i, d)
   }
   __syncthreads();
-  T* dk = static_cast<T*>(a.dk) + int64_t(bh) * a.Lk * D;
-  T* dv = static_cast<T*>(a.dv) + int64_t(bh) * a.Lk * Dv;
+  T* dk = static_cast<T*>(a.dk) + b * a.dks.b + h * a.dks.h;
+  T* dv = static_cast<T*>(a.dv) + b * a.dvs.b + h * a.dvs.h;
   for (int idx = threadIdx.x; idx < kTile * D; idx += kThreads) {
     const int j = idx / D, d = idx % D;
-    if (k0 + j < a.Lk) dk[int64_t(k0 + j) * D + d] = from_acc<T>(sdK[d * kLd + j]);
+    if (k0 + j < a.Lk) dk[int64_t(k0 + j) * a.dks.l + d * a.dks.d] = from_acc<T>(sdK[d * kLd + j]);
   }
   for (int idx = threadIdx.x; idx < kTile * Dv; idx += kThreads) {
     const int j = idx / Dv, e = idx % Dv;
-    if (k0 + j < a.Lk) dv[int64_t(k0 + j) * Dv + e] = from_acc<T>(sdV[e * kLd + j]);
+    if (k0 + j < a.Lk) dv[int64_t(k0 + j) * a.dvs.l + e * a.dvs.d] = from_acc<T>(sdV[e * kLd + j]);
   }
 }
 
@@ -308,10 +308,10 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const FlashArgs a) {
     accumulate<false>(sdQ, sS, sK, D, static_cast<const A*>(nullptr));  // dQ(i, d) += sum_j dS(i, j) K(j, d)
   }
   __syncthreads();
-  T* dq = static_cast<T*>(a.dq) + int64_t(bh) * a.Lq * D;
+  T* dq = static_cast<T*>(a.dq) + b * a.dqs.b + h * a.dqs.h;
   for (int idx = threadIdx.x; idx < kTile * D; idx += kThreads) {
     const int i = idx / D, d = idx % D;
-    if (q0 + i < a.Lq) dq[int64_t(q0 + i) * D + d] = from_acc<T>(sdQ[d * kLd + i]);
+    if (q0 + i < a.Lq) dq[int64_t(q0 + i) * a.dqs.l + d * a.dqs.d] = from_acc<T>(sdQ[d * kLd + i]);
   }
 }
 

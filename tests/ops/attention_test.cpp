@@ -368,3 +368,36 @@ TEST(Attention, DropoutOnlyWhileTraining) {
   o.dropout_p = 0;
   EXPECT_EQ(testutil::max_abs_diff(eval, ops::attention(q, k, v, Tensor(), o)), 0.0);
 }
+
+TEST(Attention, FlashOutputsKeepTheHeadsLayoutSoMergingThemIsAView) {
+  // Heads split from [B, L, C] rows are [B, H, L, D] views with the L stride outside the H stride. Flash attention
+  // writes its output and the gradients of q, k, v in that same layout (new_empty_in_layout_of), so merging the heads
+  // back to [B, L, C] and the gradients' way back to the rows are views: no copies, no second activation.
+  engine::manual_seed(4);
+  const int64_t B = 2, L = 7, H = 3, D = 4, C = H * D;
+  auto split = [&](const Tensor& rows) { return ops::permute(ops::reshape(rows, {B, L, H, D}), {0, 2, 1, 3}); };
+  Tensor xq = rand_input({B, L, C}), xk = rand_input({B, L, C}), xv = rand_input({B, L, C});
+  AttentionOptions o;
+  o.algo = AttentionAlgo::flash;
+  o.dropout_p = 0.25;
+  const engine::Generator at = engine::generator();
+  Tensor out = ops::attention(split(xq), split(xk), split(xv), Tensor(), o);  // [B, H, L, D]
+  EXPECT_EQ(out.strides(), (engine::Shape{L * C, D, C, 1})) << "out in the [B, L, H, D] order of q";
+  auto& ledger = engine::default_device()->ledger();
+  const int64_t allocations = ledger.alloc_count();
+  Tensor merged = ops::reshape(ops::permute(out, {0, 2, 1, 3}), {B, L, C});
+  EXPECT_EQ(ledger.alloc_count(), allocations) << "merging the heads must be a view";
+  EXPECT_EQ(merged.data_ptr(), out.data_ptr());
+  Tensor g = ops::rand({B, L, C}, -1, 1, DType::f64);
+  graph::backward(merged, g);
+  // The same values and gradients as with contiguous heads (the same dropout draw).
+  auto heads_of = [&](const Tensor& rows) { return ops::contiguous(split(rows.detach())).set_requires_grad(true); };
+  Tensor q2 = heads_of(xq), k2 = heads_of(xk), v2 = heads_of(xv);
+  engine::generator() = at;
+  Tensor out2 = ops::attention(q2, k2, v2, Tensor(), o);
+  EXPECT_EQ(out2.strides(), (engine::Shape{H * L * D, L * D, D, 1})) << "contiguous heads: a contiguous output";
+  EXPECT_EQ(ops::contiguous(out).to_double(), out2.to_double());
+  graph::backward(out2, ops::contiguous(split(g)));
+  for (const auto& [rows, heads] : {std::pair{xq, q2}, std::pair{xk, k2}, std::pair{xv, v2}})
+    EXPECT_EQ(ops::contiguous(split(rows.grad())).to_double(), heads.grad().to_double());
+}

@@ -35,12 +35,13 @@ size_t parameters(const Dims& m, size_t e) {
 // stay f32). Per layer: eight [B, L, d] (its input, LayerNorm 1's output, q, k, v, the attention context, the
 // residual sum, LayerNorm 2's output), two [B, L, f] (fc1's output, GELU's), four [B, L] statistics (mean and rstd of
 // both LayerNorms), and the attention's own: naive, the probabilities [B, h, L, L] and the causal mask [L, L] bool;
-// flash, its output [B, h, L, d/h] and the log-sum-exp [B, h, L] f32. With --recompute layer a layer keeps its input
+// flash, the log-sum-exp [B, h, L] f32 (its output [B, h, L, d/h] is the attention context itself: flash writes it
+// in the heads' [B, L, h, d/h] order, so they merge as a view). With --recompute layer a layer keeps its input
 // only. Then the head: the last layer's output and the final LayerNorm's (two [B, L, d], two [B, L] statistics), the
 // logits [B, L, V], the loss's log-sum-exp [B, L] f32 and the loss itself (4 bytes: one block).
 size_t saved(const Dims& m, size_t e, bool flash, bool recompute) {
   const size_t BL = m.B * m.L;
-  size_t attention = flash ? r(e * BL * m.d) + r(4 * m.B * m.h * m.L) : r(e * m.B * m.h * m.L * m.L) + r(m.L * m.L);
+  size_t attention = flash ? r(4 * m.B * m.h * m.L) : r(e * m.B * m.h * m.L * m.L) + r(m.L * m.L);
   size_t layer = recompute ? r(e * BL * m.d) : 8 * r(e * BL * m.d) + 4 * r(4 * BL) + 2 * r(e * BL * m.f) + attention;
   return m.n * layer + 2 * r(e * BL * m.d) + 2 * r(4 * BL) + r(e * BL * m.V) + r(4 * BL) + r(4);
 }

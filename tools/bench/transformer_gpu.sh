@@ -3,7 +3,7 @@
 # (engine_train --profile), the flash attention kernels' TFLOP/s, and the steps beside PyTorch's strongest setups.
 #   profile  engine --profile of bert_base 512 x 32, bert_squad large 384 x 16, mtdnn 512 x 8, transformer_big
 #            8192 tokens (bf16, flash), and the attention kernel benchmark (AttentionCudaBench*)
-#   bench    engine steps (bf16 flash, and fp32) beside tools/bench/bert_torch.py --best (SDPA, gathered MLM,
+#   bench    engine steps (bf16 flash, and fp32 naive) beside tools/bench/bert_torch.py --best (SDPA, gathered MLM,
 #            fused AdamW; eager and torch.compile) and tools/bench/translation_torch.py --attn flash, one call
 #   ab       a change measured before and after in one call: the attention kernel benchmark and the bert_base
 #            512 x 32 bf16 flash step of $BIN_BEFORE's and $BIN's binaries, then PyTorch's best setup
@@ -54,13 +54,15 @@ bench)
     IFS='|' read -r name flags <<< "$cfg"
     engine_step "$name" "$OUT/bench_${name}_bf16.log" $flags --precision bf16 --attention flash
   done
+  # fp32 on naive attention: flash in f32 runs the CUDA-core generic kernel
   engine_step bert_base "$OUT/bench_bert_base_fp32.log" --model bert_base --seq 512 --batch 32 --precision fp32 \
-    --attention flash
+    --attention naive
   echo "== PyTorch"
   timeout 200 python3 tools/bench/bert_torch.py --best --seq 512 --batch 32 --precision bf16 --steps 10 --warmup 3 \
     2>&1 | grep -E "^torch|rror" | tee "$OUT/torch_bert_base.log"
   timeout 200 python3 tools/bench/bert_torch.py --size large --fused-adamw --steps 10 --warmup 3 \
-    --sweep bert_squad:384:16:bf16:sdpa,mtdnn:512:8:bf16:sdpa 2>&1 | grep -E "^torch|rror" | tee "$OUT/torch_large.log"
+    --sweep bert_squad:384:16:bf16:sdpa,mtdnn:512:8:bf16:sdpa,bert_base:512:32:fp32:sdpa 2>&1 | grep -E "^torch|rror" \
+    | tee "$OUT/torch_sweep.log"
   for attn in flash default; do
     timeout 120 python3 tools/bench/translation_torch.py --tokens 8192 --length 128 --precision bf16 --attn "$attn" \
       2>&1 | tail -1 | tee -a "$OUT/torch_transformer_big.log"
