@@ -121,8 +121,9 @@ struct DkdvConfig {
   static constexpr int kSmemBytes = (2 * Bc * D + 4 * Br * D) * 2 + 4 * Br * 4;
 };
 
-template <typename Cfg, typename T, bool kDropout>
+template <typename Cfg, typename T, Drop kDrop>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(const FlashArgs a) {
+  constexpr bool kDropout = kDrop != Drop::none, shared_draw = kDrop == Drop::shared;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, kThreads = Cfg::kThreads;
   constexpr int NT = Br / 8, DT = D / 8, KS = D / 16;
@@ -135,7 +136,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(co
   float* sDelta = sLse + 2 * Br;                              // [2][Br]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
-  [[maybe_unused]] const bool shared_draw = kDropout && dropout_blocks_aligned(a);  // dropout_keep_cols, else _each
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
   const int k0 = int(blockIdx.x) * Bc;
   const int warp_key = warp * 16;
@@ -327,8 +327,9 @@ struct DqConfig {
   static constexpr int kSmemBytes = (2 * Br * D + 4 * Bc * D) * 2;
 };
 
-template <typename Cfg, typename T, bool kDropout>
+template <typename Cfg, typename T, Drop kDrop>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dq_kernel(const FlashArgs a) {
+  constexpr bool kDropout = kDrop != Drop::none, shared_draw = kDrop == Drop::shared;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, kThreads = Cfg::kThreads;
   constexpr int NT = Bc / 8, DT = D / 8, KS = D / 16;
@@ -339,7 +340,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dq_kernel(cons
   uint16_t* sV = sK + 2 * Bc * D;   // [2][Bc, D]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
-  [[maybe_unused]] const bool shared_draw = kDropout && dropout_blocks_aligned(a);  // dropout_keep_rows, else _each
   const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);  // longest causal tiles first
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
   const int q0 = m_block * Br;
@@ -511,10 +511,10 @@ void allow_smem(Kernel kernel, int bytes) {
   ENGINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-template <typename DkdvCfg, typename DqCfg, typename T, bool kDropout>
+template <typename DkdvCfg, typename DqCfg, typename T, Drop kDrop>
 void launch(const FlashArgs& a) {
-  auto dkdv = dkdv_kernel<DkdvCfg, T, kDropout>;
-  auto dq = dq_kernel<DqCfg, T, kDropout>;
+  auto dkdv = dkdv_kernel<DkdvCfg, T, kDrop>;
+  auto dq = dq_kernel<DqCfg, T, kDrop>;
   static const bool configured = (allow_smem(dkdv, DkdvCfg::kSmemBytes), allow_smem(dq, DqCfg::kSmemBytes), true);
   (void)configured;
   if (a.Lk > 0) {
@@ -534,11 +534,12 @@ void launch(const FlashArgs& a) {
 template <typename DkdvCfg, typename DqCfg, bool kFull>
 void run(const FlashArgs& a, bool bf16) {
   if constexpr (kFull) {
-    if (bf16)
-      a.dropout ? launch<DkdvCfg, DqCfg, __nv_bfloat16, true>(a) : launch<DkdvCfg, DqCfg, __nv_bfloat16, false>(a);
-    else a.dropout ? launch<DkdvCfg, DqCfg, __half, true>(a) : launch<DkdvCfg, DqCfg, __half, false>(a);
+    with_drop_mode(a, [&](auto drop) {
+      if (bf16) launch<DkdvCfg, DqCfg, __nv_bfloat16, decltype(drop)::value>(a);
+      else launch<DkdvCfg, DqCfg, __half, decltype(drop)::value>(a);
+    });
   } else {
-    launch<DkdvCfg, DqCfg, __nv_bfloat16, false>(a);
+    launch<DkdvCfg, DqCfg, __nv_bfloat16, Drop::none>(a);
   }
 }
 

@@ -97,8 +97,25 @@ __device__ __forceinline__ uint64_t dropout_index(const FlashArgs& a, int bh, in
 // block, turns it into 8 keep bits (a byte) and the lanes that need each other's blocks gather the bytes by
 // butterfly shuffles, instead of a block per element or pair (the Philox rounds' integer multiplies were most of
 // a dropout step's attention time). Every lane of the warp must call these together.
-__device__ __forceinline__ bool dropout_blocks_aligned(const FlashArgs& a) {
+__host__ __device__ __forceinline__ bool dropout_blocks_aligned(const FlashArgs& a) {
   return (a.offset & 3u) == 0 && (a.Lk & 7) == 0;
+}
+
+// How a tensor-core kernel draws its dropout: not at all, by shared draws (dropout_blocks_aligned), or each element
+// on its own. Each is a kernel of its own: compiled together, the per-element path's registers made the shared
+// path spill (the forward at D = 64: 40 B of spill, 0 without it).
+enum class Drop { none, shared, each };
+inline Drop drop_mode(const FlashArgs& a) {
+  return !a.dropout ? Drop::none : dropout_blocks_aligned(a) ? Drop::shared : Drop::each;
+}
+// Calls f(std::integral_constant<Drop, mode>) with a's mode.
+template <typename F>
+void with_drop_mode(const FlashArgs& a, F&& f) {
+  switch (drop_mode(a)) {
+    case Drop::none: f(std::integral_constant<Drop, Drop::none>{}); break;
+    case Drop::shared: f(std::integral_constant<Drop, Drop::shared>{}); break;
+    case Drop::each: f(std::integral_constant<Drop, Drop::each>{}); break;
+  }
 }
 
 // The keep bits of the 8 elements flat .. flat + 7 (flat a multiple of 8 of an aligned draw): bit e = element e.

@@ -42,8 +42,9 @@ struct FwdConfig {
   static constexpr int kSmemBytes = (Br + 4 * Bc) * D * 2;
 };
 
-template <typename Cfg, typename T, bool kDropout>
+template <typename Cfg, typename T, Drop kDrop>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel(const FlashArgs a) {
+  constexpr bool kDropout = kDrop != Drop::none, shared_draw = kDrop == Drop::shared;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, MT = Cfg::kMT, kThreads = Cfg::kThreads;
   constexpr int NT = Bc / 8, DT = D / 8, KS = D / 16;
@@ -61,7 +62,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel
   const uint16_t* kh = static_cast<const uint16_t*>(a.k) + b * a.ks.b + h * a.ks.h;
   const uint16_t* vh = static_cast<const uint16_t*>(a.v) + b * a.vs.b + h * a.vs.h;
   const uint8_t* pad_row = a.pad ? a.pad + int64_t(b) * a.Lk : nullptr;
-  [[maybe_unused]] const bool shared_draw = kDropout && dropout_blocks_aligned(a);  // dropout_keep_rows, else _each
 
   // Keys after the tile's last row's causal limit are masked for every row: skip them.
   int key_end = a.Lk;
@@ -271,9 +271,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel
 #endif
 }
 
-template <typename Cfg, typename T, bool kDropout>
+template <typename Cfg, typename T, Drop kDrop>
 void launch(const FlashArgs& a) {
-  auto kernel = forward_kernel<Cfg, T, kDropout>;
+  auto kernel = forward_kernel<Cfg, T, kDrop>;
   static const bool configured = [&] {
     ENGINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
     return true;
@@ -289,10 +289,12 @@ void launch(const FlashArgs& a) {
 template <typename Cfg, bool kFull>
 void run(const FlashArgs& a, bool bf16) {
   if constexpr (kFull) {
-    if (bf16) a.dropout ? launch<Cfg, __nv_bfloat16, true>(a) : launch<Cfg, __nv_bfloat16, false>(a);
-    else a.dropout ? launch<Cfg, __half, true>(a) : launch<Cfg, __half, false>(a);
+    with_drop_mode(a, [&](auto drop) {
+      if (bf16) launch<Cfg, __nv_bfloat16, decltype(drop)::value>(a);
+      else launch<Cfg, __half, decltype(drop)::value>(a);
+    });
   } else {
-    launch<Cfg, __nv_bfloat16, false>(a);
+    launch<Cfg, __nv_bfloat16, Drop::none>(a);
   }
 }
 
