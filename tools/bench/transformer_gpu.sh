@@ -4,7 +4,8 @@
 #   profile  engine --profile of bert_base 512 x 32, bert_squad large 384 x 16, mtdnn 512 x 8, transformer_big
 #            8192 tokens (bf16, flash), and the attention kernel benchmark (AttentionCudaBench*)
 #   bench    engine steps (bf16 flash, and fp32 naive) beside tools/bench/bert_torch.py --best (SDPA, gathered MLM,
-#            fused AdamW; eager and torch.compile) and tools/bench/translation_torch.py --attn flash, one call
+#            fused AdamW; eager and torch.compile), the BERT-Large sweep and tools/bench/translation_torch.py (its flash
+#            backend, then its default), one call
 #   ab       a change measured before and after in one call: the attention kernel benchmark and the bert_base
 #            512 x 32 bf16 flash step of $BIN_BEFORE's and $BIN's binaries, then PyTorch's best setup
 # Usage on the GPU machine (binaries built here for sm_90, carried in $BIN):
@@ -14,7 +15,7 @@ set -uo pipefail
 BIN=${BIN:-build}
 OUT=${OUT:-/tmp/transformer_gpu}
 mkdir -p "$OUT"
-# name | engine flags (bf16 flash added) | steps
+# name | engine flags (each mode adds precision and attention)
 CONFIGS=("bert_base|--model bert_base --seq 512 --batch 32"
          "bert_squad|--model bert_squad --size large --seq 384 --batch 16"
          "mtdnn|--model mtdnn --task mnli --seq 512 --batch 8"
