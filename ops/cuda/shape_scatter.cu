@@ -4,8 +4,8 @@
 // increasing index position, the CPU's order. Rows form with the op's workspace (index_select_backward,
 // embedding_backward: a 1-D index along dim, g contiguous): the index is counting-sorted into one segment
 // of positions per output row (integer atomics, then a scan), and one block per row sorts its segment in
-// shared memory and sums it: O(J + K + g); rows with more than 2048 entries (hot ids) are summed by
-// 32-column slices in many blocks that stage their g rows in shared memory. Rows form without a workspace
+// shared memory and sums it: O(J + K + g); rows with more than 256 entries (hot ids) are summed by
+// 128-byte column slices in many blocks that stage up to 256 of their g rows in shared memory at once. Rows form without a workspace
 // (a caller that passes none): a block owns a tile of R output rows x W columns, accumulated in shared
 // memory in acc_t; it scans the index in chunks of 256, compacts the entries that land in its tile in index
 // order (ballot + prefix count), and adds their g rows in that order: O(K x J) index reads. General form
@@ -125,15 +125,18 @@ __global__ void scatter_add_lines(const T* __restrict__ g, const Idx* __restrict
 //              the totals do not depend on their order)
 //   2. scan:   start = exclusive prefix sums of counts, K + 1 entries (start[K] = entries kept), in place
 //   3. fill:   perm[start[k] + atomicAdd(&fill[k], 1)] = j: each row's positions j in one segment, in an
-//              arbitrary order
+//              arbitrary order (rows of more than kSegCapacity entries left out: step 4b finds its own)
 //   4. rows:   one block per output row k sorts its segment ascending in shared memory and sums the g rows
 //              in that order in acc_t: each output element sums its contributions in increasing j, the
 //              CPU's order, whatever order step 3 left (bit-identical to the CPU, deterministic); a row
-//              of more than kSegCapacity entries is summed by segment_hot_rows instead, in the same order
+//              of more than kSegCapacity entries is summed by segment_long_rows instead, in the same order
 // Workspace i32 [2K + 1 + J]: start [K + 1] | fill [K] | perm [J].
 
 constexpr int kSegThreads = 256;    // threads of the count, fill and row kernels
-constexpr int kSegCapacity = 2048;  // positions a row block sorts at once (shared memory; a multiple of kSegThreads)
+// Positions a row block sorts at once (shared memory; a multiple of kSegThreads); longer rows are "long". A row
+// block's sum is a chain of its rows' loads, 8 in flight: at 256 rows that is 32 round trips to memory, the
+// long-row kernel's cost for 256 x 256 positions of index.
+constexpr int kSegCapacity = 256;
 constexpr int kScanThreads = 1024, kScanItems = 8;
 
 // Step 1. Thread per index entry j, grid-stride. Bytes: the index once; bound: memory (J is small).
@@ -191,8 +194,9 @@ __global__ void __launch_bounds__(kScanThreads) segment_scan(int32_t* __restrict
   }
 }
 
-// Step 3. Thread per index entry j, grid-stride. Bytes: the index, start and fill once, perm written once;
-// bound: memory (J is small).
+// Step 3. Thread per index entry j, grid-stride; entries of long rows are left out (8192 atomics on one counter
+// took as long as the rest). Bytes: the index, start and fill once, perm written once; bound: memory (J is
+// small).
 template <typename Idx>
 __global__ void segment_fill(const Idx* __restrict__ index, int64_t is, int64_t J, int64_t K, int64_t skip,
                              const int32_t* __restrict__ start, int32_t* __restrict__ fill,
@@ -200,7 +204,9 @@ __global__ void segment_fill(const Idx* __restrict__ index, int64_t is, int64_t 
   for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < J; j += int64_t(gridDim.x) * blockDim.x) {
     const int64_t v = int64_t(index[j * is]);
     if (v == skip || v < 0 || v >= K) continue;
-    perm[start[v] + atomicAdd(fill + v, 1)] = int32_t(j);
+    const int32_t s = start[v];
+    if (start[v + 1] - s > kSegCapacity) continue;  // a long row: segment_long_rows
+    perm[s + atomicAdd(fill + v, 1)] = int32_t(j);
   }
 }
 
@@ -233,7 +239,7 @@ __device__ __forceinline__ void add_rows(const T* __restrict__ base, int64_t Q, 
 // k); thread t owns the column vectors t, t + kSegThreads, ... of VEC elements (16 bytes when Q and the
 // pointers allow) in every p. The segment (n <= kSegCapacity positions) is loaded to shared memory and
 // sorted by rank (rank(j) = #{j' < j}: n^2 / kSegThreads comparisons, shared broadcasts), then summed.
-// Longer segments (hot ids: BERT's token types, [MASK]) are left to segment_hot_rows. Bytes: g read once,
+// Longer segments (hot ids: BERT's token types, [MASK]) are left to segment_long_rows. Bytes: g read once,
 // out written once (empty rows written as zeros), start and perm once; bound: memory plus per-row latency.
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kSegThreads)
@@ -245,7 +251,7 @@ __global__ void __launch_bounds__(kSegThreads)
   const int64_t vectors = Q / VEC;          // column vectors per row
   for (int64_t k = blockIdx.x; k < K; k += gridDim.x) {
     const int32_t s = start[k], n = start[k + 1] - s;
-    if (n > kSegCapacity) continue;  // segment_hot_rows
+    if (n > kSegCapacity) continue;  // segment_long_rows
     for (int i = threadIdx.x; i < n; i += kSegThreads) keys[i] = perm[s + i];
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += kSegThreads) {
@@ -268,33 +274,42 @@ __global__ void __launch_bounds__(kSegThreads)
   }
 }
 
-// Step 4b, rows whose segment is longer than kSegCapacity. A row's sum is one chain per output element, so
-// its speed is the loads in flight ahead of the adds: the row is cut into slices of 32 columns, one block
-// each (grid.x = P x slices), and a block stages its slice of kHotStage g rows at a time in shared memory.
-// grid.y blocks share the rows: block y looks at rows [256 y', 256 y' + 256) for y' = y, y + grid.y, ...
-// (start[] read 256 at a time), and block z of those takes the tile's long rows z, z + grid.z, ... (two
-// token types: 2 x Q / 32 busy blocks). For a long row k the block walks the index in
-// chunks of kHotStage positions: thread t tests index[j0 + t] == k (the next chunk's value prefetched),
-// the hits are compacted in increasing j (warp ballots, warps in order), the 8 warps load the hits' slices
-// into the stage, and warp 0 (lane = column) adds them in order to its accumulators: increasing j, the
-// CPU's order. Bytes: the row's g slices once, the index once per (row, slice); bound: memory latency.
-constexpr int kHotSlice = 32;
+// Step 4b, rows whose segment is longer than kSegCapacity (BERT's token types and [MASK]). A row's sum is
+// one chain of adds per output element, in increasing position; what bounds it is the loads in flight. So the
+// row is cut into slices of kLongSliceBytes per g row (64 columns of bf16, 32 of f32), one block each
+// (grid.x = P x slices), and a block brings the slices of up to kSegThreads of the row's g rows into shared
+// memory at once, every thread loading (16-byte vectors when Q and the pointers allow: 8 loads in flight per
+// thread), before the slice's threads (one per column) add them in order. grid.y blocks share the rows: block
+// y looks at rows [256 y', 256 y' + 256) for y' = y, y + grid.y, ... (start[] read 256 at a time), and block z
+// of those takes the tile's long rows z, z + grid.z, ... For a long row k the block walks the index in chunks
+// of kSegThreads positions: thread t tests index[j0 + t] == k (the next chunk's value prefetched), the hits
+// are compacted in increasing j (warp ballots, warps in order), their slices are staged and added in that
+// order: increasing j, the CPU's order. Bytes: the row's g slices once, the index once per (row, slice);
+// bound: latency, one staged chunk (load, then adds) per kSegThreads positions.
+constexpr int kLongSliceBytes = 128;
 
-template <typename T, typename Idx>
+template <typename T, typename Idx, int VEC>
 __global__ void __launch_bounds__(kSegThreads)
-    segment_hot_rows(const T* __restrict__ g, const Idx* __restrict__ index, int64_t is,
-                     const int32_t* __restrict__ start, T* __restrict__ out, int64_t P, int64_t J, int64_t K,
-                     int64_t Q) {
+    segment_long_rows(const T* __restrict__ g, const Idx* __restrict__ index, int64_t is,
+                      const int32_t* __restrict__ start, T* __restrict__ out, int64_t P, int64_t J, int64_t K,
+                      int64_t Q) {
   using A = acc_t<T>;
-  constexpr int kHotStage = int(32 * 1024 / (kHotSlice * sizeof(A)));  // 256 rows (f32), 128 (f64)
+  constexpr int W = kLongSliceBytes / int(sizeof(T));  // columns of a slice
+  constexpr int kRowThreads = W / VEC;                  // threads that load one g row's slice
+  constexpr int kRowsPerPass = kSegThreads / kRowThreads;
+  constexpr int kPasses = kSegThreads / kRowsPerPass;   // loads per thread for a full chunk
   constexpr int kWarps = kSegThreads / 32;
-  __shared__ A stage[kHotStage][kHotSlice];  // [rows, columns of the slice]
-  __shared__ int32_t hits[kHotStage];        // positions of this chunk's hits, ascending
+  __shared__ __align__(16) T stage[kSegThreads][W];  // the chunk's hit rows, this slice
+  __shared__ int32_t hits[kSegThreads];             // positions of this chunk's hits, ascending
   __shared__ int32_t long_rows[kSegThreads];
   __shared__ int32_t warp_counts[kWarps];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t slices = (Q + kHotSlice - 1) / kHotSlice;
-  const int64_t p = blockIdx.x / slices, c = (blockIdx.x % slices) * kHotSlice + lane;
+  const int64_t slices = (Q + W - 1) / W;
+  const int64_t p = blockIdx.x / slices, c0 = (blockIdx.x % slices) * W;
+  const int load_row = threadIdx.x / kRowThreads, load_col = (threadIdx.x % kRowThreads) * VEC;
+  const bool loader = c0 + load_col < Q;  // VEC > 1 only when Q % VEC == 0: the whole vector is in range
+  const bool adder = threadIdx.x < W && c0 + threadIdx.x < Q;
+  const T* gp = g + p * J * Q + c0 + load_col;
   for (int64_t k0 = int64_t(blockIdx.y) * kSegThreads; k0 < K; k0 += int64_t(gridDim.y) * kSegThreads) {
     // This tile's long rows, in order.
     const int64_t kt = k0 + threadIdx.x;
@@ -311,16 +326,15 @@ __global__ void __launch_bounds__(kSegThreads)
     __syncthreads();
     for (int r = blockIdx.z; r < n_long; r += gridDim.z) {
       const int64_t k = long_rows[r];
-      A acc = A(0);  // warp 0's: column c of row k
-      const bool tester = threadIdx.x < kHotStage;
-      int64_t v_next = tester && threadIdx.x < J ? int64_t(index[threadIdx.x * is]) : -1;
-      for (int64_t j0 = 0; j0 < J; j0 += kHotStage) {
+      A acc = A(0);  // an adder's: column c0 + threadIdx.x of row k
+      int64_t v_next = threadIdx.x < J ? int64_t(index[threadIdx.x * is]) : -1;
+      for (int64_t j0 = 0; j0 < J; j0 += kSegThreads) {
         const int64_t j = j0 + threadIdx.x, v = v_next;
-        if (tester && j + kHotStage < J) v_next = int64_t(index[(j + kHotStage) * is]);
-        const bool hit = tester && j < J && v == k;
+        if (j + kSegThreads < J) v_next = int64_t(index[(j + kSegThreads) * is]);
+        const bool hit = j < J && v == k;
         const unsigned b = __ballot_sync(0xffffffffu, hit);
         if (lane == 0) warp_counts[warp] = __popc(b);
-        __syncthreads();  // also: warp 0 has added the previous chunk's stage
+        __syncthreads();  // also: the adders are done with the previous chunk's stage
         int at = __popc(b & ((1u << lane) - 1u)), m = 0;
         for (int w = 0; w < kWarps; w++) {
           if (w < warp) at += warp_counts[w];
@@ -328,20 +342,25 @@ __global__ void __launch_bounds__(kSegThreads)
         }
         if (hit) hits[at] = int32_t(j);
         __syncthreads();
-        if (c < Q) {
-          const T* gp = g + p * J * Q + c;
+        if (loader) {  // every load of the chunk issued before the first store
+          Vec<T, VEC> v[kPasses];
 #pragma unroll
-          for (int i = 0; i < kHotStage / kWarps; i++) {
-            const int row = warp + i * kWarps;
-            if (row < m) stage[row][lane] = to_acc<A>(gp[int64_t(hits[row]) * Q]);
+          for (int q = 0; q < kPasses; q++) {
+            const int row = load_row + q * kRowsPerPass;
+            if (row < m) v[q] = *reinterpret_cast<const Vec<T, VEC>*>(gp + int64_t(hits[row]) * Q);
+          }
+#pragma unroll
+          for (int q = 0; q < kPasses; q++) {
+            const int row = load_row + q * kRowsPerPass;
+            if (row < m) *reinterpret_cast<Vec<T, VEC>*>(&stage[row][load_col]) = v[q];
           }
         }
         __syncthreads();
-        if (warp == 0)
-          for (int row = 0; row < m; row++) acc += stage[row][lane];
+        if (adder)
+          for (int row = 0; row < m; row++) acc += to_acc<A>(stage[row][threadIdx.x]);
       }
-      if (warp == 0 && c < Q) out[(p * K + k) * Q + c] = from_acc<T>(acc);
-      __syncthreads();  // stage, hits and warp_counts serve the next row
+      if (adder) out[(p * K + k) * Q + c0 + threadIdx.x] = from_acc<T>(acc);
+      __syncthreads();  // long_rows and warp_counts serve the next row
     }
     __syncthreads();  // long_rows and warp_counts serve the next tile
   }
@@ -391,14 +410,18 @@ void scatter_add_segments(const char* op, const Tensor& g, int64_t dim, const Te
       segment_rows<T, 1><<<grid, kSegThreads, 0, stream>>>(pg, start, perm, po, P, J, K, Q);
     ENGINE_CUDA_LAUNCH_CHECK("scatter_add (rows)");
     if (J > kSegCapacity) {  // some segment may be long
-      const int64_t slices = (Q + kHotSlice - 1) / kHotSlice;
-      const dim3 hot_grid(unsigned(P * slices), unsigned(std::min<int64_t>((K + kSegThreads - 1) / kSegThreads, 64)),
-                          4);
+      constexpr int kSlice = kLongSliceBytes / int(sizeof(T));
+      const int64_t slices = (Q + kSlice - 1) / kSlice;
+      const dim3 long_grid(unsigned(P * slices), unsigned(std::min<int64_t>((K + kSegThreads - 1) / kSegThreads, 64)),
+                           4);
       ENGINE_CUDA_INDEX_SWITCH(index.dtype(), Idx, {
-        segment_hot_rows<T, Idx><<<hot_grid, kSegThreads, 0, stream>>>(
-            pg, static_cast<const Idx*>(index.data_ptr()), is, start, po, P, J, K, Q);
+        const Idx* pi = static_cast<const Idx*>(index.data_ptr());
+        if (Q % kVec == 0 && aligned16(pg))
+          segment_long_rows<T, Idx, kVec><<<long_grid, kSegThreads, 0, stream>>>(pg, pi, is, start, po, P, J, K, Q);
+        else
+          segment_long_rows<T, Idx, 1><<<long_grid, kSegThreads, 0, stream>>>(pg, pi, is, start, po, P, J, K, Q);
       });
-      ENGINE_CUDA_LAUNCH_CHECK("scatter_add (hot rows)");
+      ENGINE_CUDA_LAUNCH_CHECK("scatter_add (long rows)");
     }
   });
   index_error_end(op, K);
