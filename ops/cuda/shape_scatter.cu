@@ -5,12 +5,12 @@
 // embedding_backward: a 1-D index along dim, g contiguous): the index is counting-sorted into one segment
 // of positions per output row (integer atomics, then a scan), and one block per row sorts its segment in
 // shared memory and sums it: O(J + K + g); rows with more than 256 entries (hot ids) are summed by
-// 128-byte column slices in many blocks that stage up to 256 of their g rows in shared memory at once. Rows form without a workspace
-// (a caller that passes none): a block owns a tile of R output rows x W columns, accumulated in shared
-// memory in acc_t; it scans the index in chunks of 256, compacts the entries that land in its tile in index
-// order (ballot + prefix count), and adds their g rows in that order: O(K x J) index reads. General form
-// (gather_backward, any index): one
-// thread per (line, k) of the output scans the line's index entries in order.
+// 128-byte column slices in many blocks that stage up to 256 of their g rows in shared memory at once.
+// Rows form without a workspace (a caller that passes none): a block owns a tile of R output rows x W
+// columns, accumulated in shared memory in acc_t; it scans the index in chunks of 256, compacts the entries
+// that land in its tile in index order (ballot + prefix count), and adds their g rows in that order:
+// O(K x J) index reads. General form (gather_backward, any index): one thread per (line, k) of the output
+// scans the line's index entries in order.
 #include <algorithm>
 
 #include "ops/cuda/kernel_util.cuh"

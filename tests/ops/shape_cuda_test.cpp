@@ -422,9 +422,10 @@ TEST(EmbeddingCudaPerf, DISABLED_Backward) {
     const double positions = median_ms([&] { ops::embedding_backward(g, pos_ids, 512); });
     const double token_types = median_ms([&] { ops::embedding_backward(g, type_ids, 2); });
     std::printf("embedding_backward %s [%lld ids, %lld] -> [%lld, %lld]: sorted %.3f ms (%.0f GB/s), with a quarter of "
-                "the ids on one row %.3f ms, an eighth %.3f ms; tile kernel %.3f ms; positions [512, %lld] %.3f ms; token "
-                "types [2, %lld] %.3f ms\n",
+                "the ids on one row %.3f ms, an eighth %.3f ms; tile kernel %.3f ms; positions [512, %lld] %.3f ms; "
+                "token types [2, %lld] %.3f ms\n",
                 engine::dtype_name(dt), (long long)N, (long long)C, (long long)V, (long long)C, sorted,
-                bytes / sorted / 1e6, sorted_hot, sorted_mask, tiles, (long long)C, positions, (long long)C, token_types);
+                bytes / sorted / 1e6, sorted_hot, sorted_mask, tiles, (long long)C, positions, (long long)C,
+                token_types);
   }
 }
