@@ -27,6 +27,9 @@ struct Pending {
 struct Timing {
   bool on = false;
   std::vector<Pending> pending;  // the open bracket is the last one
+#ifdef ENGINE_CUDA
+  cudaEvent_t step_start = nullptr;  // start_step_timing's marker (cuda), null when none is pending
+#endif
 };
 
 Timing& timing() {
@@ -67,28 +70,55 @@ void end_kernel_timing() {
 
 std::vector<KernelTime> take_kernel_times() {
   std::map<std::string, KernelTime> by_op;
+#ifdef ENGINE_CUDA
+  std::vector<cudaEvent_t> used;  // destroyed once every gap is read
+  cudaEvent_t previous = timing().step_start;  // the end of the GPU's last timed work
+  if (previous) used.push_back(previous);
+  timing().step_start = nullptr;
+#endif
   for (Pending& p : timing().pending) {
-    double ms = p.host_ms;
+    double ms = p.host_ms, idle = 0;
 #ifdef ENGINE_CUDA
     if (p.cuda) {
       float f = 0;
       ENGINE_CUDA_CHECK(cudaEventSynchronize(p.stop));
       ENGINE_CUDA_CHECK(cudaEventElapsedTime(&f, p.start, p.stop));
-      ENGINE_CUDA_CHECK(cudaEventDestroy(p.start));
-      ENGINE_CUDA_CHECK(cudaEventDestroy(p.stop));
       ms = f;
+      if (previous) {
+        ENGINE_CUDA_CHECK(cudaEventElapsedTime(&f, previous, p.start));
+        idle = std::max(0.0, double(f));
+      }
+      previous = p.stop;
+      used.push_back(p.start);
+      used.push_back(p.stop);
     }
 #endif
     KernelTime& k = by_op[p.op];
     k.op = p.op;
     k.kernels++;
     k.ms += ms;
+    k.idle_ms += idle;
   }
+#ifdef ENGINE_CUDA
+  for (cudaEvent_t e : used) ENGINE_CUDA_CHECK(cudaEventDestroy(e));
+#endif
   timing().pending.clear();
   std::vector<KernelTime> out;
   for (auto& [name, k] : by_op) out.push_back(k);
   std::sort(out.begin(), out.end(), [](const KernelTime& a, const KernelTime& b) { return a.ms > b.ms; });
   return out;
+}
+
+void start_step_timing(engine::Device& device) {
+  take_kernel_times();
+#ifdef ENGINE_CUDA
+  if (device.type() == engine::DeviceType::cuda) {
+    ENGINE_CUDA_CHECK(cudaEventCreate(&timing().step_start));
+    ENGINE_CUDA_CHECK(cudaEventRecord(timing().step_start, engine::cuda::stream()));
+  }
+#else
+  (void)device;
+#endif
 }
 
 }  // namespace ops

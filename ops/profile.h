@@ -6,6 +6,10 @@
 // (engine/counters.h: the running op, e.g. "softmax_backward", else the kernel's op), so a report can put
 // each op's time beside its FLOPs and bytes: achieved TFLOP/s and GB/s. Off by default: the events cost a
 // few microseconds per kernel.
+// The GPU's idle time comes from the same events: from the end of one kernel (or the step's start marker) to
+// the start of the next, filed under the op that waited (a copy between host and device counts as idle).
+// Where the host cannot keep the GPU fed (a batch made on the host, a synchronizing index check, launches
+// slower than the kernels), it shows before that op.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,9 +26,13 @@ struct KernelTime {
   std::string op;
   int64_t kernels = 0;
   double ms = 0;
+  double idle_ms = 0;  // cuda: the GPU idle before this op's kernels (since the previous kernel or the step's start)
 };
 // Waits for the device, then returns the time per op since the last call, largest first.
 std::vector<KernelTime> take_kernel_times();
+// Drops what was timed so far and marks the step's start on `device` (cuda: an event on the engine's stream),
+// from which the idle time before the step's first kernel counts.
+void start_step_timing(engine::Device& device);
 
 // run_kernel's brackets (only while kernel timing is on).
 void begin_kernel_timing(const char* op, const engine::Tensor& like);

@@ -75,12 +75,22 @@ size_t arena_capacity(const tools::Flags& flags, engine::DeviceType type, std::s
 }
 
 // The last step's kernel time by op, beside the op's counted FLOPs and bytes (engine/counters.h).
-std::string profile_table(const std::vector<ops::KernelTime>& times, double step_ms) {
-  double total = 0;
-  for (const auto& t : times) total += t.ms;
-  std::string s = engine::str(
-      "## Time by op (last step: ", format_fixed(step_ms, 1), " ms wall, ", format_fixed(total, 1),
-      " ms in kernels)\n\n| op | kernels | ms | share of step | TFLOP/s | GB/s |\n|---|---:|---:|---:|---:|---:|\n");
+// cuda: also the GPU's idle time before each op's kernels (ops/profile.h), the largest waits named.
+std::string profile_table(const std::vector<ops::KernelTime>& times, double step_ms, bool cuda) {
+  double total = 0, idle = 0;
+  for (const auto& t : times) total += t.ms, idle += t.idle_ms;
+  std::string s = engine::str("## Time by op (last step: ", format_fixed(step_ms, 1), " ms wall, ",
+                              format_fixed(total, 1), " ms in kernels");
+  if (cuda) {
+    std::vector<ops::KernelTime> waits = times;
+    std::sort(waits.begin(), waits.end(), [](const auto& a, const auto& b) { return a.idle_ms > b.idle_ms; });
+    s += engine::str(", ", format_fixed(idle, 1), " ms with the GPU idle between them; the longest waits before ");
+    for (size_t i = 0; i < std::min<size_t>(4, waits.size()); i++)
+      s += engine::str(i ? ", " : "", waits[i].op, " ", format_fixed(waits[i].idle_ms, 2), " ms");
+  }
+  s += cuda ? ")\n\n| op | kernels | ms | share of step | TFLOP/s | GB/s | GPU idle before (ms) |\n"
+              "|---|---:|---:|---:|---:|---:|---:|\n"
+            : ")\n\n| op | kernels | ms | share of step | TFLOP/s | GB/s |\n|---|---:|---:|---:|---:|---:|\n";
   for (const auto& t : times) {
     auto it = engine::counters().by_op.find(t.op);
     const double flops = it == engine::counters().by_op.end() ? 0 : it->second.flops;
@@ -89,7 +99,8 @@ std::string profile_table(const std::vector<ops::KernelTime>& times, double step
     s += engine::str("| ", t.op, " | ", t.kernels, " | ", format_fixed(t.ms, 2), " | ",
                      format_fixed(100 * t.ms / step_ms, 1), "% | ",
                      flops > 0 && sec > 0 ? format_fixed(flops / sec / 1e12, 1) : std::string("-"), " | ",
-                     bytes > 0 && sec > 0 ? format_fixed(bytes / sec / 1e9, 0) : std::string("-"), " |\n");
+                     bytes > 0 && sec > 0 ? format_fixed(bytes / sec / 1e9, 0) : std::string("-"), " |",
+                     cuda ? " " + format_fixed(t.idle_ms, 2) + " |\n" : std::string("\n"));
   }
   return s;
 }
@@ -367,7 +378,7 @@ double run_steps(models::Model& model, engine::Device& device, const RunOptions&
   double last_ms = 0;
   for (int64_t step = o.first; step <= o.last; step++) {
     engine::counters().reset();
-    if (o.profile) ops::take_kernel_times();  // drops the previous step's
+    if (o.profile) ops::start_step_timing(device);  // drops the previous step's
     auto t0 = std::chrono::steady_clock::now();
     if (o.running) *o.running = step;
     if (o.step_start_seq) *o.step_start_seq = device.ledger().sequence();
@@ -582,7 +593,8 @@ int run(int argc, char** argv) {
   }
   if (o.profile) {
     out.say("");
-    out.say(type == engine::DeviceType::meta ? work_table() : profile_table(times, last_ms));
+    out.say(type == engine::DeviceType::meta ? work_table()
+                                             : profile_table(times, last_ms, type == engine::DeviceType::cuda));
   }
   out.say("");
   out.say("## Memory at the peak");
