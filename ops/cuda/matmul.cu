@@ -10,11 +10,16 @@
 // B host-side calls of H small GEMMs cost far more than the copy.)
 // Bias: the BIAS epilogue adds bias[N] to every row of C (every column of C^T), in the same kernel.
 // Compute: f32 -> 32F (or 32F_FAST_TF32 when allowed), bf16/f16 -> 32F accumulate, f64 -> 64F.
+// Algorithms: cuBLASLt's heuristic is asked once per problem (types, transposes, epilogue, layouts, alignment)
+// and its answer kept for the process: a step repeats the same few dozen GEMMs, and the query costs the host
+// tens of microseconds, more than some of the GEMMs take on the GPU.
 #include "engine/cuda/runtime.h"
 #include "ops/cuda/matmul.h"
 #include "ops/matmul.h"  // kGemmWorkspaceBytes: the workspace every device reserves for these calls
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <vector>
 
 namespace ops::cuda {
@@ -62,7 +67,9 @@ void describe(int64_t R, int64_t C, int64_t sr, int64_t sc, cublasOperation_t* o
 
 struct LtLayout {
   cublasLtMatrixLayout_t h = nullptr;
-  LtLayout(cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld, int32_t batch, int64_t stride) {
+  std::vector<int64_t> key;  // what the heuristic sees of it
+  LtLayout(cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld, int32_t batch, int64_t stride)
+      : key{int64_t(t), rows, cols, ld, batch, batch > 1 ? stride : 0} {
     ENGINE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&h, t, uint64_t(rows), uint64_t(cols), ld));
     if (batch > 1) {
       ENGINE_CUBLAS_CHECK(
@@ -88,6 +95,7 @@ class LtGemm {
     ENGINE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, compute, t == DType::f64 ? CUDA_R_64F : CUDA_R_32F));
     ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof op_b));
     ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof op_a));
+    key_ = {int64_t(t), int64_t(compute), int64_t(op_b), int64_t(op_a)};
     ENGINE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_));
     size_t ws_bytes = kGemmWorkspaceBytes;
     ENGINE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
@@ -109,6 +117,7 @@ class LtGemm {
     ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
     ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    key_.insert(key_.end(), {int64_t(epi), int64_t(bt)});
   }
   // Operands that may start at any element (views): tell the heuristic each pointer's actual alignment (it
   // assumes 16 bytes otherwise), so that it picks a kernel that may read them.
@@ -122,15 +131,29 @@ class LtGemm {
     const cublasLtMatmulPreferenceAttributes_t attr[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
       ENGINE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref_, attr[i], &al[i], sizeof al[i]));
+      key_.push_back(-int64_t(al[i]));  // negative: apart from the epilogue's entries
+    }
   }
-  // The algorithm for these layouts (cuBLASLt's A, B, C); `what` names the product in the error.
+  // The algorithm for these layouts (cuBLASLt's A, B, C); `what` names the product in the error. Asked of
+  // cuBLASLt once per distinct problem (the key: every attribute set above and the three layouts).
   void choose(const LtLayout& la, const LtLayout& lb, const LtLayout& lc, const std::string& what) {
+    static std::mutex mutex;
+    static std::map<std::vector<int64_t>, cublasLtMatmulHeuristicResult_t> known;
+    std::vector<int64_t> key = key_;
+    for (const LtLayout* l : {&la, &lb, &lc}) key.insert(key.end(), l->key.begin(), l->key.end());
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = known.find(key);
+    if (it != known.end()) {
+      heur_ = it->second;
+      return;
+    }
     int found = 0;
     ENGINE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(engine::cuda::cublaslt(), desc_, la.h, lb.h, lc.h, lc.h, pref_,
                                                        1, &heur_, &found));
     ENGINE_CHECK(found > 0, what, ": cuBLASLt has no algorithm for it in ", engine::dtype_name(dtype_));
+    known.emplace(std::move(key), heur_);
   }
   // C = alpha op(A) op(B) + beta C, on the engine's stream, in the GEMM workspace of `device`.
   void run(engine::Device& device, double alpha, const void* lt_a, const LtLayout& la, const void* lt_b,
@@ -150,6 +173,7 @@ class LtGemm {
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatmulPreference_t pref_ = nullptr;
   cublasLtMatmulHeuristicResult_t heur_{};
+  std::vector<int64_t> key_;  // the attributes set so far, for choose()
 };
 
 }  // namespace
