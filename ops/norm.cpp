@@ -1,10 +1,15 @@
-// norm.cpp: layer_norm, its fused multi-output backward op, and that op's own rule (double backward).
+// norm.cpp: layer_norm, its fused multi-output backward op, and that op's own rule (double backward);
+// dropout_add_layer_norm (the post-norm residual step in one op).
 #include "ops/norm.h"
 
+#include "engine/rng.h"
+#include "ops/cpu/dropout.h"
+#include "ops/cpu/elementwise.h"
 #include "ops/cpu/norm.h"
 #ifdef ENGINE_CUDA
 #include "ops/cuda/norm.h"
 #endif
+#include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/op.h"
 #include "ops/reduce.h"
@@ -24,6 +29,22 @@ void check_norm_param(const char* op, const char* arg, const Tensor& p, const Te
 
 // The statistics' dtype: float, or double for f64 inputs (the kernel's acc_t).
 DType stats_dtype(const Tensor& x) { return x.dtype() == DType::f64 ? DType::f64 : DType::f32; }
+
+// layer_norm's node (when anything needs a gradient): saves x, mean, rstd and weight; its rule is one
+// layer_norm_backward op.
+void record_layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y, const Tensor& mean,
+                       const Tensor& rstd, double eps) {
+  if (!graph::any_requires_grad({x, weight, bias})) return;
+  std::vector<Tensor> saved = {x, mean, rstd};
+  if (weight.defined()) saved.push_back(weight);
+  const bool has_weight = weight.defined();
+  graph::record("layer_norm", {x, weight, bias}, {y}, saved, [eps, has_weight](Node& n, const Grads& g) -> Grads {
+    Tensor w = has_weight ? n.saved(3) : Tensor();
+    LayerNormGrads r = layer_norm_backward(g[0], n.saved(0), w, n.saved(1), n.saved(2), eps,
+                                           {n.needs_input_grad(0), n.needs_input_grad(1), n.needs_input_grad(2)});
+    return {r.dx, r.dweight, r.dbias};
+  });
+}
 
 // Row chunks of layer_norm_backward's column sums: about 16 rows each, at most 512 (a few MB of partial
 // sums at BERT widths; enough blocks to fill a GPU).
@@ -100,18 +121,63 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
              CUDA_KERNEL(cuda::layer_norm_forward(x, weight, bias, eps, y, mean, rstd)));
   engine::count_op("layer_norm", 8.0 * double(x.numel()),
                    double(x.nbytes() + y.nbytes() + mean.nbytes() + rstd.nbytes()));
-  if (graph::any_requires_grad({x, weight, bias})) {
-    std::vector<Tensor> saved = {x, mean, rstd};
-    if (weight.defined()) saved.push_back(weight);
-    bool has_weight = weight.defined();
-    graph::record("layer_norm", {x, weight, bias}, {y}, saved, [eps, has_weight](Node& n, const Grads& g) -> Grads {
-      Tensor w = has_weight ? n.saved(3) : Tensor();
-      LayerNormGrads r = layer_norm_backward(g[0], n.saved(0), w, n.saved(1), n.saved(2), eps,
-                                             {n.needs_input_grad(0), n.needs_input_grad(1), n.needs_input_grad(2)});
-      return {r.dx, r.dweight, r.dbias};
+  record_layer_norm(x, weight, bias, y, mean, rstd, eps);
+  return y;
+}
+
+Tensor dropout_add_layer_norm(const Tensor& y, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                              double p, bool training, double eps) {
+  const char* name = "dropout_add_layer_norm";
+  OpScope scope(name);
+  check_floating(name, "y", y);
+  check_same_dtype(name, y, residual);
+  check_same_device(name, y, residual);
+  ENGINE_CHECK(y.shape() == residual.shape(), name, ": y ", engine::shape_str(y.shape()), " and the residual ",
+               engine::shape_str(residual.shape()), " must have the same shape");
+  ENGINE_CHECK(y.dim() >= 1, name, ": y must have at least 1 dimension (the normalized one), got a scalar");
+  ENGINE_CHECK(p >= 0 && p <= 1, name, ": drop probability p must be in [0, 1], got ", p);
+  check_norm_param(name, "weight", weight, y);
+  check_norm_param(name, "bias", bias, y);
+  ENGINE_CHECK(eps >= 0, name, ": eps must be >= 0, got ", eps);
+  // ops::dropout's draw, reserved where it would reserve it (none without dropout).
+  const bool drop = training && p > 0;
+  uint64_t seed = 0, offset = 0;
+  if (drop) {
+    engine::Generator& gen = engine::generator();
+    seed = gen.seed;
+    offset = gen.reserve(engine::dropout_numbers(uint64_t(y.numel())));
+  }
+  const int64_t C = y.size(-1), rows = C > 0 ? y.numel() / C : 0;
+  Tensor x = empty_like(y);                             // [..., C] dropout(y) + residual: saved, as layer_norm's x
+  Tensor out = empty_like(y);                           // [..., C]
+  Tensor mean = new_empty(y, {rows}, stats_dtype(y));  // [rows]
+  Tensor rstd = new_empty(y, {rows}, stats_dtype(y));  // [rows]
+  run_kernel(
+      name, out,
+      [&] {
+        if (drop) {
+          cpu::dropout(y, p, seed, offset, x);
+          cpu::binary(BinaryOp::add, x, residual, x);
+        } else {
+          cpu::binary(BinaryOp::add, y, residual, x);
+        }
+        cpu::layer_norm_forward(x, weight, bias, eps, out, mean, rstd);
+      },
+      CUDA_KERNEL(cuda::dropout_add_layer_norm(y, residual, weight, bias, drop ? p : 0.0, seed, offset, eps, x, out,
+                                               mean, rstd)));
+  engine::count_op(name, 10.0 * double(y.numel()),
+                   double(y.nbytes() + residual.nbytes() + x.nbytes() + out.nbytes() + mean.nbytes() + rstd.nbytes()));
+  // The graph of the three ops: a node for the sum (dropout's and add's rules) and layer_norm's node on it, so
+  // that the saved sum stays differentiable in y and the residual (double backward) and backward runs as before.
+  if (graph::any_requires_grad({y, residual})) {
+    graph::record("dropout_add", {y, residual}, {x}, {}, [p, drop, seed, offset](Node& n, const Grads& g) -> Grads {
+      Tensor dy;
+      if (n.needs_input_grad(0)) dy = drop ? dropout_mask_apply(g[0], p, seed, offset) : g[0];
+      return {dy, n.needs_input_grad(1) ? g[0] : Tensor()};
     });
   }
-  return y;
+  record_layer_norm(x, weight, bias, out, mean, rstd, eps);
+  return out;
 }
 
 LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,

@@ -26,6 +26,16 @@ using engine::Tensor;
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 
+// layer_norm(add(dropout(y, p, training), residual), weight, bias, eps): the post-norm residual step of BERT and
+// the Transformer in one op, with the numbers of the three (the same dropout draw reserved at the same point, the
+// dropped y and the sum rounded to y's dtype where dropout and add round them). y and residual have one shape.
+// Recorded as the three ops' graph (two nodes: the sum, whose rule sends its gradient to the residual and,
+// through dropout_mask_apply, to y; and layer_norm's on the sum), so backward, the saved tensors (the sum,
+// mean, rstd, weight; no mask) and double backward are the three ops'. On the GPU the forward is one pass:
+// y and the residual read, the sum and the output written (the three ops: 7 passes over [..., C]).
+Tensor dropout_add_layer_norm(const Tensor& y, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                              double p, bool training, double eps = 1e-5);
+
 struct LayerNormGrads {
   Tensor dx, dweight, dbias;  // undefined where not requested
 };

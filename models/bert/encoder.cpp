@@ -103,8 +103,7 @@ BertResidualOutput::BertResidualOutput(int64_t in, const BertConfig& c) : config
 
 Tensor BertResidualOutput::forward(const Tensor& h, const Tensor& residual) const {
   auto s = scope();
-  Tensor y = ops::dropout(dense->forward(h), config.hidden_dropout, training());
-  return LayerNorm->forward(ops::add(y, residual));
+  return LayerNorm->forward_residual(dense->forward(h), residual, config.hidden_dropout, training());
 }
 
 BertAttention::BertAttention(const BertConfig& c) {

@@ -34,9 +34,8 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerConfig& c
 
 template <typename F>
 Tensor TransformerDecoderLayer::residual(const Tensor& x, const LayerNorm& norm, F attend) const {
-  Tensor h = config.normalize_before ? norm.forward(x) : x;
-  Tensor y = ops::add(x, ops::dropout(attend(h), config.dropout, training()));
-  return config.normalize_before ? y : norm.forward(y);
+  if (!config.normalize_before) return norm.forward_residual(attend(x), x, config.dropout, training());
+  return ops::add(x, ops::dropout(attend(norm.forward(x)), config.dropout, training()));
 }
 
 Tensor TransformerDecoderLayer::feed_forward_block(const Tensor& x) const {

@@ -52,6 +52,11 @@ Tensor LayerNorm::forward(const Tensor& x) const {
   return ops::layer_norm(x, weight, bias, eps);
 }
 
+Tensor LayerNorm::forward_residual(const Tensor& y, const Tensor& residual, double p, bool training) const {
+  auto s = scope();
+  return ops::dropout_add_layer_norm(y, residual, weight, bias, p, training, eps);
+}
+
 Embedding::Embedding(int64_t num_, int64_t dim_, int64_t padding_idx_, Init init)
     : num(num_), dim(dim_), padding_idx(padding_idx_) {
   Tensor w = init_tensor({num, dim}, init, dim);

@@ -39,6 +39,9 @@ class LayerNorm : public graph::Module {
  public:
   explicit LayerNorm(int64_t dim, double eps = 1e-5);
   Tensor forward(const Tensor& x) const;  // over the last dimension
+  // forward(residual + dropout(y, p, training)): the post-norm residual step, as one op
+  // (ops::dropout_add_layer_norm).
+  Tensor forward_residual(const Tensor& y, const Tensor& residual, double p, bool training) const;
   double eps;
   Tensor weight, bias;  // [dim]
 };

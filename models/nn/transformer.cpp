@@ -34,14 +34,13 @@ Tensor TransformerLayer::blocks(const Tensor& x_in, F self_attention) const {
   // Self-attention block.
   Tensor h = config.normalize_before ? self_attn_layer_norm->forward(x) : x;
   h = self_attention(h);
-  x = ops::add(x, ops::dropout(h, config.dropout, train));
-  if (!config.normalize_before) x = self_attn_layer_norm->forward(x);
+  x = config.normalize_before ? ops::add(x, ops::dropout(h, config.dropout, train))
+                              : self_attn_layer_norm->forward_residual(h, x, config.dropout, train);
   // Feed-forward block.
   h = config.normalize_before ? final_layer_norm->forward(x) : x;
   h = fc2->forward(ops::dropout(activation(config.activation, fc1->forward(h)), config.activation_dropout, train));
-  x = ops::add(x, ops::dropout(h, config.dropout, train));
-  if (!config.normalize_before) x = final_layer_norm->forward(x);
-  return x;
+  return config.normalize_before ? ops::add(x, ops::dropout(h, config.dropout, train))
+                                 : final_layer_norm->forward_residual(h, x, config.dropout, train);
 }
 
 Tensor TransformerLayer::forward(const Tensor& x_in, const Tensor& key_padding_mask, bool causal) const {

@@ -10,6 +10,9 @@
 // GPU) is one block, whose lanes add their columns' terms row after row into their warp's shared-memory
 // sums; the block adds its warps in order and writes workspace[b]; then
 // layer_norm_param_grads adds the P partial rows in a fixed tree (32 stripes, then the stripes in order).
+#include "engine/rng.h"
+#include "ops/cuda/dropout.h"
+#include "ops/cuda/elementwise.h"
 #include "ops/cuda/kernel_util.cuh"
 #include "ops/cuda/norm.h"
 
@@ -38,12 +41,43 @@ __device__ __forceinline__ void load_or_fill(const T* p, int c, A fill, A (&out)
 // ---------------------------------------------------------------------------------------------------
 // Forward
 
-// Warp per row. Bytes per row: C reads of x, C writes of y (weight and bias hit L1); bound: memory.
-template <typename T, int VEC, int ITEMS>
+// dropout_add_layer_norm's prologue: the normalized row is x = st(st(keep(e) ? y * scale : 0) + residual),
+// e = row * C + c (contiguous rows), each rounding where ops::dropout and ops::add round; x is also stored
+// (backward's saved input). keep(e): engine::dropout_bits(seed, offset, e) >= threshold (threshold 0 and
+// scale 1 when nothing is dropped).
+template <typename T> struct ResidualArgs {
+  const T* residual = nullptr;
+  T* sum = nullptr;
+  uint32_t threshold = 0;
+  acc_t<T> scale = 1;
+  uint64_t seed = 0, offset = 0;
+};
+
+// The 16-bit dropout numbers of elements e0 .. e0 + VEC: one Philox block when they are halves of the same
+// block (a 16-byte vector at an aligned offset: the common case), else one block each.
+template <int VEC>
+__device__ __forceinline__ void dropout_bits_vec(uint64_t seed, uint64_t offset, uint64_t e0, uint32_t (&bits)[VEC]) {
+  const uint64_t half = 2 * offset + e0;
+  if ((half & 7) + VEC <= 8) {
+    uint32_t r[4];
+    engine::philox4x32_10(seed, half >> 3, r);
+#pragma unroll
+    for (int k = 0; k < VEC; k++) bits[k] = engine::philox_half(r, uint32_t(half & 7) + k);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) bits[k] = engine::dropout_bits(seed, offset, e0 + k);
+  }
+}
+
+// Warp per row. Bytes per row: C reads of x, C writes of y (weight and bias hit L1); with the residual
+// prologue (kResidual: x is dropout's input y) also C reads of the residual and C writes of the sum; bound:
+// memory.
+template <typename T, int VEC, int ITEMS, bool kResidual>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     layer_norm_forward_warp(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
                             T* __restrict__ y, acc_t<T>* __restrict__ mean, acc_t<T>* __restrict__ rstd,
-                            const __grid_constant__ Indexer<2, int64_t> ix, int64_t rows, int C, acc_t<T> eps) {
+                            const __grid_constant__ Indexer<2, int64_t> ix, int64_t rows, int C, acc_t<T> eps,
+                            const ResidualArgs<T> res) {
   using A = acc_t<T>;
   const int lane = threadIdx.x & 31;
   for (int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5); row < rows;
@@ -57,6 +91,18 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       const int c = (i * 32 + lane) * VEC;
       if (c < C) {
         load_vec<VEC>(x + off[0] + c, v[i]);
+        if constexpr (kResidual) {  // x = st(st(dropout(y)) + residual), stored
+          A r[VEC];
+          uint32_t bits[VEC];
+          load_vec<VEC>(res.residual + off[0] + c, r);
+          dropout_bits_vec<VEC>(res.seed, res.offset, uint64_t(row) * uint64_t(C) + uint64_t(c), bits);
+#pragma unroll
+          for (int k = 0; k < VEC; k++) {
+            const A d = to_acc<A>(from_acc<T>(bits[k] >= res.threshold ? v[i][k] * res.scale : A(0)));
+            v[i][k] = to_acc<A>(from_acc<T>(d + r[k]));
+          }
+          store_vec<VEC>(res.sum + off[0] + c, v[i]);
+        }
 #pragma unroll
         for (int k = 0; k < VEC; k++) sum += v[i][k];
       }
@@ -295,14 +341,27 @@ bool unit_or_undefined(const Tensor& t) { return !t.defined() || t.strides().bac
 
 // ---------------------------------------------------------------------------------------------------
 
-void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
-                        const Tensor& mean, const Tensor& rstd) {
-  const int64_t C = x.size(-1), rows = C > 0 ? x.numel() / C : 0;
-  if (rows == 0) return;
+namespace {
+
+// dropout_add_layer_norm's other inputs (host side): the residual, the sum written, the dropout drawn.
+struct ResidualInput {
+  Tensor residual, sum;
+  double p = 0;
+  uint64_t seed = 0, offset = 0;
+};
+
+// Layer norm by the warp kernel (with the residual prologue when `res` is given) when the rows suit it: unit
+// stride along C, 16-byte aligned, C within a warp's registers (and, with `res`, x, the residual and the sum
+// contiguous and aligned alike). Returns whether it launched.
+bool forward_warp(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+                  const Tensor& mean, const Tensor& rstd, const ResidualInput* res) {
+  const int64_t C = x.size(-1), rows = x.numel() / C;
   const auto ix = row_indexer<2>("layer_norm", x.shape(), x.dim() - 1, {x.strides(), y.strides()});
   const bool unit = C == 1 || (x.strides().back() == 1 && y.strides().back() == 1 && unit_or_undefined(weight) &&
                                unit_or_undefined(bias));
+  if (res && !(x.is_contiguous() && res->residual.is_contiguous() && res->sum.is_contiguous())) return false;
   cudaStream_t stream = engine::cuda::stream();
+  bool done = false;
   ENGINE_CUDA_FLOAT_SWITCH(x.dtype(), T, {
     using A = acc_t<T>;
     const T* px = static_cast<const T*>(x.data_ptr());
@@ -310,19 +369,64 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
     T* py = static_cast<T*>(y.data_ptr());
     A* pm = static_cast<A*>(mean.data_ptr());
     A* pr = static_cast<A*>(rstd.data_ptr());
+    ResidualArgs<T> ra;
+    if (res) {
+      const engine::DropoutRate rate = engine::dropout_rate(res->p);
+      ra = {static_cast<const T*>(res->residual.data_ptr()), static_cast<T*>(res->sum.data_ptr()), rate.threshold,
+            A(rate.keep_scale), res->seed, res->offset};
+    }
     constexpr int V = vec16<T>();
-    const bool vec = unit && rows_aligned<2>(ix, C, V, {px, py, pw, pb});
-    bool done = vec && with_lane_items<V>(C, [&](auto items) {
-                  layer_norm_forward_warp<T, V, decltype(items)::value>
-                      <<<grid_for(rows, kWarpsPerBlock, 16), kWarpsPerBlock * 32, 0, stream>>>(
-                          px, pw, pb, py, pm, pr, ix, rows, int(C), A(eps));
-                });
-    if (!done)
-      layer_norm_forward_block<T><<<grid_for(rows, 1, 8), kRowBlock, 0, stream>>>(
-          px, pw, pb, py, pm, pr, ix, rows, C, x.strides().back(), y.strides().back(), stride_or_zero(weight),
-          stride_or_zero(bias), A(eps));
+    const bool vec = unit && rows_aligned<2>(ix, C, V, {px, py, pw, pb, ra.residual, ra.sum});
+    done = vec && with_lane_items<V>(C, [&](auto items) {
+             const dim3 grid = grid_for(rows, kWarpsPerBlock, 16), block(kWarpsPerBlock * 32);
+             if (res)
+               layer_norm_forward_warp<T, V, decltype(items)::value, true>
+                   <<<grid, block, 0, stream>>>(px, pw, pb, py, pm, pr, ix, rows, int(C), A(eps), ra);
+             else
+               layer_norm_forward_warp<T, V, decltype(items)::value, false>
+                   <<<grid, block, 0, stream>>>(px, pw, pb, py, pm, pr, ix, rows, int(C), A(eps), ra);
+           });
   });
+  return done;
+}
+
+}  // namespace
+
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+                        const Tensor& mean, const Tensor& rstd) {
+  const int64_t C = x.size(-1), rows = C > 0 ? x.numel() / C : 0;
+  if (rows == 0) return;
+  if (!forward_warp(x, weight, bias, eps, y, mean, rstd, nullptr)) {
+    const auto ix = row_indexer<2>("layer_norm", x.shape(), x.dim() - 1, {x.strides(), y.strides()});
+    ENGINE_CUDA_FLOAT_SWITCH(x.dtype(), T, {
+      using A = acc_t<T>;
+      layer_norm_forward_block<T><<<grid_for(rows, 1, 8), kRowBlock, 0, engine::cuda::stream()>>>(
+          static_cast<const T*>(x.data_ptr()), ptr_or_null<T>(weight), ptr_or_null<T>(bias),
+          static_cast<T*>(y.data_ptr()), static_cast<A*>(mean.data_ptr()), static_cast<A*>(rstd.data_ptr()), ix, rows,
+          C, x.strides().back(), y.strides().back(), stride_or_zero(weight), stride_or_zero(bias), A(eps));
+    });
+  }
   ENGINE_CUDA_LAUNCH_CHECK("layer_norm");
+}
+
+void dropout_add_layer_norm(const Tensor& y, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                            double p, uint64_t seed, uint64_t offset, double eps, const Tensor& sum, const Tensor& out,
+                            const Tensor& mean, const Tensor& rstd) {
+  const int64_t C = y.size(-1), rows = C > 0 ? y.numel() / C : 0;
+  if (rows == 0) return;
+  const ResidualInput res{residual, sum, p, seed, offset};
+  if (forward_warp(y, weight, bias, eps, out, mean, rstd, &res)) {
+    ENGINE_CUDA_LAUNCH_CHECK("dropout_add_layer_norm");
+    return;
+  }
+  // Any other layout: the three kernels, into the same buffers.
+  if (p > 0) {
+    dropout(y, p, seed, offset, sum);
+    binary(BinaryOp::add, sum, residual, sum);
+  } else {
+    binary(BinaryOp::add, y, residual, sum);
+  }
+  layer_norm_forward(sum, weight, bias, eps, out, mean, rstd);
 }
 
 void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,

@@ -1,6 +1,8 @@
 // cuda/norm.h: the GPU kernels of layer normalization, with the contract of ops/cpu/norm.h plus one
 // workspace for the deterministic column sums of the backward pass.
 #pragma once
+#include <cstdint>
+
 #include "engine/tensor.h"
 
 namespace ops::cuda {
@@ -9,6 +11,13 @@ namespace ops::cuda {
 // weight, bias: [C] or undefined. Any strides.
 void layer_norm_forward(const engine::Tensor& x, const engine::Tensor& weight, const engine::Tensor& bias,
                         double eps, const engine::Tensor& y, const engine::Tensor& mean, const engine::Tensor& rstd);
+
+// ops::dropout_add_layer_norm: sum = st(st(dropout(y)) + residual) (dropout at (p, seed, offset); p 0: none), then
+// out = layer_norm(sum), mean and rstd as above; one pass when y, residual and sum are contiguous and aligned.
+void dropout_add_layer_norm(const engine::Tensor& y, const engine::Tensor& residual, const engine::Tensor& weight,
+                            const engine::Tensor& bias, double p, uint64_t seed, uint64_t offset, double eps,
+                            const engine::Tensor& sum, const engine::Tensor& out, const engine::Tensor& mean,
+                            const engine::Tensor& rstd);
 
 // dx [..., C], dweight [C], dbias [C] (each may be undefined: not computed) from g, x, weight (or
 // undefined) and the saved mean, rstd; as ops::cpu::layer_norm_backward.

@@ -1,7 +1,8 @@
 // norm_cuda_test.cpp: layer_norm on the GPU against the cpu reference: outputs, mean/rstd-dependent
 // gradients dx, dweight, dbias (the deterministic two-stage column sums, with many row chunks), the fused
 // backward op's own rule (double backward), over the warp kernels of each register size, the block kernels
-// (long, strided, misaligned rows), without weight or bias; repeatability; the ledger equal to meta's.
+// (long, strided, misaligned rows), without weight or bias; repeatability; the ledger equal to meta's;
+// dropout_add_layer_norm (its fused warp kernel and its three-kernel path) the same way.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +11,9 @@
 #include <cstdio>
 #include <functional>
 
+#include "engine/rng.h"
 #include "graph/autograd.h"
+#include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
 #include "ops/norm.h"
@@ -89,6 +92,29 @@ TEST(LayerNormCuda, ForwardAndGradientsMatchCpuOnEveryPath) {
   }
 }
 
+TEST(DropoutAddLayerNormCuda, MatchesCpuOnEveryPath) {
+  // The fused warp kernel (contiguous, aligned rows up to 1024 wide) and the three-kernel path for every other
+  // layout, with and without dropout: output and the gradients of y, residual, weight and bias. The masks are
+  // the cpu's bit for bit (the helper gives both runs one generator state).
+  engine::manual_seed(11);
+  for (DType dt : kFloats) {
+    for (const Case& c : kCases) {
+      for (double p : {0.1, 0.0}) {
+        const std::string what = engine::str("dropout_add_layer_norm p ", p, " ", engine::dtype_name(dt), " ",
+                                             c.layout, " ", engine::shape_str(c.shape));
+        const int64_t C = layout(c, cpu_input(c.shape, dt)).size(-1);
+        auto f = [&c, p](const std::vector<Tensor>& in) {
+          return ops::dropout_add_layer_norm(layout(c, in[0]), layout(c, in[1]), in[2], in[3], p, true, 1e-5);
+        };
+        expect_cuda_matches_cpu(what, f,
+                                {cpu_input(c.shape, dt, 2, 5, true), cpu_input(c.shape, dt, -1, 1, true),
+                                 cpu_input({C}, dt, 0.5, 1.5, true), cpu_input({C}, dt, -1, 1, true)},
+                                column_sum_tolerance(dt, c.shape.front() * (c.shape.size() > 2 ? c.shape[1] : 1)));
+      }
+    }
+  }
+}
+
 TEST(LayerNormCuda, BackwardOpAndItsRuleMatchCpu) {
   // layer_norm_backward called directly with g, x, weight requiring grad: its three outputs are the fused
   // kernel's, their gradients run the op's rule (double backward) on each device.
@@ -148,6 +174,16 @@ TEST(LayerNormCuda, LedgerMatchesMeta) {
   });
 }
 
+TEST(DropoutAddLayerNormCuda, LedgerMatchesMeta) {
+  testutil::expect_cuda_ledger_matches_meta([] {
+    Tensor y = ops::rand({300, 768}, -2, 2, DType::bf16).set_requires_grad(true);
+    Tensor r = ops::rand({300, 768}, -2, 2, DType::bf16).set_requires_grad(true);
+    Tensor w = ops::rand({768}, 0.5, 1.5, DType::bf16).set_requires_grad(true);
+    Tensor b = ops::rand({768}, -1, 1, DType::bf16).set_requires_grad(true);
+    graph::backward(ops::sum(ops::dropout_add_layer_norm(y, r, w, b, 0.1, true, 1e-5)));
+  });
+}
+
 // Not run by default (--gtest_also_run_disabled_tests): bytes moved per second at BERT sizes.
 TEST(LayerNormCuda, DISABLED_Bandwidth) {
   for (DType dt : {DType::f32, DType::bf16}) {
@@ -167,8 +203,13 @@ TEST(LayerNormCuda, DISABLED_Bandwidth) {
         rstd = ops::reshape(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {-1}), 1e-5)), {rows});
       }
       double bwd = median_ms([&] { ops::layer_norm_backward(g, x, w, mean, rstd, 1e-5, {true, true, true}); });
-      std::printf("layer_norm %s [%ld, %ld]: forward %.3f ms %.0f GB/s, backward (dx, dw, db) %.3f ms %.0f GB/s\n",
-                  engine::dtype_name(dt), long(rows), long(C), fwd, 2 * bytes / fwd / 1e6, bwd, 3 * bytes / bwd / 1e6);
+      // The post-norm residual step: fused (y, residual read; sum, out written) against the three ops.
+      double fused = median_ms([&] { ops::dropout_add_layer_norm(x, g, w, b, 0.1, true, 1e-5); });
+      double three = median_ms([&] { ops::layer_norm(ops::add(ops::dropout(x, 0.1), g), w, b, 1e-5); });
+      std::printf("layer_norm %s [%ld, %ld]: forward %.3f ms %.0f GB/s, backward (dx, dw, db) %.3f ms %.0f GB/s; "
+                  "dropout_add_layer_norm %.3f ms %.0f GB/s (dropout, add, layer_norm: %.3f ms)\n",
+                  engine::dtype_name(dt), long(rows), long(C), fwd, 2 * bytes / fwd / 1e6, bwd, 3 * bytes / bwd / 1e6,
+                  fused, 4 * bytes / fused / 1e6, three);
     }
   }
 }

@@ -1,11 +1,14 @@
 // norm_test.cpp: layer_norm against the textbook formula, its saved statistics, the fused backward op
 // against the closed-form gradients, gradients and second derivatives (of layer_norm and of
-// layer_norm_backward itself) against finite differences, errors, meta allocations.
+// layer_norm_backward itself) against finite differences, errors, meta allocations; dropout_add_layer_norm
+// against the three ops it fuses.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "engine/rng.h"
 #include "graph/autograd.h"
+#include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
 #include "ops/norm.h"
@@ -197,5 +200,70 @@ TEST(LayerNorm, MetaAllocatesLikeCpu) {
     Tensor x = ops::rand({2, 3, 8}).set_requires_grad(true);
     Tensor w = ops::ones({8}).set_requires_grad(true), b = ops::zeros({8}).set_requires_grad(true);
     graph::backward(ops::sum(ops::mul(ops::layer_norm(x, w, b, 1e-5), x)));
+  });
+}
+
+// dropout_add_layer_norm against the three ops it fuses: the same output, gradients and generator offset, bit for
+// bit (the same dropout draw, the same roundings), with and without dropout, in f32 and bf16; its own gradients
+// and second derivatives (without dropout) against finite differences; meta allocates as the cpu.
+TEST(DropoutAddLayerNorm, IsTheThreeOpsBitForBit) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (auto [p, training] : {std::pair<double, bool>{0.3, true}, {0.3, false}, {0.0, true}}) {
+      SCOPED_TRACE(engine::str(engine::dtype_name(dt), " p ", p, training ? " training" : " eval"));
+      auto inputs = [dt] {
+        engine::manual_seed(7);
+        return std::vector<Tensor>{ops::to(ops::rand({3, 5, 40}, -2, 2), dt).set_requires_grad(true),
+                                   ops::to(ops::rand({3, 5, 40}, -2, 2), dt).set_requires_grad(true),
+                                   ops::to(ops::rand({40}, 0.5, 1.5), dt).set_requires_grad(true),
+                                   ops::to(ops::rand({40}), dt).set_requires_grad(true)};
+      };
+      auto run = [&](bool fused) {
+        std::vector<Tensor> in = inputs();
+        Tensor out = fused ? ops::dropout_add_layer_norm(in[0], in[1], in[2], in[3], p, training, 1e-5)
+                           : ops::layer_norm(ops::add(ops::dropout(in[0], p, training), in[1]), in[2], in[3], 1e-5);
+        const uint64_t offset = engine::generator().offset;
+        Tensor g = ops::to(ops::rand(out.shape(), -1, 1), dt);
+        std::vector<Tensor> grads = graph::grad({out}, in, {g});
+        grads.insert(grads.begin(), out);
+        return std::make_pair(grads, offset);
+      };
+      auto [want, want_offset] = run(false);
+      auto [got, got_offset] = run(true);
+      EXPECT_EQ(got_offset, want_offset);
+      const char* names[] = {"out", "dy", "dresidual", "dweight", "dbias"};
+      for (size_t i = 0; i < want.size(); i++)
+        EXPECT_EQ(ops::to(got[i], DType::f64).to_double(), ops::to(want[i], DType::f64).to_double()) << names[i];
+    }
+  }
+}
+
+TEST(DropoutAddLayerNorm, GradAndDoubleBackwardWithoutDropout) {
+  Tensor y = rand_input({3, 6}, -2, 2), r = rand_input({3, 6}, -2, 2), w = rand_input({6}, 0.5, 1.5),
+         b = rand_input({6});
+  testutil::Fn f = [](const std::vector<Tensor>& in) {
+    return ops::dropout_add_layer_norm(in[0], in[1], in[2], in[3], 0.5, false, 1e-5);
+  };
+  testutil::expect_gradcheck(f, {y, r, w, b});
+  testutil::expect_double_backward(f, {y, r, w, b});
+}
+
+TEST(DropoutAddLayerNorm, ErrorsNameTheArgument) {
+  try {
+    ops::dropout_add_layer_norm(ops::zeros({2, 6}), ops::zeros({2, 5}), Tensor(), Tensor(), 0.1, true);
+    FAIL() << "expected an error";
+  } catch (const engine::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("residual"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[2, 5]"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(ops::dropout_add_layer_norm(ops::zeros({2, 6}), ops::zeros({2, 6}), Tensor(), Tensor(), 1.5, true),
+               engine::Error);
+}
+
+TEST(DropoutAddLayerNorm, MetaAllocatesLikeCpu) {
+  testutil::expect_meta_allocates_like_cpu([] {
+    Tensor y = ops::rand({2, 3, 8}).set_requires_grad(true), r = ops::rand({2, 3, 8}).set_requires_grad(true);
+    Tensor w = ops::ones({8}).set_requires_grad(true), b = ops::zeros({8}).set_requires_grad(true);
+    graph::backward(ops::sum(ops::mul(ops::dropout_add_layer_norm(y, r, w, b, 0.2, true), y)));
   });
 }
