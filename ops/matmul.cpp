@@ -8,8 +8,10 @@
 #include "ops/cuda/matmul.h"
 #endif
 #include "ops/elementwise.h"
+#include "ops/factory.h"
 #include "ops/op.h"
 #include "ops/reduce.h"
+#include "ops/shape.h"
 #include "ops/view.h"
 
 namespace ops {
@@ -102,6 +104,22 @@ Tensor matmul_batched(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
+// linear's padded width: for 16-bit types, out_features rounded up to a multiple of 8 (16 bytes) when it is not
+// (and it is wide: a vocabulary), else out_features itself. See linear in matmul.h.
+constexpr int64_t kPadMinFeatures = 1024;
+int64_t padded_features(int64_t out_features, DType dtype) {
+  if (engine::dtype_size(dtype) != 2 || out_features < kPadMinFeatures || out_features % 8 == 0) return out_features;
+  return (out_features + 7) / 8 * 8;
+}
+
+// t with zero rows (dim 0) or columns (dim -1) appended up to `size` along dim: an op (concat), so differentiable.
+Tensor pad_with_zeros(const Tensor& t, int64_t dim, int64_t size) {
+  Shape zs = t.shape();
+  const size_t d = dim < 0 ? zs.size() - 1 : size_t(dim);
+  zs[d] = size - t.shape()[d];
+  return concat({t, zeros(zs, t.dtype(), t.device_ptr())}, dim);
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -146,34 +164,52 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
   Shape out_shape(x.shape().begin(), x.shape().end() - 1);
   const int64_t rows = engine::numel_of(out_shape);
-  out_shape.push_back(out_features);
-  Tensor y = new_empty(x, out_shape);  // [..., out]
+  const int64_t padded = padded_features(out_features, weight.dtype());
+  out_shape.push_back(padded);
+  Tensor y = new_empty(x, out_shape);  // [..., padded]; the result is its first out_features columns
 
-  // Kernel views (not recorded): x as rows [R, in], W^T as [in, out] (strides swapped: no copy), y as [R, out].
-  Tensor x_rows;
+  // Kernel views (not recorded): x as rows [R, in], W^T as [in, padded] (strides swapped: no copy; padded: W with
+  // zero rows appended, a temporary), y as [R, padded].
+  Tensor x_rows, w_p = weight, b_p = bias;
   {
     graph::NoGrad ng;  // a non-contiguous x is copied once, a temporary of this op
     Tensor xc = contiguous(x);
     x_rows = Tensor::view_of(xc, {rows, in}, {in, 1}, xc.offset());
+    if (padded != out_features) {
+      w_p = pad_with_zeros(weight, 0, padded);
+      if (bias.defined()) b_p = pad_with_zeros(bias, 0, padded);
+    }
   }
-  Tensor w_t = Tensor::view_of(weight, {in, out_features}, {weight.strides()[1], weight.strides()[0]}, weight.offset());
-  Tensor y_rows = Tensor::view_of(y, {rows, out_features}, {out_features, 1}, y.offset());
+  Tensor w_t = Tensor::view_of(w_p, {in, padded}, {w_p.strides()[1], w_p.strides()[0]}, w_p.offset());
+  Tensor y_rows = Tensor::view_of(y, {rows, padded}, {padded, 1}, y.offset());
   y.device().workspace(kGemmWorkspaceBytes);
-  run_kernel("linear", y, [&] { cpu::matmul(x_rows, w_t, bias, y_rows); },
-             CUDA_KERNEL(cuda::matmul(x_rows, w_t, bias, y_rows)));
-  x_rows = Tensor();  // free the copy (if any) before recording
-  engine::count_op("linear", 2.0 * double(rows) * double(in) * double(out_features),
+  run_kernel("linear", y, [&] { cpu::matmul(x_rows, w_t, b_p, y_rows); },
+             CUDA_KERNEL(cuda::matmul(x_rows, w_t, b_p, y_rows)));
+  x_rows = w_t = w_p = b_p = Tensor();  // free the temporaries before recording
+  engine::count_op("linear", 2.0 * double(rows) * double(in) * double(padded),
                    double(x.nbytes() + weight.nbytes() + (bias.defined() ? bias.nbytes() : 0) + y.nbytes()));
+  if (padded != out_features) {  // the result: a view of y's first out_features columns
+    Shape shape = out_shape;
+    shape.back() = out_features;
+    y = Tensor::view_of(y, shape, y.strides(), y.offset());
+  }
 
   if (graph::any_requires_grad({x, weight, bias})) {
     Tensor save_x = weight.requires_grad() ? x : Tensor();
     Tensor save_w = x.requires_grad() ? weight : Tensor();
     graph::record("linear", {x, weight, bias}, {y}, {save_x, save_w},
-                  [in, out_features](Node& n, const Grads& g) -> Grads {
+                  [in, out_features, padded](Node& n, const Grads& g) -> Grads {
                     Tensor gx, gw, gb;
-                    if (n.needs_input_grad(0)) gx = linear(g[0], transpose(n.saved(1), 0, 1));  // g @ W
-                    if (n.needs_input_grad(1))  // [out, R] @ [R, in]
-                      gw = matmul(transpose(reshape(g[0], {-1, out_features}), 0, 1), reshape(n.saved(0), {-1, in}));
+                    // Padded: g with zero columns and W with zero rows, so both products run aligned.
+                    Tensor g_p = padded == out_features ? g[0] : pad_with_zeros(g[0], -1, padded);
+                    if (n.needs_input_grad(0)) {
+                      Tensor w = padded == out_features ? n.saved(1) : pad_with_zeros(n.saved(1), 0, padded);
+                      gx = linear(g_p, transpose(w, 0, 1));  // g @ W
+                    }
+                    if (n.needs_input_grad(1)) {  // [out, R] @ [R, in]
+                      gw = matmul(transpose(reshape(g_p, {-1, padded}), 0, 1), reshape(n.saved(0), {-1, in}));
+                      if (padded != out_features) gw = slice(gw, 0, 0, out_features);
+                    }
                     if (n.needs_input_grad(2)) gb = sum_to(g[0], {out_features});
                     return {gx, gw, gb};
                   });

@@ -8,6 +8,15 @@
 //   linear(x, W, b) x [..., in], weight [out, in], bias [out] or undefined -> [..., out]. The leading dimensions
 //                  are flattened into rows: one GEMM [R, in] x [in, out] whose result starts from the bias
 //                  (GEMM with beta = 1), so the bias costs no separate broadcast-add pass or buffer.
+//                  Wide unaligned 16-bit outputs (bf16/f16, out >= 1024 and not a multiple of 8: BERT's
+//                  30522-word vocabulary) run padded to the next multiple of 8: W and b get zero rows (a
+//                  temporary copy), the GEMM writes [R, out_p] and the result is a view of its first out columns
+//                  (rows out_p apart); backward pads g with zero columns so that dx and dW run aligned too, dW
+//                  being the first out rows. cuBLASLt's Hopper kernels need those 16-byte sizes: at BERT's
+//                  [2464, 768] x [768, 30522] the three products take 0.51 ms instead of 1.55 on an H200
+//                  (tools/bench/cublaslt_probe.cu). The values are those of the unpadded product (the zero terms add
+//                  nothing); the memory is the padded buffers' (bert_base bf16 512 x 32: +47 MiB at the peak, the
+//                  padded W and g of the decoder's backward). 32-bit types are left as they are (not measured).
 // FLOPs: 2 * M * N * K per product (a multiply-add is 2); bias adds are not counted.
 //
 // Strided operands: a matrix whose rows or columns are contiguous (a plain or a transposed view, e.g. W^T
@@ -23,7 +32,7 @@
 // Backward (engine ops, so double backward works):
 //   matmul: da = sum_to(g @ b^T, a.shape), db = sum_to(a^T @ g, b.shape)   (sum_to undoes broadcasting)
 //   linear: dx = linear(g, W^T) (= g @ W), dW = g2^T @ x2 (g2, x2: rows flattened), db = sum of g over rows.
-// Saved: both operands (matmul), x and W (linear); no output.
+// Saved: both operands (matmul), x and W (linear: unpadded; backward pads W again); no output.
 #pragma once
 #include "engine/tensor.h"
 

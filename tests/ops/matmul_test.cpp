@@ -2,7 +2,10 @@
 // gradients and second derivatives against finite differences, shape errors, FLOPs, meta allocations.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "engine/counters.h"
+#include "engine/rng.h"
 #include "graph/autograd.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
@@ -203,6 +206,43 @@ TEST(Matmul, LinearGradAndDoubleBackward) {
   testutil::expect_gradcheck(f, {v, w, b});
 }
 
+TEST(Matmul, WideUnalignedLinearRunsPaddedAndStaysExact) {
+  // 1025 outputs of bf16: the product runs on W with zero rows up to 1032 (16-byte rows), the result is a view of
+  // the first 1025 columns. Its values, gradients and second derivatives are those of the same product written
+  // unpadded (matmul + add: the zero terms add nothing).
+  auto inputs = [] {
+    engine::manual_seed(3);
+    return std::vector<Tensor>{ops::rand({2, 3, 16}, -1, 1, DType::bf16).set_requires_grad(true),
+                               ops::rand({1025, 16}, -1, 1, DType::bf16).set_requires_grad(true),
+                               ops::rand({1025}, -1, 1, DType::bf16).set_requires_grad(true)};
+  };
+  auto run = [&](bool padded) {
+    std::vector<Tensor> in = inputs();
+    Tensor y = padded ? ops::linear(in[0], in[1], in[2])
+                      : ops::add(ops::matmul(in[0], ops::transpose(in[1], 0, 1)), in[2]);
+    if (padded) EXPECT_EQ(y.strides(), (Shape{3 * 1032, 1032, 1}));
+    // Second order: the gradient of sum(y^2) wrt x, differentiated again wrt W.
+    Tensor gx = graph::grad({ops::sum(ops::mul(y, y))}, {in[0]}, {}, /*create_graph=*/true)[0];
+    std::vector<Tensor> out = graph::grad({ops::sum(ops::mul(gx, gx))}, {in[1], in[2]});
+    out.insert(out.begin(), {y, gx});
+    return out;
+  };
+  std::vector<Tensor> want = run(false), got = run(true);
+  const char* names[] = {"y", "d sum(y^2) / dx", "second order wrt W", "second order wrt b"};
+  for (size_t i = 0; i < want.size(); i++) {
+    std::vector<double> w = ops::to(want[i], DType::f64).to_double(), g = ops::to(got[i], DType::f64).to_double();
+    ASSERT_EQ(w.size(), g.size()) << names[i];
+    double scale = 0;
+    for (double v : w) scale = std::max(scale, std::fabs(v));
+    for (size_t k = 0; k < w.size(); k++) ASSERT_NEAR(g[k], w[k], 1e-2 * scale) << names[i] << " element " << k;
+  }
+  // Aligned, narrow or 32-bit outputs are not padded.
+  Tensor x = ops::rand({2, 16}, -1, 1, DType::bf16);
+  EXPECT_TRUE(ops::linear(x, ops::rand({1024, 16}, -1, 1, DType::bf16)).is_contiguous());
+  EXPECT_TRUE(ops::linear(x, ops::rand({5, 16}, -1, 1, DType::bf16)).is_contiguous());
+  EXPECT_TRUE(ops::linear(ops::rand({2, 16}), ops::rand({1025, 16})).is_contiguous());
+}
+
 TEST(Matmul, ShapeErrorsNameTheShapes) {
   Tensor a = ops::zeros({2, 3}), b = ops::zeros({4, 5});
   std::string e = error_of([&] { ops::matmul(a, b); });
@@ -227,5 +267,10 @@ TEST(Matmul, MetaAllocatesLikeCpu) {
     Tensor w = ops::rand({6, 5}).set_requires_grad(true), bias = ops::rand({6}).set_requires_grad(true);
     Tensor y = ops::linear(ops::matmul(a, b), w, bias);
     graph::backward(ops::sum(y));
+    // A padded (wide, unaligned) linear: its temporaries too.
+    Tensor x = ops::rand({3, 8}, -1, 1, DType::bf16).set_requires_grad(true);
+    Tensor wide = ops::rand({1030, 8}, -1, 1, DType::bf16).set_requires_grad(true);
+    Tensor wide_bias = ops::rand({1030}, -1, 1, DType::bf16).set_requires_grad(true);
+    graph::backward(ops::sum(ops::linear(x, wide, wide_bias)));
   });
 }

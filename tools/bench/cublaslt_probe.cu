@@ -1,0 +1,206 @@
+// cublaslt_probe.cu: times the cuBLASLt calls behind two of issue 20's levers, outside the engine, so that the
+// choice is measured before it is built.
+//   1. A linear's weight gradient with its bias gradient in the GEMM's epilogue (BGRADB), against the GEMM alone
+//      (the engine then sums the bias gradient in a second kernel): bert_base's three weight shapes at 512 x 32.
+//   2. BERT's vocabulary projection ([2464, 768] x [768, 30522], its backward GEMMs too) with the logits' rows 30522
+//      elements apart (61044 bytes: 4-byte aligned) against rows padded to 30528 (16-byte aligned), and against a
+//      vocabulary padded to 30528 words.
+// Build and run on the GPU machine:
+//   nvcc -O2 -std=c++17 -arch=sm_90 tools/bench/cublaslt_probe.cu -lcublasLt -o p && ./p
+// Prints the median of 20 timed calls (CUDA events) per variant, and checks the epilogue's bias gradient against
+// a column sum on the host.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CK(x)                                                   \
+  do {                                                          \
+    cudaError_t e_ = (x);                                       \
+    if (e_ != cudaSuccess) {                                    \
+      std::printf("CUDA %s: %s\n", #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                             \
+    }                                                           \
+  } while (0)
+#define LT(x)                                        \
+  do {                                               \
+    cublasStatus_t s_ = (x);                         \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {               \
+      std::printf("cuBLASLt %s: %d\n", #x, int(s_)); \
+      std::exit(1);                                  \
+    }                                                \
+  } while (0)
+
+namespace {
+
+cublasLtHandle_t g_lt;
+void* g_ws;
+constexpr size_t kWs = size_t(32) << 20;
+
+struct Mat {  // a column-major cuBLASLt operand
+  const void* p;
+  cublasOperation_t op;
+  int64_t rows, cols, ld;  // stored shape
+};
+
+// D[m, n] (column-major, ld ldd) = op(A) op(B) (+ epilogue), bf16 in and out, f32 accumulate. Returns the median ms
+// of 20 calls, or -1 when cuBLASLt has no algorithm.
+double time_gemm(const Mat& a, const Mat& b, void* d, int64_t m, int64_t n, int64_t ldd, cublasLtEpilogue_t epi,
+                 void* bias, char* algo_name = nullptr) {
+  cublasLtMatmulDesc_t desc;
+  LT(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &a.op, sizeof a.op));
+  LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &b.op, sizeof b.op));
+  LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  if (bias) {
+    LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    cudaDataType_t bt = CUDA_R_16BF;
+    LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+  }
+  cublasLtMatrixLayout_t la, lb, ld;
+  LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, a.rows, a.cols, a.ld));
+  LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, b.rows, b.cols, b.ld));
+  LT(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, m, n, ldd));
+  cublasLtMatmulPreference_t pref;
+  LT(cublasLtMatmulPreferenceCreate(&pref));
+  size_t ws = kWs;
+  LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(g_lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
+  double med = -1;
+  if (s == CUBLAS_STATUS_SUCCESS && found > 0) {
+    const float one = 1, zero = 0;
+    auto call = [&] {
+      LT(cublasLtMatmul(g_lt, desc, &one, a.p, la, b.p, lb, &zero, d, ld, d, ld, &heur.algo, g_ws, kWs, 0));
+    };
+    for (int i = 0; i < 3; i++) call();
+    std::vector<float> ms;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int i = 0; i < 20; i++) {
+      CK(cudaEventRecord(e0));
+      call();
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      float t;
+      CK(cudaEventElapsedTime(&t, e0, e1));
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    med = ms[ms.size() / 2];
+    if (algo_name) {
+      int id = 0, tile = 0, splitk = 0;
+      size_t w;
+      cublasLtMatmulAlgoConfigGetAttribute(&heur.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
+      cublasLtMatmulAlgoConfigGetAttribute(&heur.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+      cublasLtMatmulAlgoConfigGetAttribute(&heur.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &w);
+      std::snprintf(algo_name, 64, "algo %d tile %d splitK %d", id, tile, splitk);
+    }
+  } else if (algo_name) {
+    std::snprintf(algo_name, 64, "no algorithm (status %d)", int(s));
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatmulDescDestroy(desc);
+  return med;
+}
+
+__nv_bfloat16* random_bf16(size_t n, unsigned seed) {
+  std::vector<__nv_bfloat16> h(n);
+  srand(seed);
+  for (auto& v : h) v = __float2bfloat16(float(rand()) / RAND_MAX - 0.5f);
+  __nv_bfloat16* d;
+  CK(cudaMalloc(&d, n * sizeof(__nv_bfloat16)));
+  CK(cudaMemcpy(d, h.data(), n * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
+  return d;
+}
+
+double tflops(double m, double n, double k, double ms) { return 2 * m * n * k / ms / 1e9; }
+
+// Weight gradient of a linear [R, in] -> [R, out]: dW[out, in] = g^T x, as the engine asks cuBLASLt for it
+// (column-major D [in, out] = x^T-as-stored (op N) times g stored [out, R] (op T)); with and without BGRADB.
+void weight_grad(int64_t R, int64_t in, int64_t out, int64_t g_ld) {
+  __nv_bfloat16* x = random_bf16(size_t(R * in), 1);
+  __nv_bfloat16* g = random_bf16(size_t(R * g_ld), 2);
+  __nv_bfloat16 *dw, *db;
+  CK(cudaMalloc(&dw, size_t(out * in) * 2));
+  CK(cudaMalloc(&db, size_t(out) * 2));
+  Mat a{x, CUBLAS_OP_N, in, R, in}, b{g, CUBLAS_OP_T, out, R, g_ld};
+  char n0[64], n1[64];
+  const double plain = time_gemm(a, b, dw, in, out, in, CUBLASLT_EPILOGUE_DEFAULT, nullptr, n0);
+  const double fused = time_gemm(a, b, dw, in, out, in, CUBLASLT_EPILOGUE_BGRADB, db, n1);
+  // Check the bias gradient: sum over R of g's column o.
+  std::vector<__nv_bfloat16> hg(static_cast<size_t>(R * g_ld)), hb(static_cast<size_t>(out));
+  CK(cudaMemcpy(hg.data(), g, hg.size() * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(hb.data(), db, hb.size() * 2, cudaMemcpyDeviceToHost));
+  double worst = 0;
+  for (int64_t o = 0; o < out; o++) {
+    double s = 0;
+    for (int64_t r = 0; r < R; r++) s += double(__bfloat162float(hg[size_t(r * g_ld + o)]));
+    worst = std::max(worst, std::abs(s - double(__bfloat162float(hb[size_t(o)]))) / (1 + std::abs(s)));
+  }
+  std::printf(
+      "dW [%lld, %lld] over %lld rows (g ld %lld): plain %.3f ms (%.0f TFLOP/s, %s) | BGRADB %.3f ms "
+      "(%.0f TFLOP/s, %s) | bias grad rel err %.2e\n",
+      (long long)out, (long long)in, (long long)R, (long long)g_ld, plain, tflops(R, in, out, plain), n0, fused,
+      fused > 0 ? tflops(R, in, out, fused) : 0.0, n1, fused > 0 ? worst : -1.0);
+  CK(cudaFree(x));
+  CK(cudaFree(g));
+  CK(cudaFree(dw));
+  CK(cudaFree(db));
+}
+
+// The vocabulary projection y[R, V] = x[R, C] W[V, C]^T + b and its two backward GEMMs, y's (and g's) rows ld apart.
+void vocab(int64_t R, int64_t C, int64_t V, int64_t ld) {
+  __nv_bfloat16* x = random_bf16(size_t(R * C), 3);
+  __nv_bfloat16* w = random_bf16(size_t(V * C), 4);
+  __nv_bfloat16* b = random_bf16(size_t(V), 5);
+  __nv_bfloat16* y = random_bf16(size_t(R * ld), 6);  // also serves as g
+  __nv_bfloat16 *dx, *dw;
+  CK(cudaMalloc(&dx, size_t(R * C) * 2));
+  CK(cudaMalloc(&dw, size_t(V * C) * 2));
+  char n0[64], n1[64], n2[64];
+  // forward: D[V, R] (ld) = W-as-stored [C, V] op T, x-as-stored [C, R] op N
+  const double fwd =
+      time_gemm(Mat{w, CUBLAS_OP_T, C, V, C}, Mat{x, CUBLAS_OP_N, C, R, C}, y, V, R, ld, CUBLASLT_EPILOGUE_BIAS, b, n0);
+  // dx: D[C, R] = W-as-stored [C, V] op N, g-as-stored [V, R] (ld) op N
+  const double dxt = time_gemm(Mat{w, CUBLAS_OP_N, C, V, C}, Mat{y, CUBLAS_OP_N, V, R, ld}, dx, C, R, C,
+                               CUBLASLT_EPILOGUE_DEFAULT, nullptr, n1);
+  // dW: D[C, V] = x-as-stored [C, R] op N, g-as-stored [V, R] (ld) op T
+  const double dwt = time_gemm(Mat{x, CUBLAS_OP_N, C, R, C}, Mat{y, CUBLAS_OP_T, V, R, ld}, dw, C, V, C,
+                               CUBLASLT_EPILOGUE_DEFAULT, nullptr, n2);
+  std::printf(
+      "vocab [%lld, %lld] x [%lld, %lld]^T, rows %lld apart: forward+bias %.3f ms (%.0f TFLOP/s, %s) | dx %.3f "
+      "(%.0f, %s) | dW %.3f (%.0f, %s)\n",
+      (long long)R, (long long)C, (long long)V, (long long)C, (long long)ld, fwd, tflops(R, C, V, fwd), n0, dxt,
+      tflops(R, C, V, dxt), n1, dwt, tflops(R, C, V, dwt), n2);
+  for (void* p : {(void*)x, (void*)w, (void*)b, (void*)y, (void*)dx, (void*)dw}) CK(cudaFree(p));
+}
+
+}  // namespace
+
+int main() {
+  LT(cublasLtCreate(&g_lt));
+  CK(cudaMalloc(&g_ws, kWs));
+  const int64_t R = 16384;           // bert_base 512 x 32
+  weight_grad(R, 768, 768, 768);     // query, key, value, attention output
+  weight_grad(R, 768, 3072, 3072);   // intermediate
+  weight_grad(R, 3072, 768, 768);    // output
+  weight_grad(R, 768, 2304, 2304);   // query, key and value as one projection
+  weight_grad(R, 1024, 1024, 1024);  // BERT-Large
+  weight_grad(R, 1024, 4096, 4096);
+  weight_grad(R, 4096, 1024, 1024);
+  vocab(2464, 768, 30522, 30522);  // 77 masked positions x 32
+  vocab(2464, 768, 30522, 30528);
+  vocab(2464, 768, 30528, 30528);  // the vocabulary itself padded to a multiple of 8 (6 unused rows of W)
+  return 0;
+}
