@@ -5,7 +5,6 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/rng.h"
 #include "ops/cpu/attention.h"
 #ifdef ENGINE_CUDA
 #include "ops/cuda/attention.h"
@@ -239,11 +238,10 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   params.scale = resolve_scale(options.scale, q.size(3));
   if (options.training && options.dropout_p > 0) {
     // The reservation naive's dropout makes on its [B, H, Lq, Lk] probabilities.
-    engine::Generator& gen = engine::generator();
+    const DropoutDraw draw = reserve_dropout_draw(uint64_t(q.size(0) * q.size(1) * q.size(2)) * uint64_t(k.size(2)));
     params.dropout_p = options.dropout_p;
-    params.seed = gen.seed;
-    const uint64_t elements = uint64_t(q.size(0) * q.size(1) * q.size(2)) * uint64_t(k.size(2));
-    params.offset = gen.reserve(engine::dropout_numbers(elements));
+    params.seed = draw.seed;
+    params.offset = draw.offset;
   }
   return flash_attention_forward(q, k, v, key_padding_mask, params)[0];
 }

@@ -37,42 +37,46 @@ Tensor apply_dropout(const char* name, const char* rule_name, const Tensor& x, d
 // Elements per sample (the draw group of drop path).
 int64_t sample_elements(const Tensor& x) { return x.dim() == 0 || x.size(0) == 0 ? 1 : x.numel() / x.size(0); }
 
-void check_probability(const char* op, double p) {
+}  // namespace
+
+DropoutDraw reserve_dropout_draw(uint64_t decisions) {
+  engine::Generator& gen = engine::generator();
+  DropoutDraw d;
+  d.seed = gen.seed;
+  d.offset = gen.reserve(engine::dropout_numbers(decisions));
+  return d;
+}
+
+void check_drop_probability(const char* op, double p) {
   ENGINE_CHECK(p >= 0 && p <= 1, op, ": drop probability p must be in [0, 1], got ", p);
 }
 
-}  // namespace
-
 Tensor dropout(const Tensor& x, double p, bool training) {
   check_floating("dropout", "x", x);
-  check_probability("dropout", p);
+  check_drop_probability("dropout", p);
   if (p == 0 || !training) return x;
-  engine::Generator& gen = engine::generator();
-  const uint64_t seed = gen.seed;
-  const uint64_t offset = gen.reserve(engine::dropout_numbers(uint64_t(x.numel())));  // on every device: draws align
-  return apply_dropout("dropout", "dropout_mask_apply", x, p, seed, offset, 1);
+  const DropoutDraw d = reserve_dropout_draw(uint64_t(x.numel()));
+  return apply_dropout("dropout", "dropout_mask_apply", x, p, d.seed, d.offset, 1);
 }
 
 Tensor dropout_mask_apply(const Tensor& g, double p, uint64_t seed, uint64_t offset) {
   check_floating("dropout_mask_apply", "g", g);
-  check_probability("dropout_mask_apply", p);
+  check_drop_probability("dropout_mask_apply", p);
   return apply_dropout("dropout_mask_apply", "dropout_mask_apply", g, p, seed, offset, 1);
 }
 
 Tensor drop_path(const Tensor& x, double keep_prob, bool training) {
   check_floating("drop_path", "x", x);
-  check_probability("drop_path", keep_prob);
+  check_drop_probability("drop_path", keep_prob);
   ENGINE_CHECK(x.dim() >= 1, "drop_path: x needs a sample dimension, got shape ", engine::shape_str(x.shape()));
   if (keep_prob == 1 || !training) return x;
-  engine::Generator& gen = engine::generator();
-  const uint64_t seed = gen.seed;
-  const uint64_t offset = gen.reserve(engine::dropout_numbers(uint64_t(x.size(0))));  // one draw per sample
-  return apply_dropout("drop_path", "drop_path_mask_apply", x, 1 - keep_prob, seed, offset, sample_elements(x));
+  const DropoutDraw d = reserve_dropout_draw(uint64_t(x.size(0)));  // one draw per sample
+  return apply_dropout("drop_path", "drop_path_mask_apply", x, 1 - keep_prob, d.seed, d.offset, sample_elements(x));
 }
 
 Tensor drop_path_mask_apply(const Tensor& g, double keep_prob, uint64_t seed, uint64_t offset) {
   check_floating("drop_path_mask_apply", "g", g);
-  check_probability("drop_path_mask_apply", keep_prob);
+  check_drop_probability("drop_path_mask_apply", keep_prob);
   return apply_dropout("drop_path_mask_apply", "drop_path_mask_apply", g, 1 - keep_prob, seed, offset,
                        sample_elements(g));
 }

@@ -28,6 +28,17 @@ Tensor dropout(const Tensor& x, double p, bool training = true);
 // g * keep(seed, offset, i) / (1 - p), elementwise: the dropout drawn at (seed, offset), applied to g.
 Tensor dropout_mask_apply(const Tensor& g, double p, uint64_t seed, uint64_t offset);
 
+// The draw of `decisions` keep decisions: the default generator's seed and the offset of the
+// engine::dropout_numbers(decisions) numbers reserved from it, on every device (meta too), so that later draws
+// line up across devices. Every op that drops (dropout, drop path, attention, dropout_add_layer_norm) takes its
+// draw here.
+struct DropoutDraw {
+  uint64_t seed = 0, offset = 0;
+};
+DropoutDraw reserve_dropout_draw(uint64_t decisions);
+// Throws "op: drop probability p must be in [0, 1], got p" otherwise.
+void check_drop_probability(const char* op, double p);
+
 // Drop path (NASNet's and stochastic depth's): a whole sample of x (its first dimension, N) is kept with
 // probability keep_prob, then scaled by 1 / (1 - p_q), else zeroed: dropout at p = 1 - keep_prob with one draw per
 // sample, sample n kept iff dropout_bits(seed, offset, n) >= ceil(p * 2^16), ceil(N / 2) numbers reserved. Saves

@@ -2,7 +2,6 @@
 // dropout_add_layer_norm (the post-norm residual step in one op).
 #include "ops/norm.h"
 
-#include "engine/rng.h"
 #include "ops/cpu/dropout.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/cpu/norm.h"
@@ -135,18 +134,14 @@ Tensor dropout_add_layer_norm(const Tensor& y, const Tensor& residual, const Ten
   ENGINE_CHECK(y.shape() == residual.shape(), name, ": y ", engine::shape_str(y.shape()), " and the residual ",
                engine::shape_str(residual.shape()), " must have the same shape");
   ENGINE_CHECK(y.dim() >= 1, name, ": y must have at least 1 dimension (the normalized one), got a scalar");
-  ENGINE_CHECK(p >= 0 && p <= 1, name, ": drop probability p must be in [0, 1], got ", p);
+  check_drop_probability(name, p);
   check_norm_param(name, "weight", weight, y);
   check_norm_param(name, "bias", bias, y);
   ENGINE_CHECK(eps >= 0, name, ": eps must be >= 0, got ", eps);
   // ops::dropout's draw, reserved where it would reserve it (none without dropout).
   const bool drop = training && p > 0;
-  uint64_t seed = 0, offset = 0;
-  if (drop) {
-    engine::Generator& gen = engine::generator();
-    seed = gen.seed;
-    offset = gen.reserve(engine::dropout_numbers(uint64_t(y.numel())));
-  }
+  const DropoutDraw draw = drop ? reserve_dropout_draw(uint64_t(y.numel())) : DropoutDraw{};
+  const uint64_t seed = draw.seed, offset = draw.offset;
   const int64_t C = y.size(-1), rows = C > 0 ? y.numel() / C : 0;
   Tensor x = empty_like(y);                             // [..., C] dropout(y) + residual: saved, as layer_norm's x
   Tensor out = empty_like(y);                           // [..., C]
