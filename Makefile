@@ -1,7 +1,8 @@
 # The engine's one Makefile (llm.c style: plain, no generator).
 #
 #   make              the library and the programs, into build/
-#   make test         every CPU + meta GoogleTest test (what CI runs); with nvcc, also compiles the CUDA tests;
+#   make test         every CPU + meta GoogleTest test (what CI runs), in one shard per core at once
+#                     (tools/run_tests.sh; TEST_SHARDS=1: one process); with nvcc, also compiles the CUDA tests;
 #                     then builds the example applications against an installed copy and runs them
 #   make install      the library, its headers and a pkg-config file under PREFIX (models/api.h: the public header)
 #   make test-cuda    the CUDA tests (GPU machine)
@@ -171,7 +172,7 @@ examples: $(EXAMPLES)
 # With nvcc present, `make test` also builds (without running) the CUDA tests, so that CI compiles every CUDA
 # source, the tests included. It also builds and runs the example applications against an installed copy.
 test: deps $(BUILD)/engine_tests $(TOOLS) $(GLOO_PLUGIN) $(if $(filter 1,$(CUDA)),$(BUILD)/engine_cuda_tests)
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BUILD)/engine_tests $(TEST_ARGS)
+	tools/run_tests.sh $(BUILD)/engine_tests $(TEST_ARGS)
 	$(MAKE) --no-print-directory examples
 
 test-cuda: deps $(BUILD)/engine_cuda_tests
