@@ -35,6 +35,24 @@ void check(cublasStatus_t s, const char* what, const char* file, int line) {
 }
 
 cudaStream_t stream() { return g_stream; }
+
+namespace {
+std::vector<void (*)()>& sync_checks() {
+  static std::vector<void (*)()> checks;
+  return checks;
+}
+}  // namespace
+
+void on_synchronized(void (*check)()) {
+  for (auto* c : sync_checks())
+    if (c == check) return;
+  sync_checks().push_back(check);
+}
+
+void synchronize_and_check() {
+  ENGINE_CUDA_CHECK(cudaStreamSynchronize(g_stream));
+  for (auto* c : sync_checks()) c();
+}
 cublasLtHandle_t cublaslt() { return g_cublaslt; }
 int multiprocessors() { return g_sms; }
 void set_allow_tf32(bool on) { g_tf32 = on; }
@@ -64,14 +82,14 @@ class CudaDevice : public Device {
   void copy_to_device(size_t offset, const void* src, size_t bytes) override {
     if (!bytes) return;
     ENGINE_CUDA_CHECK(cudaMemcpyAsync(pointer(offset), src, bytes, cudaMemcpyHostToDevice, g_stream));
-    ENGINE_CUDA_CHECK(cudaStreamSynchronize(g_stream));  // src may be a temporary host buffer
+    synchronize_and_check();  // src may be a temporary host buffer
   }
   void copy_to_host(void* dst, size_t offset, size_t bytes) const override {
     if (!bytes) return;
     ENGINE_CUDA_CHECK(cudaMemcpyAsync(dst, pointer(offset), bytes, cudaMemcpyDeviceToHost, g_stream));
-    ENGINE_CUDA_CHECK(cudaStreamSynchronize(g_stream));
+    synchronize_and_check();
   }
-  void synchronize() override { ENGINE_CUDA_CHECK(cudaStreamSynchronize(g_stream)); }
+  void synchronize() override { synchronize_and_check(); }
   size_t device_memory_used() const override {
     size_t free_bytes = 0, total = 0;
     ENGINE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));

@@ -24,6 +24,13 @@ int multiprocessors();          // SM count of the device
 void set_allow_tf32(bool on);
 bool allow_tf32();
 
+// Checks that wait for the stream (ops/cuda's out-of-range index records): `check` runs after every
+// synchronization of the engine's stream by the device (Device::synchronize, copies to and from the host) and
+// may throw. Registering the same function again does nothing.
+void on_synchronized(void (*check)());
+// Synchronizes the engine's stream, then runs the registered checks.
+void synchronize_and_check();
+
 }  // namespace engine::cuda
 
 #define ENGINE_CUDA_CHECK(call) ::engine::cuda::check((call), #call, __FILE__, __LINE__)

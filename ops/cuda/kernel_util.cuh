@@ -314,21 +314,25 @@ inline unsigned grid_for(int64_t work_items, int threads, int waves = 8) {
 
 // ---------------------------------------------------------------------------------------------------
 // Out-of-range indices. The CPU reference raises an Error while it runs; a kernel cannot. A kernel that
-// finds an index outside [0, size) records it in a flag that lives in mapped (zero-copy) pinned host
-// memory: one 16-byte record allocated once per process with cudaHostAlloc, host memory and not part of
-// the arena, so the device's accounting is unchanged. The launcher clears it before the kernel and,
-// after the kernel, synchronizes the stream and throws the CPU's message if the kernel wrote to it.
-// The cost is one stream synchronization per op that indexes (embedding, gather, index_select, their
-// backward ops, cross-entropy): the error surfaces at the op that caused it, as on the cpu.
+// finds an index outside [0, size) skips it and records it in a record that lives in mapped (zero-copy)
+// pinned host memory: a ring of 1024 16-byte records allocated once per process with cudaHostAlloc, host
+// memory and not part of the arena, so the device's accounting is unchanged. The launcher takes a cleared
+// record before the kernel and files it under its op after; the records are read after the stream's next
+// synchronization (engine::cuda::on_synchronized: Device::synchronize, copies to and from the host; at the
+// latest the step's end), which throws the CPU's message for the first op that was hit. So an indexing op
+// (embedding, gather, index_select, their backward ops, cross-entropy) no longer waits for the GPU: the
+// error surfaces at the next synchronization, not at the op (as CUDA's own errors do), and the ops between
+// ran on the skipped indices' unwritten values. A full ring synchronizes first.
 struct IndexError {
   int32_t hit;    // 0 while no index was out of range
   int32_t pad;
   int64_t value;  // one offending index (which one, when several are, is unspecified)
 };
 
-// The record cleared, as a device pointer for the kernel.
+// A cleared record, as a device pointer for the kernel.
 IndexError* index_error_begin();
-// Waits for the stream; throws "op: index v is out of range for a dimension of size n" when hit.
+// Files that record under `op`: after the next synchronization, "op: index v is out of range for a dimension of
+// size n" is thrown if it was hit.
 void index_error_end(const char* op, int64_t size);
 
 __device__ __forceinline__ void report_bad_index(IndexError* e, int64_t v) {

@@ -16,7 +16,7 @@ void pointwise_loss(cpu::PointwiseLoss kind, const engine::Tensor& a, const engi
 
 // As ops::cpu::cross_entropy_forward. row_loss [N] (acc dtype) is given for mean/sum: the per-row losses,
 // added by one block in a fixed order. A target outside [0, V) (and not ignore_index) throws the CPU's
-// error after the kernel (see IndexError in kernel_util.cuh).
+// error at the stream's next synchronization (see IndexError in kernel_util.cuh).
 void cross_entropy_forward(const engine::Tensor& logits, const engine::Tensor& target, int64_t ignore_index,
                            double label_smoothing, Reduction reduction, const engine::Tensor& out,
                            const engine::Tensor& lse, const engine::Tensor& divisor, const engine::Tensor& row_loss);

@@ -6,6 +6,8 @@
 //
 // Scatter-add, the gradient of gather / index_select / embedding, is in shape_scatter.cu.
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "ops/cpu/cpu_util.h"  // broadcast_strides, ENGINE_ALL_SWITCH (masked_fill's value on the host)
 #include "ops/cpu/shape.h"     // checked_index: the CPU's error message
@@ -19,30 +21,47 @@ using engine::Shape;
 using engine::Tensor;
 
 // ---------------------------------------------------------------------------------------------------
-// The out-of-range index flag (declared in kernel_util.cuh): one record of mapped pinned host memory.
+// The out-of-range index records (declared in kernel_util.cuh): a ring of records in mapped pinned host memory,
+// one per indexing op since the last synchronization, read after the next one.
 
 namespace {
+constexpr int kIndexErrorSlots = 1024;
 IndexError* g_index_error_host = nullptr;
 IndexError* g_index_error_device = nullptr;
+struct PendingCheck {
+  std::string op;
+  int64_t size;
+};
+std::vector<PendingCheck> g_pending;  // slot i: the op that used record i
+
+// Runs after the stream was synchronized (engine::cuda::on_synchronized): every pending record is read, the
+// list cleared, then the first op whose record was hit throws the CPU's message.
+void check_index_errors() {
+  std::vector<PendingCheck> pending;
+  pending.swap(g_pending);
+  for (size_t i = 0; i < pending.size(); i++) {
+    volatile IndexError* h = g_index_error_host + i;
+    if (h->hit) cpu::checked_index(pending[i].op.c_str(), h->value, pending[i].size);
+  }
+}
 }  // namespace
 
 IndexError* index_error_begin() {
   if (!g_index_error_host) {
-    ENGINE_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&g_index_error_host), sizeof(IndexError),
-                                    cudaHostAllocMapped));
+    ENGINE_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&g_index_error_host),
+                                    sizeof(IndexError) * kIndexErrorSlots, cudaHostAllocMapped));
     ENGINE_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&g_index_error_device), g_index_error_host, 0));
+    engine::cuda::on_synchronized(check_index_errors);
   }
-  volatile IndexError* h = g_index_error_host;
+  if (g_pending.size() == size_t(kIndexErrorSlots)) engine::cuda::synchronize_and_check();  // the ring is full
+  const size_t slot = g_pending.size();
+  volatile IndexError* h = g_index_error_host + slot;
   h->hit = 0;
   h->value = 0;
-  return g_index_error_device;
+  return g_index_error_device + slot;
 }
 
-void index_error_end(const char* op, int64_t size) {
-  ENGINE_CUDA_CHECK(cudaStreamSynchronize(engine::cuda::stream()));
-  volatile IndexError* h = g_index_error_host;
-  if (h->hit) cpu::checked_index(op, h->value, size);  // throws the CPU's message
-}
+void index_error_end(const char* op, int64_t size) { g_pending.push_back({op, size}); }
 
 namespace {
 

@@ -1,8 +1,8 @@
 // cuda/shape.h: the GPU kernels of the shape family (concat, gather, scatter-add, masked_fill, where), with
 // the contracts of ops/cpu/shape.h. Embedding and index_select run through gather / scatter_add too.
 //
-// Index range errors: the CPU throws while it runs; these kernels record an out-of-range index in a
-// zero-copy host flag and the launcher throws the CPU's message after the kernel (one stream
+// Index range errors: the CPU throws while it runs; these kernels skip an out-of-range index and record it in
+// a zero-copy host record, and the CPU's message is thrown after the stream's next synchronization (no
 // synchronization per indexing op; see IndexError in kernel_util.cuh).
 #pragma once
 #include <cstdint>

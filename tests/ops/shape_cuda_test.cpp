@@ -29,6 +29,7 @@ using engine::Shape;
 using engine::Tensor;
 using testutil::cpu_input;
 using testutil::expect_cuda_matches_cpu;
+using testutil::expect_cuda_throws;
 using testutil::to_cuda;
 
 using testutil::median_ms;
@@ -59,16 +60,6 @@ void expect_exact(const std::string& what, const testutil::Fn& fn, const std::ve
   testutil::expect_equal(what, want, fn(on_gpu));
 }
 
-// Expects fn to throw on cuda with a message containing `text`.
-void expect_cuda_throws(const std::string& what, const std::function<void()>& fn, const std::string& text) {
-  engine::DeviceGuard guard(testutil::cuda_device());
-  try {
-    fn();
-    ADD_FAILURE() << what << ": did not throw on cuda";
-  } catch (const engine::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << what << ": " << e.what();
-  }
-}
 
 
 }  // namespace
@@ -206,6 +197,28 @@ TEST(ShapeCuda, OutOfRangeIndicesRaiseTheCpuError) {
   expect_cuda_throws("embedding_backward", [&] { ops::embedding_backward(g, bad, 4); }, "index 9 " + text + " 4");
   expect_cuda_throws("gather_backward", [&] { ops::gather_backward(ops::slice(x, 1, 0, 1), 1, bad_gather, {4, 6}); },
                      "index -2 " + text + " 6");
+}
+
+TEST(ShapeCuda, IndexErrorsWaitForTheNextSynchronization) {
+  // Indexing ops do not synchronize: three ops, a bad index in the second, then the first error at the sync; the
+  // ring of records (1024) wraps by synchronizing, so more indexing ops than records still report theirs.
+  Tensor x = to_cuda(cpu_input({4, 6}, DType::f32));
+  Tensor good = to_cuda(ops::from_vector(std::vector<int64_t>{0, 3, 2}, {3}));
+  Tensor bad = to_cuda(ops::from_vector(std::vector<int64_t>{0, 9, 2}, {3}));
+  engine::DeviceGuard guard(testutil::cuda_device());
+  ops::embedding(x, good);
+  ops::embedding(x, bad);  // returns: nothing waited for the GPU
+  ops::index_select(x, 1, good);
+  try {
+    testutil::cuda_device()->synchronize();
+    ADD_FAILURE() << "the bad index was not reported";
+  } catch (const engine::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("embedding: index 9 is out of range"), std::string::npos) << e.what();
+  }
+  for (int i = 0; i < 1500; i++) ops::embedding(x, good);
+  ops::embedding(x, bad);
+  EXPECT_THROW(testutil::cuda_device()->synchronize(), engine::Error);
+  EXPECT_NO_THROW(testutil::cuda_device()->synchronize());
 }
 
 TEST(ShapeCuda, MaskedFillAndWhere) {

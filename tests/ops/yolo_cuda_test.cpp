@@ -70,9 +70,10 @@ TEST(YoloCuda, BadLabelIsAnError) {
   std::vector<int64_t> bad(20, -1);
   bad[13] = 3;  // of 3 classes
   Tensor pred = testutil::to_cuda(ops::zeros({2, 4, 4, 3, 8}));
-  EXPECT_THROW(ops::yolo_targets(pred, testutil::to_cuda(boxes),
-                                 testutil::to_cuda(ops::from_vector(bad, {2, 10}, DType::i64)), params({0, 1, 2})),
-               engine::Error);
+  Tensor bad_labels = testutil::to_cuda(ops::from_vector(bad, {2, 10}, DType::i64));
+  testutil::expect_cuda_throws(
+      "yolo_targets", [&] { ops::yolo_targets(pred, testutil::to_cuda(boxes), bad_labels, params({0, 1, 2})); },
+      "labels: index 3 is out of range for a dimension of size 3");
   // The device is usable afterwards.
   ops::YoloTargets t = ops::yolo_targets(pred, testutil::to_cuda(boxes), testutil::to_cuda(labels), params({0, 1, 2}));
   EXPECT_EQ(testutil::to_cpu(t.weight).shape(), (engine::Shape{2, 4, 4, 3, 8}));

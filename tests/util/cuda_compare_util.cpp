@@ -201,6 +201,18 @@ void expect_cuda_matches_cpu_multi(const std::string& what, const MultiFn& fn, c
   }
 }
 
+void expect_cuda_throws(const std::string& what, const std::function<void()>& fn, const std::string& text) {
+  engine::DeviceGuard guard(cuda_device());
+  try {
+    fn();
+    cuda_device()->synchronize();
+    ADD_FAILURE() << what << ": did not throw on cuda";
+  } catch (const engine::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << what << ": " << e.what();
+  }
+  EXPECT_NO_THROW(cuda_device()->synchronize()) << what << ": reported again";
+}
+
 void expect_cuda_ledger_matches_meta(const std::function<void()>& program) {
   constexpr size_t kCapacity = size_t(1) << 30;
   const engine::Generator at_start = engine::generator();

@@ -17,6 +17,9 @@
 //                                        runs program on a fresh cuda device and on a fresh meta device (each
 //                                        the default device meanwhile): their ledgers' events_csv() must be equal,
 //                                        i.e. meta predicts every allocation of the GPU run (offset, size, tags)
+//   expect_cuda_throws(what, fn, text)  fn on cuda throws an engine::Error whose message contains text, by the
+//                                        next synchronization (an indexing op's out-of-range index surfaces
+//                                        there: ops/cuda/kernel_util.cuh), and only once
 //   measure_bandwidth(what, bytes, fn)   times fn on the GPU (warm-up, then the median of repeats, synchronized)
 //                                        and prints bytes / time in GB/s: the perf mode of DISABLED_ tests
 //
@@ -64,6 +67,8 @@ void expect_cuda_matches_cpu_multi(const std::string& what, const MultiFn& fn, c
                                    Tolerance tol = {});
 
 void expect_cuda_ledger_matches_meta(const std::function<void()>& program);
+
+void expect_cuda_throws(const std::string& what, const std::function<void()>& fn, const std::string& text);
 
 // Returns GB/s (bytes read + written per call of fn) and prints one line naming `what`.
 double measure_bandwidth(const std::string& what, double bytes, const std::function<void()>& fn);
