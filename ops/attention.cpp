@@ -160,44 +160,26 @@ std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, co
   params.scale = resolve_scale(params.scale, q.size(3));
   const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), Dv = v.size(3);
   Tensor pad = key_padding_mask.defined() ? contiguous(key_padding_mask) : Tensor();
-  const int64_t Lk = k.size(2);
-  Tensor keep;  // [B, H, Lq, keep row bytes]: the dropout's keep bits, drawn once here, read by both passes
-  if (params.dropout_p > 0 && flash_saves_keep_mask(Lk, Dv, q.dtype())) {
-    keep = new_empty(q, {B, H, Lq, flash_keep_row_bytes(Lk)}, DType::u8);
-    run_kernel("flash_attention", keep, [&] { cpu::flash_attention_keep_mask(params, Lk, keep); },
-               CUDA_KERNEL(cuda::flash_attention_keep_mask(params, Lk, keep)));
-  }
   Tensor out = new_empty_in_layout_of(q, {B, H, Lq, Dv}, q.dtype());       // [B, H, Lq, Dv] in q's layout
   Tensor lse = new_empty(q, {B, H, Lq}, accumulation_dtype(q.dtype()));    // [B, H, Lq]
-  run_kernel("flash_attention", out, [&] { cpu::flash_attention_forward({q, k, v, pad, keep}, params, out, lse); },
-             CUDA_KERNEL(cuda::flash_attention_forward({q, k, v, pad, keep}, params, out, lse)));
+  run_kernel("flash_attention", out, [&] { cpu::flash_attention_forward({q, k, v, pad}, params, out, lse); },
+             CUDA_KERNEL(cuda::flash_attention_forward({q, k, v, pad}, params, out, lse)));
   engine::count_op("flash_attention", attention_forward_flops(q, k, v, params.causal),
-                   double(q.nbytes() + k.nbytes() + v.nbytes() + out.nbytes() + lse.nbytes() +
-                          (keep.defined() ? 2 * keep.nbytes() : 0)));
+                   double(q.nbytes() + k.nbytes() + v.nbytes() + out.nbytes() + lse.nbytes()));
   if (graph::any_requires_grad({q, k, v})) {
-    // Saved: q, k, v (inputs, alive anyway in a model), out and lse: O(L) bytes; the keep mask when there is
-    // one (a bit per score, no more bytes than out).
-    std::vector<Tensor> saved = {q, k, v, out, lse};
-    if (keep.defined()) saved.push_back(keep);
-    graph::record("flash_attention", {q, k, v}, {out, lse}, saved,
+    // Saved: q, k, v (inputs, alive anyway in a model), out and lse: O(L) bytes.
+    graph::record("flash_attention", {q, k, v}, {out, lse}, {q, k, v, out, lse},
                   [pad, params](Node& n, const Grads& g) -> Grads {
-                    Tensor keep = n.saved_tensors.size() > 5 ? n.saved(5) : Tensor();
                     return flash_attention_backward(g[0], g[1], n.saved(0), n.saved(1), n.saved(2), n.saved(3),
-                                                    n.saved(4), keep, pad, params);
+                                                    n.saved(4), pad, params);
                   });
   }
-  return {out, lse, keep};
-}
-
-int64_t flash_keep_row_bytes(int64_t Lk) { return (Lk + 127) / 128 * 16; }
-
-bool flash_saves_keep_mask(int64_t Lk, int64_t Dv, DType dtype) {
-  return flash_keep_row_bytes(Lk) <= Dv * int64_t(engine::dtype_size(dtype));
+  return {out, lse};
 }
 
 std::vector<Tensor> flash_attention_backward(const Tensor& dout, const Tensor& dlse, const Tensor& q,
                                              const Tensor& k, const Tensor& v, const Tensor& out,
-                                             const Tensor& lse, const Tensor& keep, const Tensor& key_padding_mask,
+                                             const Tensor& lse, const Tensor& key_padding_mask,
                                              FlashAttentionParams params) {
   const char* name = "flash_attention_backward";
   OpScope scope(name);
@@ -215,14 +197,6 @@ std::vector<Tensor> flash_attention_backward(const Tensor& dout, const Tensor& d
                engine::shape_str(lse.shape()), ", got ", engine::shape_str(dlse.shape()));
   check_same_dtype(name, q, dout);
   check_same_dtype(name, q, out);
-  const Shape keep_shape{B, H, Lq, flash_keep_row_bytes(k.size(2))};
-  if (params.dropout_p > 0 && flash_saves_keep_mask(k.size(2), Dv, q.dtype()))
-    ENGINE_CHECK(keep.defined() && keep.dtype() == DType::u8 && keep.shape() == keep_shape && keep.is_contiguous(),
-                 name, ": with dropout at this length, keep must be the forward's keep mask, contiguous u8 ",
-                 engine::shape_str(keep_shape), " (flash_attention_forward's third output)");
-  else
-    ENGINE_CHECK(!keep.defined(), name, ": keep must be undefined (flash_attention_forward's third output) ",
-                 params.dropout_p > 0 ? "when the sequence is too long to keep a mask" : "without dropout");
 
   // The gradient will be differentiated again (create_graph): compute it with engine ops.
   if (graph::any_requires_grad({dout, dlse, q, k, v, out, lse}))
@@ -238,9 +212,9 @@ std::vector<Tensor> flash_attention_backward(const Tensor& dout, const Tensor& d
   Tensor delta = new_empty(q, {B, H, Lq}, acc);                     // [B, H, Lq] rowsum(dO∘O) - dlse
   run_kernel(
       name, dq,
-      [&] { cpu::flash_attention_backward({q, k, v, pad, keep}, params, out, lse_c, dout, dlse_c, delta, dq, dk, dv); },
-      CUDA_KERNEL(cuda::flash_attention_backward({q, k, v, pad, keep}, params, out, lse_c, dout, dlse_c, delta, dq,
-                                                 dk, dv)));
+      [&] { cpu::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, dq, dk, dv); },
+      CUDA_KERNEL(cuda::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, dq, dk,
+                                                 dv)));
   // S recomputed, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q.
   double fwd = attention_forward_flops(q, k, v, params.causal);
   double flops = fwd * double(3 * q.size(3) + 2 * Dv) / double(q.size(3) + Dv);

@@ -8,12 +8,7 @@
 //   flash  the engine's own op, a tiled FlashAttention-2 (Dao 2023): blocks of queries x blocks of keys with
 //          an online softmax; it saves only q, k, v, the output and the row log-sum-exp [B, H, Lq]:
 //          activation memory linear in the sequence length. Backward recomputes the probabilities tile by
-//          tile from the log-sum-exp (ops/cpu/attention.cpp explains both passes). With dropout, while the
-//          sequence is short enough that a bit per score costs no more than the output (flash_saves_keep_mask:
-//          keys <= 16 x head dim in 16-bit), it also saves the keep mask, drawn once before the forward, and
-//          the backward reads its bits where FlashAttention draws them again (two more passes of the Philox
-//          rounds, most of a dropout backward's time on the GPU); longer sequences draw them in both passes,
-//          so the memory stays linear in the sequence length.
+//          tile from the log-sum-exp (ops/cpu/attention.cpp explains both passes).
 //
 // Shapes: q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv] (any strides) -> out [B, H, Lq, Dv]: naive's
 // contiguous; flash's in the memory order of q (new_empty_in_layout_of: heads split from [B, L, C] rows give an
@@ -79,27 +74,17 @@ struct FlashAttentionParams {
   uint64_t offset = 0;
 };
 
-// Bytes per row of the keep mask: Lk bits rounded up to 16-byte multiples (the GPU reads 16 keys at once).
-int64_t flash_keep_row_bytes(int64_t Lk);
-// Whether the flash op with dropout keeps its decisions as a mask: when a row of it is no larger than a row of
-// the output, flash_keep_row_bytes(Lk) <= Dv x the dtype's bytes (Lk <= 1024 at Dv = 64 in bf16, 2048 in f32).
-// A function of the shapes alone, so meta predicts it.
-bool flash_saves_keep_mask(int64_t Lk, int64_t Dv, engine::DType dtype);
-
-// {out [B, H, Lq, Dv] (q's dtype), lse [B, H, Lq], keep}. lse is the log-sum-exp of each row of scaled, masked
+// {out [B, H, Lq, Dv] (q's dtype), lse [B, H, Lq]}. lse is the log-sum-exp of each row of scaled, masked
 // scores, in the accumulation type (f32, or f64 for f64 inputs so the f64 reference stays exact); +inf for
-// a fully masked row. out and lse are differentiable (d lse / d s = the probabilities). keep: with dropout
-// and flash_saves_keep_mask, the keep mask u8 [B, H, Lq, flash_keep_row_bytes(Lk)]: bit j % 8 of byte j / 8 of
-// row (b, h, i) set iff (b, h, i, j) is kept (ops/cpu/attention.h); else undefined.
+// a fully masked row. Both outputs are differentiable (d lse / d s = the probabilities).
 std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                             const Tensor& key_padding_mask, FlashAttentionParams params);
 
-// {dq, dk, dv} from the gradients of out and lse (dlse may be undefined: zero); keep is the forward's third
-// output. The FlashAttention-2 backward; computed with engine ops instead when a graph of
-// it is needed (see above).
+// {dq, dk, dv} from the gradients of out and lse (dlse may be undefined: zero). The FlashAttention-2
+// backward; computed with engine ops instead when a graph of it is needed (see above).
 std::vector<Tensor> flash_attention_backward(const Tensor& dout, const Tensor& dlse, const Tensor& q,
                                              const Tensor& k, const Tensor& v, const Tensor& out,
-                                             const Tensor& lse, const Tensor& keep, const Tensor& key_padding_mask,
+                                             const Tensor& lse, const Tensor& key_padding_mask,
                                              FlashAttentionParams params);
 
 }  // namespace ops

@@ -76,22 +76,18 @@ struct HeadMasks {
   int64_t Lq, Lk;
   uint64_t head_base;      // (b*H + h) * Lq * Lk: flat index of (b, h, 0, 0) in the [B, H, Lq, Lk] draw
   engine::DropoutRate rate;  // engine::dropout_rate(p.dropout_p)
-  const uint8_t* keep;     // the keep mask's rows of (b, h) ([Lq, keep_row] bytes), or nullptr: draw
-  int64_t keep_row;
 
   // Query i attends key j: not padding, and not after the bottom-right aligned causal diagonal.
   bool visible(int64_t i, int64_t j) const {
     if (p.causal && j > i + (Lk - Lq)) return false;
     return !(pad_row && pad_row[j]);
   }
-  // The dropout factor z_ij: 1/(1-p_q) when kept, 0 when dropped (1 without dropout): the keep mask's bit, or
-  // engine/rng.h's draw when the op keeps no mask (the mask holds the same decisions).
+  // The dropout factor z_ij: 1/(1-p_q) when kept, 0 when dropped (1 without dropout); engine/rng.h's draw.
   template <typename A>
   A dropout_factor(int64_t i, int64_t j) const {
     if (p.dropout_p <= 0) return A(1);
-    const bool kept = keep ? (keep[i * keep_row + j / 8] >> (j % 8)) & 1
-                           : engine::dropout_bits(p.seed, p.offset, head_base + uint64_t(i * Lk + j)) >= rate.threshold;
-    return kept ? A(rate.keep_scale) : A(0);
+    const uint32_t bits = engine::dropout_bits(p.seed, p.offset, head_base + uint64_t(i * Lk + j));
+    return bits >= rate.threshold ? A(rate.keep_scale) : A(0);
   }
 };
 
@@ -99,11 +95,7 @@ HeadMasks head_masks(const FlashAttentionInputs& in, const FlashAttentionParams&
   int64_t H = in.q.size(1), Lq = in.q.size(2), Lk = in.k.size(2);
   const uint8_t* pad = in.key_padding_mask.defined()
                            ? static_cast<const uint8_t*>(in.key_padding_mask.data_ptr()) + b * Lk : nullptr;
-  const int64_t keep_row = in.keep.defined() ? in.keep.size(3) : 0;
-  const uint8_t* keep =
-      in.keep.defined() ? static_cast<const uint8_t*>(in.keep.data_ptr()) + (b * H + h) * Lq * keep_row : nullptr;
-  const uint64_t head_base = uint64_t((b * H + h) * Lq) * uint64_t(Lk);
-  return HeadMasks{p, pad, Lq, Lk, head_base, engine::dropout_rate(p.dropout_p), keep, keep_row};
+  return HeadMasks{p, pad, Lq, Lk, uint64_t((b * H + h) * Lq) * uint64_t(Lk), engine::dropout_rate(p.dropout_p)};
 }
 
 // Threads only pay for themselves past some work (tests run thousands of tiny attentions).
@@ -274,17 +266,6 @@ void backward_impl(const FlashAttentionInputs& in, const FlashAttentionParams& p
 }
 
 }  // namespace
-
-void flash_attention_keep_mask(const FlashAttentionParams& params, int64_t Lk, const Tensor& keep) {
-  const int64_t rows = keep.numel() / std::max<int64_t>(keep.size(3), 1), row_bytes = keep.size(3);
-  const uint32_t threshold = engine::dropout_rate(params.dropout_p).threshold;
-  uint8_t* bytes = static_cast<uint8_t*>(keep.data_ptr());
-  std::fill(bytes, bytes + keep.numel(), uint8_t(0));
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t j = 0; j < Lk; j++)
-      if (engine::dropout_bits(params.seed, params.offset, uint64_t(r) * uint64_t(Lk) + uint64_t(j)) >= threshold)
-        bytes[r * row_bytes + j / 8] |= uint8_t(1u << (j % 8));
-}
 
 void flash_attention_forward(const FlashAttentionInputs& in, const FlashAttentionParams& params,
                              const Tensor& out, const Tensor& lse) {

@@ -10,16 +10,10 @@ namespace ops::cpu {
 using engine::Tensor;
 
 // The op's tensors, as the kernels read them. q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv] with any
-// strides; key_padding_mask undefined or contiguous bool [B, Lk]; keep: with dropout, the keep mask
-// (flash_attention_keep_mask), else undefined.
+// strides; key_padding_mask undefined or contiguous bool [B, Lk].
 struct FlashAttentionInputs {
-  Tensor q, k, v, key_padding_mask, keep;
+  Tensor q, k, v, key_padding_mask;
 };
-
-// The dropout keep mask of params' draw: keep contiguous u8 [B, H, Lq, flash_keep_row_bytes(Lk)], bit j % 8 of
-// byte j / 8 of row (b, h, i) set iff element ((b*H + h)*Lq + i)*Lk + j of the draw is kept (engine/rng.h's
-// dropout_bits >= the threshold of params.dropout_p); the bits past Lk are 0.
-void flash_attention_keep_mask(const FlashAttentionParams& params, int64_t Lk, const Tensor& keep);
 
 // out [B, H, Lq, Dv] with any strides; lse [B, H, Lq] (accumulation type) contiguous.
 void flash_attention_forward(const FlashAttentionInputs& in, const FlashAttentionParams& params,

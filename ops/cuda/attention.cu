@@ -5,8 +5,7 @@
 //     scale > 0, the GPU is sm_80 or later, and q, k, v (and dout) have unit-stride, 16-byte aligned rows
 //     (every [B, H, L, D] view of a contiguous [B, L, H, D] projection qualifies: no copy is ever made);
 //   generic (attention_generic.cu) otherwise: any dtype, head dim and strides.
-// Both compute the cpu reference's function (ops/cpu/attention.cpp) with the same masks and dropout decisions:
-// the op's keep mask (keep_mask_kernel draws it before the forward, the cpu's bits), or drawn in the kernels.
+// Both compute the cpu reference's function (ops/cpu/attention.cpp) with the same masks and dropout draw.
 #include "ops/cuda/attention.h"
 
 #include <cmath>
@@ -14,7 +13,6 @@
 
 #include "engine/cuda/runtime.h"
 #include "ops/cuda/attention_common.cuh"
-#include "ops/cuda/kernel_util.cuh"
 
 namespace ops::cuda {
 
@@ -91,10 +89,6 @@ attn::FlashArgs make_args(const cpu::FlashAttentionInputs& in, const FlashAttent
   if (p.dropout_p > 0) {
     const engine::DropoutRate rate = engine::dropout_rate(p.dropout_p);  // the cpu's threshold and scale
     a.dropout = true;
-    if (in.keep.defined()) {  // the op's mask (flash_saves_keep_mask), else the kernels draw the bits
-      a.keep = static_cast<const uint8_t*>(in.keep.data_ptr());
-      a.keep_row = in.keep.size(3);
-    }
     a.keep_threshold = rate.threshold;
     a.keep_scale = float(rate.keep_scale);
     a.keep_scale_f64 = rate.keep_scale;
@@ -104,51 +98,7 @@ attn::FlashArgs make_args(const cpu::FlashAttentionInputs& in, const FlashAttent
   return a;
 }
 
-// One thread per 32-bit word of the mask (32 keys of a row: bit e = key 32 w + e), every bit the cpu's
-// engine::dropout_bits(seed, offset, row * Lk + j) >= threshold, 0 past Lk. A word's 32 draws are 4 Philox blocks
-// (5 when Lk is not a multiple of 8 and the row's draws do not start on a block). Bound by the Philox rounds'
-// integer multiplies, not by the mask's bytes (1/16 of a bf16 probability's).
-__global__ void keep_mask_kernel(const attn::FlashArgs a, int64_t rows, uint32_t* keep) {
-  const int64_t words = a.keep_row / 4, total = rows * words;
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = t / words, j0 = 32 * (t - r * words);
-    const int64_t n = min(int64_t(32), int64_t(a.Lk) - j0);  // keys of this word
-    uint32_t bits = 0;
-    if (n > 0) {
-      const uint64_t h0 = 2 * a.offset + uint64_t(r) * uint64_t(a.Lk) + uint64_t(j0);  // in 16-bit halves
-      for (uint64_t blk = h0 >> 3; blk <= (h0 + uint64_t(n) - 1) >> 3; blk++) {
-        uint32_t x[4];
-        engine::philox4x32_10(a.seed, blk, x);
-#pragma unroll
-        for (uint32_t k = 0; k < 8; k++) {
-          const int64_t e = int64_t(blk * 8 + k) - int64_t(h0);
-          if (e >= 0 && e < n) bits |= uint32_t(engine::philox_half(x, k) >= a.keep_threshold) << e;
-        }
-      }
-    }
-    keep[t] = bits;
-  }
-}
-
 }  // namespace
-
-void flash_attention_keep_mask(const FlashAttentionParams& params, int64_t Lk, const Tensor& keep) {
-  ENGINE_CHECK(params.dropout_p > 0 && keep.dtype() == DType::u8 && keep.dim() == 4 && keep.is_contiguous() &&
-                   keep.size(3) == flash_keep_row_bytes(Lk),
-               "flash_attention (cuda): the keep mask must be contiguous u8 [B, H, Lq, ", flash_keep_row_bytes(Lk),
-               "], got ", engine::dtype_name(keep.dtype()), " ", engine::shape_str(keep.shape()));
-  const int64_t rows = keep.size(0) * keep.size(1) * keep.size(2);
-  if (rows == 0) return;
-  attn::FlashArgs a;
-  a.Lk = int(Lk);
-  a.keep_row = keep.size(3);
-  a.keep_threshold = engine::dropout_rate(params.dropout_p).threshold;
-  a.seed = params.seed;
-  a.offset = params.offset;
-  keep_mask_kernel<<<grid_for(rows * (a.keep_row / 4), 256), 256, 0, engine::cuda::stream()>>>(
-      a, rows, static_cast<uint32_t*>(keep.data_ptr()));
-  ENGINE_CUDA_LAUNCH_CHECK("flash_attention (dropout keep mask)");
-}
 
 void flash_attention_forward(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& params,
                              const Tensor& out, const Tensor& lse) {

@@ -17,9 +17,6 @@ namespace ops::cuda {
 
 using engine::Tensor;
 
-// The dropout keep mask (ops/cpu/attention.h): the cpu's bits.
-void flash_attention_keep_mask(const FlashAttentionParams& params, int64_t Lk, const Tensor& keep);
-
 // out [B, H, Lq, Dv] with unit-stride rows; lse [B, H, Lq] (accumulation type) contiguous.
 void flash_attention_forward(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& params,
                              const Tensor& out, const Tensor& lse);

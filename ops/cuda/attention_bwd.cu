@@ -5,7 +5,7 @@
 //   dK, dV   one block per key tile of Bc keys; its warps own 16 keys each and walk every query tile that
 //            can see them, recomputing the transposed tiles in registers:
 //                S^T = K Q^T,  dP^T = V dO^T               (keys x queries, f32 accumulators)
-//                P^T = exp2(S^T * scale*log2e - lse*log2e) (dropout factors Z: the op's keep mask, or drawn again)
+//                P^T = exp2(S^T * scale*log2e - lse*log2e) (dropout factors Z regenerated from Philox)
 //                dS^T = P^T (dP^T Z - delta)
 //                dV += (P^T Z) dO,  dK += dS^T Q           (P^T and dS^T re-packed from accumulators
 //                                                          straight into A fragments)
@@ -123,7 +123,7 @@ struct DkdvConfig {
 
 template <typename Cfg, typename T, Drop kDrop>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(const FlashArgs a) {
-  constexpr bool kDropout = kDrop != Drop::none;
+  constexpr bool kDropout = kDrop != Drop::none, shared_draw = kDrop == Drop::shared;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, kThreads = Cfg::kThreads;
   constexpr int NT = Br / 8, DT = D / 8, KS = D / 16;
@@ -206,13 +206,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(co
     const float* delta_t = sDelta + buf * Br;
     const int i0 = m * Br;
 
-    // Dropout's keep bits of this step (byte nt2: n-tiles 2 nt2, 2 nt2 + 1), loaded before the products.
+    // Dropout's keep bits of this step (byte nt2: n-tiles 2 nt2, 2 nt2 + 1), drawn before the products.
     [[maybe_unused]] KeepBytes<NT / 2> keep_bits;
     if constexpr (kDropout) {
 #pragma unroll
       for (int nt2 = 0; nt2 < NT / 2; nt2++) {
         const int i = i0 + nt2 * 16, j0 = k0 + warp_key;
-        keep_bits.set(nt2, keep_cols<kDrop>(a, bh, i, j0, lane));
+        keep_bits.set(nt2, shared_draw ? dropout_keep_cols(a, bh, i, j0, lane)  // a block per 8 elements
+                                       : dropout_keep_cols_each(a, bh, i, j0, lane));
       }
     }
 
@@ -328,7 +329,7 @@ struct DqConfig {
 
 template <typename Cfg, typename T, Drop kDrop>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dq_kernel(const FlashArgs a) {
-  constexpr bool kDropout = kDrop != Drop::none;
+  constexpr bool kDropout = kDrop != Drop::none, shared_draw = kDrop == Drop::shared;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, kThreads = Cfg::kThreads;
   constexpr int NT = Bc / 8, DT = D / 8, KS = D / 16;
@@ -400,13 +401,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dq_kernel(cons
     const uint16_t* k_t = sK + buf * Bc * D;
     const uint16_t* v_t = sV + buf * Bc * D;
 
-    // Dropout's keep bits of this tile (byte nt2: n-tiles 2 nt2, 2 nt2 + 1), loaded before the products.
+    // Dropout's keep bits of this tile (byte nt2: n-tiles 2 nt2, 2 nt2 + 1), drawn before the products.
     [[maybe_unused]] KeepBytes<NT / 2> keep_bits;
     if constexpr (kDropout) {
 #pragma unroll
       for (int nt2 = 0; nt2 < NT / 2; nt2++) {
         const int i = q0 + warp_row + g, j0 = k0 + nt2 * 16;
-        keep_bits.set(nt2, keep_rows<kDrop>(a, bh, i, j0, lane));
+        keep_bits.set(nt2, shared_draw ? dropout_keep_rows(a, bh, i, j0, lane)  // a block per 8 elements
+                                       : dropout_keep_rows_each(a, bh, i, j0, lane));
       }
     }
 

@@ -4,9 +4,7 @@
 // The masks and the dropout are the cpu reference's (ops/cpu/attention.cpp), element for element:
 //   query i sees key j  iff  j < Lk, not (causal and j > i + (Lk - Lq)), not key_padding_mask[b, j];
 //   dropout keeps (b, h, i, j) iff dropout_bits(seed, offset, ((b*H + h)*Lq + i)*Lk + j) >= ceil(p * 2^16) and then
-//   scales by 1 / (1 - p_q) (engine/rng.h: 16-bit draws, 8 per Philox block). When the op keeps a mask of those
-//   decisions (ops/attention.h: flash_saves_keep_mask; bit j % 8 of byte j / 8 of row (b, h, i)), the kernels
-//   read its bits instead of running the Philox rounds.
+//   scales by 1 / (1 - p_q) (engine/rng.h: 16-bit draws, 8 per Philox block).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -36,12 +34,10 @@ struct FlashArgs {
   double scale_f64 = 1;   // for f64 kernels
   float scale_log2 = 1;   // scale * log2(e): the tensor-core kernels use exp2
   bool dropout = false;
-  uint32_t keep_threshold = 0;    // keep iff the 16-bit draw >= keep_threshold (engine::dropout_rate)
-  float keep_scale = 1;           // 1 / (1 - p_q) as the cpu rounds it (A(rate.keep_scale))
+  uint32_t keep_threshold = 0;  // keep iff the 16-bit draw >= keep_threshold (engine::dropout_rate)
+  float keep_scale = 1;         // 1 / (1 - p_q) as the cpu rounds it (A(rate.keep_scale))
   double keep_scale_f64 = 1;
   uint64_t seed = 0, offset = 0;
-  const uint8_t* keep = nullptr;  // the op's keep mask [B, H, Lq, keep_row], or nullptr: draw the bits
-  int64_t keep_row = 0;           // its bytes per row: a multiple of 16, >= Lk / 8
   // forward outputs
   void* out = nullptr;  // [B, H, Lq, Dv], unit-stride rows (strides outs: [B, Lq, H, Dv] after a head split)
   Strides outs;
@@ -67,8 +63,6 @@ __device__ __forceinline__ bool key_visible(const FlashArgs& a, const uint8_t* p
   if (a.causal && j > i + (a.Lk - a.Lq)) return false;
   return !(pad_row && pad_row[j]);
 }
-
-// ---- the draw itself (engine/rng.h)
 
 // Dropout keep test of the draw's element `flat` (engine/rng.h's 16-bit draw of element flat at a.offset).
 __device__ __forceinline__ bool dropout_keep(const FlashArgs& a, uint64_t flat) {
@@ -107,6 +101,23 @@ __host__ __device__ __forceinline__ bool dropout_blocks_aligned(const FlashArgs&
   return (a.offset & 3u) == 0 && (a.Lk & 7) == 0;
 }
 
+// How a tensor-core kernel draws its dropout: not at all, by shared draws (dropout_blocks_aligned), or each element
+// on its own. Each is a kernel of its own: compiled together, the per-element path's registers made the shared
+// path spill more (ptxas, bf16 forward at D = 64: 40 B of spill together, 20 B apart).
+enum class Drop { none, shared, each };
+inline Drop drop_mode(const FlashArgs& a) {
+  return !a.dropout ? Drop::none : dropout_blocks_aligned(a) ? Drop::shared : Drop::each;
+}
+// Calls f(std::integral_constant<Drop, mode>) with a's mode.
+template <typename F>
+void with_drop_mode(const FlashArgs& a, F&& f) {
+  switch (drop_mode(a)) {
+    case Drop::none: f(std::integral_constant<Drop, Drop::none>{}); break;
+    case Drop::shared: f(std::integral_constant<Drop, Drop::shared>{}); break;
+    case Drop::each: f(std::integral_constant<Drop, Drop::each>{}); break;
+  }
+}
+
 // The keep bits of the 8 elements flat .. flat + 7 (flat a multiple of 8 of an aligned draw): bit e = element e.
 __device__ __forceinline__ uint32_t dropout_keep_byte(const FlashArgs& a, uint64_t flat) {
   uint32_t r[4];
@@ -132,7 +143,7 @@ __device__ __forceinline__ uint32_t low_pairs(uint32_t v) {
 // j0 + 8 t + 2 tq + e. The 4 lanes of a quad (tq = 0..3, one i) need the same 4 blocks (h, t): lane tq draws block
 // (h, t) = (tq & 1, tq >> 1) into byte tq, and two xor shuffles give every lane all four bytes. Returns the lane's 8
 // keep bits: element (t, h, e) is bit row_keep_bit(t, h, e).
-__device__ __forceinline__ uint32_t draw_keep_rows(const FlashArgs& a, int bh, int i, int j0, int lane) {
+__device__ __forceinline__ uint32_t dropout_keep_rows(const FlashArgs& a, int bh, int i, int j0, int lane) {
   const int tq = lane & 3;
   uint32_t v = dropout_keep_byte(a, dropout_index(a, bh, i + 8 * (tq & 1), j0 + 8 * (tq >> 1))) << (8 * tq);
   v |= __shfl_xor_sync(0xffffffffu, v, 1);
@@ -142,7 +153,7 @@ __device__ __forceinline__ uint32_t draw_keep_rows(const FlashArgs& a, int bh, i
 __host__ __device__ constexpr int row_keep_bit(int t, int h, int e) { return 2 * (h + 2 * t) + e; }
 
 // The same 8 bits when the draw's blocks do not start on tile columns: each pair of keys drawn on its own.
-__device__ __forceinline__ uint32_t draw_keep_rows_each(const FlashArgs& a, int bh, int i, int j0, int lane) {
+__device__ __forceinline__ uint32_t dropout_keep_rows_each(const FlashArgs& a, int bh, int i, int j0, int lane) {
   const int tq = lane & 3;
   uint32_t bits = 0;
 #pragma unroll
@@ -162,7 +173,7 @@ __device__ __forceinline__ uint32_t draw_keep_rows_each(const FlashArgs& a, int 
 // g & 1) into byte g & 3 of a word per t, xor shuffles over g ^ 1 and g ^ 2 gather a t's four bytes and one over
 // g ^ 4 fetches the other t's. Each lane keeps bit g (its key) of every byte: element (t, h, e) is bit
 // col_keep_bit(t, h, e) of the 8 bits returned.
-__device__ __forceinline__ uint32_t draw_keep_cols(const FlashArgs& a, int bh, int i0, int j0, int lane) {
+__device__ __forceinline__ uint32_t dropout_keep_cols(const FlashArgs& a, int bh, int i0, int j0, int lane) {
   const int g = lane >> 2, tq = lane & 3;
   const uint64_t flat = dropout_index(a, bh, i0 + 8 * (g >> 2) + 2 * tq + (g & 1), j0 + 8 * ((g >> 1) & 1));
   uint32_t v = dropout_keep_byte(a, flat) << (8 * (g & 3));
@@ -175,7 +186,7 @@ __device__ __forceinline__ uint32_t draw_keep_cols(const FlashArgs& a, int bh, i
 __host__ __device__ constexpr int col_keep_bit(int t, int h, int e) { return 2 * (2 * h + e) + t; }
 
 // The same 8 bits when the draw's blocks do not start on tile rows: each element drawn on its own.
-__device__ __forceinline__ uint32_t draw_keep_cols_each(const FlashArgs& a, int bh, int i0, int j0, int lane) {
+__device__ __forceinline__ uint32_t dropout_keep_cols_each(const FlashArgs& a, int bh, int i0, int j0, int lane) {
   const int g = lane >> 2, tq = lane & 3;
   uint32_t bits = 0;
 #pragma unroll
@@ -189,82 +200,10 @@ __device__ __forceinline__ uint32_t draw_keep_cols_each(const FlashArgs& a, int 
   return bits;
 }
 
-// ---- the op's keep mask
-
-// The keep bit of (bh, i, j) in the mask.
-__device__ __forceinline__ bool stored_keep(const FlashArgs& a, int bh, int i, int j) {
-  return (a.keep[(int64_t(bh) * a.Lq + i) * a.keep_row + (j >> 3)] >> (j & 7)) & 1u;
-}
-
-// The mask's bits of keys j0 .. j0 + 15 (j0 a multiple of 16) of query row i: bit e = key j0 + e; 0 past Lq (the
-// tensor-core kernels' tiles run past the last row; rows keep_row bytes long cover every key tile).
-__device__ __forceinline__ uint32_t stored_keep16(const FlashArgs& a, int bh, int i, int j0) {
-  if (i >= a.Lq) return 0;
-  return *reinterpret_cast<const uint16_t*>(a.keep + (int64_t(bh) * a.Lq + i) * a.keep_row + (j0 >> 3));
-}
-
-// draw_keep_rows' 8 bits (j0 a multiple of 16) from the mask.
-__device__ __forceinline__ uint32_t stored_keep_rows(const FlashArgs& a, int bh, int i, int j0, int lane) {
-  const int tq = lane & 3;
-  const uint32_t r0 = stored_keep16(a, bh, i, j0) >> (2 * tq), r1 = stored_keep16(a, bh, i + 8, j0) >> (2 * tq);
-  return (r0 & 3u) | (r1 & 3u) << 2 | ((r0 >> 8) & 3u) << 4 | ((r1 >> 8) & 3u) << 6;  // row_keep_bit's order
-}
-
-// draw_keep_cols' 8 bits (j0 a multiple of 16) from the mask.
-__device__ __forceinline__ uint32_t stored_keep_cols(const FlashArgs& a, int bh, int i0, int j0, int lane) {
-  const int g = lane >> 2, tq = lane & 3;
-  uint32_t bits = 0;
-#pragma unroll
-  for (int t = 0; t < 2; t++)
-#pragma unroll
-    for (int e = 0; e < 2; e++) {
-      const uint32_t w = stored_keep16(a, bh, i0 + 8 * t + 2 * tq + e, j0) >> g;
-      bits |= (w & 1u) << col_keep_bit(t, 0, e) | ((w >> 8) & 1u) << col_keep_bit(t, 1, e);
-    }
-  return bits;
-}
-
-// ---- how a kernel gets its keep bits
-
-// Not at all (no dropout), from the op's mask, by shared draws (dropout_blocks_aligned), or each element drawn on
-// its own. Each is a kernel of its own: compiled together, the per-element path's registers made the shared path
-// spill more (ptxas, bf16 forward at D = 64: 40 B of spill together, 20 B apart).
-enum class Drop { none, stored, shared, each };
-inline Drop drop_mode(const FlashArgs& a) {
-  if (!a.dropout) return Drop::none;
-  if (a.keep) return Drop::stored;
-  return dropout_blocks_aligned(a) ? Drop::shared : Drop::each;
-}
-// Calls f(std::integral_constant<Drop, mode>) with a's mode.
-template <typename F>
-void with_drop_mode(const FlashArgs& a, F&& f) {
-  switch (drop_mode(a)) {
-    case Drop::none: f(std::integral_constant<Drop, Drop::none>{}); break;
-    case Drop::stored: f(std::integral_constant<Drop, Drop::stored>{}); break;
-    case Drop::shared: f(std::integral_constant<Drop, Drop::shared>{}); break;
-    case Drop::each: f(std::integral_constant<Drop, Drop::each>{}); break;
-  }
-}
-
-// The 8 keep bits of a lane in the query-row layout (row_keep_bit) or the transposed one (col_keep_bit), by kDrop's
-// means. Every lane of the warp must call these together (the shared draws shuffle).
-template <Drop kDrop>
-__device__ __forceinline__ uint32_t keep_rows(const FlashArgs& a, int bh, int i, int j0, int lane) {
-  if constexpr (kDrop == Drop::stored) return stored_keep_rows(a, bh, i, j0, lane);
-  else if constexpr (kDrop == Drop::shared) return draw_keep_rows(a, bh, i, j0, lane);
-  else return draw_keep_rows_each(a, bh, i, j0, lane);
-}
-template <Drop kDrop>
-__device__ __forceinline__ uint32_t keep_cols(const FlashArgs& a, int bh, int i0, int j0, int lane) {
-  if constexpr (kDrop == Drop::stored) return stored_keep_cols(a, bh, i0, j0, lane);
-  else if constexpr (kDrop == Drop::shared) return draw_keep_cols(a, bh, i0, j0, lane);
-  else return draw_keep_cols_each(a, bh, i0, j0, lane);
-}
-
-// The keep bytes of N pairs of n-tiles (keep_rows or keep_cols, byte n = pair n), in registers when n is a
-// compile-time constant (unrolled loops). The kernels get a tile's bytes before its matrix products, while the
-// score accumulators are not yet live: the draws depend on nothing the tile computes, so the Philox rounds cost
-// no registers the scores need, and the mask's loads are in flight while the tensor cores work.
+// The keep bytes of N pairs of n-tiles (dropout_keep_rows or _cols, byte n = pair n), in registers when n is a
+// compile-time constant (unrolled loops). The kernels draw a tile's bytes before its matrix products, while the
+// score accumulators are not yet live: the draws depend on nothing the tile computes, and the Philox rounds then
+// cost no registers the scores need.
 template <int N>
 struct KeepBytes {
   static_assert(N <= 8, "eight pairs of n-tiles at most");

@@ -44,7 +44,7 @@ struct FwdConfig {
 
 template <typename Cfg, typename T, Drop kDrop>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel(const FlashArgs a) {
-  constexpr bool kDropout = kDrop != Drop::none;
+  constexpr bool kDropout = kDrop != Drop::none, shared_draw = kDrop == Drop::shared;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, MT = Cfg::kMT, kThreads = Cfg::kThreads;
   constexpr int NT = Bc / 8, DT = D / 8, KS = D / 16;
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel
       }
     }
 
-    // Dropout's keep bits of this tile (byte mt * NT/2 + nt2: n-tiles 2 nt2, 2 nt2 + 1), loaded before the scores.
+    // Dropout's keep bits of this tile (byte mt * NT/2 + nt2: n-tiles 2 nt2, 2 nt2 + 1), drawn before the scores.
     [[maybe_unused]] KeepBytes<MT * NT / 2> keep;
     if constexpr (kDropout) {
 #pragma unroll
@@ -116,7 +116,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel
 #pragma unroll
         for (int nt2 = 0; nt2 < NT / 2; nt2++) {
           const int i = q0 + warp_row + mt * 16 + g, j0 = k0 + nt2 * 16;
-          keep.set(mt * NT / 2 + nt2, keep_rows<kDrop>(a, bh, i, j0, lane));
+          keep.set(mt * NT / 2 + nt2, shared_draw ? dropout_keep_rows(a, bh, i, j0, lane)  // a block per 8 elements
+                                                  : dropout_keep_rows_each(a, bh, i, j0, lane));
         }
     }
 

@@ -1,7 +1,7 @@
 // cuda/attention_generic.cu: flash attention on the CUDA cores, for every case the tensor-core kernels do
 // not take: f32 and f64, bf16/f16 with other head dims or layouts, GPUs before sm_80. It is the cpu
 // reference's algorithm (ops/cpu/attention.cpp) on 32 x 32 tiles, computing in acc_t (f32, f64 for f64),
-// with the same masks, dropout decisions and fully-masked-row rules; correctness first, speed second.
+// with the same masks, dropout draw and fully-masked-row rules; correctness first, speed second.
 //
 // Tiling. One block of 256 threads per 32-row tile (query tile for the forward and dQ passes, key tile for
 // the dK dV pass). Every tile lives in shared memory as [width][33]: element (row r, column w) at w*33 + r,
@@ -87,12 +87,9 @@ template <typename A> __device__ __forceinline__ A row16_sum(A v) {
   return v;
 }
 
-// The dropout factor of (bh, i, j); 0 past the last query or key (their probabilities are 0 or unused).
 template <typename A> __device__ __forceinline__ A dropout_factor(const FlashArgs& a, int bh, int i, int j) {
   if (!a.dropout) return A(1);
-  if (i >= a.Lq || j >= a.Lk) return A(0);
-  const bool keep = a.keep ? stored_keep(a, bh, i, j) : dropout_keep(a, dropout_index(a, bh, i, j));
-  return keep ? keep_scale_of<A>(a) : A(0);
+  return dropout_keep(a, dropout_index(a, bh, i, j)) ? keep_scale_of<A>(a) : A(0);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -6,8 +6,7 @@
 // the same dtype, plus a small floor. Naive runs on the cuda device when its ops have cuda kernels, else on
 // the cpu (same dtype, same rounding of stored intermediates); the message says which. Cases cover odd
 // sizes, causal (Lq < Lk and Lq > Lk, whose first rows see no key), key padding with a fully padded batch,
-// dropout (the same seed gives the same mask as the cpu; the op's keep mask, and the bits drawn in the kernels
-// past ops::flash_saves_keep_mask's length), both kernel paths (tensor cores: bf16/f16 with
+// dropout (the same seed gives the same mask as the cpu), both kernel paths (tensor cores: bf16/f16 with
 // head dim 64/128; generic: f32, f64, other head dims, strided rows), and [B, L, H, D] views.
 // Also: determinism (two backward runs give the same bits), the ledger (cuda allocates exactly as meta),
 // gradients through autograd, and the benchmark AttentionCudaBench.DISABLED_* (B x H x L x D = 32x12x512x64
@@ -105,8 +104,7 @@ ops::FlashAttentionParams params_of(const Case& c) {
 Result run_flash(const Case& c, const Inputs& in) {
   ops::FlashAttentionParams p = params_of(c);
   std::vector<Tensor> f = ops::flash_attention_forward(in.q, in.k, in.v, in.mask, p);
-  std::vector<Tensor> g =
-      ops::flash_attention_backward(in.dout, Tensor(), in.q, in.k, in.v, f[0], f[1], f[2], in.mask, p);
+  std::vector<Tensor> g = ops::flash_attention_backward(in.dout, Tensor(), in.q, in.k, in.v, f[0], f[1], in.mask, p);
   return {f[0].to_double(), f[1].to_double(), g[0].to_double(), g[1].to_double(), g[2].to_double()};
 }
 
@@ -206,11 +204,6 @@ const std::vector<Case>& cases() {
       {"head dim 128, dropout, shared draws", 2, 1, 70, 200, 128, 128, false, false, 0.1},
       {"head dim 128, causal", 2, 2, 130, 200, 128, 128, true},
       {"head dim 128, dropout + padding", 3, 1, 70, 150, 128, 128, false, true, 0.1},
-      // Keys past 16 x the head dim (ops::flash_saves_keep_mask, 16-bit): no keep mask, both passes draw the bits.
-      {"dropout, long keys, drawn in the kernels, shared", 1, 2, 40, 1096, 64, 64, false, false, 0.2},
-      {"dropout + causal, long keys, drawn per element", 1, 1, 40, 1036, 64, 64, true, false, 0.2},
-      {"head dim 128, dropout, long keys, drawn", 1, 1, 33, 2056, 128, 128, false, true, 0.1},
-      {"head dim 40, dropout, long keys (generic path, drawn)", 1, 1, 20, 700, 40, 40, false, false, 0.3},
       {"several full tiles, causal", 1, 2, 512, 512, 64, 64, true},
       {"[B, L, H, D] views", 2, 3, 77, 131, 64, 64, true, false, 0, 1},
       {"strided rows (generic path)", 2, 2, 45, 67, 64, 64, false, true, 0, 2},
@@ -261,26 +254,6 @@ TEST(AttentionCuda, EveryTileConfigurationIsAccurate) {
   ops::cuda::set_flash_tuning({});
 }
 
-TEST(AttentionCuda, KeepMaskEqualsTheCpus) {
-  // The dropout keep mask drawn on the GPU, byte for byte the cpu's: rows whose draws start on a Philox block
-  // (Lk a multiple of 8) or not, one or several 16-byte chunks, several generator offsets.
-  for (int64_t Lk : {int64_t(8), int64_t(37), int64_t(130), int64_t(512)})
-    for (uint64_t offset : {uint64_t(0), uint64_t(4), uint64_t(1028)}) {
-      SCOPED_TRACE("Lk " + std::to_string(Lk) + " offset " + std::to_string(offset));
-      const int64_t B = 2, H = 3, Lq = 7;
-      Tensor q = ops::randn({B, H, Lq, 64}), k = ops::randn({B, H, Lk, 64}), v = ops::randn({B, H, Lk, 64});
-      ops::FlashAttentionParams p;
-      p.dropout_p = 0.1;
-      p.seed = 0x5eed;
-      p.offset = offset;
-      Tensor cpu = ops::flash_attention_forward(q, k, v, Tensor(), p)[2];
-      Tensor cuda = ops::flash_attention_forward(ops::to_device(q, gpu()), ops::to_device(k, gpu()),
-                                                 ops::to_device(v, gpu()), Tensor(), p)[2];
-      ASSERT_EQ(cuda.shape(), cpu.shape());
-      EXPECT_EQ(cuda.to_double(), cpu.to_double());
-    }
-}
-
 TEST(AttentionCuda, BackwardIsDeterministicAndUsesDlse) {
   // Two runs give the same bits (no atomics), and a gradient on lse enters through delta as on the cpu.
   for (DType t : {DType::bf16, DType::f32}) {
@@ -296,7 +269,7 @@ TEST(AttentionCuda, BackwardIsDeterministicAndUsesDlse) {
       auto mv = [&](const Tensor& x) { return dev ? ops::to_device(x, dev) : x; };
       Tensor qd = mv(q), kd = mv(k), vd = mv(v), m = mask.defined() ? mv(mask) : Tensor();
       std::vector<Tensor> f = ops::flash_attention_forward(qd, kd, vd, m, p);
-      std::vector<Tensor> g = ops::flash_attention_backward(mv(dout), mv(dlse), qd, kd, vd, f[0], f[1], f[2], m, p);
+      std::vector<Tensor> g = ops::flash_attention_backward(mv(dout), mv(dlse), qd, kd, vd, f[0], f[1], m, p);
       return std::vector<std::vector<double>>{g[0].to_double(), g[1].to_double(), g[2].to_double()};
     };
     auto first = run(gpu()), second = run(gpu()), cpu = run(nullptr);
@@ -346,7 +319,7 @@ TEST(AttentionCuda, AllocatesLikeMeta) {
     Tensor md = ops::to_device(mask, dev);
     std::vector<Tensor> f = ops::flash_attention_forward(qd, kd, vd, md, p);
     std::vector<Tensor> g =
-        ops::flash_attention_backward(ops::to_device(dout, dev), Tensor(), qd, kd, vd, f[0], f[1], f[2], md, p);
+        ops::flash_attention_backward(ops::to_device(dout, dev), Tensor(), qd, kd, vd, f[0], f[1], md, p);
   }
   EXPECT_EQ(cuda->ledger().events_csv(), meta->ledger().events_csv());
 }
@@ -411,7 +384,7 @@ void bench_shape(int64_t B, int64_t H, int64_t L, int64_t D) {
       ops::cuda::set_flash_tuning({});
       report("fwd", "default", fwd_flops, [&] { ops::flash_attention_forward(q, k, v, Tensor(), p); });
       report("bwd", "default", 2.5 * fwd_flops,
-             [&] { ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], f[2], Tensor(), p); });
+             [&] { ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], Tensor(), p); });
       continue;
     }
     for (int variant = 0; variant < ops::cuda::flash_forward_variants(int(D)); variant++) {
@@ -422,7 +395,7 @@ void bench_shape(int64_t B, int64_t H, int64_t L, int64_t D) {
     for (int variant = 0; variant < ops::cuda::flash_backward_variants(int(D)); variant++) {
       ops::cuda::set_flash_tuning({-1, variant});
       report("bwd", ops::cuda::flash_backward_variant_name(int(D), variant), 2.5 * fwd_flops,
-             [&] { ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], f[2], Tensor(), p); });
+             [&] { ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], Tensor(), p); });
     }
     ops::cuda::set_flash_tuning({});
     std::fflush(stdout);

@@ -278,11 +278,10 @@ TEST(Attention, SavesLinearVersusQuadraticMemory) {
     o.dropout_p = 0.1;
     Tensor out = ops::attention(q, k, v, Tensor(), o);
     size_t bytes = meta->ledger().live_bytes(engine::Category::activation);
-    // What each algorithm must hold: flash q, k, v, out (f32), lse and the keep mask (rows of 16 bytes up to
-    // L = 128); naive adds two [B, H, L, L] f32 (the probabilities, and their dropped-out copy that the last
-    // matmul saves).
+    // What each algorithm must hold: flash q, k, v, out (f32) and lse; naive adds two [B, H, L, L] f32
+    // (the probabilities, and their dropped-out copy that the last matmul saves).
     size_t linear = size_t(4 * B * H * L * D * 4);
-    if (algo == AttentionAlgo::flash) EXPECT_EQ(bytes, linear + size_t(B * H * L * 4) + size_t(B * H * L * 16));
+    if (algo == AttentionAlgo::flash) EXPECT_EQ(bytes, linear + size_t(B * H * L * 4));
     else EXPECT_GE(bytes, size_t(3 * B * H * L * D * 4) + size_t(2 * B * H * L * L * 4));
     return double(bytes);
   };
@@ -293,57 +292,6 @@ TEST(Attention, SavesLinearVersusQuadraticMemory) {
   EXPECT_GT(naive_ratio, 3.5);
   EXPECT_LE(naive_ratio, 4.0);
   EXPECT_DOUBLE_EQ(flash_ratio, 2.0);
-}
-
-TEST(Attention, FlashKeepMaskHoldsTheDropoutDrawsBits) {
-  // Bit j % 8 of byte j / 8 of row (b, h, i) is element ((b*H + h)*Lq + i)*Lk + j of the draw (engine/rng.h):
-  // kept iff its 16-bit number >= ceil(p * 2^16); every bit past Lk is 0. Lk 37 and 130: the rows' draws do not
-  // start on Philox blocks, and 130 keys need two 16-byte chunks (as many bytes as a row of 8 f32 outputs).
-  for (int64_t Lk : {int64_t(37), int64_t(130)}) {
-    SCOPED_TRACE("Lk " + std::to_string(Lk));
-    const int64_t B = 2, H = 3, Lq = 5;
-    Tensor q = rand_input({B, H, Lq, 8}), k = rand_input({B, H, Lk, 8}), v = rand_input({B, H, Lk, 8});
-    ops::FlashAttentionParams p;
-    p.dropout_p = 0.3;
-    p.seed = 77;
-    p.offset = 12;
-    Tensor keep = ops::flash_attention_forward(q, k, v, Tensor(), p)[2];
-    const int64_t row = ops::flash_keep_row_bytes(Lk);
-    ASSERT_EQ(row, Lk <= 128 ? 16 : 32);
-    ASSERT_EQ(keep.dtype(), DType::u8);
-    ASSERT_EQ(keep.shape(), (engine::Shape{B, H, Lq, row}));
-    const uint8_t* bytes = static_cast<const uint8_t*>(keep.data_ptr());
-    const uint32_t threshold = engine::dropout_rate(p.dropout_p).threshold;
-    int64_t kept = 0, wrong = 0;
-    for (int64_t r = 0; r < B * H * Lq; r++)
-      for (int64_t j = 0; j < row * 8; j++) {
-        const bool bit = (bytes[r * row + j / 8] >> (j % 8)) & 1;
-        const bool want = j < Lk && engine::dropout_bits(p.seed, p.offset, uint64_t(r * Lk + j)) >= threshold;
-        wrong += bit != want;
-        kept += bit;
-      }
-    EXPECT_EQ(wrong, 0);
-    EXPECT_NEAR(double(kept) / double(B * H * Lq * Lk), 0.7, 0.08);
-    // The backward needs the mask when there is dropout.
-    std::vector<Tensor> f = ops::flash_attention_forward(q, k, v, Tensor(), p);
-    try {
-      ops::flash_attention_backward(f[0], Tensor(), q, k, v, f[0], f[1], Tensor(), Tensor(), p);
-      ADD_FAILURE() << "a dropout backward without the keep mask ran";
-    } catch (const engine::Error& e) {
-      EXPECT_NE(std::string(e.what()).find("keep must be the forward's keep mask"), std::string::npos) << e.what();
-    }
-  }
-  // Past a row of the output (32 bytes for 8 f32, Lk > 256; 64 for 8 f64, Lk > 512) no mask is kept: the passes
-  // draw the bits themselves.
-  EXPECT_TRUE(ops::flash_saves_keep_mask(256, 8, DType::f32));
-  EXPECT_FALSE(ops::flash_saves_keep_mask(257, 8, DType::f32));
-  EXPECT_TRUE(ops::flash_saves_keep_mask(1024, 64, DType::bf16));
-  EXPECT_FALSE(ops::flash_saves_keep_mask(1025, 64, DType::bf16));
-  EXPECT_FALSE(ops::flash_saves_keep_mask(513, 8, DType::f64));
-  Tensor q = rand_input({1, 2, 3, 8}), k = rand_input({1, 2, 600, 8}), v = rand_input({1, 2, 600, 8});  // f64
-  ops::FlashAttentionParams p;
-  p.dropout_p = 0.3;
-  EXPECT_FALSE(ops::flash_attention_forward(q, k, v, Tensor(), p)[2].defined());
 }
 
 TEST(Attention, MetaAllocatesLikeCpu) {
