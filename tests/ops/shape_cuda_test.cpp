@@ -60,8 +60,6 @@ void expect_exact(const std::string& what, const testutil::Fn& fn, const std::ve
   testutil::expect_equal(what, want, fn(on_gpu));
 }
 
-
-
 }  // namespace
 
 // NHWC concatenation along channels (NASNet's cells), copied exactly in every word width: 16-byte words (8 + 16
