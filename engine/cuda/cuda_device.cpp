@@ -20,6 +20,7 @@ namespace {
 cudaStream_t g_stream = nullptr;
 cublasLtHandle_t g_cublaslt = nullptr;
 int g_sms = 0;
+int g_cc = 0;  // compute capability, major * 10 + minor
 bool g_tf32 = false;
 }  // namespace
 
@@ -55,6 +56,7 @@ void synchronize_and_check() {
 }
 cublasLtHandle_t cublaslt() { return g_cublaslt; }
 int multiprocessors() { return g_sms; }
+int compute_capability() { return g_cc; }
 void set_allow_tf32(bool on) { g_tf32 = on; }
 bool allow_tf32() { return g_tf32; }
 
@@ -169,6 +171,7 @@ std::shared_ptr<Device> create_cuda_device(size_t capacity) {
   cudaDeviceProp prop;
   ENGINE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   g_sms = prop.multiProcessorCount;
+  g_cc = prop.major * 10 + prop.minor;
   size_t free_bytes = 0, total = 0;
   ENGINE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
   size_t outside = total - free_bytes;

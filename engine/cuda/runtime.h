@@ -20,6 +20,7 @@ void check(cublasStatus_t s, const char* what, const char* file, int line);
 cudaStream_t stream();          // the engine's one stream
 cublasLtHandle_t cublaslt();    // created with the device
 int multiprocessors();          // SM count of the device
+int compute_capability();       // of the device: major * 10 + minor (90 for the H200)
 // TF32 for f32 GEMMs (--precision tf32); off by default (true fp32, as in 2020).
 void set_allow_tf32(bool on);
 bool allow_tf32();

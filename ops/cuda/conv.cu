@@ -18,10 +18,21 @@ namespace conv {
 namespace {
 constexpr int kDefaultWideVariant = -1;  // each kernel's default (conv_igemm.cuh: wide_warps_64x64)
 int wide_variant = kDefaultWideVariant;
+bool wgmma_on = true;
 }  // namespace
 
 int igemm_wide_variant() { return wide_variant; }
 void set_igemm_wide_variant(int variant) { wide_variant = variant < 0 ? kDefaultWideVariant : variant; }
+
+bool igemm_wgmma_available() {
+#if defined(ENGINE_WGMMA)
+  return engine::cuda::compute_capability() == 90;
+#else
+  return false;
+#endif
+}
+bool igemm_wgmma() { return wgmma_on && igemm_wgmma_available(); }
+void set_igemm_wgmma(bool on) { wgmma_on = on; }
 
 }  // namespace conv
 

@@ -34,6 +34,7 @@
 #include "engine/cuda/runtime.h"
 #include "ops/cuda/attention_common.cuh"
 #include "ops/cuda/conv_kernels.cuh"
+#include "ops/cuda/wgmma.cuh"
 
 namespace ops::cuda::conv::igemm {
 
@@ -68,6 +69,8 @@ struct Tile {
   static constexpr int kWarpsM = BM / WM, kWarpsN = BN / WN;
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   static constexpr int kMinBlocks = (kThreads >= 256 || WN == 64) ? 2 : 3;
+  static constexpr bool kWgmma = false;  // mma.sync (WgTile below: wgmma)
+  static constexpr int kLoadThreads = kThreads;  // every thread copies
   static constexpr int kAElems = BM * BK * kU, kBElems = BN * BK * kU;
   static constexpr int kStageElems = kAElems + kBElems;
   static constexpr int kSmemBytes = kStages * kStageElems * 2;
@@ -211,7 +214,8 @@ __device__ __forceinline__ void mma_slice(const uint16_t* sA, const uint16_t* sB
 
 // The pipelined loop over k_tiles K-slices. loader.load(sA, sB, kt) issues the copies of slice kt.
 template <typename Cfg, typename T, bool kAKM, bool kBKN, typename Loader>
-__device__ __forceinline__ void mainloop(Loader& loader, int k_tiles, uint16_t* smem, typename Cfg::Acc& acc) {
+__device__ __forceinline__ void mma_sync_mainloop(Loader& loader, int k_tiles, uint16_t* smem,
+                                                  typename Cfg::Acc& acc) {
   constexpr int MT = Cfg::MT, NT = Cfg::NT;
   constexpr int kStages = Cfg::kStages, kStageElems = Cfg::kStageElems, kAElems = Cfg::kAElems;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -240,10 +244,9 @@ __device__ __forceinline__ void mainloop(Loader& loader, int k_tiles, uint16_t* 
   cp_async_wait<0>();
 }
 
-// Calls store(row, col, v0, v1) for each accumulator pair (C[row, col], C[row, col + 1]) of this thread,
-// rows and cols relative to the block's tile; col is even.
+// Calls store(row, col, v0, v1) for each accumulator pair of this thread (gemm_tile below), mma.sync tiles.
 template <typename Cfg, typename Store>
-__device__ __forceinline__ void for_each_pair(const typename Cfg::Acc& acc, Store&& store) {
+__device__ __forceinline__ void mma_sync_for_each_pair(const typename Cfg::Acc& acc, Store&& store) {
   constexpr int MT = Cfg::MT, NT = Cfg::NT, WM = Cfg::WM, WN = Cfg::WN;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warp_m = warp / Cfg::kWarpsN, warp_n = warp % Cfg::kWarpsN, g = lane / 4, tq = lane % 4;
@@ -255,6 +258,115 @@ __device__ __forceinline__ void for_each_pair(const typename Cfg::Acc& acc, Stor
       for (int half = 0; half < 2; half++)
         store(warp_m * WM + mt * 16 + g + half * 8, warp_n * WN + nt * 8 + 2 * tq, acc[mt][nt][2 * half],
               acc[mt][nt][2 * half + 1]);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Hopper's main loop (sm_90a, 16-bit inputs; wgmma.cuh). A block of two warpgroups (256 threads) computes a
+// 128 x BN tile of C, each warpgroup 64 rows x BN with one m64nBNk16 wgmma per 16 elements of k: the
+// accumulators stay in registers (BN / 2 per thread) and the tensor cores read both operands from shared
+// memory, so no thread spends issue slots on ldmatrix or MMAs. Tiles: [m][k] / [n][k] rows of BK = 64
+// elements (128 bytes) stored by tile_chunk are exactly wgmma's K-major 128-byte swizzle; [k][m] / [k][n]
+// tiles are stored by kn_chunk in wgmma's MN-major panels of 64 columns (wgmma.cuh), so the same loaders
+// serve both main loops.
+// Stages: every thread copies (the loaders as in the mma.sync loop); while the tensor cores run slice kt, the
+// copies of slices kt + 1 .. kt + kStages - 2 are in flight and slice kt - 1's wgmmas may still run (one
+// group is kept in flight across the barrier), so the copy of slice kt + kStages - 2 goes to the stage slice
+// kt - 2 used.
+// Measured on the H200 (2026-12-04, Darknet 3x3 128->256 152^2, bf16): 468 TFLOP/s forward against 327 for
+// the mma.sync loop; ncu: tensor pipe ~49%, L2 ~53%, 8 warps per SM issuing 1.4 instructions per cycle, so
+// latency-bound (copies and barrier) rather than bandwidth-bound. A warp-specialized version (a producer
+// warpgroup copying, two consumer warpgroups, mbarriers, setmaxnreg) ran slower (401): branch
+// exp/conv-wgmma-warp-specialized.
+template <int BN_, int kStages_>
+struct WgTile {
+  using Elem = uint16_t;
+  static constexpr bool kTf32 = false, kWgmma = true;
+  static constexpr int kVec = 8, kU = 1;
+  static constexpr int BM = 128, BN = BN_, BK = 64;
+  static constexpr int kStages = kStages_;
+  static constexpr int kThreads = 256, kLoadThreads = 256, kMinBlocks = 1;  // two warpgroups
+  static constexpr int kAElems = BM * BK, kBElems = BN * BK;
+  static constexpr int kStageElems = kAElems + kBElems;
+  static constexpr int kSmemBytes = kStages * kStageElems * 2 + 1024;  // + the slack to align to 1024 bytes
+  using Acc = float[BN / 2];
+  static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma.cuh has n = 64, 128 and 256");
+  static_assert(kStages >= 3, "one stage computing, one with wgmmas in flight, at least one loading");
+};
+constexpr int kPanelBytes = 64 * 128;  // an MN-major panel of a WgTile: 64 columns x BK rows of k
+
+// Offset (16-bit units) of 16-byte chunk `chunk` of k-row `row` in a [k][m] / [k][n] tile of kRowElems columns.
+template <typename Cfg, int kRowElems>
+__device__ __forceinline__ int kn_chunk(int row, int chunk) {
+  if constexpr (Cfg::kWgmma) return (chunk >> 3) * (kPanelBytes / 2) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
+  else return tile_chunk<Cfg, kRowElems, true>(row, chunk);
+}
+
+template <typename Cfg, typename T, bool kAKM, bool kBKN, typename Loader, typename Store>
+__device__ __forceinline__ void wgmma_gemm_tile(const Loader& loader, int k_tiles, uint16_t* smem_raw, Store&& store) {
+  constexpr int kStages = Cfg::kStages, kAhead = kStages - 2;  // slices in flight ahead of the one computed
+  constexpr int kStageElems = Cfg::kStageElems, kAElems = Cfg::kAElems, BN = Cfg::BN;
+  // The swizzle's period: the tiles start at multiples of 1024 bytes.
+  uint16_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023) / 2;
+  const int wg = int(threadIdx.x / 128);
+  // This warpgroup's 64 rows of A: 64 rows of 128 bytes, or the 64-column panel (the same 8 KB).
+  const uint32_t a_off = uint32_t(wg) * kPanelBytes;
+  typename Cfg::Acc acc;
+#pragma unroll
+  for (int i = 0; i < BN / 2; i++) acc[i] = 0.f;
+#pragma unroll
+  for (int s = 0; s < kAhead; s++) {
+    if (s < k_tiles) loader.load(smem + s * kStageElems, smem + s * kStageElems + kAElems, s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < k_tiles; kt++) {
+    cp_async_wait<kAhead - 1>();  // this thread's copies of slice kt have landed
+    wgmma::fence_proxy_async();   // ... and, with its plain stores (gathering loaders), are visible to wgmma
+    __syncthreads();              // every thread's; and both warpgroups are done with slice kt - 2
+    const int next = kt + kAhead;
+    if (next < k_tiles) {
+      uint16_t* st = smem + (next % kStages) * kStageElems;
+      loader.load(st, st + kAElems, next);
+    }
+    cp_async_commit();
+    const uint32_t sa = smem_addr(smem + (kt % kStages) * kStageElems) + a_off;
+    const uint32_t sb = smem_addr(smem + (kt % kStages) * kStageElems + kAElems);
+    wgmma::fence_operands(acc);
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < Cfg::BK / 16; ks++) {
+      const uint64_t da = kAKM ? wgmma::desc_mn128(sa + 2048 * ks, kPanelBytes) : wgmma::desc_k128(sa + 32 * ks);
+      const uint64_t db = kBKN ? wgmma::desc_mn128(sb + 2048 * ks, kPanelBytes) : wgmma::desc_k128(sb + 32 * ks);
+      wgmma::mma_m64k16<T, kAKM, kBKN>(acc, da, db, std::integral_constant<int, BN>{});
+    }
+    wgmma::commit();
+    wgmma::fence_operands(acc);
+    wgmma::wait<1>();  // slice kt - 1's group is done; slice kt's runs on across the next barrier
+  }
+  wgmma::wait<0>();
+  wgmma::fence_operands(acc);
+  cp_async_wait<0>();
+  // wgmma.cuh's fragment: per warp 16 rows, per 8 columns four values.
+  const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  const int row0 = wg * 64 + int(threadIdx.x / 32 % 4) * 16 + g;
+#pragma unroll
+  for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+    for (int half = 0; half < 2; half++)
+      store(row0 + half * 8, 8 * j + 2 * tq, acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+}
+
+// A block's tile of C = A B over k_tiles K-slices that loader.load(sA, sB, kt) copies (A is [k][m] when kAKM,
+// else [m][k]; B [k][n] when kBKN, else [n][k]), then store(row, col, v0, v1) for each accumulator pair
+// (C[row, col], C[row, col + 1]) of this thread, rows and cols relative to the tile, col even.
+template <typename Cfg, typename T, bool kAKM, bool kBKN, typename Loader, typename Store>
+__device__ __forceinline__ void gemm_tile(Loader& loader, int k_tiles, uint16_t* smem, Store&& store) {
+  if constexpr (Cfg::kWgmma) {
+    wgmma_gemm_tile<Cfg, T, kAKM, kBKN>(loader, k_tiles, smem, store);
+  } else {
+    typename Cfg::Acc acc;
+    mma_sync_mainloop<Cfg, T, kAKM, kBKN>(loader, k_tiles, smem, acc);
+    mma_sync_for_each_pair<Cfg>(acc, store);
+  }
 }
 
 // Division by a divisor fixed for the whole kernel, as a multiply-high and a shift (the divisions of the

@@ -16,11 +16,11 @@ namespace {
 
 template <typename Cfg, bool kUnitStride>
 struct DataLoader {
-  static constexpr int kARowStep = Cfg::kThreads / 8;              // A [BM][BK]: 8 chunks per row
+  static constexpr int kARowStep = Cfg::kLoadThreads / 8;              // A [BM][BK]: 8 chunks per row
   static constexpr int kAPasses = Cfg::BM / kARowStep;
   static constexpr int BK = Cfg::BK, kVec = Cfg::kVec;
   static constexpr int kBChunks = Cfg::BN / kVec;                  // B [BK][BN]
-  static constexpr int kBRowStep = Cfg::kThreads / kBChunks, kBPasses = BK / kBRowStep;
+  static constexpr int kBRowStep = Cfg::kLoadThreads / kBChunks, kBPasses = BK / kBRowStep;
   using Elem = typename Cfg::Elem;
   const Elem* dy;
   const Elem* w;
@@ -64,7 +64,7 @@ struct DataLoader {
       int tap, co;
       coutg.divmod(k, tap, co);
       const Elem* src = ok ? w + ((b_row0 + co) * taps + tap) * cg + b_ci : w;
-      cp_async16(smem_addr(sB + tile_chunk<Cfg, Cfg::BN, true>(b_r0 + kBRowStep * i, b_ch)), src, ok);
+      cp_async16(smem_addr(sB + kn_chunk<Cfg, Cfg::BN>(b_r0 + kBRowStep * i, b_ch)), src, ok);
     }
   }
 };
@@ -102,9 +102,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   ld.b_ch = int(threadIdx.x) % Loader::kBChunks, ld.b_r0 = int(threadIdx.x) / Loader::kBChunks;
   ld.b_ci = n0 + ld.b_ch * Cfg::kVec < d.cg ? n0 + ld.b_ch * Cfg::kVec : -1;
   ld.b_row0 = grp * d.coutg;
-  typename Cfg::Acc acc;
-  mainloop<Cfg, T, false, true>(ld, (K + Cfg::BK - 1) / Cfg::BK, smem, acc);
-  for_each_pair<Cfg>(acc, [&](int r, int c, float v0, float v1) {
+  gemm_tile<Cfg, T, false, true>(ld, (K + Cfg::BK - 1) / Cfg::BK, smem, [&](int r, int c, float v0, float v1) {
     const int m = m0 + r, ci = n0 + c;
     if (m < M && ci < d.cg) store_pair(dx + int64_t(m) * d.cin + grp * d.cg + ci, v0, v1);
   });

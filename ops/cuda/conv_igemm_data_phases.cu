@@ -11,7 +11,8 @@
 //   tap t, ci].
 // A stride-1 convolution is the one-phase case (every tap valid). The phase's tap table (offsets and the
 // weight's tap index, at most kMaxTaps) is built in shared memory by the block before its main loop.
-// A is staged [m][k], B [k][n] (read with ldmatrix.trans). Grid: (tiles of the largest phase, groups,
+// A is staged [m][k], B [k][n] (read with ldmatrix.trans, or wgmma's N-major panels: on Hopper 16-bit types run
+// wgmma tiles of 128 x 128/256 by Cin/g as the forward does by Cout/g). Grid: (tiles of the largest phase, groups,
 // phases); blocks past their phase's M return at once. Bound: the tensor cores when K >= ~256.
 #include "ops/cuda/conv_igemm.cuh"
 
@@ -28,11 +29,11 @@ struct TapTable {
 
 template <typename Cfg>
 struct PhaseLoader {
-  static constexpr int kARowStep = Cfg::kThreads / 8;              // A [BM][BK]: 8 chunks per row
+  static constexpr int kARowStep = Cfg::kLoadThreads / 8;              // A [BM][BK]: 8 chunks per row
   static constexpr int kAPasses = Cfg::BM / kARowStep;
   static constexpr int BK = Cfg::BK, kVec = Cfg::kVec;
   static constexpr int kBChunks = Cfg::BN / kVec;                  // B [BK][BN]
-  static constexpr int kBRowStep = Cfg::kThreads / kBChunks, kBPasses = BK / kBRowStep;
+  static constexpr int kBRowStep = Cfg::kLoadThreads / kBChunks, kBPasses = BK / kBRowStep;
   using Elem = typename Cfg::Elem;
   const Elem* dy;
   const Elem* w;
@@ -67,7 +68,7 @@ struct PhaseLoader {
       coutg.divmod(k, t, co);
       t = ok ? t : 0;
       const Elem* src = ok ? w + ((b_row0 + co) * ktaps + taps->tap[t]) * cg + b_ci : w;
-      cp_async16(smem_addr(sB + tile_chunk<Cfg, Cfg::BN, true>(b_r0 + kBRowStep * i, b_ch)), src, ok);
+      cp_async16(smem_addr(sB + kn_chunk<Cfg, Cfg::BN>(b_r0 + kBRowStep * i, b_ch)), src, ok);
     }
   }
 };
@@ -128,9 +129,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   ld.b_ch = int(threadIdx.x) % Loader::kBChunks, ld.b_r0 = int(threadIdx.x) / Loader::kBChunks;
   ld.b_ci = n0 + ld.b_ch * Cfg::kVec < d.cg ? n0 + ld.b_ch * Cfg::kVec : -1;
   ld.b_row0 = grp * d.coutg;
-  typename Cfg::Acc acc;
-  mainloop<Cfg, T, false, true>(ld, (K + Cfg::BK - 1) / Cfg::BK, smem, acc);
-  for_each_pair<Cfg>(acc, [&](int r, int c, float v0, float v1) {
+  gemm_tile<Cfg, T, false, true>(ld, (K + Cfg::BK - 1) / Cfg::BK, smem, [&](int r, int c, float v0, float v1) {
     const int m = m0 + r, ci = n0 + c;
     if (m >= M || ci >= d.cg) return;
     const int j = m % wp, t = m / wp, ii = t % hp, n = t / hp;
@@ -157,6 +156,13 @@ void launch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
 template <typename T>
 void dispatch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
   const int64_t M = int64_t(d.n) * d.h * d.w;  // all phases together
+  if constexpr (!std::is_same_v<T, float>) {
+    if (igemm_wgmma() && d.cg > 64) {
+      if (d.cg <= 128) launch_phases<WgTile<128, 5>, T>(d, dy, w, dx);
+      else launch_phases<WgTile<256, 4>, T>(d, dy, w, dx);
+      return;
+    }
+  }
   if (narrow_n(M, d.cg, d.groups)) launch_phases<TileOf<T, 128, 64>, T>(d, dy, w, dx);
   else if (wide_warps_64x64(false)) launch_phases<TileOf<T, 128, 128, 64>, T>(d, dy, w, dx);
   else launch_phases<TileOf<T, 128, 128>, T>(d, dy, w, dx);

@@ -10,6 +10,9 @@
 // 16-byte vector; the weight rows (length K, not a multiple of kVec) likewise.
 // Grid: one block per output tile (N-tiles fastest, so consecutive blocks share their x rows in L2),
 // blockIdx.y = group. Epilogue: + bias, rounded to T, stored as pairs from the accumulators.
+// Tiles: 16-bit types on Hopper with Cout/g > 64 run wgmma tiles of 128 x 128 (Cout/g <= 128) or 128 x 256 (H200,
+// 2026-12-04: 128 x 256 also where it leaves SMs idle, 3x3 s2 128->256 76^2: 274 vs 242 TFLOP/s for 128 x 128;
+// Cout/g = 64: the mma.sync 128 x 64 tile, 232 vs 200-228 for wgmma's 128 x 64), else the mma.sync tiles.
 // Bound: the tensor cores when K >= ~256 (3x3 and larger with >= 32 channels); else the x gather.
 #include "ops/cuda/conv_igemm.cuh"
 
@@ -19,7 +22,7 @@ namespace {
 
 template <typename Cfg, bool kGather>
 struct ForwardLoader {
-  static constexpr int kRowStep = Cfg::kThreads / 8;  // rows per pass over a [rows][BK] tile (8 chunks a row)
+  static constexpr int kRowStep = Cfg::kLoadThreads / 8;  // rows per pass over a [rows][BK] tile (8 chunks a row)
   static constexpr int kAPasses = Cfg::BM / kRowStep, kBPasses = Cfg::BN / kRowStep;
   static constexpr int BK = Cfg::BK, kVec = Cfg::kVec;
   using Elem = typename Cfg::Elem;
@@ -88,18 +91,11 @@ struct ForwardLoader {
   }
 };
 
-template <typename Cfg, typename T, bool kGather>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    forward_kernel(const FastDims f, const typename Cfg::Elem* __restrict__ x, const typename Cfg::Elem* __restrict__ w,
-                   const T* __restrict__ bias, T* __restrict__ y, int n_tiles) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  extern __shared__ __align__(128) uint16_t smem[];
+// This thread's part of the loader of the tile at (m0, n0) of group grp: its rows' pixels decoded once.
+template <typename Loader, typename Elem>
+__device__ __forceinline__ void init_forward_loader(Loader& ld, const FastDims& f, const Elem* x, const Elem* w, int m0,
+                                                    int n0, int grp, int M, int K) {
   const Dims& d = f.d;
-  const int M = d.n * d.ho * d.wo, K = d.kh * d.kw * d.cg;
-  const int m0 = int(blockIdx.x) / n_tiles * Cfg::BM, n0 = int(blockIdx.x) % n_tiles * Cfg::BN;
-  const int grp = int(blockIdx.y);
-  using Loader = ForwardLoader<Cfg, kGather>;
-  Loader ld;
   ld.x = x, ld.w = w, ld.cg = f.cg, ld.kw = f.kw, ld.K = K, ld.dh = d.dh, ld.dw = d.dw, ld.h = d.h, ld.w_ = d.w;
   ld.cin = d.cin, ld.coff = grp * d.cg;
   ld.ch = int(threadIdx.x) % 8, ld.r0 = int(threadIdx.x) / 8;
@@ -122,9 +118,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const int co = n0 + ld.r0 + Loader::kRowStep * i;
     ld.b_off[i] = co < d.coutg ? (grp * d.coutg + co) * K : -1;
   }
-  typename Cfg::Acc acc;
-  mainloop<Cfg, T, false, false>(ld, (K + Cfg::BK - 1) / Cfg::BK, smem, acc);
-  for_each_pair<Cfg>(acc, [&](int r, int c, float v0, float v1) {
+}
+
+template <typename Cfg, typename T, bool kGather>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    forward_kernel(const FastDims f, const typename Cfg::Elem* __restrict__ x, const typename Cfg::Elem* __restrict__ w,
+                   const T* __restrict__ bias, T* __restrict__ y, int n_tiles) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(128) uint16_t smem[];
+  const Dims& d = f.d;
+  const int M = d.n * d.ho * d.wo, K = d.kh * d.kw * d.cg;
+  const int m0 = int(blockIdx.x) / n_tiles * Cfg::BM, n0 = int(blockIdx.x) % n_tiles * Cfg::BN;
+  const int grp = int(blockIdx.y);
+  using Loader = ForwardLoader<Cfg, kGather>;
+  Loader ld;
+  init_forward_loader(ld, f, x, w, m0, n0, grp, M, K);
+  gemm_tile<Cfg, T, false, false>(ld, (K + Cfg::BK - 1) / Cfg::BK, smem, [&](int r, int c, float v0, float v1) {
     const int m = m0 + r, co = n0 + c;
     if (m >= M || co >= d.coutg) return;
     const int oc = grp * d.coutg + co;
@@ -151,6 +160,13 @@ void launch_forward(const Dims& d, const void* x, const void* w, const void* bia
 
 template <typename T, bool kGather>
 void dispatch_forward(const Dims& d, const void* x, const void* w, const void* bias, void* y) {
+  if constexpr (!std::is_same_v<T, float>) {
+    if (igemm_wgmma() && d.coutg > 64) {
+      if (d.coutg <= 128) launch_forward<WgTile<128, 5>, T, kGather>(d, x, w, bias, y);
+      else launch_forward<WgTile<256, 4>, T, kGather>(d, x, w, bias, y);
+      return;
+    }
+  }
   if (narrow_n(int64_t(d.n) * d.ho * d.wo, d.coutg, d.groups))
     launch_forward<TileOf<T, 128, 64>, T, kGather>(d, x, w, bias, y);
   else if (wide_warps_64x64(std::is_same_v<T, float>))

@@ -18,8 +18,8 @@ namespace {
 template <typename Cfg, bool kGather>
 struct WeightLoader {
   static constexpr int BK = Cfg::BK, kVec = Cfg::kVec;
-  static constexpr int kAChunks = Cfg::BM / kVec, kARowStep = Cfg::kThreads / kAChunks, kAPasses = BK / kARowStep;
-  static constexpr int kBChunks = Cfg::BN / kVec, kBRowStep = Cfg::kThreads / kBChunks, kBPasses = BK / kBRowStep;
+  static constexpr int kAChunks = Cfg::BM / kVec, kARowStep = Cfg::kLoadThreads / kAChunks, kAPasses = BK / kARowStep;
+  static constexpr int kBChunks = Cfg::BN / kVec, kBRowStep = Cfg::kLoadThreads / kBChunks, kBPasses = BK / kBRowStep;
   using Elem = typename Cfg::Elem;
   const Elem* x;
   const Elem* dy;
@@ -35,7 +35,7 @@ struct WeightLoader {
     for (int i = 0; i < kAPasses; i++) {
       const int row = a_r0 + kARowStep * i, p = p_begin + kt * BK + row;
       const bool ok = p < p_end && a_off >= 0;
-      cp_async16(smem_addr(sA + tile_chunk<Cfg, Cfg::BM, true>(row, a_ch)), ok ? dy + p * cout + a_off : dy, ok);
+      cp_async16(smem_addr(sA + kn_chunk<Cfg, Cfg::BM>(row, a_ch)), ok ? dy + p * cout + a_off : dy, ok);
     }
 #pragma unroll
     for (int i = 0; i < kBPasses; i++) {
@@ -47,7 +47,7 @@ struct WeightLoader {
       if constexpr (!kGather) {
         const int hi = hb + b_dh[0], wi = wb + b_dw[0];
         const bool ok = p < p_end && b_off[0] >= 0 && unsigned(hi) < unsigned(h) && unsigned(wi) < unsigned(w);
-        cp_async16(smem_addr(sB + tile_chunk<Cfg, Cfg::BN, true>(row, b_ch)),
+        cp_async16(smem_addr(sB + kn_chunk<Cfg, Cfg::BN>(row, b_ch)),
                    ok ? x + ((base + hi) * w + wi) * cin + b_off[0] : x, ok);
       } else {
         Elem v[kVec];
@@ -57,7 +57,7 @@ struct WeightLoader {
           const bool ok = p < p_end && b_off[e] >= 0 && unsigned(hi) < unsigned(h) && unsigned(wi) < unsigned(w);
           v[e] = ok ? x[((base + hi) * w + wi) * cin + b_off[e]] : Elem(0);
         }
-        store_chunk(sB + tile_chunk<Cfg, Cfg::BN, true>(row, b_ch), v);
+        store_chunk(sB + kn_chunk<Cfg, Cfg::BN>(row, b_ch), v);
       }
     }
   }
@@ -91,10 +91,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     ld.b_off[e] = j < KW ? grp * d.cg + ci : -1;
     ld.b_dh[e] = kh * d.dh - d.ph, ld.b_dw[e] = kwi * d.dw - d.pw;
   }
-  typename Cfg::Acc acc;
-  mainloop<Cfg, T, true, true>(ld, (ld.p_end - ld.p_begin + Cfg::BK - 1) / Cfg::BK, smem, acc);
   Out* o = out + int64_t(split) * d.cout * KW;
-  for_each_pair<Cfg>(acc, [&](int r, int c, float v0, float v1) {
+  gemm_tile<Cfg, T, true, true>(ld, (ld.p_end - ld.p_begin + Cfg::BK - 1) / Cfg::BK, smem, [&](int r, int c, float v0, float v1) {
     const int m = m0 + r, n = n0 + c;
     if (m >= d.coutg || n >= KW) return;
     Out* p = o + int64_t(grp * d.coutg + m) * KW + n;
@@ -125,9 +123,19 @@ void dispatch_out(const Dims& d, const void* x, const void* dy, void* dw, float*
   else launch_weight<Cfg, T, T, kGather>(d, x, dy, static_cast<T*>(dw), 1);
 }
 
-// Cout/g <= 64: 64-row tiles (a 128-row tile would be half zeros).
+// Cout/g <= 64: 64-row tiles (a 128-row tile would be half zeros). On Hopper, 16-bit types with Cout/g and the
+// filter length > 64 run wgmma tiles of 128 x 128/256 by the filter length (both operands in its M- and N-major
+// panels).
 template <typename T, bool kGather>
 void dispatch_weight(const Dims& d, const void* x, const void* dy, void* dw, float* ws, int splits) {
+  if constexpr (!std::is_same_v<T, float>) {
+    const int n = d.kh * d.kw * d.cg;
+    if (igemm_wgmma() && d.coutg > 64 && n > 64) {
+      if (n <= 128) dispatch_out<WgTile<128, 5>, T, kGather>(d, x, dy, dw, ws, splits);
+      else dispatch_out<WgTile<256, 4>, T, kGather>(d, x, dy, dw, ws, splits);
+      return;
+    }
+  }
   if (d.coutg <= 64) dispatch_out<TileOf<T, 64, 128>, T, kGather>(d, x, dy, dw, ws, splits);
   else if (wide_warps_64x64(std::is_same_v<T, float>))
     dispatch_out<TileOf<T, 128, 128, 64>, T, kGather>(d, x, dy, dw, ws, splits);

@@ -42,6 +42,14 @@ void depthwise_weight(const Dims& d, engine::DType t, const void* x, const void*
 int igemm_wide_variant();
 void set_igemm_wide_variant(int variant);
 
+// Whether the 16-bit implicit GEMMs run their Hopper kernels (wgmma, conv_igemm.cuh): available when the build
+// targets sm_90a (the Makefile's CUDA_ARCHS holds 90a, defining ENGINE_WGMMA) and the device is compute
+// capability 9.0; set_igemm_wgmma(false) selects the mma.sync kernels instead (tests, benchmarks), true restores
+// the default.
+bool igemm_wgmma_available();
+bool igemm_wgmma();  // available and not switched off
+void set_igemm_wgmma(bool on);
+
 // conv_igemm_*.cu: implicit GEMMs on tensor cores; t is bf16 or f16 (requires coutg % 8 == 0, and cg % 8 == 0
 // except the gathering forward / weight gradient), or f32, run on TF32 (requires coutg % 4 == 0, cg % 4 == 0
 // likewise); 16-byte aligned pointers and every tensor under 2^31 elements (conv.cu's fits_int32).

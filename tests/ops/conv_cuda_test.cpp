@@ -221,20 +221,40 @@ std::vector<Case> sweep() {
 
 }  // namespace
 
-// Runs body once per 128 x 128 tensor-core tile variant (warps of 64 x 32, of 64 x 64), the default after.
+// Runs body once per tensor-core kernel family: the mma.sync kernels with each 128 x 128 tile variant (warps of
+// 64 x 32, of 64 x 64), then the wgmma kernels where the build and the device have them (16-bit types; f32
+// runs its TF32 kernels again); the defaults after.
 template <typename F>
-void for_each_wide_variant(F&& body) {
+void for_each_igemm_kernel(F&& body) {
+  ops::cuda::conv::set_igemm_wgmma(false);
   for (int v : {0, 1}) {
-    SCOPED_TRACE(engine::str("128 x 128 tile variant ", v));
+    SCOPED_TRACE(engine::str("mma.sync, 128 x 128 tile variant ", v));
     ops::cuda::conv::set_igemm_wide_variant(v);
     body();
   }
   ops::cuda::conv::set_igemm_wide_variant(-1);
+  ops::cuda::conv::set_igemm_wgmma(true);
+  if (ops::cuda::conv::igemm_wgmma_available()) {
+    SCOPED_TRACE("wgmma");
+    body();
+  }
+}
+
+// A build for sm_90a (the Makefile's default) on a compute capability 9.0 device runs the wgmma kernels: the
+// sweeps above would otherwise test the mma.sync kernels twice and say nothing.
+TEST(ConvCuda, WgmmaKernelsOnHopper) {
+  testutil::cuda_device();
+#if defined(ENGINE_WGMMA)
+  if (engine::cuda::compute_capability() == 90) EXPECT_TRUE(ops::cuda::conv::igemm_wgmma_available());
+  else EXPECT_FALSE(ops::cuda::conv::igemm_wgmma_available());
+#else
+  EXPECT_FALSE(ops::cuda::conv::igemm_wgmma_available());
+#endif
 }
 
 TEST(ConvCuda, SweepMatchesCpu) {
   for (const Case& c : sweep()) check_case(c, DType::f32);
-  for_each_wide_variant([] {
+  for_each_igemm_kernel([] {
     for (DType t : {DType::bf16, DType::f16})
       for (const Case& c : sweep()) check_case(c, t);
   });
@@ -256,7 +276,7 @@ TEST(ConvCuda, Tf32SweepMatchesCpu) {
     for (ConvPass p : {ConvPass::forward, ConvPass::data, ConvPass::weight})
       tf32_passes += std::string(ops::cuda::conv2d_path(p, geometry(c), DType::f32)).find("tf32") != std::string::npos;
   EXPECT_GE(tf32_passes, 40) << "the sweep should run the TF32 implicit GEMMs on most geometries";
-  for_each_wide_variant([] {
+  for_each_igemm_kernel([] {
     for (const Case& c : sweep()) check_case(c, DType::f32);
   });
   check_case({2, 11, 10, 12, 20, 3, 3, params(1, 1)}, DType::f32);      // channels % 4, not % 8: whole chunks
@@ -324,11 +344,14 @@ TEST(ConvCuda, Tf32LedgerMatchesMeta) {
 }
 
 // Shapes large enough for the 128 x 128 tensor-core tiles (Cout/g and Cin/g > 64 and >= 264 tiles), stride 1
-// and 2, bf16; and the first in f32.
+// and 2, bf16, and for wgmma's 128 x 256 ones; the first in f32.
 TEST(ConvCuda, WideTilesMatchCpu) {
-  for_each_wide_variant([] {
+  for_each_igemm_kernel([] {
     for (const Case& c : {Case{4, 64, 66, 72, 72, 3, 3, params(1, 1)}, Case{4, 128, 132, 72, 72, 3, 3, params(2, 1)}})
       check_case(c, DType::bf16);
+    // wgmma's 128 x 256 tiles (Cout/g, Cin/g or the filter length > 128), a partial one past Cout 256, 19+ K-slices
+    check_case({4, 48, 60, 136, 264, 3, 3, params(1, 1)}, DType::bf16);
+    check_case({2, 40, 44, 72, 272, 3, 3, params(1, 1, 1, 2)}, DType::f16);  // two groups of 136 channels
   });
   check_case({4, 64, 66, 72, 72, 3, 3, params(1, 1)}, DType::f32);
 }
@@ -389,11 +412,12 @@ TEST(ConvCuda, WeightGradientIsDeterministic) {
   }
 }
 
-// TFLOP/s of each pass on ResNet-101 / Darknet-53 layer shapes (cuDNN's in /work/shared/PERF.md): bf16 with
-// each 128 x 128 tile variant (v0: warps of 64 x 32, v1: 64 x 64), f32 on TF32 tensor cores (allow_tf32,
-// each kernel's default tile: v1 forward and weight gradient, v0 data gradient) on every shape, and true fp32 (CUDA
-// cores, or cuBLASLt for 1x1) on the first three and
-// Darknet's. One row per run, then a table of the three side by side (bf16 v0, tf32, fp32).
+// TFLOP/s of each pass on ResNet-101 / Darknet-53 layer shapes (tools/bench/conv_torch.py times cuDNN on the same
+// list): bf16 with the wgmma kernels (where the build and device have them) and with the mma.sync kernels' 128 x 128
+// tile variants (v0: warps of 64 x 32, v1: 64 x 64), f32 on TF32 tensor cores (allow_tf32, each kernel's default
+// tile: v1 forward and weight gradient, v0 data gradient) on every shape, and true fp32 (CUDA cores, or cuBLASLt for
+// 1x1) on the first three and Darknet's. One row per run, then a table side by side (bf16 wgmma, bf16 v0, tf32,
+// fp32).
 TEST(ConvCudaPerf, DISABLED_TFlops) {
   const std::vector<std::pair<const char*, Case>> shapes = {
       {"ResNet 3x3 64->64 128^2 N8", {8, 128, 128, 64, 64, 3, 3, params(1, 1)}},
@@ -408,22 +432,26 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   constexpr int kCalls = 10;  // per timed run: the synchronization's cost spread over 10 launches
   const auto dev = testutil::cuda_device();
   struct Run {
-    const char* type;  // "bf16/v0", "bf16/v1", "tf32", "fp32"
+    const char* type;  // "bf16/wg", "bf16/v0", "bf16/v1", "tf32", "fp32"
     DType dtype;
-    int variant;  // 128 x 128 tile variant, -1 the default
+    int variant;  // mma.sync 128 x 128 tile variant, -1 the default
+    bool wgmma;   // the wgmma kernels where available (16-bit types)
     bool tf32;
     bool all_shapes;  // else the first three and Darknet's
   };
-  const Run runs[] = {{"bf16/v0", DType::bf16, 0, false, true},
-                      {"bf16/v1", DType::bf16, 1, false, true},
-                      {"tf32", DType::f32, -1, true, true},
-                      {"fp32", DType::f32, -1, false, false}};
+  const Run runs[] = {{"bf16/wg", DType::bf16, -1, true, false, true},
+                      {"bf16/v0", DType::bf16, 0, false, false, true},
+                      {"bf16/v1", DType::bf16, 1, false, false, true},
+                      {"tf32", DType::f32, -1, true, true, true},
+                      {"fp32", DType::f32, -1, true, false, false}};
   const std::vector<size_t> fp32_shapes = {0, 1, 2, 5};
   std::map<std::pair<size_t, std::string>, std::array<double, 3>> tflops;  // (shape, type) -> fwd/data/weight
   std::printf("%-34s %-7s %-44s %9s %9s %9s\n", "layer", "dtype", "paths fwd/data/weight", "fwd", "data", "weight");
   for (const Run& r : runs) {
     engine::cuda::set_allow_tf32(r.tf32);
     ops::cuda::conv::set_igemm_wide_variant(r.variant);
+    ops::cuda::conv::set_igemm_wgmma(r.wgmma);
+    if (r.wgmma && r.dtype != DType::f32 && !ops::cuda::conv::igemm_wgmma_available()) continue;
     for (size_t s = 0; s < shapes.size(); s++) {
       if (!r.all_shapes && std::find(fp32_shapes.begin(), fp32_shapes.end(), s) == fp32_shapes.end()) continue;
       const auto& [name, c] = shapes[s];
@@ -452,7 +480,9 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   }
   engine::cuda::set_allow_tf32(false);
   ops::cuda::conv::set_igemm_wide_variant(-1);
-  std::printf("\nTFLOP/s fwd/data/weight %-10s %-20s %-20s %-20s\n", "", "bf16 (v0)", "tf32", "fp32");
+  ops::cuda::conv::set_igemm_wgmma(true);
+  std::printf("\nTFLOP/s fwd/data/weight %-10s %-20s %-20s %-20s %-20s\n", "", "bf16 (wgmma)", "bf16 (v0)", "tf32",
+              "fp32");
   auto cell = [&](size_t s, const char* type) {
     auto it = tflops.find({s, type});
     if (it == tflops.end()) return std::string("-");
@@ -460,8 +490,8 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
                        std::round(it->second[2] * 10) / 10);
   };
   for (size_t s = 0; s < shapes.size(); s++)
-    std::printf("%-34s %-20s %-20s %-20s\n", shapes[s].first, cell(s, "bf16/v0").c_str(), cell(s, "tf32").c_str(),
-                cell(s, "fp32").c_str());
+    std::printf("%-34s %-20s %-20s %-20s %-20s\n", shapes[s].first, cell(s, "bf16/wg").c_str(),
+                cell(s, "bf16/v0").c_str(), cell(s, "tf32").c_str(), cell(s, "fp32").c_str());
 }
 
 // Depthwise convolutions on NASNet-A Large's shapes at batch 32 (cell_stem_0's stride-2 branches at 165^2,

@@ -1,0 +1,165 @@
+// cuda/wgmma.cuh: Hopper's warpgroup matrix multiply-accumulate (wgmma.mma_async, sm_90a only) for the
+// tensor-core kernels: the shared-memory matrix descriptors, the ordering instructions, and
+// D[64 x N] += A[64 x 16] B[16 x N] with A and B in shared memory, 16-bit inputs, f32 accumulators.
+//
+// A warpgroup (4 consecutive warps, the first a multiple of 4) issues the instruction together; it runs
+// asynchronously on the tensor cores, reading A and B from shared memory through the "async proxy":
+//   fence()       before the first wgmma, and after any ordinary instruction touched the accumulators;
+//   commit()      closes a group of issued wgmmas;
+//   wait<N>()     returns when at most N groups are still running (their accumulators are then valid, and
+//                 the shared memory they read may be overwritten).
+// Shared memory written by ordinary stores or cp.async must be made visible to the async proxy first:
+// fence_proxy_async() in each writing thread (after its copies completed), then a barrier.
+//
+// Layout: each operand tile is rows (M for A, N for B) of 128 bytes of K (64 16-bit elements), 16-byte chunk c
+// of row r stored at chunk c ^ (r % 8) (the 128-byte swizzle; conv_igemm.cuh's tile_chunk and
+// attention_common.cuh's swizzle produce exactly this), the tile 1024-byte aligned. desc_k128 describes such a
+// tile to the tensor cores (K-major, 128-byte swizzle: 8-row groups 1024 bytes apart); the k-th 16-element
+// step of a slice starts 32 k bytes further (the hardware applies the swizzle to the address it computes,
+// which is why the tile must be aligned to the swizzle's 1024-byte period).
+//
+// MN-major operands (A stored [k][m], B [k][n]; 16-bit types only) come in panels of 64 columns: panel p holds
+// columns 64p .. 64p + 63 as rows of k of 128 bytes (chunk c of k-row r at c ^ (r % 8)), the panels `panel_bytes`
+// apart; desc_mn128 describes them (8-k-row groups 1024 bytes apart) and the k-th 16-row step starts 2048 k bytes
+// further. The instruction transposes them (its trans-a / trans-b flags).
+//
+// Accumulators: thread t of the warpgroup (warp w = t / 32, g = lane / 4, tq = lane % 4) holds, for each
+// 8-column block j < N / 8, d[4j .. 4j + 3] = D[16w + g][8j + 2tq, +1] and D[16w + g + 8][8j + 2tq, +1]:
+// mma.sync's m16n8 fragment, per warp 16 rows.
+//
+// ENGINE_WGMMA is defined by the Makefile when the build targets sm_90a (CUDA_ARCHS holds 90a); the instructions
+// exist only in that target's pass (__CUDA_ARCH_FEAT_SM90_ALL): in any other the functions below trap, and the
+// host chooses kernels that use them only on a compute capability 9.0 device of such a build
+// (conv_kernels.cuh's igemm_wgmma).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define ENGINE_WGMMA_DEVICE 1
+#endif
+
+namespace ops::cuda::wgmma {
+
+// The descriptor of a K-major tile of 128-byte rows with the 128-byte swizzle starting at shared address
+// `addr` (bytes; the tile 1024-byte aligned, or 32 k bytes past such a start for k-step k).
+__device__ __forceinline__ uint64_t desc_k128(uint32_t addr) {
+  uint64_t d = uint64_t((addr & 0x3FFFF) >> 4);  // start address, 16-byte units
+  d |= uint64_t(1) << 16;                           // leading-dimension offset: unused by this layout
+  d |= uint64_t(1024 >> 4) << 32;                   // stride-dimension offset: 8 rows of 128 bytes
+  d |= uint64_t(1) << 62;                           // 128-byte swizzle
+  return d;
+}
+
+// The descriptor of MN-major panels (see above) starting at `addr`, `panel_bytes` apart.
+__device__ __forceinline__ uint64_t desc_mn128(uint32_t addr, uint32_t panel_bytes) {
+  uint64_t d = uint64_t((addr & 0x3FFFF) >> 4);
+  d |= uint64_t(panel_bytes >> 4) << 16;  // leading-dimension offset: the next 64 columns
+  d |= uint64_t(1024 >> 4) << 32;         // stride-dimension offset: the next 8 rows of k
+  d |= uint64_t(1) << 62;
+  return d;
+}
+
+#if defined(ENGINE_WGMMA_DEVICE)
+#define ENGINE_WGMMA_ASM(...) asm volatile(__VA_ARGS__)
+#else
+#define ENGINE_WGMMA_ASM(...) __trap()
+#endif
+
+__device__ __forceinline__ void fence() { ENGINE_WGMMA_ASM("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void commit() { ENGINE_WGMMA_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wait() {
+  ENGINE_WGMMA_ASM("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() {
+  ENGINE_WGMMA_ASM("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Keeps the compiler from moving accesses to the accumulators across the asynchronous wgmma (CUTLASS's
+// warpgroup_fence_operand).
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// The inline-assembly operand lists: asm needs its operands numbered literally.
+#define ENGINE_WGMMA_REGS_64 "{" \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+  "}"
+#define ENGINE_WGMMA_ACC_64 \
+      "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define ENGINE_WGMMA_REGS_128 "{" \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
+  "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, " \
+  "%59, %60, %61, %62, %63" \
+  "}"
+#define ENGINE_WGMMA_ACC_128 \
+      "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define ENGINE_WGMMA_REGS_256 "{" \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
+  "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, " \
+  "%59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, " \
+  "%78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, " \
+  "%97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, " \
+  "%113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
+  "}"
+#define ENGINE_WGMMA_ACC_256 \
+      "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+      "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+      "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+      "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+      "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+      "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+      "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+      "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+      "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+
+// D[64 x N] += A[64 x 16] B[16 x N], N = 2 * size of d; T is __nv_bfloat16 or __half; kTransA / kTransB: the
+// operand is MN-major (desc_mn128), else K-major (desc_k128).
+#define ENGINE_WGMMA_DEFINE(N, REGS, ACC, A, B, TA, TB)                                                         \
+  template <typename T, int kTransA, int kTransB>                                                              \
+  __device__ __forceinline__ void mma_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,              \
+                                             std::integral_constant<int, N>) {                                 \
+    if constexpr (std::is_same_v<T, __nv_bfloat16>)                                                            \
+      ENGINE_WGMMA_ASM("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 " REGS ", %" #A ", %" #B       \
+                       ", 1, 1, 1, %" #TA ", %" #TB ";\n"                                                      \
+                       : ACC                                                                                   \
+                       : "l"(desc_a), "l"(desc_b), "n"(kTransA), "n"(kTransB));                                \
+    else                                                                                                       \
+      ENGINE_WGMMA_ASM("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 " REGS ", %" #A ", %" #B        \
+                       ", 1, 1, 1, %" #TA ", %" #TB ";\n"                                                      \
+                       : ACC                                                                                   \
+                       : "l"(desc_a), "l"(desc_b), "n"(kTransA), "n"(kTransB));                                \
+  }
+ENGINE_WGMMA_DEFINE(64, ENGINE_WGMMA_REGS_64, ENGINE_WGMMA_ACC_64, 32, 33, 34, 35)
+ENGINE_WGMMA_DEFINE(128, ENGINE_WGMMA_REGS_128, ENGINE_WGMMA_ACC_128, 64, 65, 66, 67)
+ENGINE_WGMMA_DEFINE(256, ENGINE_WGMMA_REGS_256, ENGINE_WGMMA_ACC_256, 128, 129, 130, 131)
+#undef ENGINE_WGMMA_DEFINE
+#undef ENGINE_WGMMA_ASM
+
+}  // namespace ops::cuda::wgmma
