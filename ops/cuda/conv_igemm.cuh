@@ -322,12 +322,8 @@ __device__ __forceinline__ void wgmma_gemm_tile(const Loader& loader, int k_tile
     cp_async_wait<kAhead - 1>();  // this thread's copies of slice kt have landed
     wgmma::fence_proxy_async();   // ... and, with its plain stores (gathering loaders), are visible to wgmma
     __syncthreads();              // every thread's; and both warpgroups are done with slice kt - 2
-    const int next = kt + kAhead;
-    if (next < k_tiles) {
-      uint16_t* st = smem + (next % kStages) * kStageElems;
-      loader.load(st, st + kAElems, next);
-    }
-    cp_async_commit();
+    // Slice kt's wgmmas first, so that the tensor cores hold slices kt - 1 and kt while this thread computes the
+    // next copies' addresses.
     const uint32_t sa = smem_addr(smem + (kt % kStages) * kStageElems) + a_off;
     const uint32_t sb = smem_addr(smem + (kt % kStages) * kStageElems + kAElems);
     wgmma::fence_operands(acc);
@@ -340,6 +336,13 @@ __device__ __forceinline__ void wgmma_gemm_tile(const Loader& loader, int k_tile
     }
     wgmma::commit();
     wgmma::fence_operands(acc);
+    // The copies of slice kt + kAhead go to the stage slice kt - 2 used (neither kt - 1's nor kt's).
+    const int next = kt + kAhead;
+    if (next < k_tiles) {
+      uint16_t* st = smem + (next % kStages) * kStageElems;
+      loader.load(st, st + kAElems, next);
+    }
+    cp_async_commit();
     wgmma::wait<1>();  // slice kt - 1's group is done; slice kt's runs on across the next barrier
   }
   wgmma::wait<0>();
@@ -455,6 +458,20 @@ inline bool narrow_n(int64_t m, int64_t n, int64_t groups) {
   if (n <= 64) return true;
   const int64_t tiles = ((m + 127) / 128) * ((n + 127) / 128) * groups;
   return tiles < 2 * int64_t(engine::cuda::multiprocessors());
+}
+
+// The N width of a wgmma tile (128 or 256) for a GEMM of m rows and n columns, `blocks` times over (groups,
+// splits): as set_igemm_wgmma_tile forces (tests, benchmarks), else 128 x 256 where its waves cost less. Per FLOP
+// it ran ~1.27x faster than 128 x 128 (H200, 2026-12-04, Darknet 3x3 128->256 152^2 forward: 468 vs 367 TFLOP/s),
+// but a wave of it does twice the work: ResNet d2 256->256 32^2 (64 wide tiles for 132 SMs) ran 375 on 128 x 128
+// against 266-272, 3x3 s2 128->256 76^2 (91 wide tiles) 274 on 128 x 256 against 242.
+inline int wgmma_tile_n(int64_t m, int64_t n, int64_t blocks) {
+  if (const int forced = igemm_wgmma_tile()) return forced;
+  if (n <= 128) return 128;
+  const int64_t sms = engine::cuda::multiprocessors(), mt = (m + 127) / 128;
+  const int64_t waves256 = (mt * ((n + 255) / 256) * blocks + sms - 1) / sms;
+  const int64_t waves128 = (mt * ((n + 127) / 128) * blocks + sms - 1) / sms;
+  return waves256 * 200 <= waves128 * 127 ? 256 : 128;
 }
 
 constexpr int kFarAway = -(1 << 29);  // a coordinate base that puts every tap outside the image

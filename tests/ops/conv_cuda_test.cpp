@@ -222,8 +222,8 @@ std::vector<Case> sweep() {
 }  // namespace
 
 // Runs body once per tensor-core kernel family: the mma.sync kernels with each 128 x 128 tile variant (warps of
-// 64 x 32, of 64 x 64), then the wgmma kernels where the build and the device have them (16-bit types; f32
-// runs its TF32 kernels again); the defaults after.
+// 64 x 32, of 64 x 64), then the wgmma kernels where the build and the device have them, with 128 x 128 and with
+// 128 x 256 tiles (16-bit types; f32 runs its TF32 kernels again); the defaults after.
 template <typename F>
 void for_each_igemm_kernel(F&& body) {
   ops::cuda::conv::set_igemm_wgmma(false);
@@ -235,8 +235,12 @@ void for_each_igemm_kernel(F&& body) {
   ops::cuda::conv::set_igemm_wide_variant(-1);
   ops::cuda::conv::set_igemm_wgmma(true);
   if (ops::cuda::conv::igemm_wgmma_available()) {
-    SCOPED_TRACE("wgmma");
-    body();
+    for (int n : {128, 256}) {
+      SCOPED_TRACE(engine::str("wgmma, 128 x ", n, " tiles"));
+      ops::cuda::conv::set_igemm_wgmma_tile(n);
+      body();
+    }
+    ops::cuda::conv::set_igemm_wgmma_tile(0);
   }
 }
 
@@ -413,7 +417,8 @@ TEST(ConvCuda, WeightGradientIsDeterministic) {
 }
 
 // TFLOP/s of each pass on ResNet-101 / Darknet-53 layer shapes (tools/bench/conv_torch.py times cuDNN on the same
-// list): bf16 with the wgmma kernels (where the build and device have them) and with the mma.sync kernels' 128 x 128
+// list): bf16 with the wgmma kernels (where the build and device have them; tile by the shape, then 128 x 128 and
+// 128 x 256 forced) and with the mma.sync kernels' 128 x 128
 // tile variants (v0: warps of 64 x 32, v1: 64 x 64), f32 on TF32 tensor cores (allow_tf32, each kernel's default
 // tile: v1 forward and weight gradient, v0 data gradient) on every shape, and true fp32 (CUDA cores, or cuBLASLt for
 // 1x1) on the first three and Darknet's. One row per run, then a table side by side (bf16 wgmma, bf16 v0, tf32,
@@ -432,14 +437,17 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   constexpr int kCalls = 10;  // per timed run: the synchronization's cost spread over 10 launches
   const auto dev = testutil::cuda_device();
   struct Run {
-    const char* type;  // "bf16/wg", "bf16/v0", "bf16/v1", "tf32", "fp32"
+    const char* type;  // "bf16/wg", "bf16/w128", "bf16/w256", "bf16/v0", "bf16/v1", "tf32", "fp32"
     DType dtype;
     int variant;  // mma.sync 128 x 128 tile variant, -1 the default
     bool wgmma;   // the wgmma kernels where available (16-bit types)
     bool tf32;
     bool all_shapes;  // else the first three and Darknet's
+    int wgmma_tile = 0;  // forced wgmma tile width, 0 by the shape
   };
   const Run runs[] = {{"bf16/wg", DType::bf16, -1, true, false, true},
+                      {"bf16/w128", DType::bf16, -1, true, false, true, 128},
+                      {"bf16/w256", DType::bf16, -1, true, false, true, 256},
                       {"bf16/v0", DType::bf16, 0, false, false, true},
                       {"bf16/v1", DType::bf16, 1, false, false, true},
                       {"tf32", DType::f32, -1, true, true, true},
@@ -451,6 +459,7 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
     engine::cuda::set_allow_tf32(r.tf32);
     ops::cuda::conv::set_igemm_wide_variant(r.variant);
     ops::cuda::conv::set_igemm_wgmma(r.wgmma);
+    ops::cuda::conv::set_igemm_wgmma_tile(r.wgmma_tile);
     if (r.wgmma && r.dtype != DType::f32 && !ops::cuda::conv::igemm_wgmma_available()) continue;
     for (size_t s = 0; s < shapes.size(); s++) {
       if (!r.all_shapes && std::find(fp32_shapes.begin(), fp32_shapes.end(), s) == fp32_shapes.end()) continue;
@@ -481,6 +490,7 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   engine::cuda::set_allow_tf32(false);
   ops::cuda::conv::set_igemm_wide_variant(-1);
   ops::cuda::conv::set_igemm_wgmma(true);
+  ops::cuda::conv::set_igemm_wgmma_tile(0);
   std::printf("\nTFLOP/s fwd/data/weight %-10s %-20s %-20s %-20s %-20s\n", "", "bf16 (wgmma)", "bf16 (v0)", "tf32",
               "fp32");
   auto cell = [&](size_t s, const char* type) {
