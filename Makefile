@@ -36,10 +36,10 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_DEVICE := $(wildcard engine/cuda/cuda_device.cpp)
 CXXFLAGS  += $(if $(CUDA_DEVICE),-DENGINE_CUDA) -I$(CUDA_HOME)/include
 # The project's GPU is an H200 (sm_90): one target keeps `make test` (which compiles every kernel, to catch CUDA
-# compile errors in CI) well under its time budget. 90a is sm_90 with Hopper's own instructions (wgmma), whose
-# code runs on compute capability 9.0 only; it defines ENGINE_WGMMA, which lets the convolutions choose their
-# wgmma kernels there (ops/cuda/wgmma.cuh). CUDA_ARCHS="90a 80 75" adds Ampere and Turing binaries, "90" a
-# portable sm_90 build without them.
+# compile errors in CI) well under its time budget. 90a is sm_90 with Hopper's own instructions (wgmma), machine
+# code for compute capability 9.0 only (as plain 90 was); it defines ENGINE_WGMMA, which lets the convolutions choose
+# their wgmma kernels there (ops/cuda/wgmma.cuh). CUDA_ARCHS="90a 80 75" adds Ampere and Turing binaries; "90"
+# builds without the wgmma kernels (the mma.sync ones run instead).
 CUDA_ARCHS ?= 90a
 WGMMA_DEF := $(if $(filter 90a,$(CUDA_ARCHS)),-DENGINE_WGMMA)
 CXXFLAGS  += $(WGMMA_DEF)

@@ -92,7 +92,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     ld.b_dh[e] = kh * d.dh - d.ph, ld.b_dw[e] = kwi * d.dw - d.pw;
   }
   Out* o = out + int64_t(split) * d.cout * KW;
-  gemm_tile<Cfg, T, true, true>(ld, (ld.p_end - ld.p_begin + Cfg::BK - 1) / Cfg::BK, smem, [&](int r, int c, float v0, float v1) {
+  const int k_tiles = (ld.p_end - ld.p_begin + Cfg::BK - 1) / Cfg::BK;
+  gemm_tile<Cfg, T, true, true>(ld, k_tiles, smem, [&](int r, int c, float v0, float v1) {
     const int m = m0 + r, n = n0 + c;
     if (m >= d.coutg || n >= KW) return;
     Out* p = o + int64_t(grp * d.coutg + m) * KW + n;
