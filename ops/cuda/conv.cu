@@ -19,7 +19,7 @@ namespace {
 constexpr int kDefaultWideVariant = -1;  // each kernel's default (conv_igemm.cuh: wide_warps_64x64)
 int wide_variant = kDefaultWideVariant;
 bool wgmma_on = true;
-int wgmma_tile = 0;  // by the shape
+WgShape wgmma_shape = WgShape::by_shape;
 }  // namespace
 
 int igemm_wide_variant() { return wide_variant; }
@@ -34,11 +34,8 @@ bool igemm_wgmma_available() {
 }
 bool igemm_wgmma() { return wgmma_on && igemm_wgmma_available(); }
 void set_igemm_wgmma(bool on) { wgmma_on = on; }
-int igemm_wgmma_tile() { return wgmma_tile; }
-void set_igemm_wgmma_tile(int n) {
-  ENGINE_CHECK(n == 0 || n == 128 || n == 256, "set_igemm_wgmma_tile: 0, 128 or 256, got ", n);
-  wgmma_tile = n;
-}
+WgShape igemm_wgmma_shape() { return wgmma_shape; }
+void set_igemm_wgmma_shape(WgShape s) { wgmma_shape = s; }
 
 }  // namespace conv
 

@@ -158,8 +158,7 @@ void dispatch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
   const int64_t M = int64_t(d.n) * d.h * d.w;  // all phases together
   if constexpr (!std::is_same_v<T, float>) {
     if (igemm_wgmma() && d.cg > 64) {
-      if (wgmma_tile_n(M, d.cg, d.groups) == 128) launch_phases<WgTile<128, 5>, T>(d, dy, w, dx);
-      else launch_phases<WgTile<256, 4>, T>(d, dy, w, dx);
+      with_wgmma_tile(wgmma_shape(M, d.cg, d.groups), [&](auto cfg) { launch_phases<decltype(cfg), T>(d, dy, w, dx); });
       return;
     }
   }

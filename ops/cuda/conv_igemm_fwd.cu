@@ -10,9 +10,9 @@
 // 16-byte vector; the weight rows (length K, not a multiple of kVec) likewise.
 // Grid: one block per output tile (N-tiles fastest, so consecutive blocks share their x rows in L2),
 // blockIdx.y = group. Epilogue: + bias, rounded to T, stored as pairs from the accumulators.
-// Tiles: 16-bit types on Hopper with Cout/g > 64 run wgmma tiles of 128 x 128 or 128 x 256 (wgmma_tile_n; Cout/g =
-// 64: the mma.sync 128 x 64 tile, H200 2026-12-04: 232 TFLOP/s vs 200-228 for wgmma's 128 x 64), else the mma.sync
-// tiles.
+// Tiles: 16-bit types on Hopper with Cout/g > 64 run wgmma tiles of 128 x 128, 128 x 256 or 256 x 128
+// (wgmma_shape; Cout/g = 64: the mma.sync 128 x 64 tile, H200 2026-12-04: 232 TFLOP/s vs 200-228 for wgmma's
+// 128 x 64), else the mma.sync tiles.
 // Bound: the tensor cores when K >= ~256 (3x3 and larger with >= 32 channels); else the x gather.
 #include "ops/cuda/conv_igemm.cuh"
 
@@ -162,9 +162,9 @@ template <typename T, bool kGather>
 void dispatch_forward(const Dims& d, const void* x, const void* w, const void* bias, void* y) {
   if constexpr (!std::is_same_v<T, float>) {
     if (igemm_wgmma() && d.coutg > 64) {
-      if (wgmma_tile_n(int64_t(d.n) * d.ho * d.wo, d.coutg, d.groups) == 128)
-        launch_forward<WgTile<128, 5>, T, kGather>(d, x, w, bias, y);
-      else launch_forward<WgTile<256, 4>, T, kGather>(d, x, w, bias, y);
+      with_wgmma_tile(wgmma_shape(int64_t(d.n) * d.ho * d.wo, d.coutg, d.groups), [&](auto cfg) {
+        launch_forward<decltype(cfg), T, kGather>(d, x, w, bias, y);
+      });
       return;
     }
   }

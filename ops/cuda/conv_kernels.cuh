@@ -49,10 +49,11 @@ void set_igemm_wide_variant(int variant);
 bool igemm_wgmma_available();
 bool igemm_wgmma();  // available and not switched off
 void set_igemm_wgmma(bool on);
-// The wgmma tiles' N width: 0 (the default) by the GEMM's shape (conv_igemm.cuh's wgmma_tile_n), else 128 or 256 for
-// every GEMM that runs on wgmma (tests, benchmarks).
-int igemm_wgmma_tile();
-void set_igemm_wgmma_tile(int n);
+// The wgmma tiles (rows x columns of C): by the GEMM's shape (the default; conv_igemm.cuh's wgmma_shape), or one
+// shape for every GEMM that runs on wgmma (tests, benchmarks).
+enum class WgShape { by_shape, m128n128, m128n256, m256n128 };
+WgShape igemm_wgmma_shape();
+void set_igemm_wgmma_shape(WgShape s);
 
 // conv_igemm_*.cu: implicit GEMMs on tensor cores; t is bf16 or f16 (requires coutg % 8 == 0, and cg % 8 == 0
 // except the gathering forward / weight gradient), or f32, run on TF32 (requires coutg % 4 == 0, cg % 4 == 0

@@ -222,8 +222,8 @@ std::vector<Case> sweep() {
 }  // namespace
 
 // Runs body once per tensor-core kernel family: the mma.sync kernels with each 128 x 128 tile variant (warps of
-// 64 x 32, of 64 x 64), then the wgmma kernels where the build and the device have them, with 128 x 128 and with
-// 128 x 256 tiles (16-bit types; f32 runs its TF32 kernels again); the defaults after.
+// 64 x 32, of 64 x 64), then the wgmma kernels where the build and the device have them, with each tile shape
+// (128 x 128, 128 x 256, 256 x 128; 16-bit types; f32 runs its TF32 kernels again); the defaults after.
 template <typename F>
 void for_each_igemm_kernel(F&& body) {
   ops::cuda::conv::set_igemm_wgmma(false);
@@ -235,12 +235,13 @@ void for_each_igemm_kernel(F&& body) {
   ops::cuda::conv::set_igemm_wide_variant(-1);
   ops::cuda::conv::set_igemm_wgmma(true);
   if (ops::cuda::conv::igemm_wgmma_available()) {
-    for (int n : {128, 256}) {
-      SCOPED_TRACE(engine::str("wgmma, 128 x ", n, " tiles"));
-      ops::cuda::conv::set_igemm_wgmma_tile(n);
+    using ops::cuda::conv::WgShape;
+    for (WgShape s : {WgShape::m128n128, WgShape::m128n256, WgShape::m256n128}) {
+      SCOPED_TRACE(engine::str("wgmma, tile shape ", int(s)));
+      ops::cuda::conv::set_igemm_wgmma_shape(s);
       body();
     }
-    ops::cuda::conv::set_igemm_wgmma_tile(0);
+    ops::cuda::conv::set_igemm_wgmma_shape(WgShape::by_shape);
   }
 }
 
@@ -417,8 +418,8 @@ TEST(ConvCuda, WeightGradientIsDeterministic) {
 }
 
 // TFLOP/s of each pass on ResNet-101 / Darknet-53 layer shapes (tools/bench/conv_torch.py times cuDNN on the same
-// list): bf16 with the wgmma kernels (where the build and device have them; tile by the shape, then 128 x 128 and
-// 128 x 256 forced) and with the mma.sync kernels' 128 x 128
+// list): bf16 with the wgmma kernels (where the build and device have them; tile by the shape, then 128 x 128,
+// 128 x 256 and 256 x 128 forced) and with the mma.sync kernels' 128 x 128
 // tile variants (v0: warps of 64 x 32, v1: 64 x 64), f32 on TF32 tensor cores (allow_tf32, each kernel's default
 // tile: v1 forward and weight gradient, v0 data gradient) on every shape, and true fp32 (CUDA cores, or cuBLASLt for
 // 1x1) on the first three and Darknet's. One row per run, then a table side by side (bf16 wgmma, bf16 v0, tf32,
@@ -437,17 +438,19 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   constexpr int kCalls = 10;  // per timed run: the synchronization's cost spread over 10 launches
   const auto dev = testutil::cuda_device();
   struct Run {
-    const char* type;  // "bf16/wg", "bf16/w128", "bf16/w256", "bf16/v0", "bf16/v1", "tf32", "fp32"
+    const char* type;  // "bf16/wg", "bf16/w128", "bf16/w256", "bf16/m256", "bf16/v0", "bf16/v1", "tf32", "fp32"
     DType dtype;
     int variant;  // mma.sync 128 x 128 tile variant, -1 the default
     bool wgmma;   // the wgmma kernels where available (16-bit types)
     bool tf32;
     bool all_shapes;  // else the first three and Darknet's
-    int wgmma_tile = 0;  // forced wgmma tile width, 0 by the shape
+    ops::cuda::conv::WgShape wgmma_shape = ops::cuda::conv::WgShape::by_shape;
   };
+  using ops::cuda::conv::WgShape;
   const Run runs[] = {{"bf16/wg", DType::bf16, -1, true, false, true},
-                      {"bf16/w128", DType::bf16, -1, true, false, true, 128},
-                      {"bf16/w256", DType::bf16, -1, true, false, true, 256},
+                      {"bf16/w128", DType::bf16, -1, true, false, true, WgShape::m128n128},
+                      {"bf16/w256", DType::bf16, -1, true, false, true, WgShape::m128n256},
+                      {"bf16/m256", DType::bf16, -1, true, false, true, WgShape::m256n128},
                       {"bf16/v0", DType::bf16, 0, false, false, true},
                       {"bf16/v1", DType::bf16, 1, false, false, true},
                       {"tf32", DType::f32, -1, true, true, true},
@@ -459,7 +462,7 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
     engine::cuda::set_allow_tf32(r.tf32);
     ops::cuda::conv::set_igemm_wide_variant(r.variant);
     ops::cuda::conv::set_igemm_wgmma(r.wgmma);
-    ops::cuda::conv::set_igemm_wgmma_tile(r.wgmma_tile);
+    ops::cuda::conv::set_igemm_wgmma_shape(r.wgmma_shape);
     if (r.wgmma && r.dtype != DType::f32 && !ops::cuda::conv::igemm_wgmma_available()) continue;
     for (size_t s = 0; s < shapes.size(); s++) {
       if (!r.all_shapes && std::find(fp32_shapes.begin(), fp32_shapes.end(), s) == fp32_shapes.end()) continue;
@@ -490,7 +493,7 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   engine::cuda::set_allow_tf32(false);
   ops::cuda::conv::set_igemm_wide_variant(-1);
   ops::cuda::conv::set_igemm_wgmma(true);
-  ops::cuda::conv::set_igemm_wgmma_tile(0);
+  ops::cuda::conv::set_igemm_wgmma_shape(WgShape::by_shape);
   std::printf("\nTFLOP/s fwd/data/weight %-10s %-20s %-20s %-20s %-20s\n", "", "bf16 (wgmma)", "bf16 (v0)", "tf32",
               "fp32");
   auto cell = [&](size_t s, const char* type) {
