@@ -56,14 +56,19 @@ WgShape igemm_wgmma_shape();
 void set_igemm_wgmma_shape(WgShape s);
 
 // conv_igemm_*.cu: implicit GEMMs on tensor cores; t is bf16 or f16 (requires coutg % 8 == 0, and cg % 8 == 0
-// except the gathering forward / weight gradient), or f32, run on TF32 (requires coutg % 4 == 0, cg % 4 == 0
+// except the gathering variants), or f32, run on TF32 (requires coutg % 4 == 0, cg % 4 == 0
 // likewise); 16-byte aligned pointers and every tensor under 2^31 elements (conv.cu's fits_int32).
 void igemm_forward(const Dims& d, engine::DType t, const void* x, const void* w, const void* bias, void* y);
 // The data gradient over every tap, the taps that miss the output grid (stride > 1) zero-filled: the
 // fallback of igemm_data_phases (filters of more than 64 taps).
 void igemm_data(const Dims& d, engine::DType t, const void* dy, const void* w, void* dx);
-// conv_igemm_data_phases.cu: the data gradient as one GEMM per stride phase (no zero taps); false (nothing
-// launched) when the filter has more taps than its table holds.
+// conv_igemm_data_phases.cu: the data gradient as one GEMM per stride phase (no zero taps), with a gathering
+// variant for Cin/g % 8 != 0 (Cin/g % 4 in f32: the weight rows loaded element by element); false (nothing
+// launched) unless phases_fit: the filter's taps fit its table and the phases its grid.
+constexpr int kMaxPhaseTaps = 64;
+inline bool phases_fit(int64_t kh, int64_t kw, int64_t sh, int64_t sw) {
+  return kh * kw <= kMaxPhaseTaps && sh * sw <= 65535;
+}
 bool igemm_data_phases(const Dims& d, engine::DType t, const void* dy, const void* w, void* dx);
 void igemm_weight(const Dims& d, engine::DType t, const void* x, const void* dy, void* dw, float* ws, int splits);
 

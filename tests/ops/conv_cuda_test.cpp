@@ -200,6 +200,8 @@ std::vector<Case> sweep() {
       // gathering implicit GEMM (Cin/g % 8 != 0, Cout/g % 8 == 0): grouped, several K-slices, split-K
       {1, 9, 10, 6, 16, 3, 3, params(1, 1, 1, 2)},
       {2, 70, 69, 3, 16, 7, 7, params(2, 3)},
+      {1, 34, 66, 39, 64, 4, 4, params(2, 1)},   // pix2pixHD's discriminator input: data gradient per phase, gathered w
+      {1, 20, 22, 75, 24, 3, 3, params(1, 1)},   // gathered w rows wider than 64 channels (wgmma's data gradient)
       {1, 12, 13, 20, 72, 3, 3, params(1, 2, 2)},
       // depthwise
       {2, 12, 11, 24, 24, 3, 3, params(1, 1, 1, 24)},
@@ -383,14 +385,17 @@ TEST(ConvCuda, PathChoice) {
   EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::f64), "generic");
   const Case stem{1, 31, 29, 3, 16, 7, 7, params(2, 3)};
   EXPECT_EQ(path(stem, DType::bf16), "igemm_gather");
-  EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::data, geometry(stem), DType::bf16)), "generic");
+  EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::data, geometry(stem), DType::bf16)), "igemm_gather");
+  const Case wide_filter{1, 31, 29, 3, 16, 9, 9, params(1, 4)};  // 81 taps: more than the phase table holds
+  EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::data, geometry(wide_filter), DType::bf16)), "generic");
+  EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::forward, geometry(wide_filter), DType::bf16)), "igemm_gather");
   EXPECT_EQ(path({2, 9, 8, 5, 6, 3, 3, params(1, 1)}, DType::bf16), "generic");
   {
     Tf32Scope tf32(true);
     EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::f32), "igemm_tf32");
     EXPECT_EQ(path({2, 13, 11, 12, 20, 3, 3, params(1, 1)}, DType::f32), "igemm_tf32");  // multiples of 4
     EXPECT_EQ(path(stem, DType::f32), "igemm_gather_tf32");
-    EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::data, geometry(stem), DType::f32)), "generic");
+    EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::data, geometry(stem), DType::f32)), "igemm_gather_tf32");
     EXPECT_EQ(path({2, 13, 11, 6, 24, 3, 3, params(1, 1)}, DType::f32), "igemm_gather_tf32");
     EXPECT_EQ(path({2, 13, 11, 16, 6, 3, 3, params(1, 1)}, DType::f32), "generic");
     EXPECT_EQ(path({2, 12, 11, 24, 24, 3, 3, params(1, 1, 1, 24)}, DType::f32), "depthwise");  // CUDA cores
