@@ -20,6 +20,7 @@ constexpr int kDefaultWideVariant = -1;  // each kernel's default (conv_igemm.cu
 int wide_variant = kDefaultWideVariant;
 bool wgmma_on = true;
 WgShape wgmma_shape = WgShape::by_shape;
+bool tma_on = true;
 }  // namespace
 
 int igemm_wide_variant() { return wide_variant; }
@@ -36,6 +37,8 @@ bool igemm_wgmma() { return wgmma_on && igemm_wgmma_available(); }
 void set_igemm_wgmma(bool on) { wgmma_on = on; }
 WgShape igemm_wgmma_shape() { return wgmma_shape; }
 void set_igemm_wgmma_shape(WgShape s) { wgmma_shape = s; }
+bool igemm_tma() { return tma_on; }
+void set_igemm_tma(bool on) { tma_on = on; }
 
 }  // namespace conv
 

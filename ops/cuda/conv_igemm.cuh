@@ -31,6 +31,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include <cudaTypedefs.h>
+
 #include "engine/cuda/runtime.h"
 #include "ops/cuda/attention_common.cuh"
 #include "ops/cuda/conv_kernels.cuh"
@@ -70,6 +72,7 @@ struct Tile {
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   static constexpr int kMinBlocks = (kThreads >= 256 || WN == 64) ? 2 : 3;
   static constexpr bool kWgmma = false;  // mma.sync (WgTile below: wgmma)
+  static constexpr bool kTmaB = false;
   static constexpr int kLoadThreads = kThreads;  // every thread copies
   static constexpr int kAElems = BM * BK * kU, kBElems = BN * BK * kU;
   static constexpr int kStageElems = kAElems + kBElems;
@@ -277,10 +280,11 @@ __device__ __forceinline__ void mma_sync_for_each_pair(const typename Cfg::Acc& 
 // latency-bound (copies and barrier) rather than bandwidth-bound. A warp-specialized version (a producer
 // warpgroup copying, two consumer warpgroups, mbarriers, setmaxnreg) ran slower (401): branch
 // exp/conv-wgmma-warp-specialized.
-template <int BM_, int BN_, int kStages_>
+template <int BM_, int BN_, int kStages_, bool kTmaB_ = false>
 struct WgTile {
   using Elem = uint16_t;
   static constexpr bool kTf32 = false, kWgmma = true;
+  static constexpr bool kTmaB = kTmaB_;  // B copied by the bulk tensor copy (the forward's weight tile)
   static constexpr int kVec = 8, kU = 1;
   static constexpr int BM = BM_, BN = BN_, BK = 64;
   static constexpr int kMT = BM / 128;  // m64 blocks per warpgroup
@@ -288,7 +292,8 @@ struct WgTile {
   static constexpr int kThreads = 256, kLoadThreads = 256, kMinBlocks = 1;  // two warpgroups
   static constexpr int kAElems = BM * BK, kBElems = BN * BK;
   static constexpr int kStageElems = kAElems + kBElems;
-  static constexpr int kSmemBytes = kStages * kStageElems * 2 + 1024;  // + the slack to align to 1024 bytes
+  // The stages, the B copies' barriers (8 bytes each) and the slack to align to 1024 bytes.
+  static constexpr int kSmemBytes = kStages * kStageElems * 2 + kStages * 8 + 1024;
   using Acc = float[kMT][BN / 2];
   static_assert(BM == 128 || BM == 256, "a warpgroup's rows are one or two m64 blocks");
   static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma.cuh has n = 64, 128 and 256");
@@ -302,6 +307,12 @@ __device__ __forceinline__ int kn_chunk(int row, int chunk) {
   if constexpr (Cfg::kWgmma) return (chunk >> 3) * (kPanelBytes / 2) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
   else return tile_chunk<Cfg, kRowElems, true>(row, chunk);
 }
+
+// Whether a loader copies its B tiles by the bulk tensor copy: it says so with kTmaB = true (and has tma_b).
+template <typename L, typename = void>
+struct TmaB : std::false_type {};
+template <typename L>
+struct TmaB<L, std::void_t<decltype(L::kTmaB)>> : std::bool_constant<L::kTmaB> {};
 
 template <typename Cfg, typename T, bool kAKM, bool kBKN, typename Loader, typename Store>
 __device__ __forceinline__ void wgmma_gemm_tile(const Loader& loader, int k_tiles, uint16_t* smem_raw, Store&& store) {
@@ -319,15 +330,38 @@ __device__ __forceinline__ void wgmma_gemm_tile(const Loader& loader, int k_tile
   for (int mi = 0; mi < kMT; mi++)
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) acc[mi][i] = 0.f;
+  // With kTmaB, thread 0 copies each slice's B tile with one bulk tensor copy (loader.tma_b) completing on the
+  // stage's barrier, and every thread waits for it after the block barrier.
+  constexpr bool kTma = TmaB<Loader>::value;
+  const uint32_t bars = smem_addr(smem + kStages * kStageElems);  // barrier s at bars + 8 s
+  if constexpr (kTma) {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < kStages; s++) wgmma::mbar_init(bars + 8 * s, 1);
+      wgmma::fence_mbarrier_init();
+    }
+    __syncthreads();
+  }
+  auto load = [&](int slice) {
+    uint16_t* st = smem + (slice % kStages) * kStageElems;
+    loader.load(st, st + kAElems, slice);
+    if constexpr (kTma) {
+      if (threadIdx.x == 0) {
+        const uint32_t bar = bars + 8 * (slice % kStages);
+        wgmma::mbar_expect_tx(bar, uint32_t(Cfg::kBElems * 2));
+        loader.tma_b(smem_addr(st + kAElems), bar, slice);
+      }
+    }
+  };
 #pragma unroll
   for (int s = 0; s < kAhead; s++) {
-    if (s < k_tiles) loader.load(smem + s * kStageElems, smem + s * kStageElems + kAElems, s);
+    if (s < k_tiles) load(s);
     cp_async_commit();
   }
   for (int kt = 0; kt < k_tiles; kt++) {
     cp_async_wait<kAhead - 1>();  // this thread's copies of slice kt have landed
     wgmma::fence_proxy_async();   // ... and, with its plain stores (gathering loaders), are visible to wgmma
     __syncthreads();              // every thread's; and both warpgroups are done with slice kt - 2
+    if constexpr (kTma) wgmma::mbar_wait(bars + 8 * (kt % kStages), (kt / kStages) & 1);
     // Slice kt's wgmmas first, so that the tensor cores hold slices kt - 1 and kt while this thread computes the
     // next copies' addresses.
     const uint32_t sa = smem_addr(smem + (kt % kStages) * kStageElems) + a_off;
@@ -349,11 +383,7 @@ __device__ __forceinline__ void wgmma_gemm_tile(const Loader& loader, int k_tile
 #pragma unroll
     for (int mi = 0; mi < kMT; mi++) wgmma::fence_operands(acc[mi]);
     // The copies of slice kt + kAhead go to the stage slice kt - 2 used (neither kt - 1's nor kt's).
-    const int next = kt + kAhead;
-    if (next < k_tiles) {
-      uint16_t* st = smem + (next % kStages) * kStageElems;
-      loader.load(st, st + kAElems, next);
-    }
+    if (kt + kAhead < k_tiles) load(kt + kAhead);
     cp_async_commit();
     wgmma::wait<1>();  // slice kt - 1's group is done; slice kt's runs on across the next barrier
   }
@@ -493,12 +523,37 @@ inline WgShape wgmma_shape(int64_t m, int64_t n, int64_t blocks) {
   return wide_n ? WgShape::m128n256 : WgShape::m256n128;
 }
 
-// f(Cfg{}) with the WgTile of shape s.
-template <typename F>
+// f(Cfg{}) with the WgTile of shape s (kTmaB: its B tile by the bulk tensor copy).
+template <bool kTmaB = false, typename F>
 void with_wgmma_tile(WgShape s, F&& f) {
-  if (s == WgShape::m128n256) f(WgTile<128, 256, 4>{});
-  else if (s == WgShape::m256n128) f(WgTile<256, 128, 4>{});
-  else f(WgTile<128, 128, 5>{});
+  if (s == WgShape::m128n256) f(WgTile<128, 256, 4, kTmaB>{});
+  else if (s == WgShape::m256n128) f(WgTile<256, 128, 4, kTmaB>{});
+  else f(WgTile<128, 128, 5, kTmaB>{});
+}
+
+// The tensor map of a row-major [rows, k] matrix of 16-bit T (k a multiple of 8, 16-byte aligned) for bulk copies
+// of boxes of 64 k x box_rows rows into tiles of 128-byte rows with the 128-byte swizzle (tile_chunk's layout);
+// boxes past the matrix read zeros. cuTensorMapEncodeTiled comes from the driver through the runtime.
+template <typename T>
+CUtensorMap k128_tile_map(const void* base, int64_t rows, int64_t k, int box_rows) {
+  static const auto encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    ENGINE_CUDA_CHECK(
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    ENGINE_CHECK(found == cudaDriverEntryPointSuccess && fn, "the CUDA driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)}, strides[1] = {cuuint64_t(k) * 2};
+  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)}, elem_strides[2] = {1, 1};
+  const CUtensorMapDataType type =
+      std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUresult r = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  ENGINE_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (", int(r), ") for a [", rows, ", ", k, "] matrix");
+  return map;
 }
 
 constexpr int kFarAway = -(1 << 29);  // a coordinate base that puts every tap outside the image

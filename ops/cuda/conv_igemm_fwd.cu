@@ -22,6 +22,8 @@ namespace {
 
 template <typename Cfg, bool kGather>
 struct ForwardLoader {
+  static constexpr bool kTmaB = Cfg::kTmaB && !kGather;  // the weight tile by the bulk tensor copy (tma_b)
+  static_assert(!kTmaB || Cfg::kWgmma, "the bulk tensor copy feeds the wgmma tiles");
   static constexpr int kRowStep = Cfg::kLoadThreads / 8;  // rows per pass over a [rows][BK] tile (8 chunks a row)
   static constexpr int kAPasses = Cfg::BM / kRowStep, kBPasses = Cfg::BN / kRowStep;
   static constexpr int BK = Cfg::BK, kVec = Cfg::kVec;
@@ -33,6 +35,14 @@ struct ForwardLoader {
   int ch, r0;                       // this thread's chunk column and first row (rows kRowStep apart)
   int a_base[kAPasses], a_hb[kAPasses], a_wb[kAPasses];  // per A row: n*H*W*Cin, ho*s - p, wo*s - p
   int b_off[kBPasses];              // per B row: offset of the weight row, or -1 past Cout/g
+  const CUtensorMap* tmap;          // kTmaB: the weight as [Cout, K]
+  int b_row0;                       // kTmaB: the tile's first weight row, g * Cout/g + n0
+
+  // Slice kt's [BN][BK] weight tile into dst (rows past Cout/g may hold the next group's weights: their outputs are
+  // never stored; k past K reads zeros).
+  __device__ void tma_b(uint32_t dst, uint32_t bar, int kt) const {
+    wgmma::tma_load_2d(dst, tmap, kt * BK, b_row0, bar);
+  }
 
   __device__ void load(uint16_t* sA, uint16_t* sB, int kt) const {
     const int k = kt * BK + ch * kVec;
@@ -50,7 +60,7 @@ struct ForwardLoader {
         cp_async16(smem_addr(sA + tile_chunk<Cfg, BK, false>(r0 + kRowStep * i, ch)), src, ok);
       }
 #pragma unroll
-      for (int i = 0; i < kBPasses; i++) {
+      for (int i = 0; i < (kTmaB ? 0 : kBPasses); i++) {
         const bool ok = k_ok && b_off[i] >= 0;
         cp_async16(smem_addr(sB + tile_chunk<Cfg, BK, false>(r0 + kRowStep * i, ch)), ok ? w + b_off[i] + k : w, ok);
       }
@@ -123,7 +133,8 @@ __device__ __forceinline__ void init_forward_loader(Loader& ld, const FastDims& 
 template <typename Cfg, typename T, bool kGather>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     forward_kernel(const FastDims f, const typename Cfg::Elem* __restrict__ x, const typename Cfg::Elem* __restrict__ w,
-                   const T* __restrict__ bias, T* __restrict__ y, int n_tiles) {
+                   const T* __restrict__ bias, T* __restrict__ y, int n_tiles,
+                   const __grid_constant__ CUtensorMap tmap) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) uint16_t smem[];
   const Dims& d = f.d;
@@ -133,6 +144,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   using Loader = ForwardLoader<Cfg, kGather>;
   Loader ld;
   init_forward_loader(ld, f, x, w, m0, n0, grp, M, K);
+  ld.tmap = &tmap, ld.b_row0 = grp * d.coutg + n0;
   gemm_tile<Cfg, T, false, false>(ld, (K + Cfg::BK - 1) / Cfg::BK, smem, [&](int r, int c, float v0, float v1) {
     const int m = m0 + r, co = n0 + c;
     if (m >= M || co >= d.coutg) return;
@@ -151,10 +163,11 @@ void launch_forward(const Dims& d, const void* x, const void* w, const void* bia
   const int64_t M = int64_t(d.n) * d.ho * d.wo;
   const int m_tiles = int((M + Cfg::BM - 1) / Cfg::BM), n_tiles = (d.coutg + Cfg::BN - 1) / Cfg::BN;
   const dim3 grid(unsigned(int64_t(m_tiles) * n_tiles), unsigned(d.groups));
+  CUtensorMap tmap{};
+  if constexpr (Cfg::kTmaB && !kGather) tmap = k128_tile_map<T>(w, d.cout, int64_t(d.kh) * d.kw * d.cg, Cfg::BN);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
       FastDims(d), static_cast<const typename Cfg::Elem*>(x), static_cast<const typename Cfg::Elem*>(w),
-      static_cast<const T*>(bias),
-      static_cast<T*>(y), n_tiles);
+      static_cast<const T*>(bias), static_cast<T*>(y), n_tiles, tmap);
   ENGINE_CUDA_LAUNCH_CHECK("conv2d (implicit GEMM forward)");
 }
 
@@ -162,9 +175,10 @@ template <typename T, bool kGather>
 void dispatch_forward(const Dims& d, const void* x, const void* w, const void* bias, void* y) {
   if constexpr (!std::is_same_v<T, float>) {
     if (igemm_wgmma() && d.coutg > 64) {
-      with_wgmma_tile(wgmma_shape(int64_t(d.n) * d.ho * d.wo, d.coutg, d.groups), [&](auto cfg) {
-        launch_forward<decltype(cfg), T, kGather>(d, x, w, bias, y);
-      });
+      const WgShape shape = wgmma_shape(int64_t(d.n) * d.ho * d.wo, d.coutg, d.groups);
+      auto launch = [&](auto cfg) { launch_forward<decltype(cfg), T, kGather>(d, x, w, bias, y); };
+      if (!kGather && igemm_tma()) with_wgmma_tile<true>(shape, launch);
+      else with_wgmma_tile(shape, launch);
       return;
     }
   }

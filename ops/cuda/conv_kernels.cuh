@@ -54,6 +54,10 @@ void set_igemm_wgmma(bool on);
 enum class WgShape { by_shape, m128n128, m128n256, m256n128 };
 WgShape igemm_wgmma_shape();
 void set_igemm_wgmma_shape(WgShape s);
+// Whether the wgmma forward copies its weight tiles with the bulk tensor copy (TMA) rather than cp.async: on by
+// default; off for tests and benchmarks.
+bool igemm_tma();
+void set_igemm_tma(bool on);
 
 // conv_igemm_*.cu: implicit GEMMs on tensor cores; t is bf16 or f16 (requires coutg % 8 == 0, and cg % 8 == 0
 // except the gathering variants), or f32, run on TF32 (requires coutg % 4 == 0, cg % 4 == 0

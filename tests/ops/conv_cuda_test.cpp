@@ -225,7 +225,8 @@ std::vector<Case> sweep() {
 
 // Runs body once per tensor-core kernel family: the mma.sync kernels with each 128 x 128 tile variant (warps of
 // 64 x 32, of 64 x 64), then the wgmma kernels where the build and the device have them, with each tile shape
-// (128 x 128, 128 x 256, 256 x 128; 16-bit types; f32 runs its TF32 kernels again); the defaults after.
+// (128 x 128, 128 x 256, 256 x 128; the forward's weights by the bulk tensor copy) and once with the weights by
+// cp.async (16-bit types; f32 runs its TF32 kernels again); the defaults after.
 template <typename F>
 void for_each_igemm_kernel(F&& body) {
   ops::cuda::conv::set_igemm_wgmma(false);
@@ -242,6 +243,13 @@ void for_each_igemm_kernel(F&& body) {
       SCOPED_TRACE(engine::str("wgmma, tile shape ", int(s)));
       ops::cuda::conv::set_igemm_wgmma_shape(s);
       body();
+    }
+    {
+      SCOPED_TRACE("wgmma, 128 x 128 tiles, weights by cp.async");
+      ops::cuda::conv::set_igemm_wgmma_shape(WgShape::m128n128);
+      ops::cuda::conv::set_igemm_tma(false);
+      body();
+      ops::cuda::conv::set_igemm_tma(true);
     }
     ops::cuda::conv::set_igemm_wgmma_shape(WgShape::by_shape);
   }
@@ -424,7 +432,8 @@ TEST(ConvCuda, WeightGradientIsDeterministic) {
 
 // TFLOP/s of each pass on ResNet-101 / Darknet-53 layer shapes (tools/bench/conv_torch.py times cuDNN on the same
 // list): bf16 with the wgmma kernels (where the build and device have them; tile by the shape, then 128 x 128,
-// 128 x 256 and 256 x 128 forced) and with the mma.sync kernels' 128 x 128
+// 128 x 256 and 256 x 128 forced, then by the shape with the forward's weights by cp.async instead of the bulk tensor
+// copy: "cpa") and with the mma.sync kernels' 128 x 128
 // tile variants (v0: warps of 64 x 32, v1: 64 x 64), f32 on TF32 tensor cores (allow_tf32, each kernel's default
 // tile: v1 forward and weight gradient, v0 data gradient) on every shape, and true fp32 (CUDA cores, or cuBLASLt for
 // 1x1) on the first three and Darknet's. One row per run, then a table side by side (bf16 wgmma, bf16 v0, tf32,
@@ -443,19 +452,22 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   constexpr int kCalls = 10;  // per timed run: the synchronization's cost spread over 10 launches
   const auto dev = testutil::cuda_device();
   struct Run {
-    const char* type;  // "bf16/wg", "bf16/w128", "bf16/w256", "bf16/m256", "bf16/v0", "bf16/v1", "tf32", "fp32"
+    const char* type;  // "bf16/wg", "bf16/w128", "bf16/w256", "bf16/m256", "bf16/cpa", "bf16/v0", "bf16/v1", "tf32",
+                       // "fp32"
     DType dtype;
     int variant;  // mma.sync 128 x 128 tile variant, -1 the default
     bool wgmma;   // the wgmma kernels where available (16-bit types)
     bool tf32;
     bool all_shapes;  // else the first three and Darknet's
     ops::cuda::conv::WgShape wgmma_shape = ops::cuda::conv::WgShape::by_shape;
+    bool tma = true;  // the wgmma forward's weight tiles by the bulk tensor copy
   };
   using ops::cuda::conv::WgShape;
   const Run runs[] = {{"bf16/wg", DType::bf16, -1, true, false, true},
                       {"bf16/w128", DType::bf16, -1, true, false, true, WgShape::m128n128},
                       {"bf16/w256", DType::bf16, -1, true, false, true, WgShape::m128n256},
                       {"bf16/m256", DType::bf16, -1, true, false, true, WgShape::m256n128},
+                      {"bf16/cpa", DType::bf16, -1, true, false, true, WgShape::by_shape, false},
                       {"bf16/v0", DType::bf16, 0, false, false, true},
                       {"bf16/v1", DType::bf16, 1, false, false, true},
                       {"tf32", DType::f32, -1, true, true, true},
@@ -468,6 +480,7 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
     ops::cuda::conv::set_igemm_wide_variant(r.variant);
     ops::cuda::conv::set_igemm_wgmma(r.wgmma);
     ops::cuda::conv::set_igemm_wgmma_shape(r.wgmma_shape);
+    ops::cuda::conv::set_igemm_tma(r.tma);
     if (r.wgmma && r.dtype != DType::f32 && !ops::cuda::conv::igemm_wgmma_available()) continue;
     for (size_t s = 0; s < shapes.size(); s++) {
       if (!r.all_shapes && std::find(fp32_shapes.begin(), fp32_shapes.end(), s) == fp32_shapes.end()) continue;
@@ -499,6 +512,7 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   ops::cuda::conv::set_igemm_wide_variant(-1);
   ops::cuda::conv::set_igemm_wgmma(true);
   ops::cuda::conv::set_igemm_wgmma_shape(WgShape::by_shape);
+  ops::cuda::conv::set_igemm_tma(true);
   std::printf("\nTFLOP/s fwd/data/weight %-10s %-20s %-20s %-20s %-20s\n", "", "bf16 (wgmma)", "bf16 (v0)", "tf32",
               "fp32");
   auto cell = [&](size_t s, const char* type) {
