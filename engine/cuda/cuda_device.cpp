@@ -36,6 +36,11 @@ void check(cublasStatus_t s, const char* what, const char* file, int line) {
 }
 
 cudaStream_t stream() { return g_stream; }
+cublasLtHandle_t cublaslt() { return g_cublaslt; }
+int multiprocessors() { return g_sms; }
+int compute_capability() { return g_cc; }
+void set_allow_tf32(bool on) { g_tf32 = on; }
+bool allow_tf32() { return g_tf32; }
 
 namespace {
 std::vector<void (*)()>& sync_checks() {
@@ -54,11 +59,6 @@ void synchronize_and_check() {
   ENGINE_CUDA_CHECK(cudaStreamSynchronize(g_stream));
   for (auto* c : sync_checks()) c();
 }
-cublasLtHandle_t cublaslt() { return g_cublaslt; }
-int multiprocessors() { return g_sms; }
-int compute_capability() { return g_cc; }
-void set_allow_tf32(bool on) { g_tf32 = on; }
-bool allow_tf32() { return g_tf32; }
 
 namespace {
 

@@ -296,7 +296,7 @@ struct WgTile {
   static constexpr int kSmemBytes = kStages * kStageElems * 2 + kStages * 8 + 1024;
   using Acc = float[kMT][BN / 2];
   static_assert(BM == 128 || BM == 256, "a warpgroup's rows are one or two m64 blocks");
-  static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma.cuh has n = 64, 128 and 256");
+  static_assert(BN == 128 || BN == 256, "wgmma.cuh has n = 128 and 256");
   static_assert(kStages >= 3, "one stage computing, one with wgmmas in flight, at least one loading");
 };
 constexpr int kPanelBytes = 64 * 128;  // an MN-major panel of a WgTile: 64 columns x BK rows of k

@@ -101,11 +101,19 @@ struct ForwardLoader {
   }
 };
 
-// This thread's part of the loader of the tile at (m0, n0) of group grp: its rows' pixels decoded once.
-template <typename Loader, typename Elem>
-__device__ __forceinline__ void init_forward_loader(Loader& ld, const FastDims& f, const Elem* x, const Elem* w, int m0,
-                                                    int n0, int grp, int M, int K) {
+template <typename Cfg, typename T, bool kGather>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    forward_kernel(const FastDims f, const typename Cfg::Elem* __restrict__ x, const typename Cfg::Elem* __restrict__ w,
+                   const T* __restrict__ bias, T* __restrict__ y, int n_tiles,
+                   const __grid_constant__ CUtensorMap tmap) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(128) uint16_t smem[];
   const Dims& d = f.d;
+  const int M = d.n * d.ho * d.wo, K = d.kh * d.kw * d.cg;
+  const int m0 = int(blockIdx.x) / n_tiles * Cfg::BM, n0 = int(blockIdx.x) % n_tiles * Cfg::BN;
+  const int grp = int(blockIdx.y);
+  using Loader = ForwardLoader<Cfg, kGather>;
+  Loader ld;
   ld.x = x, ld.w = w, ld.cg = f.cg, ld.kw = f.kw, ld.K = K, ld.dh = d.dh, ld.dw = d.dw, ld.h = d.h, ld.w_ = d.w;
   ld.cin = d.cin, ld.coff = grp * d.cg;
   ld.ch = int(threadIdx.x) % 8, ld.r0 = int(threadIdx.x) / 8;
@@ -128,22 +136,6 @@ __device__ __forceinline__ void init_forward_loader(Loader& ld, const FastDims& 
     const int co = n0 + ld.r0 + Loader::kRowStep * i;
     ld.b_off[i] = co < d.coutg ? (grp * d.coutg + co) * K : -1;
   }
-}
-
-template <typename Cfg, typename T, bool kGather>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    forward_kernel(const FastDims f, const typename Cfg::Elem* __restrict__ x, const typename Cfg::Elem* __restrict__ w,
-                   const T* __restrict__ bias, T* __restrict__ y, int n_tiles,
-                   const __grid_constant__ CUtensorMap tmap) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  extern __shared__ __align__(128) uint16_t smem[];
-  const Dims& d = f.d;
-  const int M = d.n * d.ho * d.wo, K = d.kh * d.kw * d.cg;
-  const int m0 = int(blockIdx.x) / n_tiles * Cfg::BM, n0 = int(blockIdx.x) % n_tiles * Cfg::BN;
-  const int grp = int(blockIdx.y);
-  using Loader = ForwardLoader<Cfg, kGather>;
-  Loader ld;
-  init_forward_loader(ld, f, x, w, m0, n0, grp, M, K);
   ld.tmap = &tmap, ld.b_row0 = grp * d.coutg + n0;
   gemm_tile<Cfg, T, false, false>(ld, (K + Cfg::BK - 1) / Cfg::BK, smem, [&](int r, int c, float v0, float v1) {
     const int m = m0 + r, co = n0 + c;

@@ -1,6 +1,7 @@
 // cuda/wgmma.cuh: Hopper's warpgroup matrix multiply-accumulate (wgmma.mma_async, sm_90a only) for the
 // tensor-core kernels: the shared-memory matrix descriptors, the ordering instructions, and
-// D[64 x N] += A[64 x 16] B[16 x N] with A and B in shared memory, 16-bit inputs, f32 accumulators.
+// D[64 x N] += A[64 x 16] B[16 x N] (N = 128 or 256) with A and B in shared memory, 16-bit inputs, f32
+// accumulators.
 //
 // A warpgroup (4 consecutive warps, the first a multiple of 4) issues the instruction together; it runs
 // asynchronously on the tensor cores, reading A and B from shared memory through the "async proxy":
@@ -45,24 +46,18 @@
 
 namespace ops::cuda::wgmma {
 
-// The descriptor of a K-major tile of 128-byte rows with the 128-byte swizzle starting at shared address
-// `addr` (bytes; the tile 1024-byte aligned, or 32 k bytes past such a start for k-step k).
-__device__ __forceinline__ uint64_t desc_k128(uint32_t addr) {
+// The descriptor of a tile with the 128-byte swizzle starting at shared address `addr` (bytes): 8-row groups
+// 1024 bytes apart, `leading_bytes` between the MN-major panels (see above).
+__device__ __forceinline__ uint64_t desc_mn128(uint32_t addr, uint32_t leading_bytes) {
   uint64_t d = uint64_t((addr & 0x3FFFF) >> 4);  // start address, 16-byte units
-  d |= uint64_t(1) << 16;                           // leading-dimension offset: unused by this layout
+  d |= uint64_t(leading_bytes >> 4) << 16;          // leading-dimension offset
   d |= uint64_t(1024 >> 4) << 32;                   // stride-dimension offset: 8 rows of 128 bytes
   d |= uint64_t(1) << 62;                           // 128-byte swizzle
   return d;
 }
-
-// The descriptor of MN-major panels (see above) starting at `addr`, `panel_bytes` apart.
-__device__ __forceinline__ uint64_t desc_mn128(uint32_t addr, uint32_t panel_bytes) {
-  uint64_t d = uint64_t((addr & 0x3FFFF) >> 4);
-  d |= uint64_t(panel_bytes >> 4) << 16;  // leading-dimension offset: the next 64 columns
-  d |= uint64_t(1024 >> 4) << 32;         // stride-dimension offset: the next 8 rows of k
-  d |= uint64_t(1) << 62;
-  return d;
-}
+// A K-major tile (the tile 1024-byte aligned, or 32 k bytes past such a start for k-step k): the leading-dimension
+// offset is unused by this layout.
+__device__ __forceinline__ uint64_t desc_k128(uint32_t addr) { return desc_mn128(addr, 16); }
 
 #if defined(ENGINE_WGMMA_DEVICE)
 #define ENGINE_WGMMA_ASM(...) asm volatile(__VA_ARGS__)
@@ -120,15 +115,6 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 }
 
 // The inline-assembly operand lists: asm needs its operands numbered literally.
-#define ENGINE_WGMMA_REGS_64 "{" \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
-  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
-  "}"
-#define ENGINE_WGMMA_ACC_64 \
-      "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 #define ENGINE_WGMMA_REGS_128 "{" \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
   "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
@@ -188,7 +174,6 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
                        : ACC                                                                                   \
                        : "l"(desc_a), "l"(desc_b), "n"(kTransA), "n"(kTransB));                                \
   }
-ENGINE_WGMMA_DEFINE(64, ENGINE_WGMMA_REGS_64, ENGINE_WGMMA_ACC_64, 32, 33, 34, 35)
 ENGINE_WGMMA_DEFINE(128, ENGINE_WGMMA_REGS_128, ENGINE_WGMMA_ACC_128, 64, 65, 66, 67)
 ENGINE_WGMMA_DEFINE(256, ENGINE_WGMMA_REGS_256, ENGINE_WGMMA_ACC_256, 128, 129, 130, 131)
 #undef ENGINE_WGMMA_DEFINE
