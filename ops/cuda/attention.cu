@@ -26,15 +26,6 @@ attn::Strides strides_of(const Tensor& t) {
   return {t.strides()[0], t.strides()[1], t.strides()[2], t.strides()[3]};
 }
 
-int compute_capability_major() {
-  static const int major = [] {
-    int v = 0;
-    ENGINE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, 0));
-    return v;
-  }();
-  return major;
-}
-
 // Rows the tensor-core kernels can copy 16 bytes at a time: unit stride along D, 16-byte aligned start,
 // and every other stride a multiple of 8 elements (dimensions of size 1 have no stride that matters).
 bool rows_are_16_byte_vectors(const Tensor& t) {
@@ -54,7 +45,7 @@ bool use_tensor_cores(const cpu::FlashAttentionInputs& in, const FlashAttentionP
   const int64_t D = in.q.size(3);
   if (D != in.v.size(3) || (D != 64 && D != 128)) return false;
   if (!(p.scale > 0)) return false;  // the kernels take the row max of unscaled scores
-  if (compute_capability_major() < 8) return false;
+  if (engine::cuda::compute_capability() < 80) return false;
   for (const Tensor* x : {&in.q, &in.k, &in.v})
     if (!rows_are_16_byte_vectors(*x)) return false;
   for (const Tensor* x : rows)

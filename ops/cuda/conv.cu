@@ -19,6 +19,8 @@ namespace {
 constexpr int kDefaultWideVariant = -1;  // each kernel's default (conv_igemm.cuh: wide_warps_64x64)
 int wide_variant = kDefaultWideVariant;
 bool wgmma_on = true;
+WgShape wgmma_shape = WgShape::by_shape;
+bool tma_on = true;
 }  // namespace
 
 int igemm_wide_variant() { return wide_variant; }
@@ -33,6 +35,10 @@ bool igemm_wgmma_available() {
 }
 bool igemm_wgmma() { return wgmma_on && igemm_wgmma_available(); }
 void set_igemm_wgmma(bool on) { wgmma_on = on; }
+WgShape igemm_wgmma_shape() { return wgmma_shape; }
+void set_igemm_wgmma_shape(WgShape s) { wgmma_shape = s; }
+bool igemm_tma() { return tma_on; }
+void set_igemm_tma(bool on) { tma_on = on; }
 
 }  // namespace conv
 
@@ -83,15 +89,17 @@ const char* conv2d_path(ConvPass pass, const ConvGeometry& g, DType dtype) {
   if (is_gemm(g)) return "gemm";
   if (g.depthwise()) return "depthwise";
   // Tensor cores copy Cout/g channels (the forward's epilogue, the weight gradient's dy rows) 16 bytes at a
-  // time (8 bf16/f16, 4 f32), Cin/g channels too except in the gathering variants (forward and weight
-  // gradient: the 3-channel stem). f32 goes there only with TF32 allowed (--precision tf32).
+  // time (8 bf16/f16, 4 f32), Cin/g channels too except in the gathering variants (the 3-channel stems, the GAN
+  // discriminators' 39-channel inputs): forward and weight gradient gather x, the data gradient gathers w and
+  // exists per stride phase only (conv_kernels.cuh's phases_fit). f32 goes there only with TF32 allowed.
+  const bool gather_ok = pass != ConvPass::data || conv::phases_fit(g.kh, g.kw, g.p.stride_h, g.p.stride_w);
   if (igemm_dtype(dtype) && fits_int32(g) && g.cout_per_group() % 8 == 0) {
     if (g.cin_per_group() % 8 == 0) return "igemm";
-    if (pass != ConvPass::data) return "igemm_gather";
+    if (gather_ok) return "igemm_gather";
   }
   if (dtype == DType::f32 && engine::cuda::allow_tf32() && fits_int32(g) && g.cout_per_group() % 4 == 0) {
     if (g.cin_per_group() % 4 == 0) return "igemm_tf32";
-    if (pass != ConvPass::data) return "igemm_gather_tf32";
+    if (gather_ok) return "igemm_gather_tf32";
   }
   // f32 on CUDA cores, float4 copies.
   if (dtype == DType::f32 && fits_int32(g) && g.cin_per_group() % 4 == 0 && g.cout_per_group() % 4 == 0) return "simt";

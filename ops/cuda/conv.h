@@ -4,9 +4,10 @@
 //   1x1, stride 1, pad 0, groups 1      cuBLASLt GEMMs over the NHWC matrices (ops::cuda::matmul)
 //   depthwise (groups == Cin == Cout)   direct kernels (conv_depthwise.cu)
 //   bf16/f16, Cin/g and Cout/g % 8 == 0 implicit GEMM on tensor cores (conv_igemm_*.cu), no im2col buffer
-//   bf16/f16, Cout/g % 8 == 0 only       the same with x gathered element by element (forward, weight)
+//   bf16/f16, Cout/g % 8 == 0 only       the same with x (forward, weight) or w (data gradient, per stride
+//                                        phase: <= 64 taps) gathered element by element
 //   f32 with engine::cuda::allow_tf32(),  the same implicit GEMMs on TF32 tensor cores ("igemm_tf32"; with
-//     Cin/g and Cout/g % 4 == 0            Cout/g % 4 == 0 only: "igemm_gather_tf32", forward and weight)
+//     Cin/g and Cout/g % 4 == 0            Cout/g % 4 == 0 only: "igemm_gather_tf32")
 //   f32, Cin/g and Cout/g % 4 == 0       implicit GEMM on CUDA cores, true fp32 (conv_simt.cu; TF32 off)
 //   anything else (f64, odd channels)    the generic CUDA-core kernels (conv_generic.cu)
 #pragma once

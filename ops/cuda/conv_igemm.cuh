@@ -31,6 +31,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include <cudaTypedefs.h>
+
 #include "engine/cuda/runtime.h"
 #include "ops/cuda/attention_common.cuh"
 #include "ops/cuda/conv_kernels.cuh"
@@ -70,6 +72,7 @@ struct Tile {
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   static constexpr int kMinBlocks = (kThreads >= 256 || WN == 64) ? 2 : 3;
   static constexpr bool kWgmma = false;  // mma.sync (WgTile below: wgmma)
+  static constexpr bool kTmaB = false;
   static constexpr int kLoadThreads = kThreads;  // every thread copies
   static constexpr int kAElems = BM * BK * kU, kBElems = BN * BK * kU;
   static constexpr int kStageElems = kAElems + kBElems;
@@ -262,11 +265,11 @@ __device__ __forceinline__ void mma_sync_for_each_pair(const typename Cfg::Acc& 
 
 // ---------------------------------------------------------------------------------------------------
 // Hopper's main loop (sm_90a, 16-bit inputs; wgmma.cuh). A block of two warpgroups (256 threads) computes a
-// 128 x BN tile of C, each warpgroup 64 rows x BN with one m64nBNk16 wgmma per 16 elements of k: the
-// accumulators stay in registers (BN / 2 per thread) and the tensor cores read both operands from shared
-// memory, so no thread spends issue slots on ldmatrix or MMAs. Tiles: [m][k] / [n][k] rows of BK = 64
-// elements (128 bytes) stored by tile_chunk are exactly wgmma's K-major 128-byte swizzle; [k][m] / [k][n]
-// tiles are stored by kn_chunk in wgmma's MN-major panels of 64 columns (wgmma.cuh), so the same loaders
+// BM x BN tile of C (BM 128 or 256), each warpgroup BM / 2 rows x BN with BM / 128 m64nBNk16 wgmmas per 16
+// elements of k: the accumulators stay in registers (BM / 128 x BN / 2 per thread) and the tensor cores read
+// both operands from shared memory, so no thread spends issue slots on ldmatrix or MMAs. Tiles: [m][k] / [n][k]
+// rows of BK = 64 elements (128 bytes) stored by tile_chunk are exactly wgmma's K-major 128-byte swizzle; [k][m] /
+// [k][n] tiles are stored by kn_chunk in wgmma's MN-major panels of 64 columns (wgmma.cuh), so the same loaders
 // serve both main loops.
 // Stages: every thread copies (the loaders as in the mma.sync loop); while the tensor cores run slice kt, the
 // copies of slices kt + 1 .. kt + kStages - 2 are in flight and slice kt - 1's wgmmas may still run (one
@@ -277,18 +280,22 @@ __device__ __forceinline__ void mma_sync_for_each_pair(const typename Cfg::Acc& 
 // latency-bound (copies and barrier) rather than bandwidth-bound. A warp-specialized version (a producer
 // warpgroup copying, two consumer warpgroups, mbarriers, setmaxnreg) ran slower (401): branch
 // exp/conv-wgmma-warp-specialized.
-template <int BN_, int kStages_>
+template <int BM_, int BN_, int kStages_, bool kTmaB_ = false>
 struct WgTile {
   using Elem = uint16_t;
   static constexpr bool kTf32 = false, kWgmma = true;
+  static constexpr bool kTmaB = kTmaB_;  // B copied by the bulk tensor copy (the forward's weight tile)
   static constexpr int kVec = 8, kU = 1;
-  static constexpr int BM = 128, BN = BN_, BK = 64;
+  static constexpr int BM = BM_, BN = BN_, BK = 64;
+  static constexpr int kMT = BM / 128;  // m64 blocks per warpgroup
   static constexpr int kStages = kStages_;
   static constexpr int kThreads = 256, kLoadThreads = 256, kMinBlocks = 1;  // two warpgroups
   static constexpr int kAElems = BM * BK, kBElems = BN * BK;
   static constexpr int kStageElems = kAElems + kBElems;
-  static constexpr int kSmemBytes = kStages * kStageElems * 2 + 1024;  // + the slack to align to 1024 bytes
-  using Acc = float[BN / 2];
+  // The stages, the B copies' barriers (8 bytes each) and the slack to align to 1024 bytes.
+  static constexpr int kSmemBytes = kStages * kStageElems * 2 + kStages * 8 + 1024;
+  using Acc = float[kMT][BN / 2];
+  static_assert(BM == 128 || BM == 256, "a warpgroup's rows are one or two m64 blocks");
   static_assert(BN == 128 || BN == 256, "wgmma.cuh has n = 128 and 256");
   static_assert(kStages >= 3, "one stage computing, one with wgmmas in flight, at least one loading");
 };
@@ -301,58 +308,99 @@ __device__ __forceinline__ int kn_chunk(int row, int chunk) {
   else return tile_chunk<Cfg, kRowElems, true>(row, chunk);
 }
 
+// Whether a loader copies its B tiles by the bulk tensor copy: it says so with kTmaB = true (and has tma_b).
+template <typename L, typename = void>
+struct TmaB : std::false_type {};
+template <typename L>
+struct TmaB<L, std::void_t<decltype(L::kTmaB)>> : std::bool_constant<L::kTmaB> {};
+
 template <typename Cfg, typename T, bool kAKM, bool kBKN, typename Loader, typename Store>
 __device__ __forceinline__ void wgmma_gemm_tile(const Loader& loader, int k_tiles, uint16_t* smem_raw, Store&& store) {
   constexpr int kStages = Cfg::kStages, kAhead = kStages - 2;  // slices in flight ahead of the one computed
   constexpr int kStageElems = Cfg::kStageElems, kAElems = Cfg::kAElems, BN = Cfg::BN;
   // The swizzle's period: the tiles start at multiples of 1024 bytes.
   uint16_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023) / 2;
+  constexpr int kMT = Cfg::kMT;
   const int wg = int(threadIdx.x / 128);
-  // This warpgroup's 64 rows of A: 64 rows of 128 bytes, or the 64-column panel (the same 8 KB).
-  const uint32_t a_off = uint32_t(wg) * kPanelBytes;
+  // This warpgroup's first 64 rows of A (its m64 block mi is 8 KB further per mi): 64 rows of 128 bytes, or the
+  // 64-column panel (the same 8 KB).
+  const uint32_t a_off = uint32_t(wg * kMT) * kPanelBytes;
   typename Cfg::Acc acc;
 #pragma unroll
-  for (int i = 0; i < BN / 2; i++) acc[i] = 0.f;
+  for (int mi = 0; mi < kMT; mi++)
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) acc[mi][i] = 0.f;
+  // With kTmaB, thread 0 copies each slice's B tile with one bulk tensor copy (loader.tma_b) completing on the
+  // stage's barrier, and every thread waits for it after the block barrier.
+  constexpr bool kTma = TmaB<Loader>::value;
+  const uint32_t bars = smem_addr(smem + kStages * kStageElems);  // barrier s at bars + 8 s
+  if constexpr (kTma) {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < kStages; s++) wgmma::mbar_init(bars + 8 * s, 1);
+      wgmma::fence_mbarrier_init();
+    }
+    __syncthreads();
+  }
+  auto load = [&](int slice) {
+    uint16_t* st = smem + (slice % kStages) * kStageElems;
+    loader.load(st, st + kAElems, slice);
+    if constexpr (kTma) {
+      if (threadIdx.x == 0) {
+        const uint32_t bar = bars + 8 * (slice % kStages);
+        wgmma::mbar_expect_tx(bar, uint32_t(Cfg::kBElems * 2));
+        loader.tma_b(smem_addr(st + kAElems), bar, slice);
+      }
+    }
+  };
 #pragma unroll
   for (int s = 0; s < kAhead; s++) {
-    if (s < k_tiles) loader.load(smem + s * kStageElems, smem + s * kStageElems + kAElems, s);
+    if (s < k_tiles) load(s);
     cp_async_commit();
   }
   for (int kt = 0; kt < k_tiles; kt++) {
     cp_async_wait<kAhead - 1>();  // this thread's copies of slice kt have landed
     wgmma::fence_proxy_async();   // ... and, with its plain stores (gathering loaders), are visible to wgmma
     __syncthreads();              // every thread's; and both warpgroups are done with slice kt - 2
-    const int next = kt + kAhead;
-    if (next < k_tiles) {
-      uint16_t* st = smem + (next % kStages) * kStageElems;
-      loader.load(st, st + kAElems, next);
-    }
-    cp_async_commit();
+    if constexpr (kTma) wgmma::mbar_wait(bars + 8 * (kt % kStages), (kt / kStages) & 1);
+    // Slice kt's wgmmas first, so that the tensor cores hold slices kt - 1 and kt while this thread computes the
+    // next copies' addresses.
     const uint32_t sa = smem_addr(smem + (kt % kStages) * kStageElems) + a_off;
     const uint32_t sb = smem_addr(smem + (kt % kStages) * kStageElems + kAElems);
-    wgmma::fence_operands(acc);
+#pragma unroll
+    for (int mi = 0; mi < kMT; mi++) wgmma::fence_operands(acc[mi]);
     wgmma::fence();
 #pragma unroll
     for (int ks = 0; ks < Cfg::BK / 16; ks++) {
-      const uint64_t da = kAKM ? wgmma::desc_mn128(sa + 2048 * ks, kPanelBytes) : wgmma::desc_k128(sa + 32 * ks);
       const uint64_t db = kBKN ? wgmma::desc_mn128(sb + 2048 * ks, kPanelBytes) : wgmma::desc_k128(sb + 32 * ks);
-      wgmma::mma_m64k16<T, kAKM, kBKN>(acc, da, db, std::integral_constant<int, BN>{});
+#pragma unroll
+      for (int mi = 0; mi < kMT; mi++) {
+        const uint32_t a = sa + mi * kPanelBytes;
+        const uint64_t da = kAKM ? wgmma::desc_mn128(a + 2048 * ks, kPanelBytes) : wgmma::desc_k128(a + 32 * ks);
+        wgmma::mma_m64k16<T, kAKM, kBKN>(acc[mi], da, db, std::integral_constant<int, BN>{});
+      }
     }
     wgmma::commit();
-    wgmma::fence_operands(acc);
+#pragma unroll
+    for (int mi = 0; mi < kMT; mi++) wgmma::fence_operands(acc[mi]);
+    // The copies of slice kt + kAhead go to the stage slice kt - 2 used (neither kt - 1's nor kt's).
+    if (kt + kAhead < k_tiles) load(kt + kAhead);
+    cp_async_commit();
     wgmma::wait<1>();  // slice kt - 1's group is done; slice kt's runs on across the next barrier
   }
   wgmma::wait<0>();
-  wgmma::fence_operands(acc);
+#pragma unroll
+  for (int mi = 0; mi < kMT; mi++) wgmma::fence_operands(acc[mi]);
   cp_async_wait<0>();
   // wgmma.cuh's fragment: per warp 16 rows, per 8 columns four values.
   const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-  const int row0 = wg * 64 + int(threadIdx.x / 32 % 4) * 16 + g;
+  const int row0 = wg * kMT * 64 + int(threadIdx.x / 32 % 4) * 16 + g;
 #pragma unroll
-  for (int j = 0; j < BN / 8; j++)
+  for (int mi = 0; mi < kMT; mi++)
 #pragma unroll
-    for (int half = 0; half < 2; half++)
-      store(row0 + half * 8, 8 * j + 2 * tq, acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+      for (int half = 0; half < 2; half++)
+        store(row0 + mi * 64 + half * 8, 8 * j + 2 * tq, acc[mi][4 * j + 2 * half], acc[mi][4 * j + 2 * half + 1]);
 }
 
 // A block's tile of C = A B over k_tiles K-slices that loader.load(sA, sB, kt) copies (A is [k][m] when kAKM,
@@ -455,6 +503,57 @@ inline bool narrow_n(int64_t m, int64_t n, int64_t groups) {
   if (n <= 64) return true;
   const int64_t tiles = ((m + 127) / 128) * ((n + 127) / 128) * groups;
   return tiles < 2 * int64_t(engine::cuda::multiprocessors());
+}
+
+// The wgmma tile for a GEMM of m rows and n columns, `blocks` times over (groups, splits): as
+// set_igemm_wgmma_shape forces (tests, benchmarks), else the larger tile (128 x 256 when n > 128, else 256 x 128)
+// where its waves cost less than 128 x 128's. Per FLOP 128 x 256 ran ~1.27x faster than 128 x 128 (H200,
+// 2026-12-04, Darknet 3x3 128->256 152^2 forward: 468 vs 367 TFLOP/s), but a wave of it does twice the work:
+// ResNet d2 256->256 32^2 (64 wide tiles for 132 SMs) ran 375 on 128 x 128 against 266-272, 3x3 s2 128->256 76^2
+// (91 wide tiles) 274 on 128 x 256 against 242. 256 x 128 is assumed to behave as 128 x 256 (not yet measured).
+inline WgShape wgmma_shape(int64_t m, int64_t n, int64_t blocks) {
+  if (const WgShape forced = igemm_wgmma_shape(); forced != WgShape::by_shape) return forced;
+  const bool wide_n = n > 128;
+  const int64_t sms = engine::cuda::multiprocessors();
+  auto waves = [&](int64_t bm, int64_t bn) {
+    return (((m + bm - 1) / bm) * ((n + bn - 1) / bn) * blocks + sms - 1) / sms;
+  };
+  const int64_t big = wide_n ? waves(128, 256) : waves(256, 128), small = waves(128, 128);
+  if (big * 200 > small * 127) return WgShape::m128n128;
+  return wide_n ? WgShape::m128n256 : WgShape::m256n128;
+}
+
+// f(Cfg{}) with the WgTile of shape s (kTmaB: its B tile by the bulk tensor copy).
+template <bool kTmaB = false, typename F>
+void with_wgmma_tile(WgShape s, F&& f) {
+  if (s == WgShape::m128n256) f(WgTile<128, 256, 4, kTmaB>{});
+  else if (s == WgShape::m256n128) f(WgTile<256, 128, 4, kTmaB>{});
+  else f(WgTile<128, 128, 5, kTmaB>{});
+}
+
+// The tensor map of a row-major [rows, k] matrix of 16-bit T (k a multiple of 8, 16-byte aligned) for bulk copies
+// of boxes of 64 k x box_rows rows into tiles of 128-byte rows with the 128-byte swizzle (tile_chunk's layout);
+// boxes past the matrix read zeros. cuTensorMapEncodeTiled comes from the driver through the runtime.
+template <typename T>
+CUtensorMap k128_tile_map(const void* base, int64_t rows, int64_t k, int box_rows) {
+  static const auto encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    ENGINE_CUDA_CHECK(
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    ENGINE_CHECK(found == cudaDriverEntryPointSuccess && fn, "the CUDA driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)}, strides[1] = {cuuint64_t(k) * 2};
+  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)}, elem_strides[2] = {1, 1};
+  const CUtensorMapDataType type =
+      std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUresult r = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  ENGINE_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (", int(r), ") for a [", rows, ", ", k, "] matrix");
+  return map;
 }
 
 constexpr int kFarAway = -(1 << 29);  // a coordinate base that puts every tap outside the image

@@ -20,14 +20,14 @@ namespace ops::cuda::conv::igemm {
 
 namespace {
 
-constexpr int kMaxTaps = 64;
+constexpr int kMaxTaps = kMaxPhaseTaps;
 
 struct TapTable {
   int off_h[kMaxTaps], off_w[kMaxTaps], tap[kMaxTaps];
   int count;
 };
 
-template <typename Cfg>
+template <typename Cfg, bool kGather>
 struct PhaseLoader {
   static constexpr int kARowStep = Cfg::kLoadThreads / 8;              // A [BM][BK]: 8 chunks per row
   static constexpr int kAPasses = Cfg::BM / kARowStep;
@@ -42,7 +42,7 @@ struct PhaseLoader {
   int K, ho, wo, cout, cg, ktaps;
   int a_ch, a_r0;
   int a_base[kAPasses], a_i[kAPasses], a_j[kAPasses];  // per A row: n*Ho*Wo*Cout + g*Coutg, i, j
-  int b_ch, b_r0, b_ci, b_row0;                        // B chunk column, first row, first ci (or -1), g*Coutg
+  int b_ch, b_r0, b_ci, b_row0;  // B chunk column, first row, first ci (or -1; gathering: may pass Cin/g), g*Coutg
 
   __device__ void load(uint16_t* sA, uint16_t* sB, int kt) const {
     {
@@ -67,13 +67,22 @@ struct PhaseLoader {
       int t, co;
       coutg.divmod(k, t, co);
       t = ok ? t : 0;
-      const Elem* src = ok ? w + ((b_row0 + co) * ktaps + taps->tap[t]) * cg + b_ci : w;
-      cp_async16(smem_addr(sB + kn_chunk<Cfg, Cfg::BN>(b_r0 + kBRowStep * i, b_ch)), src, ok);
+      if constexpr (!kGather) {
+        const Elem* src = ok ? w + ((b_row0 + co) * ktaps + taps->tap[t]) * cg + b_ci : w;
+        cp_async16(smem_addr(sB + kn_chunk<Cfg, Cfg::BN>(b_r0 + kBRowStep * i, b_ch)), src, ok);
+      } else {
+        // The weight row's Cin/g channels are not whole 16-byte vectors: element by element, past Cin/g zeros.
+        const Elem* row = w + ((b_row0 + co) * ktaps + taps->tap[t]) * cg;
+        Elem v[kVec];
+#pragma unroll
+        for (int e = 0; e < kVec; e++) v[e] = ok && b_ci + e < cg ? row[b_ci + e] : Elem(0);
+        store_chunk(sB + kn_chunk<Cfg, Cfg::BN>(b_r0 + kBRowStep * i, b_ch), v);
+      }
     }
   }
 };
 
-template <typename Cfg, typename T>
+template <typename Cfg, typename T, bool kGather>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     phase_kernel(const FastDims f, const typename Cfg::Elem* __restrict__ dy, const typename Cfg::Elem* __restrict__ w,
                  T* __restrict__ dx, int n_tiles) {
@@ -110,7 +119,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   __syncthreads();
   const int K = table.count * d.coutg;
 
-  using Loader = PhaseLoader<Cfg>;
+  using Loader = PhaseLoader<Cfg, kGather>;
   Loader ld;
   ld.dy = dy, ld.w = w, ld.taps = &table, ld.coutg = f.coutg, ld.K = K, ld.ho = d.ho, ld.wo = d.wo;
   ld.cout = d.cout, ld.cg = d.cg, ld.ktaps = kt_all;
@@ -127,21 +136,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
   }
   ld.b_ch = int(threadIdx.x) % Loader::kBChunks, ld.b_r0 = int(threadIdx.x) / Loader::kBChunks;
-  ld.b_ci = n0 + ld.b_ch * Cfg::kVec < d.cg ? n0 + ld.b_ch * Cfg::kVec : -1;
+  ld.b_ci = n0 + ld.b_ch * Cfg::kVec < d.cg ? n0 + ld.b_ch * Cfg::kVec : -1;  // a chunk starting past Cin/g: zeros
   ld.b_row0 = grp * d.coutg;
   gemm_tile<Cfg, T, false, true>(ld, (K + Cfg::BK - 1) / Cfg::BK, smem, [&](int r, int c, float v0, float v1) {
     const int m = m0 + r, ci = n0 + c;
     if (m >= M || ci >= d.cg) return;
     const int j = m % wp, t = m / wp, ii = t % hp, n = t / hp;
     const int64_t pix = (int64_t(n) * d.h + rh + d.sh * ii) * d.w + rw + d.sw * j;
-    store_pair(dx + pix * d.cin + grp * d.cg + ci, v0, v1);
+    T* p = dx + pix * d.cin + grp * d.cg + ci;
+    if constexpr (kGather) store_two(p, v0, v1, ci + 1 < d.cg);  // odd rows: pairs are not aligned
+    else store_pair(p, v0, v1);
   });
 #endif
 }
 
-template <typename Cfg, typename T>
+template <typename Cfg, typename T, bool kGather>
 void launch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
-  auto kernel = phase_kernel<Cfg, T>;
+  auto kernel = phase_kernel<Cfg, T, kGather>;
   static const bool configured = set_smem_limit(kernel, Cfg::kSmemBytes);  // once per launcher
   (void)configured;
   const int64_t M = int64_t(d.n) * ((d.h + d.sh - 1) / d.sh) * ((d.w + d.sw - 1) / d.sw);  // phase (0, 0)'s
@@ -153,19 +164,20 @@ void launch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
   ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_data (implicit GEMM per stride phase)");
 }
 
-template <typename T>
+template <typename T, bool kGather>
 void dispatch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
   const int64_t M = int64_t(d.n) * d.h * d.w;  // all phases together
   if constexpr (!std::is_same_v<T, float>) {
     if (igemm_wgmma() && d.cg > 64) {
-      if (d.cg <= 128) launch_phases<WgTile<128, 5>, T>(d, dy, w, dx);
-      else launch_phases<WgTile<256, 4>, T>(d, dy, w, dx);
+      with_wgmma_tile(wgmma_shape(M, d.cg, d.groups), [&](auto cfg) {
+        launch_phases<decltype(cfg), T, kGather>(d, dy, w, dx);
+      });
       return;
     }
   }
-  if (narrow_n(M, d.cg, d.groups)) launch_phases<TileOf<T, 128, 64>, T>(d, dy, w, dx);
-  else if (wide_warps_64x64(false)) launch_phases<TileOf<T, 128, 128, 64>, T>(d, dy, w, dx);
-  else launch_phases<TileOf<T, 128, 128>, T>(d, dy, w, dx);
+  if (narrow_n(M, d.cg, d.groups)) launch_phases<TileOf<T, 128, 64>, T, kGather>(d, dy, w, dx);
+  else if (wide_warps_64x64(false)) launch_phases<TileOf<T, 128, 128, 64>, T, kGather>(d, dy, w, dx);
+  else launch_phases<TileOf<T, 128, 128>, T, kGather>(d, dy, w, dx);
 }
 
 }  // namespace
@@ -175,8 +187,10 @@ void dispatch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
 namespace ops::cuda::conv {
 
 bool igemm_data_phases(const Dims& d, engine::DType t, const void* dy, const void* w, void* dx) {
-  if (d.kh * d.kw > igemm::kMaxTaps || d.sh * d.sw > 65535) return false;
-  igemm::with_elem(t, [&](auto elem) { igemm::dispatch_phases<decltype(elem)>(d, dy, w, dx); });
+  if (!phases_fit(d.kh, d.kw, d.sh, d.sw)) return false;
+  igemm::with_elem_and_gather(t, d.cg, [&](auto elem, auto gather) {
+    igemm::dispatch_phases<decltype(elem), decltype(gather)::value>(d, dy, w, dx);
+  });
   return true;
 }
 

@@ -10,9 +10,9 @@
 // 16-byte vector; the weight rows (length K, not a multiple of kVec) likewise.
 // Grid: one block per output tile (N-tiles fastest, so consecutive blocks share their x rows in L2),
 // blockIdx.y = group. Epilogue: + bias, rounded to T, stored as pairs from the accumulators.
-// Tiles: 16-bit types on Hopper with Cout/g > 64 run wgmma tiles of 128 x 128 (Cout/g <= 128) or 128 x 256 (H200,
-// 2026-12-04: 128 x 256 also where it leaves SMs idle, 3x3 s2 128->256 76^2: 274 vs 242 TFLOP/s for 128 x 128;
-// Cout/g = 64: the mma.sync 128 x 64 tile, 232 vs 200-228 for wgmma's 128 x 64), else the mma.sync tiles.
+// Tiles: 16-bit types on Hopper with Cout/g > 64 run wgmma tiles of 128 x 128, 128 x 256 or 256 x 128
+// (wgmma_shape; Cout/g = 64: the mma.sync 128 x 64 tile, H200 2026-12-04: 232 TFLOP/s vs 200-228 for wgmma's
+// 128 x 64), else the mma.sync tiles.
 // Bound: the tensor cores when K >= ~256 (3x3 and larger with >= 32 channels); else the x gather.
 #include "ops/cuda/conv_igemm.cuh"
 
@@ -22,6 +22,8 @@ namespace {
 
 template <typename Cfg, bool kGather>
 struct ForwardLoader {
+  static constexpr bool kTmaB = Cfg::kTmaB && !kGather;  // the weight tile by the bulk tensor copy (tma_b)
+  static_assert(!kTmaB || Cfg::kWgmma, "the bulk tensor copy feeds the wgmma tiles");
   static constexpr int kRowStep = Cfg::kLoadThreads / 8;  // rows per pass over a [rows][BK] tile (8 chunks a row)
   static constexpr int kAPasses = Cfg::BM / kRowStep, kBPasses = Cfg::BN / kRowStep;
   static constexpr int BK = Cfg::BK, kVec = Cfg::kVec;
@@ -33,6 +35,14 @@ struct ForwardLoader {
   int ch, r0;                       // this thread's chunk column and first row (rows kRowStep apart)
   int a_base[kAPasses], a_hb[kAPasses], a_wb[kAPasses];  // per A row: n*H*W*Cin, ho*s - p, wo*s - p
   int b_off[kBPasses];              // per B row: offset of the weight row, or -1 past Cout/g
+  const CUtensorMap* tmap;          // kTmaB: the weight as [Cout, K]
+  int b_row0;                       // kTmaB: the tile's first weight row, g * Cout/g + n0
+
+  // Slice kt's [BN][BK] weight tile into dst (rows past Cout/g may hold the next group's weights: their outputs are
+  // never stored; k past K reads zeros).
+  __device__ void tma_b(uint32_t dst, uint32_t bar, int kt) const {
+    wgmma::tma_load_2d(dst, tmap, kt * BK, b_row0, bar);
+  }
 
   __device__ void load(uint16_t* sA, uint16_t* sB, int kt) const {
     const int k = kt * BK + ch * kVec;
@@ -50,7 +60,7 @@ struct ForwardLoader {
         cp_async16(smem_addr(sA + tile_chunk<Cfg, BK, false>(r0 + kRowStep * i, ch)), src, ok);
       }
 #pragma unroll
-      for (int i = 0; i < kBPasses; i++) {
+      for (int i = 0; i < (kTmaB ? 0 : kBPasses); i++) {
         const bool ok = k_ok && b_off[i] >= 0;
         cp_async16(smem_addr(sB + tile_chunk<Cfg, BK, false>(r0 + kRowStep * i, ch)), ok ? w + b_off[i] + k : w, ok);
       }
@@ -94,7 +104,8 @@ struct ForwardLoader {
 template <typename Cfg, typename T, bool kGather>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     forward_kernel(const FastDims f, const typename Cfg::Elem* __restrict__ x, const typename Cfg::Elem* __restrict__ w,
-                   const T* __restrict__ bias, T* __restrict__ y, int n_tiles) {
+                   const T* __restrict__ bias, T* __restrict__ y, int n_tiles,
+                   const __grid_constant__ CUtensorMap tmap) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) uint16_t smem[];
   const Dims& d = f.d;
@@ -125,6 +136,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const int co = n0 + ld.r0 + Loader::kRowStep * i;
     ld.b_off[i] = co < d.coutg ? (grp * d.coutg + co) * K : -1;
   }
+  ld.tmap = &tmap, ld.b_row0 = grp * d.coutg + n0;
   gemm_tile<Cfg, T, false, false>(ld, (K + Cfg::BK - 1) / Cfg::BK, smem, [&](int r, int c, float v0, float v1) {
     const int m = m0 + r, co = n0 + c;
     if (m >= M || co >= d.coutg) return;
@@ -143,10 +155,11 @@ void launch_forward(const Dims& d, const void* x, const void* w, const void* bia
   const int64_t M = int64_t(d.n) * d.ho * d.wo;
   const int m_tiles = int((M + Cfg::BM - 1) / Cfg::BM), n_tiles = (d.coutg + Cfg::BN - 1) / Cfg::BN;
   const dim3 grid(unsigned(int64_t(m_tiles) * n_tiles), unsigned(d.groups));
+  CUtensorMap tmap{};
+  if constexpr (Cfg::kTmaB && !kGather) tmap = k128_tile_map<T>(w, d.cout, int64_t(d.kh) * d.kw * d.cg, Cfg::BN);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
       FastDims(d), static_cast<const typename Cfg::Elem*>(x), static_cast<const typename Cfg::Elem*>(w),
-      static_cast<const T*>(bias),
-      static_cast<T*>(y), n_tiles);
+      static_cast<const T*>(bias), static_cast<T*>(y), n_tiles, tmap);
   ENGINE_CUDA_LAUNCH_CHECK("conv2d (implicit GEMM forward)");
 }
 
@@ -154,8 +167,10 @@ template <typename T, bool kGather>
 void dispatch_forward(const Dims& d, const void* x, const void* w, const void* bias, void* y) {
   if constexpr (!std::is_same_v<T, float>) {
     if (igemm_wgmma() && d.coutg > 64) {
-      if (d.coutg <= 128) launch_forward<WgTile<128, 5>, T, kGather>(d, x, w, bias, y);
-      else launch_forward<WgTile<256, 4>, T, kGather>(d, x, w, bias, y);
+      const WgShape shape = wgmma_shape(int64_t(d.n) * d.ho * d.wo, d.coutg, d.groups);
+      auto launch = [&](auto cfg) { launch_forward<decltype(cfg), T, kGather>(d, x, w, bias, y); };
+      if (!kGather && igemm_tma()) with_wgmma_tile<true>(shape, launch);
+      else with_wgmma_tile(shape, launch);
       return;
     }
   }

@@ -132,8 +132,9 @@ void dispatch_weight(const Dims& d, const void* x, const void* dy, void* dw, flo
   if constexpr (!std::is_same_v<T, float>) {
     const int n = d.kh * d.kw * d.cg;
     if (igemm_wgmma() && d.coutg > 64 && n > 64) {
-      if (n <= 128) dispatch_out<WgTile<128, 5>, T, kGather>(d, x, dy, dw, ws, splits);
-      else dispatch_out<WgTile<256, 4>, T, kGather>(d, x, dy, dw, ws, splits);
+      with_wgmma_tile(wgmma_shape(d.coutg, n, int64_t(d.groups) * splits), [&](auto cfg) {
+        dispatch_out<decltype(cfg), T, kGather>(d, x, dy, dw, ws, splits);
+      });
       return;
     }
   }

@@ -49,16 +49,30 @@ void set_igemm_wide_variant(int variant);
 bool igemm_wgmma_available();
 bool igemm_wgmma();  // available and not switched off
 void set_igemm_wgmma(bool on);
+// The wgmma tiles (rows x columns of C): by the GEMM's shape (the default; conv_igemm.cuh's wgmma_shape), or one
+// shape for every GEMM that runs on wgmma (tests, benchmarks).
+enum class WgShape { by_shape, m128n128, m128n256, m256n128 };
+WgShape igemm_wgmma_shape();
+void set_igemm_wgmma_shape(WgShape s);
+// Whether the wgmma forward copies its weight tiles with the bulk tensor copy (TMA) rather than cp.async: on by
+// default; off for tests and benchmarks.
+bool igemm_tma();
+void set_igemm_tma(bool on);
 
 // conv_igemm_*.cu: implicit GEMMs on tensor cores; t is bf16 or f16 (requires coutg % 8 == 0, and cg % 8 == 0
-// except the gathering forward / weight gradient), or f32, run on TF32 (requires coutg % 4 == 0, cg % 4 == 0
+// except the gathering variants), or f32, run on TF32 (requires coutg % 4 == 0, cg % 4 == 0
 // likewise); 16-byte aligned pointers and every tensor under 2^31 elements (conv.cu's fits_int32).
 void igemm_forward(const Dims& d, engine::DType t, const void* x, const void* w, const void* bias, void* y);
 // The data gradient over every tap, the taps that miss the output grid (stride > 1) zero-filled: the
 // fallback of igemm_data_phases (filters of more than 64 taps).
 void igemm_data(const Dims& d, engine::DType t, const void* dy, const void* w, void* dx);
-// conv_igemm_data_phases.cu: the data gradient as one GEMM per stride phase (no zero taps); false (nothing
-// launched) when the filter has more taps than its table holds.
+// conv_igemm_data_phases.cu: the data gradient as one GEMM per stride phase (no zero taps), with a gathering
+// variant for Cin/g % 8 != 0 (Cin/g % 4 in f32: the weight rows loaded element by element); false (nothing
+// launched) unless phases_fit: the filter's taps fit its table and the phases its grid.
+constexpr int kMaxPhaseTaps = 64;
+inline bool phases_fit(int64_t kh, int64_t kw, int64_t sh, int64_t sw) {
+  return kh * kw <= kMaxPhaseTaps && sh * sw <= 65535;
+}
 bool igemm_data_phases(const Dims& d, engine::DType t, const void* dy, const void* w, void* dx);
 void igemm_weight(const Dims& d, engine::DType t, const void* x, const void* dy, void* dw, float* ws, int splits);
 

@@ -33,6 +33,7 @@
 // host chooses kernels that use them only on a compute capability 9.0 device of such a build
 // (conv_kernels.cuh's igemm_wgmma).
 #pragma once
+#include <cuda.h>  // CUtensorMap (the type only: no driver library is linked)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -72,6 +73,37 @@ __device__ __forceinline__ void wait() {
 }
 __device__ __forceinline__ void fence_proxy_async() {
   ENGINE_WGMMA_ASM("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// The bulk tensor copy (TMA) and its mbarriers (shared-memory addresses in bytes, barriers 8-byte aligned):
+// mbar_init with the arrivals of a phase, then fence_mbarrier_init and a block barrier before any copy uses it;
+// mbar_expect_tx arrives and announces the bytes the phase's copies will deliver; tma_load_2d copies the box at
+// (c0, c1) (elements, innermost first) of the tensor map into dst, completing those bytes on `bar`; mbar_wait
+// returns once the phase of the given parity has completed.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  ENGINE_WGMMA_ASM("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void fence_mbarrier_init() {
+  ENGINE_WGMMA_ASM("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  ENGINE_WGMMA_ASM("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+  uint32_t done = 0;
+  do {
+    ENGINE_WGMMA_ASM(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  ENGINE_WGMMA_ASM(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
 }
 
 // Keeps the compiler from moving accesses to the accumulators across the asynchronous wgmma (CUTLASS's

@@ -200,6 +200,8 @@ std::vector<Case> sweep() {
       // gathering implicit GEMM (Cin/g % 8 != 0, Cout/g % 8 == 0): grouped, several K-slices, split-K
       {1, 9, 10, 6, 16, 3, 3, params(1, 1, 1, 2)},
       {2, 70, 69, 3, 16, 7, 7, params(2, 3)},
+      {1, 34, 66, 39, 64, 4, 4, params(2, 1)},   // pix2pixHD's discriminator input: data gradient per phase, gathered w
+      {1, 20, 22, 75, 24, 3, 3, params(1, 1)},   // gathered w rows wider than 64 channels (wgmma's data gradient)
       {1, 12, 13, 20, 72, 3, 3, params(1, 2, 2)},
       // depthwise
       {2, 12, 11, 24, 24, 3, 3, params(1, 1, 1, 24)},
@@ -222,8 +224,9 @@ std::vector<Case> sweep() {
 }  // namespace
 
 // Runs body once per tensor-core kernel family: the mma.sync kernels with each 128 x 128 tile variant (warps of
-// 64 x 32, of 64 x 64), then the wgmma kernels where the build and the device have them (16-bit types; f32
-// runs its TF32 kernels again); the defaults after.
+// 64 x 32, of 64 x 64), then the wgmma kernels where the build and the device have them, with each tile shape
+// (128 x 128, 128 x 256, 256 x 128; the forward's weights by the bulk tensor copy) and once with the weights by
+// cp.async (16-bit types; f32 runs its TF32 kernels again); the defaults after.
 template <typename F>
 void for_each_igemm_kernel(F&& body) {
   ops::cuda::conv::set_igemm_wgmma(false);
@@ -235,8 +238,20 @@ void for_each_igemm_kernel(F&& body) {
   ops::cuda::conv::set_igemm_wide_variant(-1);
   ops::cuda::conv::set_igemm_wgmma(true);
   if (ops::cuda::conv::igemm_wgmma_available()) {
-    SCOPED_TRACE("wgmma");
-    body();
+    using ops::cuda::conv::WgShape;
+    for (WgShape s : {WgShape::m128n128, WgShape::m128n256, WgShape::m256n128}) {
+      SCOPED_TRACE(engine::str("wgmma, tile shape ", int(s)));
+      ops::cuda::conv::set_igemm_wgmma_shape(s);
+      body();
+    }
+    {
+      SCOPED_TRACE("wgmma, 128 x 128 tiles, weights by cp.async");
+      ops::cuda::conv::set_igemm_wgmma_shape(WgShape::m128n128);
+      ops::cuda::conv::set_igemm_tma(false);
+      body();
+      ops::cuda::conv::set_igemm_tma(true);
+    }
+    ops::cuda::conv::set_igemm_wgmma_shape(WgShape::by_shape);
   }
 }
 
@@ -378,14 +393,17 @@ TEST(ConvCuda, PathChoice) {
   EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::f64), "generic");
   const Case stem{1, 31, 29, 3, 16, 7, 7, params(2, 3)};
   EXPECT_EQ(path(stem, DType::bf16), "igemm_gather");
-  EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::data, geometry(stem), DType::bf16)), "generic");
+  EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::data, geometry(stem), DType::bf16)), "igemm_gather");
+  const Case wide_filter{1, 31, 29, 3, 16, 9, 9, params(1, 4)};  // 81 taps: more than the phase table holds
+  EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::data, geometry(wide_filter), DType::bf16)), "generic");
+  EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::forward, geometry(wide_filter), DType::bf16)), "igemm_gather");
   EXPECT_EQ(path({2, 9, 8, 5, 6, 3, 3, params(1, 1)}, DType::bf16), "generic");
   {
     Tf32Scope tf32(true);
     EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::f32), "igemm_tf32");
     EXPECT_EQ(path({2, 13, 11, 12, 20, 3, 3, params(1, 1)}, DType::f32), "igemm_tf32");  // multiples of 4
     EXPECT_EQ(path(stem, DType::f32), "igemm_gather_tf32");
-    EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::data, geometry(stem), DType::f32)), "generic");
+    EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::data, geometry(stem), DType::f32)), "igemm_gather_tf32");
     EXPECT_EQ(path({2, 13, 11, 6, 24, 3, 3, params(1, 1)}, DType::f32), "igemm_gather_tf32");
     EXPECT_EQ(path({2, 13, 11, 16, 6, 3, 3, params(1, 1)}, DType::f32), "generic");
     EXPECT_EQ(path({2, 12, 11, 24, 24, 3, 3, params(1, 1, 1, 24)}, DType::f32), "depthwise");  // CUDA cores
@@ -413,7 +431,9 @@ TEST(ConvCuda, WeightGradientIsDeterministic) {
 }
 
 // TFLOP/s of each pass on ResNet-101 / Darknet-53 layer shapes (tools/bench/conv_torch.py times cuDNN on the same
-// list): bf16 with the wgmma kernels (where the build and device have them) and with the mma.sync kernels' 128 x 128
+// list): bf16 with the wgmma kernels (where the build and device have them; tile by the shape, then 128 x 128,
+// 128 x 256 and 256 x 128 forced, then by the shape with the forward's weights by cp.async instead of the bulk tensor
+// copy: "cpa") and with the mma.sync kernels' 128 x 128
 // tile variants (v0: warps of 64 x 32, v1: 64 x 64), f32 on TF32 tensor cores (allow_tf32, each kernel's default
 // tile: v1 forward and weight gradient, v0 data gradient) on every shape, and true fp32 (CUDA cores, or cuBLASLt for
 // 1x1) on the first three and Darknet's. One row per run, then a table side by side (bf16 wgmma, bf16 v0, tf32,
@@ -432,14 +452,22 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   constexpr int kCalls = 10;  // per timed run: the synchronization's cost spread over 10 launches
   const auto dev = testutil::cuda_device();
   struct Run {
-    const char* type;  // "bf16/wg", "bf16/v0", "bf16/v1", "tf32", "fp32"
+    const char* type;  // "bf16/wg", "bf16/w128", "bf16/w256", "bf16/m256", "bf16/cpa", "bf16/v0", "bf16/v1", "tf32",
+                       // "fp32"
     DType dtype;
     int variant;  // mma.sync 128 x 128 tile variant, -1 the default
     bool wgmma;   // the wgmma kernels where available (16-bit types)
     bool tf32;
     bool all_shapes;  // else the first three and Darknet's
+    ops::cuda::conv::WgShape wgmma_shape = ops::cuda::conv::WgShape::by_shape;
+    bool tma = true;  // the wgmma forward's weight tiles by the bulk tensor copy
   };
+  using ops::cuda::conv::WgShape;
   const Run runs[] = {{"bf16/wg", DType::bf16, -1, true, false, true},
+                      {"bf16/w128", DType::bf16, -1, true, false, true, WgShape::m128n128},
+                      {"bf16/w256", DType::bf16, -1, true, false, true, WgShape::m128n256},
+                      {"bf16/m256", DType::bf16, -1, true, false, true, WgShape::m256n128},
+                      {"bf16/cpa", DType::bf16, -1, true, false, true, WgShape::by_shape, false},
                       {"bf16/v0", DType::bf16, 0, false, false, true},
                       {"bf16/v1", DType::bf16, 1, false, false, true},
                       {"tf32", DType::f32, -1, true, true, true},
@@ -451,6 +479,8 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
     engine::cuda::set_allow_tf32(r.tf32);
     ops::cuda::conv::set_igemm_wide_variant(r.variant);
     ops::cuda::conv::set_igemm_wgmma(r.wgmma);
+    ops::cuda::conv::set_igemm_wgmma_shape(r.wgmma_shape);
+    ops::cuda::conv::set_igemm_tma(r.tma);
     if (r.wgmma && r.dtype != DType::f32 && !ops::cuda::conv::igemm_wgmma_available()) continue;
     for (size_t s = 0; s < shapes.size(); s++) {
       if (!r.all_shapes && std::find(fp32_shapes.begin(), fp32_shapes.end(), s) == fp32_shapes.end()) continue;
@@ -481,6 +511,8 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   engine::cuda::set_allow_tf32(false);
   ops::cuda::conv::set_igemm_wide_variant(-1);
   ops::cuda::conv::set_igemm_wgmma(true);
+  ops::cuda::conv::set_igemm_wgmma_shape(WgShape::by_shape);
+  ops::cuda::conv::set_igemm_tma(true);
   std::printf("\nTFLOP/s fwd/data/weight %-10s %-20s %-20s %-20s %-20s\n", "", "bf16 (wgmma)", "bf16 (v0)", "tf32",
               "fp32");
   auto cell = [&](size_t s, const char* type) {
