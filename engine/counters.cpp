@@ -17,6 +17,12 @@ void count_op(const char* op, double flops, double bytes) {
   e.flops += flops;
   e.bytes += bytes;
   e.calls++;
+  if (c.by_module) {
+    OpCount& m = c.by_module_op[current_scope() + "/" + name];
+    m.flops += flops;
+    m.bytes += bytes;
+    m.calls++;
+  }
   c.flops += flops;
   c.bytes += bytes;
 }

@@ -16,8 +16,15 @@ struct OpCount {
 
 struct Counters {
   std::map<std::string, OpCount> by_op;
+  // With by_module on (engine_train --profile), also per module and op: key "<module scope>/<op>" (current_owner).
+  bool by_module = false;
+  std::map<std::string, OpCount> by_module_op;
   double flops = 0, bytes = 0;
-  void reset() { *this = Counters(); }
+  void reset() {
+    const bool keep = by_module;
+    *this = Counters();
+    by_module = keep;
+  }
 };
 
 Counters& counters();  // this thread's

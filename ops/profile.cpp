@@ -16,6 +16,7 @@ namespace {
 
 struct Pending {
   std::string op;
+  std::string module;
   bool cuda = false;
   double host_ms = 0;  // cpu: measured at once
   std::chrono::steady_clock::time_point host_start;
@@ -45,6 +46,7 @@ bool kernel_timing() { return timing().on; }
 void begin_kernel_timing(const char* op, const engine::Tensor& like) {
   Pending p;
   p.op = engine::context().op ? engine::context().op : op;
+  p.module = engine::current_scope();
   p.cuda = like.device().type() == engine::DeviceType::cuda;
 #ifdef ENGINE_CUDA
   if (p.cuda) {
@@ -68,8 +70,9 @@ void end_kernel_timing() {
   p.host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - p.host_start).count();
 }
 
-std::vector<KernelTime> take_kernel_times() {
+std::vector<KernelTime> take_kernel_times(std::vector<KernelTime>* by_module) {
   std::map<std::string, KernelTime> by_op;
+  std::map<std::pair<std::string, std::string>, KernelTime> by_module_op;
 #ifdef ENGINE_CUDA
   std::vector<cudaEvent_t> used;  // destroyed once every gap is read
   cudaEvent_t previous = timing().step_start;  // the end of the GPU's last timed work
@@ -93,19 +96,27 @@ std::vector<KernelTime> take_kernel_times() {
       used.push_back(p.stop);
     }
 #endif
-    KernelTime& k = by_op[p.op];
-    k.op = p.op;
-    k.kernels++;
-    k.ms += ms;
-    k.idle_ms += idle;
+    for (KernelTime* k : {&by_op[p.op], &by_module_op[{p.module, p.op}]}) {
+      k->op = p.op;
+      k->kernels++;
+      k->ms += ms;
+      k->idle_ms += idle;
+    }
+    by_module_op[{p.module, p.op}].module = p.module;
   }
 #ifdef ENGINE_CUDA
   for (cudaEvent_t e : used) ENGINE_CUDA_CHECK(cudaEventDestroy(e));
 #endif
   timing().pending.clear();
+  auto largest_first = [](const KernelTime& a, const KernelTime& b) { return a.ms > b.ms; };
+  if (by_module) {
+    by_module->clear();
+    for (auto& [key, k] : by_module_op) by_module->push_back(k);
+    std::sort(by_module->begin(), by_module->end(), largest_first);
+  }
   std::vector<KernelTime> out;
   for (auto& [name, k] : by_op) out.push_back(k);
-  std::sort(out.begin(), out.end(), [](const KernelTime& a, const KernelTime& b) { return a.ms > b.ms; });
+  std::sort(out.begin(), out.end(), largest_first);
   return out;
 }
 

@@ -24,12 +24,14 @@ bool kernel_timing();
 
 struct KernelTime {
   std::string op;
+  std::string module;  // by_module entries only: the module scope the kernels ran in ("backbone.layer3.4.conv2")
   int64_t kernels = 0;
   double ms = 0;
   double idle_ms = 0;  // cuda: the GPU idle before this op's kernels (since the previous kernel or the step's start)
 };
-// Waits for the device, then returns the time per op since the last call, largest first.
-std::vector<KernelTime> take_kernel_times();
+// Waits for the device, then returns the time per op since the last call, largest first; with `by_module`, also
+// the time per module scope and op (a layer's forward and its backward apart), largest first.
+std::vector<KernelTime> take_kernel_times(std::vector<KernelTime>* by_module = nullptr);
 // Drops what was timed so far and marks the step's start on `device` (cuda: an event on the engine's stream),
 // from which the idle time before the step's first kernel counts.
 void start_step_timing(engine::Device& device);

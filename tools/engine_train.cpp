@@ -105,6 +105,25 @@ std::string profile_table(const std::vector<ops::KernelTime>& times, double step
   return s;
 }
 
+// The last step's largest (module, op) times: which layer's forward or backward costs the most, beside that
+// layer's counted FLOPs (engine::Counters::by_module_op).
+std::string module_time_table(const std::vector<ops::KernelTime>& by_module, double step_ms) {
+  const size_t shown = std::min<size_t>(30, by_module.size());
+  std::string s = engine::str("## Time by module (the ", shown, " largest of ", by_module.size(),
+                              " module and op pairs)\n\n| module | op | kernels | ms | share of step | TFLOP/s |\n"
+                              "|---|---|---:|---:|---:|---:|\n");
+  for (size_t i = 0; i < shown; i++) {
+    const ops::KernelTime& t = by_module[i];
+    auto it = engine::counters().by_module_op.find(t.module + "/" + t.op);
+    const double flops = it == engine::counters().by_module_op.end() ? 0 : it->second.flops;
+    const double sec = t.ms / 1e3;
+    s += engine::str("| ", t.module.empty() ? std::string("(top level)") : t.module, " | ", t.op, " | ", t.kernels,
+                     " | ", format_fixed(t.ms, 2), " | ", format_fixed(100 * t.ms / step_ms, 1), "% | ",
+                     flops > 0 && sec > 0 ? format_fixed(flops / sec / 1e12, 1) : std::string("-"), " |\n");
+  }
+  return s;
+}
+
 // Why a run stopped on a non-finite loss: the step, every loss term, the first parameter the update left
 // non-finite, what was not written, and what to try.
 std::string non_finite_report(int64_t step, const models::StepResult& r, models::Model& model, const std::string& save,
@@ -206,7 +225,7 @@ void add_flags(tools::Flags& flags) {
   flags.add_int("prefill-tokens", 8192,
                 "with --generate: prompt tokens per prefill pass, whole sequences (0: every prompt in one pass)");
   flags.add_bool("profile", "time every kernel (CUDA events on cuda) and print the last step's time by op, "
-                            "with its achieved TFLOP/s and GB/s");
+                            "with its achieved TFLOP/s and GB/s, then the largest times by module and op");
   flags.add_bool("explain",
                  "after the run, the last step's every allocation and free in order, each with its tensor, "
                  "category and why it exists and when it died, then the step's peak (small configs)");
@@ -371,10 +390,11 @@ struct RunOptions {
 // Steps first..last, one line each; the last step's kernel times (--profile) go into `times`. A non-finite
 // loss stops training before anything is saved (an fp16 step skipped for overflow is reported instead).
 double run_steps(models::Model& model, engine::Device& device, const RunOptions& o, Transcript& out,
-                 std::vector<ops::KernelTime>& times) {
+                 std::vector<ops::KernelTime>& times, std::vector<ops::KernelTime>& module_times) {
   const bool meta = device.type() == engine::DeviceType::meta;
   const double peak_tflops = peak_tflops_of(device, model);
   ops::set_kernel_timing(o.profile);
+  engine::counters().by_module = o.profile;
   double last_ms = 0;
   for (int64_t step = o.first; step <= o.last; step++) {
     engine::counters().reset();
@@ -392,7 +412,7 @@ double run_steps(models::Model& model, engine::Device& device, const RunOptions&
       throw engine::Error(non_finite_report(step, r, model, o.save, o.export_hf));
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     last_ms = ms;
-    if (o.profile) times = ops::take_kernel_times();
+    if (o.profile) times = ops::take_kernel_times(&module_times);
     device.ledger().check();
     // "-": meta computes no values; a generation step (--inference of a translation model) computes no loss.
     const std::string loss = meta || !r.has_loss ? "-" : format_fixed(r.loss, 4);
@@ -564,7 +584,7 @@ int run(int argc, char** argv) {
 
   o.first = loaded.step + 1;
   o.last = loaded.step + flags.integer("steps");
-  std::vector<ops::KernelTime> times;
+  std::vector<ops::KernelTime> times, module_times;
   int64_t running = 0;
   std::vector<StepRecord> records;
   o.running = &running;
@@ -575,7 +595,7 @@ int run(int argc, char** argv) {
   o.step_start_live = &explain_live;
   double last_ms = 0;
   try {
-    last_ms = run_steps(*model, *device, o, out, times);
+    last_ms = run_steps(*model, *device, o, out, times, module_times);
   } catch (const engine::OutOfMemory& e) {
     // Training from the model's own data: what would fit, each lever measured on meta (tools/oom_remedies.h).
     if (o.inference || o.fixed_batch) throw;
@@ -595,6 +615,10 @@ int run(int argc, char** argv) {
     out.say("");
     out.say(type == engine::DeviceType::meta ? work_table()
                                              : profile_table(times, last_ms, type == engine::DeviceType::cuda));
+    if (type != engine::DeviceType::meta) {
+      out.say("");
+      out.say(module_time_table(module_times, last_ms));
+    }
   }
   out.say("");
   out.say("## Memory at the peak");

@@ -99,6 +99,32 @@ TEST(EngineTrain, ProfileOnMetaShowsTheCountedWork) {
   EXPECT_NE(out.find("| linear |"), std::string::npos) << out;
 }
 
+// --profile on cpu times every kernel: the table by op, then the largest (module, op) pairs, each row naming the
+// module scope its kernels ran in (a layer's forward and backward apart) with its share of the step.
+TEST(EngineTrain, ProfileShowsTimeByModule) {
+  auto [code, out] = shell(kTrain + "--steps 1 --profile");
+  ASSERT_EQ(code, 0) << out;
+  const size_t by_op = out.find("## Time by op"), by_module = out.find("## Time by module (the 30 largest of ");
+  ASSERT_NE(by_op, std::string::npos) << out;
+  ASSERT_NE(by_module, std::string::npos) << out;
+  EXPECT_LT(by_op, by_module) << out;
+  const std::string table = out.substr(by_module, out.find("## Memory at the peak") - by_module);
+  EXPECT_NE(table.find("| module | op | kernels | ms | share of step | TFLOP/s |"), std::string::npos) << table;
+  // 30 rows, each in a module of the model (its blocks h.0 / h.1, the head) or at the top level (the optimizer).
+  std::istringstream rows(table);
+  int n = 0;
+  for (std::string line; std::getline(rows, line);) {
+    if (line.rfind("| ", 0) != 0 || line.rfind("| module |", 0) == 0) continue;
+    n++;
+    const std::string module = line.substr(2, line.find(" |") - 2);
+    EXPECT_TRUE(module.rfind("h.", 0) == 0 || module == "lm_head" || module.rfind("ln_f", 0) == 0 ||
+                module.rfind("wte", 0) == 0 || module.rfind("wpe", 0) == 0 || module == "(top level)")
+        << line;
+  }
+  EXPECT_EQ(n, 30) << table;
+  EXPECT_NE(table.find(" | linear_backward | "), std::string::npos) << "a layer's backward by its module: " << table;
+}
+
 // Gradients are owned by their parameter ("<name>/grad"), so the module tables put them beside it.
 TEST(EngineTrain, GradientsAreNamedByTheirParameter) {
   auto [code, out] = shell(kTrain + "--steps 1");
