@@ -60,7 +60,10 @@ inline int64_t conv2d_weight_grad_splits(const ConvGeometry& g) {
   const int64_t tiles = g.p.groups * ((g.cout_per_group() + 127) / 128) * ((g.gemm_k() + 127) / 128);
   const int64_t wanted = (264 + tiles - 1) / tiles;              // about two waves of 132 SMs
   const int64_t most = std::max<int64_t>(1, g.gemm_m() / 1024);  // each piece reduces >= 1024 pixels
-  return std::max<int64_t>(1, std::min<int64_t>({wanted, most, 64}));
+  // At most 256: a layer of one or two tiles (the 3-channel stems: dw [32, 27] or [64, 147]) gets a block per
+  // piece on every SM, which its latency-bound gathering copies need (64 pieces left half the SMs idle and ran
+  // the Darknet stem's gradient at 2 TFLOP/s). The workspace stays about 264 tiles of 128 x 128 f32 (17 MiB).
+  return std::max<int64_t>(1, std::min<int64_t>({wanted, most, 256}));
 }
 
 }  // namespace ops

@@ -72,7 +72,7 @@ struct Tile {
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   static constexpr int kMinBlocks = (kThreads >= 256 || WN == 64) ? 2 : 3;
   static constexpr bool kWgmma = false;  // mma.sync (WgTile below: wgmma)
-  static constexpr bool kTmaB = false;
+  static constexpr bool kTma = false;
   static constexpr int kLoadThreads = kThreads;  // every thread copies
   static constexpr int kAElems = BM * BK * kU, kBElems = BN * BK * kU;
   static constexpr int kStageElems = kAElems + kBElems;
@@ -280,11 +280,13 @@ __device__ __forceinline__ void mma_sync_for_each_pair(const typename Cfg::Acc& 
 // latency-bound (copies and barrier) rather than bandwidth-bound. A warp-specialized version (a producer
 // warpgroup copying, two consumer warpgroups, mbarriers, setmaxnreg) ran slower (401): branch
 // exp/conv-wgmma-warp-specialized.
-template <int BM_, int BN_, int kStages_, bool kTmaB_ = false>
+template <int BM_, int BN_, int kStages_, bool kTma_ = false>
 struct WgTile {
   using Elem = uint16_t;
   static constexpr bool kTf32 = false, kWgmma = true;
-  static constexpr bool kTmaB = kTmaB_;  // B copied by the bulk tensor copy (the forward's weight tile)
+  // The loader copies its weight tiles (B) by the bulk tensor copy (TMA) where it can: the forward's and the data
+  // gradient's; the other copies stay with the threads.
+  static constexpr bool kTma = kTma_;
   static constexpr int kVec = 8, kU = 1;
   static constexpr int BM = BM_, BN = BN_, BK = 64;
   static constexpr int kMT = BM / 128;  // m64 blocks per warpgroup
@@ -330,8 +332,9 @@ __device__ __forceinline__ void wgmma_gemm_tile(const Loader& loader, int k_tile
   for (int mi = 0; mi < kMT; mi++)
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) acc[mi][i] = 0.f;
-  // With kTmaB, thread 0 copies each slice's B tile with one bulk tensor copy (loader.tma_b) completing on the
-  // stage's barrier, and every thread waits for it after the block barrier.
+  // With kTmaB, thread 0 copies each slice's B tile by bulk tensor copies (loader.tma_b) completing on the stage's
+  // barrier, and every thread waits for it after the block barrier. (The weight gradient's dy tiles by the same
+  // copy ran 5-6% slower than by cp.async on the Darknet layers: H200, 2026-12-04.)
   constexpr bool kTma = TmaB<Loader>::value;
   const uint32_t bars = smem_addr(smem + kStages * kStageElems);  // barrier s at bars + 8 s
   if constexpr (kTma) {
@@ -523,19 +526,22 @@ inline WgShape wgmma_shape(int64_t m, int64_t n, int64_t blocks) {
   return wide_n ? WgShape::m128n256 : WgShape::m256n128;
 }
 
-// f(Cfg{}) with the WgTile of shape s (kTmaB: its B tile by the bulk tensor copy).
-template <bool kTmaB = false, typename F>
+// f(Cfg{}) with the WgTile of shape s (kTma: its loader copies the weight tiles by the bulk tensor copy).
+template <bool kTma = false, typename F>
 void with_wgmma_tile(WgShape s, F&& f) {
-  if (s == WgShape::m128n256) f(WgTile<128, 256, 4, kTmaB>{});
-  else if (s == WgShape::m256n128) f(WgTile<256, 128, 4, kTmaB>{});
-  else f(WgTile<128, 128, 5, kTmaB>{});
+  if (s == WgShape::m128n256) f(WgTile<128, 256, 4, kTma>{});
+  else if (s == WgShape::m256n128) f(WgTile<256, 128, 4, kTma>{});
+  else f(WgTile<128, 128, 5, kTma>{});
 }
 
-// The tensor map of a row-major [rows, k] matrix of 16-bit T (k a multiple of 8, 16-byte aligned) for bulk copies
-// of boxes of 64 k x box_rows rows into tiles of 128-byte rows with the 128-byte swizzle (tile_chunk's layout);
-// boxes past the matrix read zeros. cuTensorMapEncodeTiled comes from the driver through the runtime.
+// The tensor map of a `rank`-dimensional array of 16-bit T (dims and box innermost first, the innermost contiguous;
+// strides: the byte strides of dimensions 1 .. rank - 1, multiples of 16; base 16-byte aligned) for bulk copies
+// of boxes whose innermost extent is 64 elements (128 bytes) into tiles of 128-byte rows with the 128-byte swizzle
+// (tile_chunk's and kn_chunk's layout); boxes past the array read zeros. cuTensorMapEncodeTiled comes from the
+// driver through the runtime.
 template <typename T>
-CUtensorMap k128_tile_map(const void* base, int64_t rows, int64_t k, int box_rows) {
+CUtensorMap swizzle128_map(const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
+                           const cuuint32_t* box) {
   static const auto encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -545,15 +551,23 @@ CUtensorMap k128_tile_map(const void* base, int64_t rows, int64_t k, int box_row
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
   CUtensorMap map;
-  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)}, strides[1] = {cuuint64_t(k) * 2};
-  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)}, elem_strides[2] = {1, 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
   const CUtensorMapDataType type =
       std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  const CUresult r = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+  const CUresult r = encode(&map, type, cuuint32_t(rank), const_cast<void*>(base), dims, strides, box, elem_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  ENGINE_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (", int(r), ") for a [", rows, ", ", k, "] matrix");
+  ENGINE_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (", int(r), ") for a ", rank, "-dimensional array (",
+               dims[0], " innermost)");
   return map;
+}
+
+// A row-major [rows, k] matrix (k a multiple of 8) in boxes of 64 k x box_rows rows: the forward's weight tiles.
+template <typename T>
+CUtensorMap k128_tile_map(const void* base, int64_t rows, int64_t k, int box_rows) {
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)}, strides[1] = {cuuint64_t(k) * 2};
+  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)};
+  return swizzle128_map<T>(base, 2, dims, strides, box);
 }
 
 constexpr int kFarAway = -(1 << 29);  // a coordinate base that puts every tap outside the image

@@ -12,8 +12,9 @@
 // A stride-1 convolution is the one-phase case (every tap valid). The phase's tap table (offsets and the
 // weight's tap index, at most kMaxTaps) is built in shared memory by the block before its main loop.
 // A is staged [m][k], B [k][n] (read with ldmatrix.trans, or wgmma's N-major panels: on Hopper 16-bit types run
-// wgmma tiles of 128 x 128/256 by Cin/g as the forward does by Cout/g). Grid: (tiles of the largest phase, groups,
-// phases); blocks past their phase's M return at once. Bound: the tensor cores when K >= ~256.
+// wgmma tiles of 128 x 128/256 by Cin/g as the forward does by Cout/g, the weight tiles copied by TMA when Cout/g
+// is a multiple of 64). Grid: (tiles of the largest phase, groups, phases); blocks past their phase's M return at
+// once. Bound: the tensor cores when K >= ~256.
 #include "ops/cuda/conv_igemm.cuh"
 
 namespace ops::cuda::conv::igemm {
@@ -29,6 +30,10 @@ struct TapTable {
 
 template <typename Cfg, bool kGather>
 struct PhaseLoader {
+  // The weight tile by the bulk tensor copy (tma_b; launched only when Cout/g is a multiple of 64, so that a K-slice
+  // is 64 output channels of one tap).
+  static constexpr bool kTmaB = Cfg::kTma && !kGather;
+  static_assert(!kTmaB || Cfg::kWgmma, "the bulk tensor copy feeds the wgmma tiles");
   static constexpr int kARowStep = Cfg::kLoadThreads / 8;              // A [BM][BK]: 8 chunks per row
   static constexpr int kAPasses = Cfg::BM / kARowStep;
   static constexpr int BK = Cfg::BK, kVec = Cfg::kVec;
@@ -43,6 +48,18 @@ struct PhaseLoader {
   int a_ch, a_r0;
   int a_base[kAPasses], a_i[kAPasses], a_j[kAPasses];  // per A row: n*Ho*Wo*Cout + g*Coutg, i, j
   int b_ch, b_r0, b_ci, b_row0;  // B chunk column, first row, first ci (or -1; gathering: may pass Cin/g), g*Coutg
+  const CUtensorMap* tmap;        // kTmaB: the weight as [Cout][KH*KW][Cin/g]
+  int n0;                         // kTmaB: the tile's first input channel
+
+  // Slice kt's [BK][BN] weight tile into dst: one box of 64 input channels x 64 output channels of the slice's tap
+  // per 64-column panel (channels past Cin/g read zeros).
+  __device__ void tma_b(uint32_t dst, uint32_t bar, int kt) const {
+    int t, co;
+    coutg.divmod(kt * BK, t, co);
+#pragma unroll
+    for (int p = 0; p < Cfg::BN / 64; p++)
+      wgmma::tma_load_3d(dst + p * kPanelBytes, tmap, n0 + 64 * p, taps->tap[t], b_row0 + co, bar);
+  }
 
   __device__ void load(uint16_t* sA, uint16_t* sB, int kt) const {
     {
@@ -61,7 +78,7 @@ struct PhaseLoader {
       }
     }
 #pragma unroll
-    for (int i = 0; i < kBPasses; i++) {
+    for (int i = 0; i < (kTmaB ? 0 : kBPasses); i++) {
       const int k = kt * BK + b_r0 + kBRowStep * i;
       const bool ok = b_ci >= 0 && k < K;
       int t, co;
@@ -85,7 +102,7 @@ struct PhaseLoader {
 template <typename Cfg, typename T, bool kGather>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     phase_kernel(const FastDims f, const typename Cfg::Elem* __restrict__ dy, const typename Cfg::Elem* __restrict__ w,
-                 T* __restrict__ dx, int n_tiles) {
+                 T* __restrict__ dx, int n_tiles, const __grid_constant__ CUtensorMap tmap) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) uint16_t smem[];
   __shared__ TapTable table;
@@ -138,6 +155,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   ld.b_ch = int(threadIdx.x) % Loader::kBChunks, ld.b_r0 = int(threadIdx.x) / Loader::kBChunks;
   ld.b_ci = n0 + ld.b_ch * Cfg::kVec < d.cg ? n0 + ld.b_ch * Cfg::kVec : -1;  // a chunk starting past Cin/g: zeros
   ld.b_row0 = grp * d.coutg;
+  ld.tmap = &tmap, ld.n0 = n0;
   gemm_tile<Cfg, T, false, true>(ld, (K + Cfg::BK - 1) / Cfg::BK, smem, [&](int r, int c, float v0, float v1) {
     const int m = m0 + r, ci = n0 + c;
     if (m >= M || ci >= d.cg) return;
@@ -158,9 +176,17 @@ void launch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
   const int64_t M = int64_t(d.n) * ((d.h + d.sh - 1) / d.sh) * ((d.w + d.sw - 1) / d.sw);  // phase (0, 0)'s
   const int m_tiles = int((M + Cfg::BM - 1) / Cfg::BM), n_tiles = (d.cg + Cfg::BN - 1) / Cfg::BN;
   const dim3 grid(unsigned(int64_t(m_tiles) * n_tiles), unsigned(d.groups), unsigned(d.sh * d.sw));
+  CUtensorMap tmap{};
+  if constexpr (Cfg::kTma && !kGather) {
+    const int taps = d.kh * d.kw;
+    const cuuint64_t dims[3] = {cuuint64_t(d.cg), cuuint64_t(taps), cuuint64_t(d.cout)};
+    const cuuint64_t strides[2] = {cuuint64_t(d.cg) * 2, cuuint64_t(taps) * d.cg * 2};
+    const cuuint32_t box[3] = {64, 1, 64};
+    tmap = swizzle128_map<T>(w, 3, dims, strides, box);
+  }
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
       FastDims(d), static_cast<const typename Cfg::Elem*>(dy), static_cast<const typename Cfg::Elem*>(w),
-      static_cast<T*>(dx), n_tiles);
+      static_cast<T*>(dx), n_tiles, tmap);
   ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_data (implicit GEMM per stride phase)");
 }
 
@@ -169,9 +195,10 @@ void dispatch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
   const int64_t M = int64_t(d.n) * d.h * d.w;  // all phases together
   if constexpr (!std::is_same_v<T, float>) {
     if (igemm_wgmma() && d.cg > 64) {
-      with_wgmma_tile(wgmma_shape(M, d.cg, d.groups), [&](auto cfg) {
-        launch_phases<decltype(cfg), T, kGather>(d, dy, w, dx);
-      });
+      const WgShape shape = wgmma_shape(M, d.cg, d.groups);
+      auto launch = [&](auto cfg) { launch_phases<decltype(cfg), T, kGather>(d, dy, w, dx); };
+      if (!kGather && igemm_tma() && d.coutg % 64 == 0) with_wgmma_tile<true>(shape, launch);
+      else with_wgmma_tile(shape, launch);
       return;
     }
   }

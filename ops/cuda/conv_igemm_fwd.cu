@@ -22,7 +22,7 @@ namespace {
 
 template <typename Cfg, bool kGather>
 struct ForwardLoader {
-  static constexpr bool kTmaB = Cfg::kTmaB && !kGather;  // the weight tile by the bulk tensor copy (tma_b)
+  static constexpr bool kTmaB = Cfg::kTma && !kGather;  // the weight tile by the bulk tensor copy (tma_b)
   static_assert(!kTmaB || Cfg::kWgmma, "the bulk tensor copy feeds the wgmma tiles");
   static constexpr int kRowStep = Cfg::kLoadThreads / 8;  // rows per pass over a [rows][BK] tile (8 chunks a row)
   static constexpr int kAPasses = Cfg::BM / kRowStep, kBPasses = Cfg::BN / kRowStep;
@@ -156,7 +156,7 @@ void launch_forward(const Dims& d, const void* x, const void* w, const void* bia
   const int m_tiles = int((M + Cfg::BM - 1) / Cfg::BM), n_tiles = (d.coutg + Cfg::BN - 1) / Cfg::BN;
   const dim3 grid(unsigned(int64_t(m_tiles) * n_tiles), unsigned(d.groups));
   CUtensorMap tmap{};
-  if constexpr (Cfg::kTmaB && !kGather) tmap = k128_tile_map<T>(w, d.cout, int64_t(d.kh) * d.kw * d.cg, Cfg::BN);
+  if constexpr (Cfg::kTma && !kGather) tmap = k128_tile_map<T>(w, d.cout, int64_t(d.kh) * d.kw * d.cg, Cfg::BN);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
       FastDims(d), static_cast<const typename Cfg::Elem*>(x), static_cast<const typename Cfg::Elem*>(w),
       static_cast<const T*>(bias), static_cast<T*>(y), n_tiles, tmap);

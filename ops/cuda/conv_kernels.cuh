@@ -54,8 +54,8 @@ void set_igemm_wgmma(bool on);
 enum class WgShape { by_shape, m128n128, m128n256, m256n128 };
 WgShape igemm_wgmma_shape();
 void set_igemm_wgmma_shape(WgShape s);
-// Whether the wgmma forward copies its weight tiles with the bulk tensor copy (TMA) rather than cp.async: on by
-// default; off for tests and benchmarks.
+// Whether the wgmma forward and data gradient copy their weight tiles with the bulk tensor copy (TMA) rather than
+// cp.async (the data gradient when Cout/g is a multiple of 64): on by default; off for tests and benchmarks.
 bool igemm_tma();
 void set_igemm_tma(bool on);
 

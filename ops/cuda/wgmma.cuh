@@ -78,7 +78,8 @@ __device__ __forceinline__ void fence_proxy_async() {
 // The bulk tensor copy (TMA) and its mbarriers (shared-memory addresses in bytes, barriers 8-byte aligned):
 // mbar_init with the arrivals of a phase, then fence_mbarrier_init and a block barrier before any copy uses it;
 // mbar_expect_tx arrives and announces the bytes the phase's copies will deliver; tma_load_2d copies the box at
-// (c0, c1) (elements, innermost first) of the tensor map into dst, completing those bytes on `bar`; mbar_wait
+// (c0, c1) (elements, innermost first) of the tensor map into dst, completing those bytes on `bar` (tma_load_3d: a
+// three-dimensional map's box at (c0, c1, c2)); mbar_wait
 // returns once the phase of the given parity has completed.
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
   ENGINE_WGMMA_ASM("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -103,6 +104,15 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
   ENGINE_WGMMA_ASM(
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
       ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
+                                            uint32_t bar) {
+  ENGINE_WGMMA_ASM(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
 }
 

@@ -16,6 +16,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
@@ -225,8 +226,8 @@ std::vector<Case> sweep() {
 
 // Runs body once per tensor-core kernel family: the mma.sync kernels with each 128 x 128 tile variant (warps of
 // 64 x 32, of 64 x 64), then the wgmma kernels where the build and the device have them, with each tile shape
-// (128 x 128, 128 x 256, 256 x 128; the forward's weights by the bulk tensor copy) and once with the weights by
-// cp.async (16-bit types; f32 runs its TF32 kernels again); the defaults after.
+// (128 x 128, 128 x 256, 256 x 128; the forward's and data gradient's weights by the bulk tensor copy) and once with
+// the weights by cp.async (16-bit types; f32 runs its TF32 kernels again); the defaults after.
 template <typename F>
 void for_each_igemm_kernel(F&& body) {
   ops::cuda::conv::set_igemm_wgmma(false);
@@ -367,6 +368,11 @@ TEST(ConvCuda, WideTilesMatchCpu) {
     // wgmma's 128 x 256 tiles (Cout/g, Cin/g or the filter length > 128), a partial one past Cout 256, 19+ K-slices
     check_case({4, 48, 60, 136, 264, 3, 3, params(1, 1)}, DType::bf16);
     check_case({2, 40, 44, 72, 272, 3, 3, params(1, 1, 1, 2)}, DType::f16);  // two groups of 136 channels
+    // The data gradient's weight tiles by the bulk tensor copy (Cout/g a multiple of 64): two K-slices per tap and
+    // Cin past a 64-channel panel; per stride phase; grouped.
+    check_case({2, 30, 28, 136, 128, 3, 3, params(1, 1)}, DType::bf16);
+    check_case({2, 33, 30, 72, 192, 3, 3, params(2, 1)}, DType::f16);
+    check_case({1, 20, 22, 144, 256, 3, 3, params(1, 1, 1, 2)}, DType::bf16);
   });
   check_case({4, 64, 66, 72, 72, 3, 3, params(1, 1)}, DType::f32);
 }
@@ -475,7 +481,12 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   const std::vector<size_t> fp32_shapes = {0, 1, 2, 5};
   std::map<std::pair<size_t, std::string>, std::array<double, 3>> tflops;  // (shape, type) -> fwd/data/weight
   std::printf("%-34s %-7s %-44s %9s %9s %9s\n", "layer", "dtype", "paths fwd/data/weight", "fwd", "data", "weight");
+  // CONV_PERF_RUNS="bf16/wg,bf16/v0" times only those rows (a shorter call on the GPU machine).
+  const char* only = std::getenv("CONV_PERF_RUNS");
   for (const Run& r : runs) {
+    if (only && !std::string(only).empty() && ("," + std::string(only) + ",").find("," + std::string(r.type) + ",") ==
+                                                  std::string::npos)
+      continue;
     engine::cuda::set_allow_tf32(r.tf32);
     ops::cuda::conv::set_igemm_wide_variant(r.variant);
     ops::cuda::conv::set_igemm_wgmma(r.wgmma);
