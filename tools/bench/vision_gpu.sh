@@ -5,7 +5,7 @@
 #   2. deeplabv3 at 513x513 batch 8 (engine sizes voc = the paper's OS16 and torchvision = OS8, like-for-like)
 #      vs torchvision's deeplabv3_resnet101 (tools/bench/deeplab_torch.py) in fp32, tf32 and bf16, plus one
 #      engine profile (time by op);
-#   3. yolov3 at 608x608 batch 8 in fp32, tf32 and bf16 (no PyTorch reference: darknet is not installed there);
+#   3. yolov3 at 608x608 batch 8 in fp32, tf32 and bf16, beside tools/bench/yolov3_torch.py (the same step in PyTorch);
 #   4. parity: torchvision vs engine on the GPU, fp32, batch norm in training mode (tools/bench/deeplab_parity.py);
 #   5. max batch under a 24 GiB card's arena: torchvision (set_per_process_memory_fraction) vs the engine's meta answer.
 # Usage on the GPU machine: BIN=.gpu OUT=$OUT tools/bench/vision_gpu.sh [conv] [models] [parity] [maxbatch]
@@ -38,7 +38,11 @@ timeout 120 "$BIN/engine_train" --device cuda --steps 3 --model deeplabv3 --size
   --profile > "$OUT/engine_deeplab_tv_bf16_profile.log" 2>&1
 grep -A25 -iE "^\| op|time by op" "$OUT/engine_deeplab_tv_bf16_profile.log" | head -30
 echo "== yolov3, batch 8, 608x608"
-for p in fp32 tf32 bf16; do run_engine "yolov3_$p" --model yolov3 --batch 8 --precision "$p"; done
+for p in fp32 tf32 bf16; do
+  run_engine "yolov3_$p" --model yolov3 --batch 8 --precision "$p"
+  timeout 150 python3 tools/bench/yolov3_torch.py --batch 8 --precision "$p" 2>&1 | grep -E "^torch yolov3 608|Error"
+done
+timeout 300 python3 tools/bench/yolov3_torch.py --batch 8 --precision bf16 --compile 2>&1 | grep -E "^torch yolov3 608|Error"
 fi
 if want parity; then
 echo "== deeplabv3 parity on the GPU (fp32, training-mode batch norm)"
