@@ -52,6 +52,13 @@ void expect_shape(const char* op, const char* arg, const Tensor& t, const Shape&
                shape_str(t.shape()));
 }
 
+// The GPU's padded-output-channel workspace for this geometry in t's dtype (conv2d_padded_cout), on every
+// device so that meta predicts it; undefined when the geometry needs none.
+Tensor cout_padding(const Tensor& t, const ConvGeometry& g) {
+  const int64_t elems = conv2d_cout_padding_elems(g, int64_t(engine::dtype_size(t.dtype())));
+  return elems ? new_empty(t, {elems}) : Tensor();
+}
+
 // Floating, same dtype, same device as x.
 void check_operand(const char* op, const char* arg, const Tensor& x, const Tensor& t) {
   check_floating(op, arg, t);
@@ -104,8 +111,10 @@ Tensor conv2d_forward(const Tensor& x_in, const Tensor& weight_in, const Tensor&
   Tensor bias = bias_in.defined() ? contiguous(bias_in) : Tensor();
   Tensor y = new_empty(x, {g.n, g.ho, g.wo, g.cout});  // [N, Ho, Wo, Cout]
   y.device().workspace(kGemmWorkspaceBytes);  // the GPU's 1x1 convolutions are cuBLASLt GEMMs
+  Tensor pad = cout_padding(x, g);
   run_kernel("conv2d", y, [&] { cpu::conv2d_forward(x, weight, bias, y, g); },
-             CUDA_KERNEL(cuda::conv2d_forward(x, weight, bias, y, g)));
+             CUDA_KERNEL(cuda::conv2d_forward(x, weight, bias, y, g, pad)));
+  pad = Tensor();
   engine::count_op("conv2d", conv_flops(g),
                    double(x.nbytes() + weight.nbytes() + (bias.defined() ? bias.nbytes() : 0) + y.nbytes()));
   if (graph::any_requires_grad({x, weight, bias})) {
@@ -132,8 +141,10 @@ Tensor conv2d_backward_data(const Tensor& dy_in, const Tensor& weight_in, const 
   Tensor dy = contiguous(dy_in), weight = contiguous(weight_in);  // dy may be a broadcast gradient
   Tensor dx = new_empty(dy, {g.n, g.h, g.w, g.cin});               // [N, H, W, Cin]
   dx.device().workspace(kGemmWorkspaceBytes);
+  Tensor pad = cout_padding(dy, g);
   run_kernel("conv2d_backward_data", dx, [&] { cpu::conv2d_backward_data(dy, weight, dx, g); },
-             CUDA_KERNEL(cuda::conv2d_backward_data(dy, weight, dx, g)));
+             CUDA_KERNEL(cuda::conv2d_backward_data(dy, weight, dx, g, pad)));
+  pad = Tensor();
   engine::count_op("conv2d_backward_data", conv_flops(g), double(dy.nbytes() + weight.nbytes() + dx.nbytes()));
   if (graph::any_requires_grad({dy, weight})) {
     Tensor save_dy = weight.requires_grad() ? dy : Tensor();
@@ -157,14 +168,17 @@ Tensor conv2d_backward_weight(const Tensor& x_in, const Tensor& dy_in, const Con
   expect_shape("conv2d_backward_weight", "dy", dy_in, {g.n, g.ho, g.wo, g.cout});
   Tensor x = contiguous(x_in), dy = contiguous(dy_in);
   Tensor dw = new_empty(x, {g.cout, g.kh, g.kw, g.cin_per_group()});  // [Cout, KH, KW, Cin/g]
-  // The GPU's partial sums over pieces of the N*Ho*Wo pixels, allocated on every device (conv_params.h).
-  const int64_t splits = conv2d_weight_grad_splits(g);
+  // The GPU's partial sums over pieces of the N*Ho*Wo pixels, allocated on every device (conv_params.h), for the
+  // geometry the GPU computes (its output channels padded where conv2d_padded_cout says).
+  Tensor pad = cout_padding(x, g);
+  const ConvGeometry gs = with_cout(g, conv2d_padded_cout(g, int64_t(engine::dtype_size(x.dtype()))));
+  const int64_t splits = conv2d_weight_grad_splits(gs);
   Tensor workspace;  // [splits, Cout, KH, KW, Cin/g] f32, freed with this op
-  if (splits > 1) workspace = new_empty(x, {splits, g.cout, g.kh, g.kw, g.cin_per_group()}, DType::f32);
+  if (splits > 1) workspace = new_empty(x, {splits, gs.cout, g.kh, g.kw, g.cin_per_group()}, DType::f32);
   dw.device().workspace(kGemmWorkspaceBytes);
   run_kernel("conv2d_backward_weight", dw, [&] { cpu::conv2d_backward_weight(x, dy, dw, workspace, g); },
-             CUDA_KERNEL(cuda::conv2d_backward_weight(x, dy, dw, workspace, g)));
-  workspace = Tensor();
+             CUDA_KERNEL(cuda::conv2d_backward_weight(x, dy, dw, workspace, g, pad)));
+  workspace = pad = Tensor();
   engine::count_op("conv2d_backward_weight", conv_flops(g), double(x.nbytes() + dy.nbytes() + dw.nbytes()));
   if (graph::any_requires_grad({x, dy})) {
     Tensor save_x = dy.requires_grad() ? x : Tensor();

@@ -34,7 +34,35 @@ struct ConvGeometry {
   int64_t gemm_k() const { return kh * kw * cin_per_group(); }
   // One filter per channel (groups == Cin == Cout): no reduction over channels (cuda/conv_depthwise.cu).
   bool depthwise() const { return p.groups > 1 && p.groups == cin && p.groups == cout; }
+  // 1x1, stride 1, no padding, one group: a plain GEMM over the NHWC matrices (cuBLASLt on the GPU).
+  bool pointwise() const {
+    return kh == 1 && kw == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0 && p.groups == 1;
+  }
 };
+
+// The output channels the GPU computes for a convolution with elements of `elem_bytes`: Cout itself, or Cout rounded
+// up to the tensor-core kernels' channel vector (8 16-bit or 4 f32 elements) when it is not a multiple of it, for
+// one group, not a 1x1 GEMM, and (f32) Cin a multiple of 4 (the image generators' final 3-channel layers: pix2pixHD's
+// 7x7 32 -> 3 at 2048 x 1024 took 82 ms of a 190 ms bf16 step on the generic kernel). When it is more than Cout
+// the op allocates, on every device (meta predicts it; the cpu leaves it unused), a workspace of the padded weight
+// and bias (zeros past Cout) and the padded y or dy [N, Ho, Wo, padded]; the GPU copies in, runs the padded
+// convolution and copies the first Cout channels out.
+inline int64_t conv2d_padded_cout(const ConvGeometry& g, int64_t elem_bytes) {
+  const int64_t vec = elem_bytes == 2 ? 8 : elem_bytes == 4 && g.cin % 4 == 0 ? 4 : 1;
+  if (vec == 1 || g.cout % vec == 0 || g.p.groups != 1 || g.pointwise()) return g.cout;
+  return (g.cout + vec - 1) / vec * vec;
+}
+// g with `cout` output channels (the padded geometry).
+inline ConvGeometry with_cout(ConvGeometry g, int64_t cout) {
+  g.cout = cout;
+  return g;
+}
+// The padding workspace's elements (0 when none): the padded weight [padded, KH, KW, Cin], bias [padded], then the
+// padded y or dy [N, Ho, Wo, padded], in x's dtype.
+inline int64_t conv2d_cout_padding_elems(const ConvGeometry& g, int64_t elem_bytes) {
+  const int64_t cp = conv2d_padded_cout(g, elem_bytes);
+  return cp == g.cout ? 0 : cp * (g.gemm_k() + 1) + g.gemm_m() * cp;
+}
 
 // The depthwise weight gradient's filter rows per GPU thread (cuda/conv_depthwise.cu says why): all K for 3x3 and
 // 5x5, one for 7x7. Its grid has K / rows blocks per block of channels and split.

@@ -5,6 +5,9 @@
 //   data     dx[NHW, Cin]  = dy[NHW, Cout] @ w[Cout, Cin]
 //   weight   dw[Cout, Cin] = dy[NHW, Cout]^T @ x[NHW, Cin]
 // The transposes are strided views: no copies.
+#include <map>
+#include <string>
+
 #include "engine/cuda/runtime.h"
 #include "ops/cuda/conv.h"
 #include "ops/cuda/conv_kernels.cuh"
@@ -47,11 +50,6 @@ using engine::Tensor;
 
 namespace {
 
-bool is_gemm(const ConvGeometry& g) {
-  return g.kh == 1 && g.kw == 1 && g.p.stride_h == 1 && g.p.stride_w == 1 && g.p.pad_h == 0 && g.p.pad_w == 0 &&
-         g.p.groups == 1;
-}
-
 bool igemm_dtype(DType t) { return t == DType::bf16 || t == DType::f16; }
 
 // The implicit GEMMs index with 32-bit offsets.
@@ -83,10 +81,48 @@ Tensor matrix(const Tensor& t, int64_t rows, int64_t cols, int64_t row_stride, i
   return Tensor::view_of(t, {rows, cols}, {row_stride, col_stride}, t.offset());
 }
 
-}  // namespace
+// The padded convolution's operands in the op's workspace (conv_params.h's conv2d_padded_cout): the weight
+// [Cp, KH, KW, Cin] and bias [Cp] with zeros past Cout, the output (y or dy) [N, Ho, Wo, Cp], and its geometry.
+struct Padded {
+  ConvGeometry g;
+  Tensor w, bias, out;
+};
+Padded padded(const Tensor& pad, const ConvGeometry& g) {
+  const int64_t es = int64_t(engine::dtype_size(pad.dtype()));
+  ENGINE_CHECK(pad.is_contiguous() && pad.numel() == conv2d_cout_padding_elems(g, es),
+               "conv2d: the output-channel padding workspace must be contiguous with ",
+               conv2d_cout_padding_elems(g, es), " elements, got ", engine::shape_str(pad.shape()));
+  Padded p;
+  p.g = with_cout(g, conv2d_padded_cout(g, es));
+  const int64_t cp = p.g.cout, k = g.gemm_k();
+  p.w = Tensor::view_of(pad, {cp, g.kh, g.kw, g.cin}, {k, g.kw * g.cin, g.cin, 1}, pad.offset());
+  p.bias = Tensor::view_of(pad, {cp}, {1}, pad.offset() + cp * k);
+  p.out = Tensor::view_of(pad, {g.n, g.ho, g.wo, cp}, {g.ho * g.wo * cp, g.wo * cp, cp, 1}, pad.offset() + cp * (k + 1));
+  return p;
+}
 
-const char* conv2d_path(ConvPass pass, const ConvGeometry& g, DType dtype) {
-  if (is_gemm(g)) return "gemm";
+// The padded weight and bias: w's filters (and bias, when given), zeros past Cout.
+void pad_filters(const Padded& p, const Tensor& w, const Tensor& bias) {
+  cudaStream_t s = engine::cuda::stream();
+  ENGINE_CUDA_CHECK(cudaMemsetAsync(p.w.data_ptr(), 0, p.w.nbytes() + p.bias.nbytes(), s));
+  ENGINE_CUDA_CHECK(cudaMemcpyAsync(p.w.data_ptr(), w.data_ptr(), w.nbytes(), cudaMemcpyDeviceToDevice, s));
+  if (bias.defined())
+    ENGINE_CUDA_CHECK(cudaMemcpyAsync(p.bias.data_ptr(), bias.data_ptr(), bias.nbytes(), cudaMemcpyDeviceToDevice, s));
+}
+
+// dst [rows, dst_cols] from src [rows, src_cols]: the common columns, zeros past src's when dst is wider.
+void copy_columns(const Tensor& dst, int64_t dst_cols, const Tensor& src, int64_t src_cols, int64_t rows) {
+  const size_t es = engine::dtype_size(dst.dtype());
+  cudaStream_t s = engine::cuda::stream();
+  if (dst_cols > src_cols) ENGINE_CUDA_CHECK(cudaMemsetAsync(dst.data_ptr(), 0, es * rows * dst_cols, s));
+  if (rows == 0) return;
+  ENGINE_CUDA_CHECK(cudaMemcpy2DAsync(dst.data_ptr(), es * dst_cols, src.data_ptr(), es * src_cols,
+                                      es * std::min(dst_cols, src_cols), rows, cudaMemcpyDeviceToDevice, s));
+}
+
+// The unpadded choice (conv2d_path below adds the padding's suffix).
+const char* kernel_path(ConvPass pass, const ConvGeometry& g, DType dtype) {
+  if (g.pointwise()) return "gemm";
   if (g.depthwise()) return "depthwise";
   // Tensor cores copy Cout/g channels (the forward's epilogue, the weight gradient's dy rows) 16 bytes at a
   // time (8 bf16/f16, 4 f32), Cin/g channels too except in the gathering variants (the 3-channel stems, the GAN
@@ -106,12 +142,35 @@ const char* conv2d_path(ConvPass pass, const ConvGeometry& g, DType dtype) {
   return "generic";
 }
 
-void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const ConvGeometry& g) {
+}  // namespace
+
+const char* conv2d_path(ConvPass pass, const ConvGeometry& g, DType dtype) {
+  const int64_t cp = conv2d_padded_cout(g, int64_t(engine::dtype_size(dtype)));
+  if (cp == g.cout) return kernel_path(pass, g, dtype);
+  static const std::map<std::string, const char*> padded_names = {
+      {"igemm", "igemm_cout_padded"},
+      {"igemm_gather", "igemm_gather_cout_padded"},
+      {"igemm_tf32", "igemm_tf32_cout_padded"},
+      {"igemm_gather_tf32", "igemm_gather_tf32_cout_padded"},
+      {"simt", "simt_cout_padded"},
+      {"generic", "generic_cout_padded"}};
+  return padded_names.at(kernel_path(pass, with_cout(g, cp), dtype));
+}
+
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const ConvGeometry& g,
+                    const Tensor& pad) {
   check_operands("conv2d", g, {&y, &x, &w, &bias});
   if (g.gemm_m() == 0 || g.cout == 0) return;
+  if (pad.defined()) {  // zero filters past Cout, then y = the padded y's first Cout channels
+    const Padded p = padded(pad, g);
+    pad_filters(p, w, bias);
+    conv2d_forward(x, p.w, bias.defined() ? p.bias : Tensor(), p.out, p.g);
+    copy_columns(y, g.cout, p.out, p.g.cout, g.gemm_m());
+    return;
+  }
   const DType t = y.dtype();
   const conv::Dims d = conv::dims_of(g);
-  const std::string path = conv2d_path(ConvPass::forward, g, t);
+  const std::string path = kernel_path(ConvPass::forward, g, t);
   if (path == "gemm") {
     const int64_t M = g.gemm_m();
     matmul(matrix(x, M, g.cin, g.cin, 1), matrix(w, g.cin, g.cout, 1, g.cin), bias, matrix(y, M, g.cout, g.cout, 1));
@@ -129,12 +188,20 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   }
 }
 
-void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const ConvGeometry& g) {
+void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const ConvGeometry& g,
+                          const Tensor& pad) {
   check_operands("conv2d_backward_data", g, {&dx, &dy, &w});
   if (g.n * g.h * g.w * g.cin == 0) return;
+  if (pad.defined()) {  // zero filters and zero dy channels past Cout
+    const Padded p = padded(pad, g);
+    pad_filters(p, w, Tensor());
+    copy_columns(p.out, p.g.cout, dy, g.cout, g.gemm_m());
+    conv2d_backward_data(p.out, p.w, dx, p.g);
+    return;
+  }
   const DType t = dx.dtype();
   const conv::Dims d = conv::dims_of(g);
-  const std::string path = conv2d_path(ConvPass::data, g, t);
+  const std::string path = kernel_path(ConvPass::data, g, t);
   if (path == "gemm") {
     const int64_t M = g.gemm_m();
     matmul(matrix(dy, M, g.cout, g.cout, 1), matrix(w, g.cout, g.cin, g.cin, 1), Tensor(),
@@ -152,9 +219,17 @@ void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, c
 }
 
 void conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& workspace,
-                            const ConvGeometry& g) {
+                            const ConvGeometry& g, const Tensor& pad) {
   check_operands("conv2d_backward_weight", g, {&dw, &x, &dy});
   if (dw.numel() == 0) return;
+  if (pad.defined()) {  // dy with zero channels past Cout, then dw = the padded dw's first Cout filters
+    const Padded p = padded(pad, g);
+    copy_columns(p.out, p.g.cout, dy, g.cout, g.gemm_m());
+    conv2d_backward_weight(x, p.out, p.w, workspace, p.g);
+    ENGINE_CUDA_CHECK(cudaMemcpyAsync(dw.data_ptr(), p.w.data_ptr(), dw.nbytes(), cudaMemcpyDeviceToDevice,
+                                      engine::cuda::stream()));
+    return;
+  }
   const DType t = dw.dtype();
   const conv::Dims d = conv::dims_of(g);
   const int64_t splits = conv2d_weight_grad_splits(g);
@@ -166,7 +241,7 @@ void conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw,
                  engine::dtype_name(workspace.dtype()), " ", engine::shape_str(workspace.shape()));
     ws = static_cast<float*>(workspace.data_ptr());
   }
-  const std::string path = conv2d_path(ConvPass::weight, g, t);
+  const std::string path = kernel_path(ConvPass::weight, g, t);
   if (path == "gemm") {
     const int64_t M = g.gemm_m();
     if (M == 0) {

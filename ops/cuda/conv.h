@@ -10,6 +10,9 @@
 //     Cin/g and Cout/g % 4 == 0            Cout/g % 4 == 0 only: "igemm_gather_tf32")
 //   f32, Cin/g and Cout/g % 4 == 0       implicit GEMM on CUDA cores, true fp32 (conv_simt.cu; TF32 off)
 //   anything else (f64, odd channels)    the generic CUDA-core kernels (conv_generic.cu)
+// A Cout that is not a multiple of the channel vector (one group; conv_params.h's conv2d_padded_cout) is padded
+// with zero filters in the op's workspace `pad` (undefined when none): the padded convolution takes the paths
+// above and its first Cout channels are copied out ("..._cout_padded" below).
 #pragma once
 #include "engine/tensor.h"
 #include "ops/conv_params.h"
@@ -18,17 +21,20 @@ namespace ops::cuda {
 
 // y = conv(x, w) + bias (bias [Cout] may be undefined). x [N,H,W,Cin], w [Cout,KH,KW,Cin/g], y [N,Ho,Wo,Cout].
 void conv2d_forward(const engine::Tensor& x, const engine::Tensor& w, const engine::Tensor& bias,
-                    const engine::Tensor& y, const ConvGeometry& g);
+                    const engine::Tensor& y, const ConvGeometry& g, const engine::Tensor& pad = engine::Tensor());
 // dx overwritten [N,H,W,Cin].
 void conv2d_backward_data(const engine::Tensor& dy, const engine::Tensor& w, const engine::Tensor& dx,
-                          const ConvGeometry& g);
+                          const ConvGeometry& g, const engine::Tensor& pad = engine::Tensor());
 // dw overwritten [Cout,KH,KW,Cin/g]; workspace f32 [splits, Cout, KH, KW, Cin/g] when
-// conv2d_weight_grad_splits(g) > 1 (undefined otherwise): the split-K partial sums, added in a fixed order.
+// conv2d_weight_grad_splits(g) > 1 (undefined otherwise): the split-K partial sums, added in a fixed order (with
+// `pad`: of the padded geometry).
 void conv2d_backward_weight(const engine::Tensor& x, const engine::Tensor& dy, const engine::Tensor& dw,
-                            const engine::Tensor& workspace, const ConvGeometry& g);
+                            const engine::Tensor& workspace, const ConvGeometry& g,
+                            const engine::Tensor& pad = engine::Tensor());
 
 // The kernel each pass takes for this geometry and dtype ("gemm", "depthwise", "igemm", "igemm_gather",
-// "igemm_tf32", "igemm_gather_tf32", "simt", "generic"), for tests and benchmarks; f32 also depends on
+// "igemm_tf32", "igemm_gather_tf32", "simt", "generic"; with "_cout_padded" appended when the output channels are
+// padded, e.g. "igemm_gather_cout_padded"), for tests and benchmarks; f32 also depends on
 // engine::cuda::allow_tf32() (the 1x1 "gemm" then runs cuBLASLt's FAST_TF32). The 1x1 GEMM path uses the device's
 // GEMM workspace (Device::workspace), which the
 // op must request on every device like ops/matmul.cpp does, so that meta predicts it.

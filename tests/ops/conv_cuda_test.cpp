@@ -136,11 +136,15 @@ void check_case(const Case& c, DType t) {
   Tensor xg = ops::to_device(x, dev), wg = ops::to_device(w, dev), dyg = ops::to_device(dy, dev);
   Tensor bg = c.bias ? ops::to_device(bias, dev) : Tensor();
   Tensor yg = poisoned(ys, t), dxg = poisoned(xs, t), dwg = poisoned(ws, t);
-  const int64_t splits = ops::conv2d_weight_grad_splits(g);
-  Tensor wsg = splits > 1 ? poisoned({splits, g.cout, g.kh, g.kw, g.cin_per_group()}, DType::f32) : Tensor();
-  ops::cuda::conv2d_forward(xg, wg, bg, yg, g);
-  ops::cuda::conv2d_backward_data(dyg, wg, dxg, g);
-  ops::cuda::conv2d_backward_weight(xg, dyg, dwg, wsg, g);
+  // The workspaces as the op allocates them (ops/conv.cpp), poisoned: the output-channel padding's zeros must be
+  // written by the kernels' wrappers.
+  const int64_t es = int64_t(engine::dtype_size(t)), cp = ops::conv2d_padded_cout(g, es);
+  Tensor pad = cp > g.cout ? poisoned({ops::conv2d_cout_padding_elems(g, es)}, t) : Tensor();
+  const int64_t splits = ops::conv2d_weight_grad_splits(ops::with_cout(g, cp));
+  Tensor wsg = splits > 1 ? poisoned({splits, cp, g.kh, g.kw, g.cin_per_group()}, DType::f32) : Tensor();
+  ops::cuda::conv2d_forward(xg, wg, bg, yg, g, pad);
+  ops::cuda::conv2d_backward_data(dyg, wg, dxg, g, pad);
+  ops::cuda::conv2d_backward_weight(xg, dyg, dwg, wsg, g, pad);
 
   expect_pass_close("conv2d_forward", g, t, ConvPass::forward, yg, y);
   expect_pass_close("conv2d_backward_data", g, t, ConvPass::data, dxg, dx);
@@ -204,6 +208,12 @@ std::vector<Case> sweep() {
       {1, 34, 66, 39, 64, 4, 4, params(2, 1)},   // pix2pixHD's discriminator input: data gradient per phase, gathered w
       {1, 20, 22, 75, 24, 3, 3, params(1, 1)},   // gathered w rows wider than 64 channels (wgmma's data gradient)
       {1, 12, 13, 20, 72, 3, 3, params(1, 2, 2)},
+      // Cout not a multiple of the channel vector: padded with zero filters (pix2pixHD's final 7x7 32 -> 3, with
+      // bias; a stride-2 3-channel output; split-K weight gradient over 2960 pixels; Cin not whole vectors either)
+      {1, 21, 19, 32, 3, 7, 7, params(1, 3)},
+      {2, 15, 14, 16, 3, 3, 3, params(2, 1)},
+      {2, 40, 37, 32, 5, 3, 3, params(1, 1)},
+      {1, 17, 16, 6, 3, 3, 3, params(1, 1)},
       // depthwise
       {2, 12, 11, 24, 24, 3, 3, params(1, 1, 1, 24)},
       {1, 13, 14, 7, 7, 3, 3, params(2, 1, 1, 7)},
@@ -403,7 +413,12 @@ TEST(ConvCuda, PathChoice) {
   const Case wide_filter{1, 31, 29, 3, 16, 9, 9, params(1, 4)};  // 81 taps: more than the phase table holds
   EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::data, geometry(wide_filter), DType::bf16)), "generic");
   EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::forward, geometry(wide_filter), DType::bf16)), "igemm_gather");
-  EXPECT_EQ(path({2, 9, 8, 5, 6, 3, 3, params(1, 1)}, DType::bf16), "generic");
+  // Cout not a multiple of 8 (one group): padded with zero filters, then the paths above.
+  EXPECT_EQ(path({2, 9, 8, 5, 6, 3, 3, params(1, 1)}, DType::bf16), "igemm_gather_cout_padded");
+  EXPECT_EQ(path({1, 64, 32, 32, 3, 7, 7, params(1, 3)}, DType::bf16), "igemm_cout_padded");
+  EXPECT_EQ(path({1, 64, 32, 32, 3, 7, 7, params(1, 3)}, DType::f32), "simt_cout_padded");
+  EXPECT_EQ(path({1, 64, 32, 30, 3, 7, 7, params(1, 3)}, DType::f32), "generic");  // f32 pads only whole-vector Cin
+  EXPECT_EQ(path({1, 9, 10, 12, 6, 3, 3, params(2, 1, 1, 3)}, DType::bf16), "generic");  // groups: not padded
   {
     Tf32Scope tf32(true);
     EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::f32), "igemm_tf32");
@@ -411,7 +426,7 @@ TEST(ConvCuda, PathChoice) {
     EXPECT_EQ(path(stem, DType::f32), "igemm_gather_tf32");
     EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::data, geometry(stem), DType::f32)), "igemm_gather_tf32");
     EXPECT_EQ(path({2, 13, 11, 6, 24, 3, 3, params(1, 1)}, DType::f32), "igemm_gather_tf32");
-    EXPECT_EQ(path({2, 13, 11, 16, 6, 3, 3, params(1, 1)}, DType::f32), "generic");
+    EXPECT_EQ(path({2, 13, 11, 16, 6, 3, 3, params(1, 1)}, DType::f32), "igemm_tf32_cout_padded");
     EXPECT_EQ(path({2, 12, 11, 24, 24, 3, 3, params(1, 1, 1, 24)}, DType::f32), "depthwise");  // CUDA cores
     EXPECT_EQ(path({2, 7, 9, 16, 24, 1, 1, params(1, 0)}, DType::f32), "gemm");                // cuBLASLt FAST_TF32
     EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::bf16), "igemm");
