@@ -3,6 +3,7 @@
 // (every dimension but the channels) instead of along them.
 #include "ops/batch_norm.h"
 
+#include <cmath>
 #include <numeric>
 
 #include "ops/cpu/batch_norm.h"
@@ -74,10 +75,15 @@ std::vector<int64_t> row_dims(const Tensor& x) {
 //   d/dx      = r P(u) - (dL2/dr) r^2 xhat / M,   u = hw g - r (hx mean(a xhat) + a mean(hx xhat)),
 //               dL2/dr = sum hx P(a)
 // mean and invstd are recomputed from x with ops (batch statistics), so the rule is differentiable in x.
+// A fused activation (NormActivation): dx, dweight and dbias are those of batch norm for g' = g m, with
+// m = p > 0 ? 1 : slope at p = xhat weight + bias. m is piecewise constant in x, weight and bias (its derivative is
+// 0 wherever it is defined), so the rule is the one above for g', with d/dg = m d/dg'.
+// Saved: g, x, then weight (when there is one), mean and invstd (running statistics), bias (an activation with one).
 Grads batch_norm_double_backward(Node& n, const Tensor& hx, const Tensor& hw, const Tensor& hb, double eps,
-                                 bool has_weight, bool batch_stats) {
+                                 bool has_weight, bool batch_stats, bool has_bias, NormActivation act) {
   Tensor g = n.saved(0), x = n.saved(1);
-  Tensor w = has_weight ? n.saved(2) : Tensor();
+  size_t next = 2;
+  Tensor w = has_weight ? n.saved(next++) : Tensor();
   const std::vector<int64_t> rows = row_dims(x);
   Tensor r, xhat;
   if (batch_stats) {
@@ -85,18 +91,28 @@ Grads batch_norm_double_backward(Node& n, const Tensor& hx, const Tensor& hw, co
     r = rsqrt(add(mean(mul(xc, xc), rows, true), eps));
     xhat = mul(xc, r);
   } else {
-    const size_t k = has_weight ? 3 : 2;
-    r = to(n.saved(k + 1), x.dtype());
-    xhat = mul(sub(x, to(n.saved(k), x.dtype())), r);
+    r = to(n.saved(next + 1), x.dtype());
+    xhat = mul(sub(x, to(n.saved(next), x.dtype())), r);
+    next += 2;
   }
-  return normalization_double_backward(g, w, r, xhat, rows, double(x.numel() / x.size(-1)), batch_stats, hx, hw, hb,
-                                       {n.needs_input_grad(0), n.needs_input_grad(1), n.needs_input_grad(2)});
+  Tensor m;
+  if (act.on()) {
+    graph::NoGrad constant;  // piecewise constant: no gradient flows through the mask
+    Tensor p = w.defined() ? mul(xhat, w) : xhat;
+    if (has_bias) p = add(p, n.saved(next));
+    m = add(mul(to(compare(CompareOp::gt, p, 0.0), x.dtype()), 1.0 - act.slope), act.slope);
+    g = mul(g, m);
+  }
+  Grads d = normalization_double_backward(g, w, r, xhat, rows, double(x.numel() / x.size(-1)), batch_stats, hx, hw,
+                                          hb, {n.needs_input_grad(0), n.needs_input_grad(1), n.needs_input_grad(2)});
+  if (act.on() && d[0].defined()) d[0] = mul(d[0], m);
+  return d;
 }
 
 }  // namespace
 
 Tensor batch_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                  const Tensor& running_var, bool training, double momentum, double eps) {
+                  const Tensor& running_var, bool training, double momentum, double eps, NormActivation act) {
   const char* name = "batch_norm";
   OpScope scope(name);
   check_input(name, x_in);
@@ -110,6 +126,8 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
     check_stats(name, "running_var", running_var, x_in);
   }
   ENGINE_CHECK(eps >= 0, name, ": eps must be >= 0, got ", eps);
+  ENGINE_CHECK(std::isfinite(act.slope), name, ": the fused activation's negative slope must be finite, got ",
+               act.slope);
   const bool batch_stats = training || !has_running;
   const int64_t C = x_in.size(-1), M = x_in.numel() / C;
   ENGINE_CHECK(!batch_stats || M > 1, name, ": batch statistics need more than 1 value per channel, got x ",
@@ -130,30 +148,32 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
     run_kernel(name, y,
                [&] {
                  cpu::batch_norm_stats(x, chunks, eps, momentum, mean, invstd, rm, rv);
-                 cpu::batch_norm_normalize(x, mean, invstd, weight, bias, y);
+                 cpu::batch_norm_normalize(x, mean, invstd, weight, bias, y, act.slope);
                },
                CUDA_KERNEL(cuda::batch_norm_stats(x, eps, momentum, mean, invstd, rm, rv, workspace);
-                           cuda::batch_norm_normalize(x, mean, invstd, weight, bias, y)));
+                           cuda::batch_norm_normalize(x, mean, invstd, weight, bias, y, act.slope)));
   } else {
     run_kernel(name, y,
                [&] {
                  cpu::batch_norm_running_stats(running_mean, running_var, eps, mean, invstd);
-                 cpu::batch_norm_normalize(x, mean, invstd, weight, bias, y);
+                 cpu::batch_norm_normalize(x, mean, invstd, weight, bias, y, act.slope);
                },
                CUDA_KERNEL(cuda::batch_norm_running_stats(running_mean, running_var, eps, mean, invstd);
-                           cuda::batch_norm_normalize(x, mean, invstd, weight, bias, y)));
+                           cuda::batch_norm_normalize(x, mean, invstd, weight, bias, y, act.slope)));
   }
-  engine::count_op(name, (batch_stats ? 7.0 : 4.0) * double(x.numel()),
+  engine::count_op(name, ((batch_stats ? 7.0 : 4.0) + (act.on() ? 1.0 : 0.0)) * double(x.numel()),
                    double((batch_stats ? 2 : 1) * x.nbytes() + y.nbytes()));
   if (graph::any_requires_grad({x, weight, bias})) {
     std::vector<Tensor> saved = {x, mean, invstd, weight};
+    if (act.on()) saved.push_back(bias);  // the activation's mask (a parameter: no memory of x's size)
     const bool has_weight = weight.defined();
     graph::record(name, {x, weight, bias}, {y}, saved,
-                  [eps, has_weight, batch_stats](Node& n, const Grads& g) -> Grads {
+                  [eps, has_weight, batch_stats, act](Node& n, const Grads& g) -> Grads {
                     Tensor w = has_weight ? n.saved(3) : Tensor();
                     BatchNormGrads r = batch_norm_backward(
                         g[0], n.saved(0), w, n.saved(1), n.saved(2), batch_stats, eps,
-                        {n.needs_input_grad(0), n.needs_input_grad(1), n.needs_input_grad(2)});
+                        {n.needs_input_grad(0), n.needs_input_grad(1), n.needs_input_grad(2)},
+                        act.on() ? n.saved(4) : Tensor(), act);
                     return {r.dx, r.dweight, r.dbias};
                   });
   }
@@ -162,12 +182,13 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
 
 BatchNormGrads batch_norm_backward(const Tensor& g_in, const Tensor& x_in, const Tensor& weight, const Tensor& mean,
                                    const Tensor& invstd, bool batch_stats, double eps,
-                                   std::array<bool, 3> output_mask) {
+                                   std::array<bool, 3> output_mask, const Tensor& bias, NormActivation act) {
   const char* name = "batch_norm_backward";
   OpScope scope(name);
   check_input(name, x_in);
   check_gradient(name, g_in, x_in);
   check_channel_param(name, "weight", weight, x_in);
+  check_channel_param(name, "bias", bias, x_in);
   check_stats(name, "mean", mean, x_in);
   check_stats(name, "invstd", invstd, x_in);
   ENGINE_CHECK(!output_mask[1] || weight.defined(), name, ": dweight requested without a weight");
@@ -185,12 +206,13 @@ BatchNormGrads batch_norm_backward(const Tensor& g_in, const Tensor& x_in, const
   run_kernel(
       name, x,
       [&] {
-        cpu::batch_norm_backward(g, x, weight, mean, invstd, batch_stats, chunks, out.dx, out.dweight, out.dbias);
+        cpu::batch_norm_backward(g, x, weight, mean, invstd, batch_stats, chunks, out.dx, out.dweight, out.dbias, bias,
+                                 act.slope);
       },
       CUDA_KERNEL(cuda::batch_norm_backward(g, x, weight, mean, invstd, batch_stats, out.dx, out.dweight, out.dbias,
-                                            workspace)));
+                                            workspace, bias, act.slope)));
   workspace = Tensor();
-  engine::count_op(name, 11.0 * double(x.numel()),
+  engine::count_op(name, (act.on() ? 13.0 : 11.0) * double(x.numel()),
                    double(g.nbytes() + x.nbytes() + (out.dx.defined() ? g.nbytes() + x.nbytes() + x.nbytes() : 0)));
 
   if (graph::any_requires_grad({g, x, weight})) {  // one node for dx, dweight, dbias
@@ -200,10 +222,13 @@ BatchNormGrads batch_norm_backward(const Tensor& g_in, const Tensor& x_in, const
       saved.push_back(mean);
       saved.push_back(invstd);
     }
+    const bool has_bias = act.on() && bias.defined();
+    if (has_bias) saved.push_back(bias);  // the activation's mask
     const bool has_weight = weight.defined();
     graph::record_optional(name, {g, x, weight}, {out.dx, out.dweight, out.dbias}, saved,
-                           [eps, has_weight, batch_stats](Node& n, const Grads& h) -> Grads {
-                             return batch_norm_double_backward(n, h[0], h[1], h[2], eps, has_weight, batch_stats);
+                           [eps, has_weight, batch_stats, has_bias, act](Node& n, const Grads& h) -> Grads {
+                             return batch_norm_double_backward(n, h[0], h[1], h[2], eps, has_weight, batch_stats,
+                                                               has_bias, act);
                            });
   }
   return out;

@@ -24,7 +24,8 @@
 // BatchNorm2d does), so the second run only recomputes the batch statistics.
 //
 // Saved for backward: x, and the per-channel mean and invstd [C] (stats dtype) that normalized it (batch
-// statistics, or the running ones copied at the time of the call), as cuDNN saves. Not y.
+// statistics, or the running ones copied at the time of the call), as cuDNN saves. Not y. A fused activation
+// (NormActivation below) saves the bias too.
 //
 // Backward: batch_norm_backward is one op with up to three outputs (dx, dweight, dbias) recorded as ONE
 // multi-output node. With xhat = (x - mean) invstd, sums over the M rows per channel:
@@ -44,18 +45,32 @@ namespace ops {
 
 using engine::Tensor;
 
+// An activation applied to the normalization's output in the same kernel: act(p) = p > 0 ? p : slope p, so slope 1
+// is none, 0 ReLU, 0.1 darknet's leaky ReLU. The same values and gradients as relu / leaky_relu applied to
+// batch_norm's output, without that op's pass over the tensor (and its own output): the backward multiplies g by
+// p > 0 ? 1 : slope with p recomputed from x, weight and bias (the bias is saved besides x, mean and invstd).
+struct NormActivation {
+  double slope = 1.0;
+  static NormActivation relu() { return {0.0}; }
+  static NormActivation leaky_relu(double negative_slope) { return {negative_slope}; }
+  bool on() const { return slope != 1.0; }
+};
+
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                  const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+                  const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5,
+                  NormActivation act = {});
 
 struct BatchNormGrads {
   Tensor dx, dweight, dbias;  // undefined where not requested
 };
 // g, x [..., C]; weight [C] or undefined; mean, invstd [C] (stats dtype) as batch_norm saved them;
 // batch_stats: whether mean and invstd were the batch's own statistics (training) or constants (running).
-// output_mask = {dx, dweight, dbias} (dweight needs a weight).
+// output_mask = {dx, dweight, dbias} (dweight needs a weight). With act: the gradients of act(batch_norm(x)), g
+// being the activation's output gradient (bias [C] or undefined, as batch_norm had it).
 BatchNormGrads batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                    const Tensor& invstd, bool batch_stats, double eps,
-                                   std::array<bool, 3> output_mask);
+                                   std::array<bool, 3> output_mask, const Tensor& bias = Tensor(),
+                                   NormActivation act = {});
 
 // Instance normalization (PyTorch's InstanceNorm2d with affine=False and track_running_stats=False, as pix2pixHD
 // uses it): x [N, ..., C] channels last (NHWC images), statistics per sample and channel over the middle dimensions,

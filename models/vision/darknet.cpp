@@ -17,7 +17,7 @@ ConvBnLeaky::ConvBnLeaky(int64_t in, int64_t out, int64_t kernel, int64_t stride
 
 Tensor ConvBnLeaky::forward(const Tensor& x) const {
   auto s = scope();
-  return ops::leaky_relu(bn->forward(conv->forward(x)), kSlope);
+  return bn->forward(conv->forward(x), ops::NormActivation::leaky_relu(kSlope));
 }
 
 DarknetResidual::DarknetResidual(int64_t channels) {

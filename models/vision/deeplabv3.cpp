@@ -82,17 +82,18 @@ Aspp::Aspp(int64_t in, int64_t channels, const std::vector<int64_t>& rates, doub
 Tensor Aspp::forward(const Tensor& x) const {
   auto s = scope();
   const int64_t h = x.size(1), w = x.size(2);
+  const ops::NormActivation relu = ops::NormActivation::relu();
   std::vector<Tensor> branches;  // each [N, h, w, channels]
-  for (size_t b = 0; b + 1 < convs.size(); b++) branches.push_back(ops::relu(bns[b]->forward(convs[b]->forward(x))));
+  for (size_t b = 0; b + 1 < convs.size(); b++) branches.push_back(bns[b]->forward(convs[b]->forward(x), relu));
   {
     engine::MemoryScope pooling("convs." + std::to_string(convs.size() - 1));
     Tensor pooled = ops::global_avg_pool2d(x);                                        // [N, 1, 1, in]
-    pooled = ops::relu(bns.back()->forward(convs.back()->forward(pooled)));          // [N, 1, 1, channels]
+    pooled = bns.back()->forward(convs.back()->forward(pooled), relu);               // [N, 1, 1, channels]
     branches.push_back(ops::upsample_bilinear2d(pooled, h, w, /*align_corners=*/false));
   }
   Tensor y = ops::concat(branches, 3);  // [N, h, w, branches * channels]
   branches.clear();
-  y = ops::relu(project_bn->forward(project->forward(y)));
+  y = project_bn->forward(project->forward(y), relu);
   return ops::dropout(y, dropout, training());
 }
 
@@ -111,7 +112,7 @@ Tensor DeepLabV3Net::forward(const Tensor& images) const {
   Tensor features = backbone->forward(images);  // [N, H/16, W/16, 2048]
   Tensor y = aspp->forward(features);          // [N, H/16, W/16, 256]
   features = Tensor();
-  y = ops::relu(head_bn->forward(head_conv->forward(y)));
+  y = head_bn->forward(head_conv->forward(y), ops::NormActivation::relu());
   y = classifier->forward(y);                  // [N, H/16, W/16, classes]
   engine::MemoryScope s("upsample");
   return ops::upsample_bilinear2d(y, H, W, /*align_corners=*/false);  // [N, H, W, classes]

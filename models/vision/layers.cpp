@@ -77,7 +77,7 @@ BatchNorm2d::BatchNorm2d(int64_t channels, double eps_, double momentum_, bool f
   running_var = register_buffer("running_var", ops::ones({channels}));
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) const {
+Tensor BatchNorm2d::forward(const Tensor& x, ops::NormActivation act) const {
   auto s = scope();
   if (frozen) {
     Tensor scale, shift;
@@ -86,13 +86,15 @@ Tensor BatchNorm2d::forward(const Tensor& x) const {
       scale = ops::mul(ops::to(weight, DType::f32), ops::rsqrt(ops::add(running_var, eps)));
       shift = ops::sub(ops::to(bias, DType::f32), ops::mul(running_mean, scale));
     }
-    return ops::add(ops::mul(x, ops::to(scale, x.dtype())), ops::to(shift, x.dtype()));
+    Tensor y = ops::add(ops::mul(x, ops::to(scale, x.dtype())), ops::to(shift, x.dtype()));
+    if (!act.on()) return y;
+    return act.slope == 0.0 ? ops::relu(y) : ops::leaky_relu(y, act.slope);
   }
   // Inside a block that graph::recompute runs again in backward, the batch statistics are recomputed (the same
   // values) but the running statistics were updated by the first run: not twice.
   const bool again = training() && graph::recomputing();
   return ops::batch_norm(x, weight, bias, again ? Tensor() : running_mean, again ? Tensor() : running_var, training(),
-                         momentum, eps);
+                         momentum, eps, act);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 #include "graph/autograd.h"
 #include "graph/module.h"
 #include "models/nn/layers.h"
+#include "ops/batch_norm.h"
 #include "ops/conv_params.h"
 
 namespace models::vision {
@@ -67,10 +68,12 @@ nn::Init kaiming_normal_fan_out(int64_t out, int64_t kernel);
 // (constants, never trained), and in every mode y = x scale + shift with scale = weight / sqrt(running_var + eps),
 // shift = bias - running_mean scale ([C], computed per call): a multiply that saves only scale for backward, and an
 // add, as PyTorch's; nothing of x's size is kept.
+// act: an activation after the normalization (ReLU, leaky ReLU), in batch_norm's kernels (ops::NormActivation);
+// the frozen layer applies it as its own op.
 class BatchNorm2d : public graph::Module {
  public:
   explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1, bool frozen = false);
-  Tensor forward(const Tensor& x) const;  // [N, H, W, C] -> [N, H, W, C]
+  Tensor forward(const Tensor& x, ops::NormActivation act = {}) const;  // [N, H, W, C] -> [N, H, W, C]
   double eps, momentum;
   bool frozen;
   Tensor weight, bias;               // [C] parameters (ones, zeros); buffers when frozen

@@ -251,8 +251,8 @@ NasNetAuxHead::NasNetAuxHead(int64_t in, int64_t map_size, int64_t proj_channels
 Tensor NasNetAuxHead::forward(const Tensor& x) const {
   auto s = scope();
   Tensor y = ops::avg_pool2d(ops::relu(x), ops::pool2d_params(5, 3));  // VALID
-  y = ops::relu(proj_bn->forward(proj->forward(y)));
-  y = ops::relu(conv_bn->forward(conv->forward(y)));  // [N, 1, 1, hidden]
+  y = proj_bn->forward(proj->forward(y), ops::NormActivation::relu());
+  y = conv_bn->forward(conv->forward(y), ops::NormActivation::relu());  // [N, 1, 1, hidden]
   return fc->forward(ops::reshape(y, {y.size(0), -1}));
 }
 

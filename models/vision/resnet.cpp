@@ -36,8 +36,9 @@ Bottleneck::Bottleneck(int64_t in, int64_t planes, int64_t stride, int64_t dilat
 
 Tensor Bottleneck::forward(const Tensor& x) const {
   auto s = scope();
-  Tensor h = ops::relu(bn1->forward(conv1->forward(x)));   // [N, H, W, planes]
-  h = ops::relu(bn2->forward(conv2->forward(h)));          // [N, H/s, W/s, planes]
+  const ops::NormActivation relu = ops::NormActivation::relu();
+  Tensor h = bn1->forward(conv1->forward(x), relu);  // [N, H, W, planes]
+  h = bn2->forward(conv2->forward(h), relu);          // [N, H/s, W/s, planes]
   h = bn3->forward(conv3->forward(h));                     // [N, H/s, W/s, 4 planes]
   Tensor identity = downsample_conv ? downsample_bn->forward(downsample_conv->forward(x)) : x;
   return ops::relu(ops::add(h, identity));
@@ -83,7 +84,7 @@ ResNet::ResNet(const ResNetConfig& c) : config(c) {
 }
 
 Tensor ResNet::stem(const Tensor& x) const {
-  Tensor h = ops::relu(bn1->forward(conv1->forward(x)));  // [N, H/2, W/2, width]
+  Tensor h = bn1->forward(conv1->forward(x), ops::NormActivation::relu());  // [N, H/2, W/2, width]
   ops::Pool2dParams pool;
   pool.kernel_h = pool.kernel_w = 3;
   pool.stride_h = pool.stride_w = 2;

@@ -105,7 +105,7 @@ void batch_norm_running_stats(const Tensor& running_mean, const Tensor& running_
 }
 
 void batch_norm_normalize(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
-                          const Tensor& bias, const Tensor& y) {
+                          const Tensor& bias, const Tensor& y, double slope) {
   const int64_t C = x.size(-1), M = x.numel() / C;
   ENGINE_FLOAT_SWITCH(x.dtype(), T, {
     using A = acc_t<T>;
@@ -114,16 +114,19 @@ void batch_norm_normalize(const Tensor& x, const Tensor& mean, const Tensor& inv
     const A* pm = mean.data<A>();
     const A* pr = invstd.data<A>();
     std::vector<A> w = load_channels<T>(weight, C, A(1)), b = load_channels<T>(bias, C, A(0));
+    const A k = A(slope);
     parallel_for(M, [&](int64_t r) {
-      for (int64_t c = 0; c < C; c++)
-        py[r * C + c] = st<T>((ld(px[r * C + c]) - pm[c]) * pr[c] * w[size_t(c)] + b[size_t(c)]);
+      for (int64_t c = 0; c < C; c++) {
+        const A p = (ld(px[r * C + c]) - pm[c]) * pr[c] * w[size_t(c)] + b[size_t(c)];
+        py[r * C + c] = st<T>(p > A(0) ? p : k * p);
+      }
     });
   });
 }
 
 void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
                          const Tensor& invstd, bool batch_stats, int64_t chunks, const Tensor& dx,
-                         const Tensor& dweight, const Tensor& dbias) {
+                         const Tensor& dweight, const Tensor& dbias, const Tensor& bias, double slope) {
   const int64_t C = x.size(-1), M = x.numel() / C;
   ENGINE_FLOAT_SWITCH(x.dtype(), T, {
     using A = acc_t<T>;
@@ -131,7 +134,16 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
     const T* px = x.data<T>();
     const A* pm = mean.data<A>();
     const A* pr = invstd.data<A>();
-    std::vector<A> w = load_channels<T>(weight, C, A(1));
+    std::vector<A> w = load_channels<T>(weight, C, A(1)), b = load_channels<T>(bias, C, A(0));
+    // g times the activation's derivative at the normalization's output (as batch_norm_normalize computed it).
+    const bool act = slope != 1.0;
+    const A k = A(slope);
+    auto grad = [&](int64_t r, int64_t c) {
+      const A gv = ld(pg[r * C + c]);
+      if (!act) return gv;
+      const A p = (ld(px[r * C + c]) - pm[c]) * pr[c] * w[size_t(c)] + b[size_t(c)];
+      return p > A(0) ? gv : k * gv;
+    };
     // sum g and sum g * xhat per channel, chunk by chunk (the GPU's partition).
     std::vector<A> sum_g(size_t(C), A(0)), sum_gx(size_t(C), A(0));
     const bool need_sums = dweight.defined() || dbias.defined() || (dx.defined() && batch_stats);
@@ -143,7 +155,7 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
         std::fill(part_gx.begin(), part_gx.end(), A(0));
         for (int64_t r = rr.begin; r < rr.end; r++)
           for (int64_t c = 0; c < C; c++) {
-            const A gv = ld(pg[r * C + c]);
+            const A gv = grad(r, c);
             part_g[size_t(c)] += gv;
             part_gx[size_t(c)] += gv * ((ld(px[r * C + c]) - pm[c]) * pr[c]);
           }
@@ -157,7 +169,7 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
       T* pdx = dx.data<T>();
       parallel_for(M, [&](int64_t r) {
         for (int64_t c = 0; c < C; c++) {
-          const A gv = ld(pg[r * C + c]), scale = pr[c] * w[size_t(c)];
+          const A gv = grad(r, c), scale = pr[c] * w[size_t(c)];
           if (!batch_stats) {
             pdx[r * C + c] = st<T>(gv * scale);
             continue;

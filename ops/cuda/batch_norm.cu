@@ -235,14 +235,25 @@ __global__ void __launch_bounds__(kElementwiseThreads)
   invstd[c] = A(1) / std::sqrt(rv[c] + eps);
 }
 
-// y = (x - mean[c]) (invstd[c] w[c]) + b[c]. Grid (column tiles, row blocks), block tile x lanes; a thread
+// The fused activation (ops/batch_norm.h's NormActivation) at p, and its derivative: slope 1 is none.
+template <typename A>
+__device__ __forceinline__ A activate(A p, A slope) {
+  return p > A(0) ? p : slope * p;
+}
+template <typename A>
+__device__ __forceinline__ A activation_grad(A p, A slope) {
+  return p > A(0) ? A(1) : slope;
+}
+
+// y = act((x - mean[c]) (invstd[c] w[c]) + b[c]). Grid (column tiles, row blocks), block tile x lanes; a thread
 // keeps its VEC channels' mean, scale and shift in registers and walks rows with a grid stride.
 // Bytes: read x, write y; bound: memory.
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kElementwiseThreads)
     batch_norm_normalize_kernel(const T* __restrict__ x, const acc_t<T>* __restrict__ mean,
                                 const acc_t<T>* __restrict__ invstd, const T* __restrict__ w, int64_t sw,
-                                const T* __restrict__ bias, int64_t sb, T* __restrict__ y, int64_t M, int64_t C) {
+                                const T* __restrict__ bias, int64_t sb, T* __restrict__ y, int64_t M, int64_t C,
+                                acc_t<T> slope) {
   using A = acc_t<T>;
   const int64_t cols = C / VEC, col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (col >= cols) return;
@@ -259,7 +270,8 @@ __global__ void __launch_bounds__(kElementwiseThreads)
   auto apply = [&](const Vec<T, VEC>& v, int64_t row) {
     Vec<T, VEC> o;
 #pragma unroll
-    for (int j = 0; j < VEC; j++) o.v[j] = from_acc<T>((to_acc<A>(v.v[j]) - mu[j]) * scale[j] + shift[j]);
+    for (int j = 0; j < VEC; j++)
+      o.v[j] = from_acc<T>(activate((to_acc<A>(v.v[j]) - mu[j]) * scale[j] + shift[j], slope));
     *reinterpret_cast<Vec<T, VEC>*>(py + row * C) = o;
   };
   const int64_t step = int64_t(gridDim.y) * blockDim.y;
@@ -277,14 +289,16 @@ __global__ void __launch_bounds__(kElementwiseThreads)
 // ---------------------------------------------------------------------------------------------------
 // Backward
 
-// Chunk column sums: workspace[b] = (sum g [C], sum g xhat [C]), the latter as invstd sum g (x - mean).
-// Grid and block as batch_norm_chunk_stats; dynamic shared memory 2 VEC threads values.
-// Bytes: one read of g and x; bound: memory.
-template <typename T, int VEC>
+// Chunk column sums: workspace[b] = (sum g [C], sum g xhat [C]), the latter as invstd sum g (x - mean); with
+// kAct, g times the fused activation's derivative at the normalization's output, recomputed from x as the
+// normalize kernel computed it. Grid and block as batch_norm_chunk_stats; dynamic shared memory 2 VEC threads
+// values. Bytes: one read of g and x; bound: memory.
+template <typename T, int VEC, bool kAct>
 __global__ void __launch_bounds__(kMaxColumnThreads)
     batch_norm_chunk_sums(const T* __restrict__ g, const T* __restrict__ x, const acc_t<T>* __restrict__ mean,
-                          const acc_t<T>* __restrict__ invstd, int64_t M, int64_t C, int64_t chunks,
-                          acc_t<T>* __restrict__ ws) {
+                          const acc_t<T>* __restrict__ invstd, const T* __restrict__ w, int64_t sw,
+                          const T* __restrict__ bias, int64_t sb, acc_t<T> slope, int64_t M, int64_t C,
+                          int64_t chunks, acc_t<T>* __restrict__ ws) {
   using A = acc_t<T>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int tile = blockDim.x, lanes = blockDim.y, threads = tile * lanes;
@@ -294,20 +308,26 @@ __global__ void __launch_bounds__(kMaxColumnThreads)
   const int64_t cols = C / VEC, col = int64_t(blockIdx.x) * tile + tx, b = blockIdx.y;
   int64_t begin, end;
   chunk_rows(M, chunks, b, begin, end);
-  A sg[VEC], sgd[VEC], mu[VEC];
+  A sg[VEC], sgd[VEC], mu[VEC], scale[VEC], shift[VEC];
 #pragma unroll
-  for (int j = 0; j < VEC; j++) sg[j] = sgd[j] = mu[j] = A(0);
+  for (int j = 0; j < VEC; j++) sg[j] = sgd[j] = mu[j] = scale[j] = shift[j] = A(0);
   auto add = [&](const Vec<T, VEC>& gv, const Vec<T, VEC>& xv) {
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
-      const A gj = to_acc<A>(gv.v[j]);
+      const A xc = to_acc<A>(xv.v[j]) - mu[j];
+      A gj = to_acc<A>(gv.v[j]);
+      if constexpr (kAct) gj *= activation_grad(xc * scale[j] + shift[j], slope);
       sg[j] += gj;
-      sgd[j] += gj * (to_acc<A>(xv.v[j]) - mu[j]);
+      sgd[j] += gj * xc;
     }
   };
   if (col < cols) {
 #pragma unroll
-    for (int j = 0; j < VEC; j++) mu[j] = mean[col * VEC + j];
+    for (int j = 0; j < VEC; j++) {
+      const int64_t c = col * VEC + j;
+      mu[j] = mean[c];
+      if constexpr (kAct) scale[j] = invstd[c] * load_or(w, c * sw, A(1)), shift[j] = load_or(bias, c * sb, A(0));
+    }
     const T* pg = g + col * VEC;
     const T* px = x + col * VEC;
     int64_t r = begin + ty;
@@ -395,22 +415,25 @@ __global__ void __launch_bounds__(kFinalizeTile * kFinalizeLanes)
 }
 
 // dx = invstd w (g - sum_g / M - xhat sum_gxhat / M) (batch statistics; sums = workspace[0]), or
-// dx = invstd w g (running statistics; sums unused). Grid and block as the normalize kernel; a thread keeps
-// its channels' coefficients in registers. Bytes: read g (and x), write dx; bound: memory.
-template <typename T, int VEC>
+// dx = invstd w g (running statistics; sums unused); with kAct, g times the fused activation's derivative as in
+// the chunk sums. Grid and block as the normalize kernel; a thread keeps its channels' coefficients in registers.
+// Bytes: read g (and x), write dx; bound: memory.
+template <typename T, int VEC, bool kAct>
 __global__ void __launch_bounds__(kElementwiseThreads)
     batch_norm_dx_kernel(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ w, int64_t sw,
-                         const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ invstd,
-                         const acc_t<T>* __restrict__ sums, T* __restrict__ dx, int64_t M, int64_t C) {
+                         const T* __restrict__ bias, int64_t sb, acc_t<T> slope, const acc_t<T>* __restrict__ mean,
+                         const acc_t<T>* __restrict__ invstd, const acc_t<T>* __restrict__ sums, T* __restrict__ dx,
+                         int64_t M, int64_t C) {
   using A = acc_t<T>;
   const int64_t cols = C / VEC, col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (col >= cols) return;
   // dx = a ((g - mg) - (x - mu) k): a = invstd w, mg = sum_g / M, k = invstd sum_gxhat / M.
-  A a[VEC], mg[VEC], mu[VEC], k[VEC];
+  A a[VEC], mg[VEC], mu[VEC], k[VEC], shift[VEC];
 #pragma unroll
   for (int j = 0; j < VEC; j++) {
     const int64_t c = col * VEC + j;
     a[j] = invstd[c] * load_or(w, c * sw, A(1));
+    shift[j] = kAct ? load_or(bias, c * sb, A(0)) : A(0);
     mu[j] = mean[c];
     mg[j] = sums ? sums[c] / A(M) : A(0);
     k[j] = sums ? invstd[c] * (sums[C + c] / A(M)) : A(0);
@@ -423,8 +446,10 @@ __global__ void __launch_bounds__(kElementwiseThreads)
     Vec<T, VEC> o;
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
-      const A gj = to_acc<A>(gv.v[j]);
-      o.v[j] = from_acc<T>(batch ? a[j] * ((gj - mg[j]) - (to_acc<A>(xv.v[j]) - mu[j]) * k[j]) : gj * a[j]);
+      const A xc = to_acc<A>(xv.v[j]) - mu[j];
+      A gj = to_acc<A>(gv.v[j]);
+      if constexpr (kAct) gj *= activation_grad(xc * a[j] + shift[j], slope);
+      o.v[j] = from_acc<T>(batch ? a[j] * ((gj - mg[j]) - xc * k[j]) : gj * a[j]);
     }
     *reinterpret_cast<Vec<T, VEC>*>(pdx + row * C) = o;
   };
@@ -436,12 +461,13 @@ __global__ void __launch_bounds__(kElementwiseThreads)
 #pragma unroll
     for (int q = 0; q < kEwUnroll; q++) {
       gv[q] = load_raw<T, VEC>(pg + (r + q * step) * C);
-      xv[q] = batch ? load_raw<T, VEC>(px + (r + q * step) * C) : none;
+      xv[q] = batch || kAct ? load_raw<T, VEC>(px + (r + q * step) * C) : none;
     }
 #pragma unroll
     for (int q = 0; q < kEwUnroll; q++) apply(gv[q], xv[q], r + q * step);
   }
-  for (; r < M; r += step) apply(load_raw<T, VEC>(pg + r * C), batch ? load_raw<T, VEC>(px + r * C) : none, r);
+  for (; r < M; r += step)
+    apply(load_raw<T, VEC>(pg + r * C), batch || kAct ? load_raw<T, VEC>(px + r * C) : none, r);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -539,7 +565,7 @@ void batch_norm_running_stats(const Tensor& running_mean, const Tensor& running_
 }
 
 void batch_norm_normalize(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
-                          const Tensor& bias, const Tensor& y) {
+                          const Tensor& bias, const Tensor& y, double slope) {
   const int64_t C = x.size(-1), n = x.numel(), M = n / C;
   if (n == 0) return;
   cudaStream_t stream = engine::cuda::stream();
@@ -552,7 +578,7 @@ void batch_norm_normalize(const Tensor& x, const Tensor& mean, const Tensor& inv
       const ColumnBlocks eb = elementwise_blocks(C / V, M);
       batch_norm_normalize_kernel<T, V><<<eb.grid, eb.block, 0, stream>>>(
           px, static_cast<const A*>(mean.data_ptr()), static_cast<const A*>(invstd.data_ptr()), ptr_or_null<T>(weight),
-          stride_or_zero(weight), ptr_or_null<T>(bias), stride_or_zero(bias), py, M, C);
+          stride_or_zero(weight), ptr_or_null<T>(bias), stride_or_zero(bias), py, M, C, A(slope));
     });
     ENGINE_CUDA_LAUNCH_CHECK("batch_norm (normalize)");
   });
@@ -560,7 +586,7 @@ void batch_norm_normalize(const Tensor& x, const Tensor& mean, const Tensor& inv
 
 void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
                          const Tensor& invstd, bool batch_stats, const Tensor& dx, const Tensor& dweight,
-                         const Tensor& dbias, const Tensor& workspace) {
+                         const Tensor& dbias, const Tensor& workspace, const Tensor& bias, double slope) {
   const int64_t C = x.size(-1), n = x.numel(), M = n / C;
   const bool sums = dweight.defined() || dbias.defined() || (dx.defined() && batch_stats);
   if (sums) check_workspace("batch_norm_backward", workspace, C);
@@ -572,13 +598,18 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
     const A* pm = static_cast<const A*>(mean.data_ptr());
     const A* pr = static_cast<const A*>(invstd.data_ptr());
     A* ws = sums ? static_cast<A*>(workspace.data_ptr()) : nullptr;
+    const bool act = slope != 1.0;  // the fused activation (NormActivation)
+    const T* pw = ptr_or_null<T>(weight);
+    const T* pb = ptr_or_null<T>(bias);
+    const int64_t sw = stride_or_zero(weight), sb = stride_or_zero(bias);
     if (sums) {
       const int64_t chunks = workspace.size(0);
       with_channel_vec<T>(C, {pg, px}, [&](auto vec) {
         constexpr int V = decltype(vec)::value;
         const ColumnBlocks cb = column_blocks(C / V, chunks);
-        batch_norm_chunk_sums<T, V><<<cb.grid, cb.block, cb.threads() * 2 * V * sizeof(A), stream>>>(
-            pg, px, pm, pr, M, C, chunks, ws);
+        auto kernel = act ? batch_norm_chunk_sums<T, V, true> : batch_norm_chunk_sums<T, V, false>;
+        kernel<<<cb.grid, cb.block, cb.threads() * 2 * V * sizeof(A), stream>>>(
+            pg, px, pm, pr, pw, sw, pb, sb, A(slope), M, C, chunks, ws);
       });
       ENGINE_CUDA_LAUNCH_CHECK("batch_norm_backward (chunk sums)");
       T* pdw = dweight.defined() ? static_cast<T*>(dweight.data_ptr()) : nullptr;
@@ -593,8 +624,8 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
       with_channel_vec<T>(C, {pg, px, pdx}, [&](auto vec) {
         constexpr int V = decltype(vec)::value;
         const ColumnBlocks eb = elementwise_blocks(C / V, M);
-        batch_norm_dx_kernel<T, V><<<eb.grid, eb.block, 0, stream>>>(pg, px, ptr_or_null<T>(weight),
-                                                                     stride_or_zero(weight), pm, pr, totals, pdx, M, C);
+        auto kernel = act ? batch_norm_dx_kernel<T, V, true> : batch_norm_dx_kernel<T, V, false>;
+        kernel<<<eb.grid, eb.block, 0, stream>>>(pg, px, pw, sw, pb, sb, A(slope), pm, pr, totals, pdx, M, C);
       });
       ENGINE_CUDA_LAUNCH_CHECK("batch_norm_backward (dx)");
     }

@@ -97,7 +97,8 @@ Padded padded(const Tensor& pad, const ConvGeometry& g) {
   const int64_t cp = p.g.cout, k = g.gemm_k();
   p.w = Tensor::view_of(pad, {cp, g.kh, g.kw, g.cin}, {k, g.kw * g.cin, g.cin, 1}, pad.offset());
   p.bias = Tensor::view_of(pad, {cp}, {1}, pad.offset() + cp * k);
-  p.out = Tensor::view_of(pad, {g.n, g.ho, g.wo, cp}, {g.ho * g.wo * cp, g.wo * cp, cp, 1}, pad.offset() + cp * (k + 1));
+  p.out = Tensor::view_of(pad, {g.n, g.ho, g.wo, cp}, {g.ho * g.wo * cp, g.wo * cp, cp, 1},
+                          pad.offset() + cp * (k + 1));
   return p;
 }
 

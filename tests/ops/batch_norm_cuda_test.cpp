@@ -134,6 +134,55 @@ TEST(BatchNormCuda, BackwardOpAndItsRuleMatchCpu) {
   }
 }
 
+// The fused activation (ReLU, leaky ReLU 0.1): forward and gradients in training and evaluation, and the backward
+// op with its rule, each device against the cpu.
+TEST(BatchNormCuda, FusedActivationMatchesCpu) {
+  for (double slope : {0.0, 0.1}) {
+    const ops::NormActivation act = ops::NormActivation::leaky_relu(slope);
+    for (DType dt : kFloats) {
+      for (const Case& c : kCases) {
+        const int64_t C = c.shape.back();
+        for (bool training : {true, false}) {
+          std::string what = engine::str("batch_norm slope ", slope, training ? " training " : " eval ",
+                                         engine::dtype_name(dt), " ", c.layout);
+          auto f = [act, training](const std::vector<Tensor>& in) {
+            return ops::batch_norm(in[0], in[1], in[2], training ? Tensor() : in[3], training ? Tensor() : in[4],
+                                   training, 0.1, 1e-5, act);
+          };
+          testutil::expect_cuda_matches_cpu(
+              what, f,
+              {cpu_input(c.shape, dt, x_low(dt), x_high(dt), true), cpu_input({C}, dt, 0.5, 1.5, true),
+               cpu_input({C}, dt, -1, 1, true), cpu_input({C}, stats_dtype(dt), -1, 1),
+               cpu_input({C}, stats_dtype(dt), 0.5, 2)},
+              sum_tolerance(dt, rows_of(c.shape)));
+        }
+      }
+    }
+    for (bool batch_stats : {true, false}) {
+      const Case& c = kCases[2];
+      const int64_t C = c.shape.back();
+      auto f = [batch_stats, act](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+        Tensor mean, invstd;
+        {
+          graph::NoGrad ng;
+          Tensor mu = ops::mean(in[1], {0, 1, 2}, true), xc = ops::sub(in[1], mu);
+          mean = ops::contiguous(ops::reshape(mu, {-1}));
+          invstd =
+              ops::contiguous(ops::reshape(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {0, 1, 2}), 1e-5)), {-1}));
+        }
+        ops::BatchNormGrads r = ops::batch_norm_backward(in[0], in[1], in[2], mean, invstd, batch_stats, 1e-5,
+                                                         {true, true, true}, in[3], act);
+        return {r.dx, r.dweight, r.dbias};
+      };
+      testutil::expect_cuda_matches_cpu_multi(
+          engine::str("batch_norm_backward slope ", slope, batch_stats ? " batch" : " running"), f,
+          {cpu_input(c.shape, DType::f32, -1, 1, true), cpu_input(c.shape, DType::f32, -2, 2, true),
+           cpu_input({C}, DType::f32, 0.5, 1.5, true), cpu_input({C}, DType::f32, -1, 1)},
+          sum_tolerance(DType::f32, rows_of(c.shape)));
+    }
+  }
+}
+
 TEST(BatchNormCuda, RepeatableBitForBit) {
   Tensor x = testutil::to_cuda(cpu_input({8, 32, 32, 256}, DType::f32, -2, 2, true));
   Tensor w = testutil::to_cuda(cpu_input({256}, DType::f32, 0.5, 1.5, true));

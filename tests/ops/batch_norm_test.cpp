@@ -131,6 +131,12 @@ TEST(BatchNorm, SavesInputMeanAndInvstd) {
     EXPECT_NEAR(mean[c], s.mean[c], 1e-6);
     EXPECT_NEAR(invstd[c], 1 / std::sqrt(s.var[c] + 1e-5), 1e-4 * invstd[c]);
   }
+  // A fused activation saves the bias besides (its mask is recomputed from x), still not y.
+  Tensor y2 = ops::batch_norm(x, w, b, Tensor(), Tensor(), true, 0.1, 1e-5, ops::NormActivation::relu());
+  auto& saved2 = y2.grad_fn()->saved_tensors;
+  ASSERT_EQ(saved2.size(), 5u);
+  EXPECT_TRUE(saved2[0].data.same_storage(x));
+  EXPECT_TRUE(saved2[4].data.same_storage(b));
 }
 
 TEST(BatchNorm, BackwardOpMatchesClosedForm) {
@@ -192,6 +198,57 @@ TEST(BatchNorm, GradAndDoubleBackward) {
     return ops::batch_norm(in[0], in[1], Tensor(), rm2, rv2, true, 0.1, 1e-5);
   };
   testutil::expect_gradcheck(tracked, {x, w});
+}
+
+// A fused activation (NormActivation) is the composition batch_norm -> relu / leaky_relu: the same outputs and the
+// same gradients of x, weight and bias (f64: to rounding), training and evaluation.
+TEST(BatchNorm, FusedActivationEqualsTheComposition) {
+  Tensor x = rand_input({2, 3, 2, 4}, -2, 2), w = rand_input({4}, -1.5, 1.5), b = rand_input({4}, -0.5, 0.5);
+  Tensor r = rand_input({2, 3, 2, 4});
+  Tensor rm = ops::rand({4}, -0.5, 0.5, DType::f64), rv = ops::rand({4}, 0.5, 1.5, DType::f64);
+  for (double slope : {0.0, 0.1}) {
+    for (bool training : {true, false}) {
+      SCOPED_TRACE(engine::str("slope ", slope, training ? " training" : " evaluation"));
+      auto run = [&](bool fused) {
+        std::vector<Tensor> in = {x.detach().set_requires_grad(true), w.detach().set_requires_grad(true),
+                                  b.detach().set_requires_grad(true)};
+        Tensor y;
+        if (fused) {
+          y = ops::batch_norm(in[0], in[1], in[2], training ? Tensor() : rm, training ? Tensor() : rv, training, 0.1,
+                              1e-5, ops::NormActivation::leaky_relu(slope));
+        } else {
+          y = ops::batch_norm(in[0], in[1], in[2], training ? Tensor() : rm, training ? Tensor() : rv, training, 0.1,
+                              1e-5);
+          y = slope == 0.0 ? ops::relu(y) : ops::leaky_relu(y, slope);
+        }
+        graph::backward(ops::sum(ops::mul(y, r)));
+        return std::vector<Tensor>{y, in[0].grad(), in[1].grad(), in[2].grad()};
+      };
+      const std::vector<Tensor> fused = run(true), composed = run(false);
+      const char* names[] = {"y", "dx", "dweight", "dbias"};
+      for (size_t i = 0; i < fused.size(); i++)
+        expect_all_near(fused[i].to_double(), composed[i].to_double(), 1e-12, names[i]);
+    }
+  }
+}
+
+TEST(BatchNorm, FusedActivationGradAndDoubleBackward) {
+  Tensor x = rand_input({2, 3, 2, 3}, -2, 2), w = rand_input({3}, 0.5, 1.5), b = rand_input({3});
+  for (double slope : {0.0, 0.1}) {
+    SCOPED_TRACE(engine::str("slope ", slope));
+    testutil::Fn train = [slope](const std::vector<Tensor>& in) {
+      return ops::batch_norm(in[0], in[1], in[2], Tensor(), Tensor(), true, 0.1, 1e-5,
+                             ops::NormActivation::leaky_relu(slope));
+    };
+    testutil::expect_gradcheck(train, {x, w, b});
+    testutil::expect_double_backward(train, {x, w, b});
+    Tensor rm = ops::rand({3}, -0.5, 0.5, DType::f64), rv = ops::rand({3}, 0.5, 1.5, DType::f64);
+    testutil::Fn eval = [rm, rv, slope](const std::vector<Tensor>& in) {
+      return ops::batch_norm(in[0], in[1], in[2], rm, rv, false, 0.1, 1e-5, ops::NormActivation::leaky_relu(slope));
+    };
+    testutil::expect_gradcheck(eval, {x, w, b});
+    testutil::expect_double_backward(eval, {x, w, b});
+  }
 }
 
 TEST(BatchNorm, BackwardOpIsDifferentiable) {
