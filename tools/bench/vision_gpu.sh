@@ -23,7 +23,10 @@ run_engine() {  # name, then engine_train flags
 }
 if want conv; then
 echo "== convolutions: engine, then cuDNN"
-timeout 150 "$BIN/engine_cuda_tests" --gtest_also_run_disabled_tests --gtest_filter='ConvCudaPerf*' > "$OUT/conv_engine.log" 2>&1
+# The default rows (the perf test's tile-shape and copy variants, bf16/w128 ... bf16/cpa, take another ~100 s: set
+# CONV_PERF_RUNS to choose).
+CONV_PERF_RUNS=${CONV_PERF_RUNS:-bf16/wg,bf16/v0,tf32,fp32} timeout 250 "$BIN/engine_cuda_tests" \
+  --gtest_also_run_disabled_tests --gtest_filter='ConvCudaPerf*' > "$OUT/conv_engine.log" 2>&1
 grep -E "TFLOP|^layer|ratio|vs" "$OUT/conv_engine.log" | head -60
 timeout 150 python3 tools/bench/conv_torch.py 2>&1 | tee "$OUT/conv_cudnn.log"
 fi
