@@ -513,7 +513,9 @@ inline bool narrow_n(int64_t m, int64_t n, int64_t groups) {
 // where its waves cost less than 128 x 128's. Per FLOP 128 x 256 ran ~1.27x faster than 128 x 128 (H200,
 // 2026-12-04, Darknet 3x3 128->256 152^2 forward: 468 vs 367 TFLOP/s), but a wave of it does twice the work:
 // ResNet d2 256->256 32^2 (64 wide tiles for 132 SMs) ran 375 on 128 x 128 against 266-272, 3x3 s2 128->256 76^2
-// (91 wide tiles) 274 on 128 x 256 against 242. 256 x 128 is assumed to behave as 128 x 256 (not yet measured).
+// (91 wide tiles) 274 on 128 x 256 against 242. 256 x 128 (N <= 128) gained less per FLOP, 1.11-1.18x on the
+// Darknet data gradients (2026-12-04, second call), yet this rule picked the fastest measured shape on every perf
+// row (bf16/wg against bf16/w128, w256, m256 in BENCHMARKS.md).
 inline WgShape wgmma_shape(int64_t m, int64_t n, int64_t blocks) {
   if (const WgShape forced = igemm_wgmma_shape(); forced != WgShape::by_shape) return forced;
   const bool wide_n = n > 128;
