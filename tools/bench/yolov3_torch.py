@@ -44,7 +44,7 @@ What differs from the engine (honestly):
   - gradients are freed (set_to_none) rather than zeroed; LeakyReLU runs in place; --compile compiles the network
     only (the loss and targets stay eager).
 
-Prints: torch yolov3 608 batch B precision [compiled] | img/s | ms | peak GiB (torch.cuda.max_memory_allocated of the
+Prints: torch yolov3 608 [compiled] batch B precision | img/s | ms | peak GiB (torch.cuda.max_memory_allocated of the
 timed steps), after a line with the parameter count (asserted to be 61949149).
 Usage: python3 tools/bench/yolov3_torch.py --batch 8 --precision fp32|tf32|bf16 [--compile] [--steps 5 --warmup 3]
        python3 tools/bench/yolov3_torch.py --precision bf16 --profile          (the top CUDA kernels of one step)
@@ -56,7 +56,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_bench import fits_by_running, max_batch, measure, release
+from torch_bench import measure, release, run_main
 
 CLASSES = 80
 PARAMETERS = 61949149  # engine_train --model yolov3 --size coco prints "parameters 61949149"
@@ -350,26 +350,12 @@ def run_config(batch, steps, warmup):
 
 
 def main():
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.allow_tf32 = ARGS.precision == "tf32"  # fp32: true fp32; bf16: autocast's bf16
-    torch.backends.cudnn.allow_tf32 = ARGS.precision == "tf32"
     assert ARGS.size % 32 == 0, f"--size {ARGS.size}: a multiple of 32 (the coarsest scale's stride)"
     with torch.device("meta"):
         count = sum(p.numel() for p in YoloV3().parameters())
     print(f"torch yolov3 parameters {count}", flush=True)
     assert count == PARAMETERS, f"parameters {count}, the engine's yolov3 (--size coco) has {PARAMETERS}"
-    name = f"torch yolov3 {ARGS.size}"
-    if ARGS.max_batch_cap_gib > 0:
-        lo = max_batch(fits_by_running(lambda b: run_config(b, steps=0, warmup=2)), ARGS.max_batch_cap_gib)
-        print(f"{name} {ARGS.precision}{' compiled' if ARGS.compile else ''} | max batch {lo} under "
-              f"{ARGS.max_batch_cap_gib} GiB (set_per_process_memory_fraction; {lo + 1} does not fit)", flush=True)
-        return
-    result = run_config(ARGS.batch, ARGS.steps, ARGS.warmup)
-    if result is None:  # --profile printed its table
-        return
-    dt, peak = result
-    print(f"{name} batch {ARGS.batch} {ARGS.precision}{' compiled' if ARGS.compile else ''} | "
-          f"{ARGS.batch / dt:.1f} img/s | {dt * 1000:.1f} ms | peak {peak:.2f} GiB", flush=True)
+    run_main(ARGS, f"torch yolov3 {ARGS.size}{' compiled' if ARGS.compile else ''}", run_config)
 
 
 if __name__ == "__main__":
