@@ -97,11 +97,13 @@ Grads batch_norm_double_backward(Node& n, const Tensor& hx, const Tensor& hw, co
   }
   Tensor m;
   if (act.on()) {
-    graph::NoGrad constant;  // piecewise constant: no gradient flows through the mask
-    Tensor p = w.defined() ? mul(xhat, w) : xhat;
-    if (has_bias) p = add(p, n.saved(next));
-    m = add(mul(to(compare(CompareOp::gt, p, 0.0), x.dtype()), 1.0 - act.slope), act.slope);
-    g = mul(g, m);
+    {
+      graph::NoGrad constant;  // piecewise constant: no gradient flows through the mask
+      Tensor p = w.defined() ? mul(xhat, w) : xhat;
+      if (has_bias) p = add(p, n.saved(next));
+      m = add(mul(to(compare(CompareOp::gt, p, 0.0), x.dtype()), 1.0 - act.slope), act.slope);
+    }
+    g = mul(g, m);  // recorded: the rule's results stay differentiable in g (a third derivative)
   }
   Grads d = normalization_double_backward(g, w, r, xhat, rows, double(x.numel() / x.size(-1)), batch_stats, hx, hw,
                                           hb, {n.needs_input_grad(0), n.needs_input_grad(1), n.needs_input_grad(2)});

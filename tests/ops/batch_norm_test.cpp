@@ -251,6 +251,32 @@ TEST(BatchNorm, FusedActivationGradAndDoubleBackward) {
   }
 }
 
+// The same with a fused leaky ReLU and a bias: the rule multiplies g by the mask as a recorded op, so its results
+// stay differentiable in g (gradcheck of the rule, then its own derivative).
+TEST(BatchNorm, FusedActivationBackwardOpIsDifferentiable) {
+  const double eps = 1e-5;
+  Tensor g = rand_input({3, 2, 2}), x = rand_input({3, 2, 2}, -2, 2), w = rand_input({2}, 0.5, 1.5);
+  Tensor b = rand_input({2}, -0.3, 0.3);
+  for (int k = 0; k < 3; k++) {
+    testutil::Fn f = [k, eps, b](const std::vector<Tensor>& in) {
+      Tensor mean, invstd;
+      {
+        graph::NoGrad ng;
+        Tensor xd = in[1].detach();
+        Tensor mu = ops::mean(xd, {0, 1}, false);
+        Tensor xc = ops::sub(xd, mu);
+        mean = ops::contiguous(mu);
+        invstd = ops::contiguous(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {0, 1}, false), eps)));
+      }
+      ops::BatchNormGrads r = ops::batch_norm_backward(in[0], in[1], in[2], mean, invstd, true, eps,
+                                                       {true, true, true}, b, ops::NormActivation::leaky_relu(0.1));
+      return k == 0 ? r.dx : k == 1 ? r.dweight : r.dbias;
+    };
+    testutil::expect_gradcheck(f, {g, x, w});
+    testutil::expect_double_backward(f, {g, x, w});
+  }
+}
+
 TEST(BatchNorm, BackwardOpIsDifferentiable) {
   // batch_norm_backward as a function of (g, x, w), each output separately, both kinds of statistics.
   const double eps = 1e-5;
