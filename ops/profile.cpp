@@ -96,13 +96,14 @@ std::vector<KernelTime> take_kernel_times(std::vector<KernelTime>* by_module) {
       used.push_back(p.stop);
     }
 #endif
-    for (KernelTime* k : {&by_op[p.op], &by_module_op[{p.module, p.op}]}) {
+    KernelTime& in_module = by_module_op[{p.module, p.op}];
+    in_module.module = p.module;
+    for (KernelTime* k : {&by_op[p.op], &in_module}) {
       k->op = p.op;
       k->kernels++;
       k->ms += ms;
       k->idle_ms += idle;
     }
-    by_module_op[{p.module, p.op}].module = p.module;
   }
 #ifdef ENGINE_CUDA
   for (cudaEvent_t e : used) ENGINE_CUDA_CHECK(cudaEventDestroy(e));
