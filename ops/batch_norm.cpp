@@ -57,6 +57,15 @@ void check_gradient(const char* op, const Tensor& g, const Tensor& x) {
                engine::shape_str(x.shape()), " must have the same shape");
 }
 
+// A tensor of x's shape, dtype and device besides it (a residual, a saved output).
+void check_like_x(const char* op, const char* arg, const Tensor& t, const Tensor& x) {
+  check_floating(op, arg, t);
+  check_same_dtype(op, t, x);
+  check_same_device(op, t, x);
+  ENGINE_CHECK(t.shape() == x.shape(), op, ": ", arg, " ", engine::shape_str(t.shape()), " must have x's shape ",
+               engine::shape_str(x.shape()));
+}
+
 // Every dimension but the channels: the ones the statistics reduce.
 std::vector<int64_t> row_dims(const Tensor& x) {
   std::vector<int64_t> dims(size_t(x.dim() - 1));
@@ -76,11 +85,14 @@ std::vector<int64_t> row_dims(const Tensor& x) {
 //               dL2/dr = sum hx P(a)
 // mean and invstd are recomputed from x with ops (batch statistics), so the rule is differentiable in x.
 // A fused activation (NormActivation): dx, dweight and dbias are those of batch norm for g' = g m, with
-// m = p > 0 ? 1 : slope at p = xhat weight + bias. m is piecewise constant in x, weight and bias (its derivative is
-// 0 wherever it is defined), so the rule is the one above for g', with d/dg = m d/dg'.
-// Saved: g, x, then weight (when there is one), mean and invstd (running statistics), bias (an activation with one).
-Grads batch_norm_double_backward(Node& n, const Tensor& hx, const Tensor& hw, const Tensor& hb, double eps,
-                                 bool has_weight, bool batch_stats, bool has_bias, NormActivation act) {
+// m = p > 0 ? 1 : slope at p = xhat weight + bias, or m = y > 0 ? 1 : slope from the forward's output y (a residual).
+// m is piecewise constant in x, weight, bias and the residual (its derivative is 0 wherever it is defined), so the
+// rule is the one above for g', with d/dg = m (d/dg' + hr), hr the upstream gradient of dresidual = g'.
+// Saved: g, x, then weight (when there is one), mean and invstd (running statistics), bias (an activation with one)
+// or y (an activation of a residual).
+Grads batch_norm_double_backward(Node& n, const Tensor& hx, const Tensor& hw, const Tensor& hb, const Tensor& hr,
+                                 double eps, bool has_weight, bool batch_stats, bool has_bias, NormActivation act,
+                                 bool from_y) {
   Tensor g = n.saved(0), x = n.saved(1);
   size_t next = 2;
   Tensor w = has_weight ? n.saved(next++) : Tensor();
@@ -99,14 +111,20 @@ Grads batch_norm_double_backward(Node& n, const Tensor& hx, const Tensor& hw, co
   if (act.on()) {
     {
       graph::NoGrad constant;  // piecewise constant: no gradient flows through the mask
-      Tensor p = w.defined() ? mul(xhat, w) : xhat;
-      if (has_bias) p = add(p, n.saved(next));
+      Tensor p;
+      if (from_y) {
+        p = n.saved(next);
+      } else {
+        p = w.defined() ? mul(xhat, w) : xhat;
+        if (has_bias) p = add(p, n.saved(next));
+      }
       m = add(mul(to(compare(CompareOp::gt, p, 0.0), x.dtype()), 1.0 - act.slope), act.slope);
     }
     g = mul(g, m);  // recorded: the rule's results stay differentiable in g (a third derivative)
   }
   Grads d = normalization_double_backward(g, w, r, xhat, rows, double(x.numel() / x.size(-1)), batch_stats, hx, hw,
                                           hb, {n.needs_input_grad(0), n.needs_input_grad(1), n.needs_input_grad(2)});
+  if (hr.defined() && n.needs_input_grad(0)) d[0] = d[0].defined() ? add(d[0], hr) : hr;
   if (act.on() && d[0].defined()) d[0] = mul(d[0], m);
   return d;
 }
@@ -114,12 +132,17 @@ Grads batch_norm_double_backward(Node& n, const Tensor& hx, const Tensor& hw, co
 }  // namespace
 
 Tensor batch_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                  const Tensor& running_var, bool training, double momentum, double eps, NormActivation act) {
+                  const Tensor& running_var, bool training, double momentum, double eps, NormActivation act,
+                  const Tensor& residual_in) {
   const char* name = "batch_norm";
   OpScope scope(name);
   check_input(name, x_in);
   check_channel_param(name, "weight", weight, x_in);
   check_channel_param(name, "bias", bias, x_in);
+  const bool has_residual = residual_in.defined();
+  if (has_residual) check_like_x(name, "residual", residual_in, x_in);
+  ENGINE_CHECK(!has_residual || act.slope >= 0, name, ": an activation after a residual add needs a negative slope ",
+               ">= 0 (its gradient is read from the sign of the output), got ", act.slope);
   ENGINE_CHECK(running_mean.defined() == running_var.defined(), name,
                ": running_mean and running_var must both be given or both be undefined");
   const bool has_running = running_mean.defined();
@@ -139,6 +162,7 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
                name, ": the running statistics are updated in place and must not require grad");
 
   Tensor x = contiguous(x_in);                              // [..., C]
+  Tensor residual = has_residual ? contiguous(residual_in) : Tensor();  // [..., C] or undefined
   Tensor y = empty_like(x);                                 // [..., C]
   Tensor mean = new_empty(x, {C}, stats_dtype(x));          // [C]
   Tensor invstd = new_empty(x, {C}, stats_dtype(x));        // [C]
@@ -147,44 +171,51 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
     // The GPU's chunk means and M2s [P, 2, C], allocated on every device (meta predicts cuda), freed here.
     Tensor workspace = new_empty(x, {chunks, 2, C}, stats_dtype(x));
     Tensor rm = update ? running_mean : Tensor(), rv = update ? running_var : Tensor();
-    run_kernel(name, y,
-               [&] {
-                 cpu::batch_norm_stats(x, chunks, eps, momentum, mean, invstd, rm, rv);
-                 cpu::batch_norm_normalize(x, mean, invstd, weight, bias, y, act.slope);
-               },
-               CUDA_KERNEL(cuda::batch_norm_stats(x, eps, momentum, mean, invstd, rm, rv, workspace);
-                           cuda::batch_norm_normalize(x, mean, invstd, weight, bias, y, act.slope)));
+    run_kernel(
+        name, y,
+        [&] {
+          cpu::batch_norm_stats(x, chunks, eps, momentum, mean, invstd, rm, rv);
+          cpu::batch_norm_normalize(x, mean, invstd, weight, bias, y, act.slope, residual);
+        },
+        CUDA_KERNEL(cuda::batch_norm_stats(x, eps, momentum, mean, invstd, rm, rv, workspace);
+                    cuda::batch_norm_normalize(x, mean, invstd, weight, bias, y, act.slope, residual)));
   } else {
-    run_kernel(name, y,
-               [&] {
-                 cpu::batch_norm_running_stats(running_mean, running_var, eps, mean, invstd);
-                 cpu::batch_norm_normalize(x, mean, invstd, weight, bias, y, act.slope);
-               },
-               CUDA_KERNEL(cuda::batch_norm_running_stats(running_mean, running_var, eps, mean, invstd);
-                           cuda::batch_norm_normalize(x, mean, invstd, weight, bias, y, act.slope)));
+    run_kernel(
+        name, y,
+        [&] {
+          cpu::batch_norm_running_stats(running_mean, running_var, eps, mean, invstd);
+          cpu::batch_norm_normalize(x, mean, invstd, weight, bias, y, act.slope, residual);
+        },
+        CUDA_KERNEL(cuda::batch_norm_running_stats(running_mean, running_var, eps, mean, invstd);
+                    cuda::batch_norm_normalize(x, mean, invstd, weight, bias, y, act.slope, residual)));
   }
-  engine::count_op(name, ((batch_stats ? 7.0 : 4.0) + (act.on() ? 1.0 : 0.0)) * double(x.numel()),
-                   double((batch_stats ? 2 : 1) * x.nbytes() + y.nbytes()));
-  if (graph::any_requires_grad({x, weight, bias})) {
+  engine::count_op(
+      name, ((batch_stats ? 7.0 : 4.0) + (act.on() ? 1.0 : 0.0) + (has_residual ? 1.0 : 0.0)) * double(x.numel()),
+      double((batch_stats ? 2 : 1) * x.nbytes() + y.nbytes() + (has_residual ? residual.nbytes() : 0)));
+  if (graph::any_requires_grad({x, weight, bias, residual})) {
     std::vector<Tensor> saved = {x, mean, invstd, weight};
-    if (act.on()) saved.push_back(bias);  // the activation's mask (a parameter: no memory of x's size)
+    // The activation's mask: from the bias (a parameter: no memory of x's size), or after a residual from y.
+    const bool from_y = act.on() && has_residual;
+    if (act.on()) saved.push_back(from_y ? y : bias);
     const bool has_weight = weight.defined();
-    graph::record(name, {x, weight, bias}, {y}, saved,
-                  [eps, has_weight, batch_stats, act](Node& n, const Grads& g) -> Grads {
+    graph::record(name, {x, weight, bias, residual}, {y}, saved,
+                  [eps, has_weight, batch_stats, act, from_y, has_residual](Node& n, const Grads& g) -> Grads {
                     Tensor w = has_weight ? n.saved(3) : Tensor();
+                    const bool dres = has_residual && n.needs_input_grad(3);
                     BatchNormGrads r = batch_norm_backward(
                         g[0], n.saved(0), w, n.saved(1), n.saved(2), batch_stats, eps,
-                        {n.needs_input_grad(0), n.needs_input_grad(1), n.needs_input_grad(2)},
-                        act.on() ? n.saved(4) : Tensor(), act);
-                    return {r.dx, r.dweight, r.dbias};
+                        {n.needs_input_grad(0), n.needs_input_grad(1), n.needs_input_grad(2), from_y && dres},
+                        act.on() && !from_y ? n.saved(4) : Tensor(), act, from_y ? n.saved(4) : Tensor());
+                    // Without an activation the residual's gradient is g itself (as add's).
+                    return {r.dx, r.dweight, r.dbias, !dres ? Tensor() : from_y ? r.dresidual : g[0]};
                   });
   }
   return y;
 }
 
 BatchNormGrads batch_norm_backward(const Tensor& g_in, const Tensor& x_in, const Tensor& weight, const Tensor& mean,
-                                   const Tensor& invstd, bool batch_stats, double eps,
-                                   std::array<bool, 3> output_mask, const Tensor& bias, NormActivation act) {
+                                   const Tensor& invstd, bool batch_stats, double eps, std::array<bool, 4> output_mask,
+                                   const Tensor& bias, NormActivation act, const Tensor& y_in) {
   const char* name = "batch_norm_backward";
   OpScope scope(name);
   check_input(name, x_in);
@@ -194,12 +225,20 @@ BatchNormGrads batch_norm_backward(const Tensor& g_in, const Tensor& x_in, const
   check_stats(name, "mean", mean, x_in);
   check_stats(name, "invstd", invstd, x_in);
   ENGINE_CHECK(!output_mask[1] || weight.defined(), name, ": dweight requested without a weight");
+  const bool from_y = y_in.defined();  // the activation's derivative read from the output of act(p + residual)
+  if (from_y) {
+    check_like_x(name, "y", y_in, x_in);
+    ENGINE_CHECK(act.on() && act.slope >= 0, name, ": y is the output of an activation with a negative slope >= 0 ",
+                 "after a residual; got slope ", act.slope);
+  }
+  ENGINE_CHECK(!output_mask[3] || from_y, name, ": dresidual requested without the forward's output y");
   const int64_t C = x_in.size(-1), M = x_in.numel() / C;
-  Tensor g = contiguous(g_in), x = contiguous(x_in);
+  Tensor g = contiguous(g_in), x = contiguous(x_in), y = from_y ? contiguous(y_in) : Tensor();
   BatchNormGrads out;
   if (output_mask[0]) out.dx = empty_like(x);           // [..., C]
   if (output_mask[1]) out.dweight = new_empty(x, {C});  // [C]
   if (output_mask[2]) out.dbias = new_empty(x, {C});    // [C]
+  if (output_mask[3]) out.dresidual = empty_like(x);    // [..., C]
   const int64_t chunks = batch_norm_chunks(M);
   // The GPU's column partial sums [P, 2, C] (sum g, sum g xhat per row chunk), on every device alike.
   Tensor workspace;
@@ -209,28 +248,32 @@ BatchNormGrads batch_norm_backward(const Tensor& g_in, const Tensor& x_in, const
       name, x,
       [&] {
         cpu::batch_norm_backward(g, x, weight, mean, invstd, batch_stats, chunks, out.dx, out.dweight, out.dbias, bias,
-                                 act.slope);
+                                 act.slope, y, out.dresidual);
       },
       CUDA_KERNEL(cuda::batch_norm_backward(g, x, weight, mean, invstd, batch_stats, out.dx, out.dweight, out.dbias,
-                                            workspace, bias, act.slope)));
+                                            workspace, bias, act.slope, y, out.dresidual)));
   workspace = Tensor();
+  // Bytes of the GPU's passes: the sums read g and x (and y), dx reads g (or dresidual, once written) and x.
+  const double passes_y = from_y ? (out.dresidual.defined() ? 1.0 : 2.0) : 0.0;
   engine::count_op(name, (act.on() ? 13.0 : 11.0) * double(x.numel()),
-                   double(g.nbytes() + x.nbytes() + (out.dx.defined() ? g.nbytes() + x.nbytes() + x.nbytes() : 0)));
+                   double(g.nbytes() + x.nbytes() + (out.dx.defined() ? g.nbytes() + x.nbytes() + x.nbytes() : 0)) +
+                       passes_y * double(x.nbytes()) + (out.dresidual.defined() ? double(x.nbytes()) : 0.0));
 
-  if (graph::any_requires_grad({g, x, weight})) {  // one node for dx, dweight, dbias
+  if (graph::any_requires_grad({g, x, weight})) {  // one node for dx, dweight, dbias, dresidual
     std::vector<Tensor> saved = {g, x};
     if (weight.defined()) saved.push_back(weight);
     if (!batch_stats) {  // constants of the rule; with batch statistics it recomputes them from x
       saved.push_back(mean);
       saved.push_back(invstd);
     }
-    const bool has_bias = act.on() && bias.defined();
+    const bool has_bias = act.on() && !from_y && bias.defined();
     if (has_bias) saved.push_back(bias);  // the activation's mask
+    if (from_y) saved.push_back(y);       // the activation's mask after a residual
     const bool has_weight = weight.defined();
-    graph::record_optional(name, {g, x, weight}, {out.dx, out.dweight, out.dbias}, saved,
-                           [eps, has_weight, batch_stats, has_bias, act](Node& n, const Grads& h) -> Grads {
-                             return batch_norm_double_backward(n, h[0], h[1], h[2], eps, has_weight, batch_stats,
-                                                               has_bias, act);
+    graph::record_optional(name, {g, x, weight}, {out.dx, out.dweight, out.dbias, out.dresidual}, saved,
+                           [eps, has_weight, batch_stats, has_bias, act, from_y](Node& n, const Grads& h) -> Grads {
+                             return batch_norm_double_backward(n, h[0], h[1], h[2], h[3], eps, has_weight, batch_stats,
+                                                               has_bias, act, from_y);
                            });
   }
   return out;

@@ -3,6 +3,7 @@
 //
 //   batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)     x [..., C] -> [..., C]
 //       y = (x - mean) * invstd * weight + bias,   invstd = 1 / sqrt(var + eps),  per channel c
+//   (optionally followed by a residual add and an activation in the same pass: NormActivation and residual below)
 // Batch statistics (training, or no running statistics): mean and biased var of column c over the M = numel / C
 // rows; with running statistics they are then updated in place, as PyTorch does:
 //       running_mean = (1 - momentum) running_mean + momentum mean
@@ -27,7 +28,7 @@
 // statistics, or the running ones copied at the time of the call), as cuDNN saves. Not y. A fused activation
 // (NormActivation below) saves the bias too.
 //
-// Backward: batch_norm_backward is one op with up to three outputs (dx, dweight, dbias) recorded as ONE
+// Backward: batch_norm_backward is one op with up to four outputs (dx, dweight, dbias, dresidual) recorded as ONE
 // multi-output node. With xhat = (x - mean) invstd, sums over the M rows per channel:
 //   dbias = sum g,  dweight = sum g xhat,
 //   dx    = invstd weight (g - dbias / M - xhat dweight / M)     (batch statistics)
@@ -56,21 +57,27 @@ struct NormActivation {
   bool on() const { return slope != 1.0; }
 };
 
+// With a residual (x's shape, dtype and device): y = act(batch_norm(x) + residual), the end of a residual block
+// (ResNet's relu(bn3(conv3(h)) + shortcut)) in the normalization's pass: it reads x and the residual and writes y,
+// where batch_norm, add and relu would write and read two more tensors of x's size. Its gradient to the residual is
+// g act'(y), act'(y) = y > 0 ? 1 : slope (the same as at the pre-activation for slope >= 0, which a residual with
+// an activation requires); the activation's output y is saved for it instead of the bias.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                   const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5,
-                  NormActivation act = {});
+                  NormActivation act = {}, const Tensor& residual = Tensor());
 
 struct BatchNormGrads {
-  Tensor dx, dweight, dbias;  // undefined where not requested
+  Tensor dx, dweight, dbias, dresidual;  // undefined where not requested
 };
 // g, x [..., C]; weight [C] or undefined; mean, invstd [C] (stats dtype) as batch_norm saved them;
 // batch_stats: whether mean and invstd were the batch's own statistics (training) or constants (running).
-// output_mask = {dx, dweight, dbias} (dweight needs a weight). With act: the gradients of act(batch_norm(x)), g
-// being the activation's output gradient (bias [C] or undefined, as batch_norm had it).
+// output_mask = {dx, dweight, dbias, dresidual} (dweight needs a weight, dresidual a y). With act: the gradients of
+// act(batch_norm(x)), g being the activation's output gradient (bias [C] or undefined, as batch_norm had it); with
+// act and y (the forward's output with a residual): those of act(batch_norm(x) + residual), the activation's
+// derivative read from y, and dresidual = g act'(y).
 BatchNormGrads batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                   const Tensor& invstd, bool batch_stats, double eps,
-                                   std::array<bool, 3> output_mask, const Tensor& bias = Tensor(),
-                                   NormActivation act = {});
+                                   const Tensor& invstd, bool batch_stats, double eps, std::array<bool, 4> output_mask,
+                                   const Tensor& bias = Tensor(), NormActivation act = {}, const Tensor& y = Tensor());
 
 // Instance normalization (PyTorch's InstanceNorm2d with affine=False and track_running_stats=False, as pix2pixHD
 // uses it): x [N, ..., C] channels last (NHWC images), statistics per sample and channel over the middle dimensions,

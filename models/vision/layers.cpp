@@ -77,7 +77,7 @@ BatchNorm2d::BatchNorm2d(int64_t channels, double eps_, double momentum_, bool f
   running_var = register_buffer("running_var", ops::ones({channels}));
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x, ops::NormActivation act) const {
+Tensor BatchNorm2d::forward(const Tensor& x, ops::NormActivation act, const Tensor& residual) const {
   auto s = scope();
   if (frozen) {
     Tensor scale, shift;
@@ -87,6 +87,7 @@ Tensor BatchNorm2d::forward(const Tensor& x, ops::NormActivation act) const {
       shift = ops::sub(ops::to(bias, DType::f32), ops::mul(running_mean, scale));
     }
     Tensor y = ops::add(ops::mul(x, ops::to(scale, x.dtype())), ops::to(shift, x.dtype()));
+    if (residual.defined()) y = ops::add(y, residual);
     if (!act.on()) return y;
     return act.slope == 0.0 ? ops::relu(y) : ops::leaky_relu(y, act.slope);
   }
@@ -94,7 +95,7 @@ Tensor BatchNorm2d::forward(const Tensor& x, ops::NormActivation act) const {
   // values) but the running statistics were updated by the first run: not twice.
   const bool again = training() && graph::recomputing();
   return ops::batch_norm(x, weight, bias, again ? Tensor() : running_mean, again ? Tensor() : running_var, training(),
-                         momentum, eps, act);
+                         momentum, eps, act, residual);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -73,7 +73,9 @@ nn::Init kaiming_normal_fan_out(int64_t out, int64_t kernel);
 class BatchNorm2d : public graph::Module {
  public:
   explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1, bool frozen = false);
-  Tensor forward(const Tensor& x, ops::NormActivation act = {}) const;  // [N, H, W, C] -> [N, H, W, C]
+  // act(bn(x) + residual) (residual [N, H, W, C] or undefined): [N, H, W, C] -> [N, H, W, C]; one pass over x when
+  // training (ops::batch_norm's fused activation and residual), separate ops when frozen.
+  Tensor forward(const Tensor& x, ops::NormActivation act = {}, const Tensor& residual = Tensor()) const;
   double eps, momentum;
   bool frozen;
   Tensor weight, bias;               // [C] parameters (ones, zeros); buffers when frozen

@@ -39,9 +39,9 @@ Tensor Bottleneck::forward(const Tensor& x) const {
   const ops::NormActivation relu = ops::NormActivation::relu();
   Tensor h = bn1->forward(conv1->forward(x), relu);  // [N, H, W, planes]
   h = bn2->forward(conv2->forward(h), relu);          // [N, H/s, W/s, planes]
-  h = bn3->forward(conv3->forward(h));                     // [N, H/s, W/s, 4 planes]
+  h = conv3->forward(h);                              // [N, H/s, W/s, 4 planes]
   Tensor identity = downsample_conv ? downsample_bn->forward(downsample_conv->forward(x)) : x;
-  return ops::relu(ops::add(h, identity));
+  return bn3->forward(h, relu, identity);  // relu(bn3(h) + identity), one pass
 }
 
 ResNet::ResNet(const ResNetConfig& c) : config(c) {

@@ -105,11 +105,12 @@ void batch_norm_running_stats(const Tensor& running_mean, const Tensor& running_
 }
 
 void batch_norm_normalize(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
-                          const Tensor& bias, const Tensor& y, double slope) {
+                          const Tensor& bias, const Tensor& y, double slope, const Tensor& residual) {
   const int64_t C = x.size(-1), M = x.numel() / C;
   ENGINE_FLOAT_SWITCH(x.dtype(), T, {
     using A = acc_t<T>;
     const T* px = x.data<T>();
+    const T* pres = residual.defined() ? residual.data<T>() : nullptr;
     T* py = y.data<T>();
     const A* pm = mean.data<A>();
     const A* pr = invstd.data<A>();
@@ -117,7 +118,8 @@ void batch_norm_normalize(const Tensor& x, const Tensor& mean, const Tensor& inv
     const A k = A(slope);
     parallel_for(M, [&](int64_t r) {
       for (int64_t c = 0; c < C; c++) {
-        const A p = (ld(px[r * C + c]) - pm[c]) * pr[c] * w[size_t(c)] + b[size_t(c)];
+        A p = (ld(px[r * C + c]) - pm[c]) * pr[c] * w[size_t(c)] + b[size_t(c)];
+        if (pres) p += ld(pres[r * C + c]);
         py[r * C + c] = st<T>(p > A(0) ? p : k * p);
       }
     });
@@ -126,7 +128,8 @@ void batch_norm_normalize(const Tensor& x, const Tensor& mean, const Tensor& inv
 
 void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
                          const Tensor& invstd, bool batch_stats, int64_t chunks, const Tensor& dx,
-                         const Tensor& dweight, const Tensor& dbias, const Tensor& bias, double slope) {
+                         const Tensor& dweight, const Tensor& dbias, const Tensor& bias, double slope, const Tensor& y,
+                         const Tensor& dresidual) {
   const int64_t C = x.size(-1), M = x.numel() / C;
   ENGINE_FLOAT_SWITCH(x.dtype(), T, {
     using A = acc_t<T>;
@@ -135,15 +138,23 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
     const A* pm = mean.data<A>();
     const A* pr = invstd.data<A>();
     std::vector<A> w = load_channels<T>(weight, C, A(1)), b = load_channels<T>(bias, C, A(0));
-    // g times the activation's derivative at the normalization's output (as batch_norm_normalize computed it).
+    // g times the activation's derivative at the normalization's output (as batch_norm_normalize computed it), or
+    // at the forward's output y when it is given (the activation of the normalization plus a residual).
     const bool act = slope != 1.0;
     const A k = A(slope);
+    const T* py = y.defined() ? y.data<T>() : nullptr;
     auto grad = [&](int64_t r, int64_t c) {
       const A gv = ld(pg[r * C + c]);
       if (!act) return gv;
-      const A p = (ld(px[r * C + c]) - pm[c]) * pr[c] * w[size_t(c)] + b[size_t(c)];
+      const A p = py ? ld(py[r * C + c]) : (ld(px[r * C + c]) - pm[c]) * pr[c] * w[size_t(c)] + b[size_t(c)];
       return p > A(0) ? gv : k * gv;
     };
+    if (dresidual.defined()) {
+      T* pdr = dresidual.data<T>();
+      parallel_for(M, [&](int64_t r) {
+        for (int64_t c = 0; c < C; c++) pdr[r * C + c] = st<T>(grad(r, c));
+      });
+    }
     // sum g and sum g * xhat per channel, chunk by chunk (the GPU's partition).
     std::vector<A> sum_g(size_t(C), A(0)), sum_gx(size_t(C), A(0));
     const bool need_sums = dweight.defined() || dbias.defined() || (dx.defined() && batch_stats);

@@ -235,6 +235,10 @@ __global__ void __launch_bounds__(kElementwiseThreads)
   invstd[c] = A(1) / std::sqrt(rv[c] + eps);
 }
 
+// Where the backward finds the fused activation's derivative: none (no activation), at p recomputed from x, weight
+// and bias, or at the forward's output y (an activation after a residual add; y > 0 exactly where p + residual > 0).
+enum ActFrom : int { kNoAct = 0, kActFromX = 1, kActFromY = 2 };
+
 // The fused activation (ops/batch_norm.h's NormActivation) at p, and its derivative: slope 1 is none.
 template <typename A>
 __device__ __forceinline__ A activate(A p, A slope) {
@@ -245,15 +249,15 @@ __device__ __forceinline__ A activation_grad(A p, A slope) {
   return p > A(0) ? A(1) : slope;
 }
 
-// y = act((x - mean[c]) (invstd[c] w[c]) + b[c]). Grid (column tiles, row blocks), block tile x lanes; a thread
-// keeps its VEC channels' mean, scale and shift in registers and walks rows with a grid stride.
-// Bytes: read x, write y; bound: memory.
-template <typename T, int VEC>
+// y = act((x - mean[c]) (invstd[c] w[c]) + b[c] (+ residual)). Grid (column tiles, row blocks), block tile x lanes;
+// a thread keeps its VEC channels' mean, scale and shift in registers and walks rows with a grid stride.
+// Bytes: read x (and the residual), write y; bound: memory.
+template <typename T, int VEC, bool kRes>
 __global__ void __launch_bounds__(kElementwiseThreads)
     batch_norm_normalize_kernel(const T* __restrict__ x, const acc_t<T>* __restrict__ mean,
                                 const acc_t<T>* __restrict__ invstd, const T* __restrict__ w, int64_t sw,
-                                const T* __restrict__ bias, int64_t sb, T* __restrict__ y, int64_t M, int64_t C,
-                                acc_t<T> slope) {
+                                const T* __restrict__ bias, int64_t sb, const T* __restrict__ res, T* __restrict__ y,
+                                int64_t M, int64_t C, acc_t<T> slope) {
   using A = acc_t<T>;
   const int64_t cols = C / VEC, col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (col >= cols) return;
@@ -266,39 +270,53 @@ __global__ void __launch_bounds__(kElementwiseThreads)
     shift[j] = load_or(bias, c * sb, A(0));
   }
   const T* px = x + col * VEC;
+  const T* pres = kRes ? res + col * VEC : nullptr;
   T* py = y + col * VEC;
-  auto apply = [&](const Vec<T, VEC>& v, int64_t row) {
+  auto apply = [&](const Vec<T, VEC>& v, const Vec<T, VEC>& rv, int64_t row) {
     Vec<T, VEC> o;
 #pragma unroll
-    for (int j = 0; j < VEC; j++)
-      o.v[j] = from_acc<T>(activate((to_acc<A>(v.v[j]) - mu[j]) * scale[j] + shift[j], slope));
+    for (int j = 0; j < VEC; j++) {
+      A p = (to_acc<A>(v.v[j]) - mu[j]) * scale[j] + shift[j];
+      if constexpr (kRes) p += to_acc<A>(rv.v[j]);
+      o.v[j] = from_acc<T>(activate(p, slope));
+    }
     *reinterpret_cast<Vec<T, VEC>*>(py + row * C) = o;
+  };
+  auto load_res = [&](int64_t row) {
+    if constexpr (kRes)
+      return load_raw<T, VEC>(pres + row * C);
+    else
+      return Vec<T, VEC>{};
   };
   const int64_t step = int64_t(gridDim.y) * blockDim.y;
   int64_t r = int64_t(blockIdx.y) * blockDim.y + threadIdx.y;
   for (; r + (kEwUnroll - 1) * step < M; r += kEwUnroll * step) {
-    Vec<T, VEC> v[kEwUnroll];
+    Vec<T, VEC> v[kEwUnroll], rv[kEwUnroll];
 #pragma unroll
-    for (int k = 0; k < kEwUnroll; k++) v[k] = load_raw<T, VEC>(px + (r + k * step) * C);
+    for (int k = 0; k < kEwUnroll; k++) {
+      v[k] = load_raw<T, VEC>(px + (r + k * step) * C);
+      rv[k] = load_res(r + k * step);
+    }
 #pragma unroll
-    for (int k = 0; k < kEwUnroll; k++) apply(v[k], r + k * step);
+    for (int k = 0; k < kEwUnroll; k++) apply(v[k], rv[k], r + k * step);
   }
-  for (; r < M; r += step) apply(load_raw<T, VEC>(px + r * C), r);
+  for (; r < M; r += step) apply(load_raw<T, VEC>(px + r * C), load_res(r), r);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Backward
 
-// Chunk column sums: workspace[b] = (sum g [C], sum g xhat [C]), the latter as invstd sum g (x - mean); with
-// kAct, g times the fused activation's derivative at the normalization's output, recomputed from x as the
-// normalize kernel computed it. Grid and block as batch_norm_chunk_stats; dynamic shared memory 2 VEC threads
-// values. Bytes: one read of g and x; bound: memory.
-template <typename T, int VEC, bool kAct>
+// Chunk column sums: workspace[b] = (sum g [C], sum g xhat [C]), the latter as invstd sum g (x - mean); with an
+// activation, g times its derivative: at the normalization's output recomputed from x as the normalize kernel
+// computed it (kActFromX), or at y (kActFromY; that product g' is then also written to dr when dr is given, for
+// the residual and for the dx pass). Grid and block as batch_norm_chunk_stats; dynamic shared memory 2 VEC threads
+// values. Bytes: one read of g and x (and y; a write of dr); bound: memory.
+template <typename T, int VEC, int kAct>
 __global__ void __launch_bounds__(kMaxColumnThreads)
-    batch_norm_chunk_sums(const T* __restrict__ g, const T* __restrict__ x, const acc_t<T>* __restrict__ mean,
-                          const acc_t<T>* __restrict__ invstd, const T* __restrict__ w, int64_t sw,
-                          const T* __restrict__ bias, int64_t sb, acc_t<T> slope, int64_t M, int64_t C,
-                          int64_t chunks, acc_t<T>* __restrict__ ws) {
+    batch_norm_chunk_sums(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ y,
+                          const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ invstd,
+                          const T* __restrict__ w, int64_t sw, const T* __restrict__ bias, int64_t sb, acc_t<T> slope,
+                          int64_t M, int64_t C, int64_t chunks, acc_t<T>* __restrict__ ws, T* __restrict__ dr) {
   using A = acc_t<T>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int tile = blockDim.x, lanes = blockDim.y, threads = tile * lanes;
@@ -311,37 +329,50 @@ __global__ void __launch_bounds__(kMaxColumnThreads)
   A sg[VEC], sgd[VEC], mu[VEC], scale[VEC], shift[VEC];
 #pragma unroll
   for (int j = 0; j < VEC; j++) sg[j] = sgd[j] = mu[j] = scale[j] = shift[j] = A(0);
-  auto add = [&](const Vec<T, VEC>& gv, const Vec<T, VEC>& xv) {
+  T* pdr = kAct == kActFromY && dr ? dr + col * VEC : nullptr;
+  auto add = [&](const Vec<T, VEC>& gv, const Vec<T, VEC>& xv, const Vec<T, VEC>& yv, int64_t row) {
+    Vec<T, VEC> o{};  // g' (kActFromY)
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
       const A xc = to_acc<A>(xv.v[j]) - mu[j];
       A gj = to_acc<A>(gv.v[j]);
-      if constexpr (kAct) gj *= activation_grad(xc * scale[j] + shift[j], slope);
+      if constexpr (kAct == kActFromX) gj *= activation_grad(xc * scale[j] + shift[j], slope);
+      if constexpr (kAct == kActFromY) gj *= activation_grad(to_acc<A>(yv.v[j]), slope), o.v[j] = from_acc<T>(gj);
       sg[j] += gj;
       sgd[j] += gj * xc;
     }
+    if (kAct == kActFromY && pdr) *reinterpret_cast<Vec<T, VEC>*>(pdr + row * C) = o;
   };
   if (col < cols) {
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
       const int64_t c = col * VEC + j;
       mu[j] = mean[c];
-      if constexpr (kAct) scale[j] = invstd[c] * load_or(w, c * sw, A(1)), shift[j] = load_or(bias, c * sb, A(0));
+      if constexpr (kAct == kActFromX)
+        scale[j] = invstd[c] * load_or(w, c * sw, A(1)), shift[j] = load_or(bias, c * sb, A(0));
     }
     const T* pg = g + col * VEC;
     const T* px = x + col * VEC;
+    const T* py = kAct == kActFromY ? y + col * VEC : nullptr;
+    auto load_y = [&](int64_t row) {
+      if constexpr (kAct == kActFromY)
+        return load_raw<T, VEC>(py + row * C);
+      else
+        return Vec<T, VEC>{};
+    };
     int64_t r = begin + ty;
     for (; r + (kUnroll - 1) * lanes < end; r += kUnroll * lanes) {
-      Vec<T, VEC> gv[kUnroll], xv[kUnroll];
+      Vec<T, VEC> gv[kUnroll], xv[kUnroll], yv[kUnroll];
 #pragma unroll
       for (int k = 0; k < kUnroll; k++) {
         gv[k] = load_raw<T, VEC>(pg + (r + k * lanes) * C);
         xv[k] = load_raw<T, VEC>(px + (r + k * lanes) * C);
+        yv[k] = load_y(r + k * lanes);
       }
 #pragma unroll
-      for (int k = 0; k < kUnroll; k++) add(gv[k], xv[k]);
+      for (int k = 0; k < kUnroll; k++) add(gv[k], xv[k], yv[k], r + k * lanes);
     }
-    for (; r < end; r += lanes) add(load_raw<T, VEC>(pg + r * C), load_raw<T, VEC>(px + r * C));
+    for (; r < end; r += lanes) add(load_raw<T, VEC>(pg + r * C), load_raw<T, VEC>(px + r * C), load_y(r), r);
   }
   lane_tree(
       tile, lanes,
@@ -415,15 +446,17 @@ __global__ void __launch_bounds__(kFinalizeTile * kFinalizeLanes)
 }
 
 // dx = invstd w (g - sum_g / M - xhat sum_gxhat / M) (batch statistics; sums = workspace[0]), or
-// dx = invstd w g (running statistics; sums unused); with kAct, g times the fused activation's derivative as in
-// the chunk sums. Grid and block as the normalize kernel; a thread keeps its channels' coefficients in registers.
-// Bytes: read g (and x), write dx; bound: memory.
-template <typename T, int VEC, bool kAct>
+// dx = invstd w g (running statistics; sums unused); with an activation, g times its derivative as in the chunk
+// sums (kActFromY writes that product to dr when dr is given). Grid and block as the normalize kernel; a thread
+// keeps its channels' coefficients in registers; dx may be null (only dr wanted). Bytes: read g (and x, y), write
+// dx (and dr); bound: memory.
+template <typename T, int VEC, int kAct>
 __global__ void __launch_bounds__(kElementwiseThreads)
-    batch_norm_dx_kernel(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ w, int64_t sw,
-                         const T* __restrict__ bias, int64_t sb, acc_t<T> slope, const acc_t<T>* __restrict__ mean,
-                         const acc_t<T>* __restrict__ invstd, const acc_t<T>* __restrict__ sums, T* __restrict__ dx,
-                         int64_t M, int64_t C) {
+    batch_norm_dx_kernel(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ y,
+                         const T* __restrict__ w, int64_t sw, const T* __restrict__ bias, int64_t sb, acc_t<T> slope,
+                         const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ invstd,
+                         const acc_t<T>* __restrict__ sums, T* __restrict__ dx, T* __restrict__ dr, int64_t M,
+                         int64_t C) {
   using A = acc_t<T>;
   const int64_t cols = C / VEC, col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (col >= cols) return;
@@ -433,41 +466,48 @@ __global__ void __launch_bounds__(kElementwiseThreads)
   for (int j = 0; j < VEC; j++) {
     const int64_t c = col * VEC + j;
     a[j] = invstd[c] * load_or(w, c * sw, A(1));
-    shift[j] = kAct ? load_or(bias, c * sb, A(0)) : A(0);
+    shift[j] = kAct == kActFromX ? load_or(bias, c * sb, A(0)) : A(0);
     mu[j] = mean[c];
     mg[j] = sums ? sums[c] / A(M) : A(0);
     k[j] = sums ? invstd[c] * (sums[C + c] / A(M)) : A(0);
   }
   const T* pg = g + col * VEC;
   const T* px = x + col * VEC;
-  T* pdx = dx + col * VEC;
+  const T* py = kAct == kActFromY ? y + col * VEC : nullptr;
+  T* pdx = dx ? dx + col * VEC : nullptr;
+  T* pdr = kAct == kActFromY && dr ? dr + col * VEC : nullptr;
   const bool batch = sums != nullptr;
-  auto apply = [&](const Vec<T, VEC>& gv, const Vec<T, VEC>& xv, int64_t row) {
-    Vec<T, VEC> o;
+  auto apply = [&](const Vec<T, VEC>& gv, const Vec<T, VEC>& xv, const Vec<T, VEC>& yv, int64_t row) {
+    Vec<T, VEC> o, og{};  // dx, g' (kActFromY)
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
       const A xc = to_acc<A>(xv.v[j]) - mu[j];
       A gj = to_acc<A>(gv.v[j]);
-      if constexpr (kAct) gj *= activation_grad(xc * a[j] + shift[j], slope);
+      if constexpr (kAct == kActFromX) gj *= activation_grad(xc * a[j] + shift[j], slope);
+      if constexpr (kAct == kActFromY) gj *= activation_grad(to_acc<A>(yv.v[j]), slope), og.v[j] = from_acc<T>(gj);
       o.v[j] = from_acc<T>(batch ? a[j] * ((gj - mg[j]) - xc * k[j]) : gj * a[j]);
     }
-    *reinterpret_cast<Vec<T, VEC>*>(pdx + row * C) = o;
+    if (pdx) *reinterpret_cast<Vec<T, VEC>*>(pdx + row * C) = o;
+    if (kAct == kActFromY && pdr) *reinterpret_cast<Vec<T, VEC>*>(pdr + row * C) = og;
   };
+  const bool need_x = batch || kAct == kActFromX;
+  Vec<T, VEC> none{};
+  auto load_x = [&](int64_t row) { return need_x ? load_raw<T, VEC>(px + row * C) : none; };
+  auto load_y = [&](int64_t row) { return kAct == kActFromY ? load_raw<T, VEC>(py + row * C) : none; };
   const int64_t step = int64_t(gridDim.y) * blockDim.y;
   int64_t r = int64_t(blockIdx.y) * blockDim.y + threadIdx.y;
-  Vec<T, VEC> none{};
   for (; r + (kEwUnroll - 1) * step < M; r += kEwUnroll * step) {
-    Vec<T, VEC> gv[kEwUnroll], xv[kEwUnroll];
+    Vec<T, VEC> gv[kEwUnroll], xv[kEwUnroll], yv[kEwUnroll];
 #pragma unroll
     for (int q = 0; q < kEwUnroll; q++) {
       gv[q] = load_raw<T, VEC>(pg + (r + q * step) * C);
-      xv[q] = batch || kAct ? load_raw<T, VEC>(px + (r + q * step) * C) : none;
+      xv[q] = load_x(r + q * step);
+      yv[q] = load_y(r + q * step);
     }
 #pragma unroll
-    for (int q = 0; q < kEwUnroll; q++) apply(gv[q], xv[q], r + q * step);
+    for (int q = 0; q < kEwUnroll; q++) apply(gv[q], xv[q], yv[q], r + q * step);
   }
-  for (; r < M; r += step)
-    apply(load_raw<T, VEC>(pg + r * C), batch || kAct ? load_raw<T, VEC>(px + r * C) : none, r);
+  for (; r < M; r += step) apply(load_raw<T, VEC>(pg + r * C), load_x(r), load_y(r), r);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -565,7 +605,7 @@ void batch_norm_running_stats(const Tensor& running_mean, const Tensor& running_
 }
 
 void batch_norm_normalize(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
-                          const Tensor& bias, const Tensor& y, double slope) {
+                          const Tensor& bias, const Tensor& y, double slope, const Tensor& residual) {
   const int64_t C = x.size(-1), n = x.numel(), M = n / C;
   if (n == 0) return;
   cudaStream_t stream = engine::cuda::stream();
@@ -573,12 +613,14 @@ void batch_norm_normalize(const Tensor& x, const Tensor& mean, const Tensor& inv
     using A = acc_t<T>;
     const T* px = static_cast<const T*>(x.data_ptr());
     T* py = static_cast<T*>(y.data_ptr());
-    with_channel_vec<T>(C, {px, py}, [&](auto vec) {
+    const T* pres = ptr_or_null<T>(residual);
+    with_channel_vec<T>(C, {px, py, pres}, [&](auto vec) {
       constexpr int V = decltype(vec)::value;
       const ColumnBlocks eb = elementwise_blocks(C / V, M);
-      batch_norm_normalize_kernel<T, V><<<eb.grid, eb.block, 0, stream>>>(
+      auto kernel = pres ? batch_norm_normalize_kernel<T, V, true> : batch_norm_normalize_kernel<T, V, false>;
+      kernel<<<eb.grid, eb.block, 0, stream>>>(
           px, static_cast<const A*>(mean.data_ptr()), static_cast<const A*>(invstd.data_ptr()), ptr_or_null<T>(weight),
-          stride_or_zero(weight), ptr_or_null<T>(bias), stride_or_zero(bias), py, M, C, A(slope));
+          stride_or_zero(weight), ptr_or_null<T>(bias), stride_or_zero(bias), pres, py, M, C, A(slope));
     });
     ENGINE_CUDA_LAUNCH_CHECK("batch_norm (normalize)");
   });
@@ -586,7 +628,8 @@ void batch_norm_normalize(const Tensor& x, const Tensor& mean, const Tensor& inv
 
 void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
                          const Tensor& invstd, bool batch_stats, const Tensor& dx, const Tensor& dweight,
-                         const Tensor& dbias, const Tensor& workspace, const Tensor& bias, double slope) {
+                         const Tensor& dbias, const Tensor& workspace, const Tensor& bias, double slope,
+                         const Tensor& y, const Tensor& dresidual) {
   const int64_t C = x.size(-1), n = x.numel(), M = n / C;
   const bool sums = dweight.defined() || dbias.defined() || (dx.defined() && batch_stats);
   if (sums) check_workspace("batch_norm_backward", workspace, C);
@@ -598,18 +641,23 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
     const A* pm = static_cast<const A*>(mean.data_ptr());
     const A* pr = static_cast<const A*>(invstd.data_ptr());
     A* ws = sums ? static_cast<A*>(workspace.data_ptr()) : nullptr;
-    const bool act = slope != 1.0;  // the fused activation (NormActivation)
+    // The fused activation (NormActivation): its derivative from x, or from the forward's output y.
+    const int act = slope == 1.0 ? kNoAct : y.defined() ? kActFromY : kActFromX;
+    const T* py = ptr_or_null<T>(y);
+    T* pdr = dresidual.defined() ? static_cast<T*>(dresidual.data_ptr()) : nullptr;
     const T* pw = ptr_or_null<T>(weight);
     const T* pb = ptr_or_null<T>(bias);
     const int64_t sw = stride_or_zero(weight), sb = stride_or_zero(bias);
     if (sums) {
       const int64_t chunks = workspace.size(0);
-      with_channel_vec<T>(C, {pg, px}, [&](auto vec) {
+      with_channel_vec<T>(C, {pg, px, py, pdr}, [&](auto vec) {
         constexpr int V = decltype(vec)::value;
         const ColumnBlocks cb = column_blocks(C / V, chunks);
-        auto kernel = act ? batch_norm_chunk_sums<T, V, true> : batch_norm_chunk_sums<T, V, false>;
-        kernel<<<cb.grid, cb.block, cb.threads() * 2 * V * sizeof(A), stream>>>(
-            pg, px, pm, pr, pw, sw, pb, sb, A(slope), M, C, chunks, ws);
+        auto kernel = act == kActFromY   ? batch_norm_chunk_sums<T, V, kActFromY>
+                      : act == kActFromX ? batch_norm_chunk_sums<T, V, kActFromX>
+                                         : batch_norm_chunk_sums<T, V, kNoAct>;
+        kernel<<<cb.grid, cb.block, cb.threads() * 2 * V * sizeof(A), stream>>>(pg, px, py, pm, pr, pw, sw, pb, sb,
+                                                                                A(slope), M, C, chunks, ws, pdr);
       });
       ENGINE_CUDA_LAUNCH_CHECK("batch_norm_backward (chunk sums)");
       T* pdw = dweight.defined() ? static_cast<T*>(dweight.data_ptr()) : nullptr;
@@ -618,14 +666,21 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
                                     stream>>>(ws, C, chunks, pdw, stride_or_zero(dweight), pdb, stride_or_zero(dbias));
       ENGINE_CUDA_LAUNCH_CHECK("batch_norm_backward (sums)");
     }
-    if (dx.defined() && n > 0) {
-      T* pdx = static_cast<T*>(dx.data_ptr());
+    // Once the sums pass has written g' = g act'(y) to dr, the dx pass reads it in place of g (no activation left).
+    const bool dr_written = sums && act == kActFromY && pdr;
+    if ((dx.defined() || (pdr && !dr_written)) && n > 0) {  // dx, or only g' (nothing else asked for)
+      T* pdx = dx.defined() ? static_cast<T*>(dx.data_ptr()) : nullptr;
       const A* totals = batch_stats ? ws : nullptr;
-      with_channel_vec<T>(C, {pg, px, pdx}, [&](auto vec) {
+      const T* pgin = dr_written ? pdr : pg;
+      const int dx_act = dr_written ? int(kNoAct) : act;
+      with_channel_vec<T>(C, {pgin, px, pdx, py, pdr}, [&](auto vec) {
         constexpr int V = decltype(vec)::value;
         const ColumnBlocks eb = elementwise_blocks(C / V, M);
-        auto kernel = act ? batch_norm_dx_kernel<T, V, true> : batch_norm_dx_kernel<T, V, false>;
-        kernel<<<eb.grid, eb.block, 0, stream>>>(pg, px, pw, sw, pb, sb, A(slope), pm, pr, totals, pdx, M, C);
+        auto kernel = dx_act == kActFromY   ? batch_norm_dx_kernel<T, V, kActFromY>
+                      : dx_act == kActFromX ? batch_norm_dx_kernel<T, V, kActFromX>
+                                            : batch_norm_dx_kernel<T, V, kNoAct>;
+        kernel<<<eb.grid, eb.block, 0, stream>>>(pgin, px, py, pw, sw, pb, sb, A(slope), pm, pr, totals, pdx,
+                                                 dr_written ? nullptr : pdr, M, C);
       });
       ENGINE_CUDA_LAUNCH_CHECK("batch_norm_backward (dx)");
     }

@@ -14,13 +14,14 @@ void batch_norm_running_stats(const engine::Tensor& running_mean, const engine::
                               const engine::Tensor& mean, const engine::Tensor& invstd);
 void batch_norm_normalize(const engine::Tensor& x, const engine::Tensor& mean, const engine::Tensor& invstd,
                           const engine::Tensor& weight, const engine::Tensor& bias, const engine::Tensor& y,
-                          double slope = 1.0);
+                          double slope = 1.0, const engine::Tensor& residual = engine::Tensor());
 // As cpu::batch_norm_backward (slope: the fused activation's, 1 for none); workspace [P, 2, C] (stats dtype) is
 // given whenever the column sums are needed (dweight, dbias, or dx with batch statistics).
 void batch_norm_backward(const engine::Tensor& g, const engine::Tensor& x, const engine::Tensor& weight,
                          const engine::Tensor& mean, const engine::Tensor& invstd, bool batch_stats,
                          const engine::Tensor& dx, const engine::Tensor& dweight, const engine::Tensor& dbias,
                          const engine::Tensor& workspace, const engine::Tensor& bias = engine::Tensor(),
-                         double slope = 1.0);
+                         double slope = 1.0, const engine::Tensor& y = engine::Tensor(),
+                         const engine::Tensor& dresidual = engine::Tensor());
 
 }  // namespace ops::cuda

@@ -183,6 +183,64 @@ TEST(BatchNormCuda, FusedActivationMatchesCpu) {
   }
 }
 
+// A residual (act(batch_norm(x) + residual)): outputs and every gradient, the residual's included, against the cpu,
+// with ReLU, leaky ReLU and no activation; then the backward op itself, dresidual alone included (the dx kernel's
+// path that writes only g').
+TEST(BatchNormCuda, ResidualMatchesCpu) {
+  for (double slope : {0.0, 0.1, 1.0}) {
+    const ops::NormActivation act = ops::NormActivation::leaky_relu(slope);
+    for (DType dt : kFloats) {
+      for (const Case& c : kCases) {
+        const int64_t C = c.shape.back();
+        for (bool training : {true, false}) {
+          std::string what = engine::str("batch_norm + residual, slope ", slope, training ? " training " : " eval ",
+                                         engine::dtype_name(dt), " ", c.layout);
+          auto f = [act, training](const std::vector<Tensor>& in) {
+            return ops::batch_norm(in[0], in[1], in[2], training ? Tensor() : in[3], training ? Tensor() : in[4],
+                                   training, 0.1, 1e-5, act, in[5]);
+          };
+          testutil::expect_cuda_matches_cpu(
+              what, f,
+              {cpu_input(c.shape, dt, x_low(dt), x_high(dt), true), cpu_input({C}, dt, 0.5, 1.5, true),
+               cpu_input({C}, dt, -1, 1, true), cpu_input({C}, stats_dtype(dt), -1, 1),
+               cpu_input({C}, stats_dtype(dt), 0.5, 2), cpu_input(c.shape, dt, -1, 1, true)},
+              sum_tolerance(dt, rows_of(c.shape)));
+        }
+      }
+    }
+  }
+  const Case& c = kCases[1];
+  const int64_t C = c.shape.back();
+  for (bool batch_stats : {true, false}) {
+    for (std::array<bool, 4> mask :
+         {std::array<bool, 4>{true, true, true, true}, {true, false, false, true}, {false, false, false, true}}) {
+      auto f = [batch_stats, mask](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+        Tensor mean, invstd;
+        {
+          graph::NoGrad ng;
+          Tensor mu = ops::mean(in[1], {0, 1, 2}, true), xc = ops::sub(in[1], mu);
+          mean = ops::contiguous(ops::reshape(mu, {-1}));
+          invstd =
+              ops::contiguous(ops::reshape(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {0, 1, 2}), 1e-5)), {-1}));
+        }
+        ops::BatchNormGrads r = ops::batch_norm_backward(in[0], in[1], in[2], mean, invstd, batch_stats, 1e-5, mask,
+                                                         Tensor(), ops::NormActivation::relu(), in[3]);
+        std::vector<Tensor> out;
+        for (const Tensor& t : {r.dx, r.dweight, r.dbias, r.dresidual})
+          if (t.defined()) out.push_back(t);
+        return out;
+      };
+      testutil::expect_cuda_matches_cpu_multi(
+          engine::str("batch_norm_backward from y, ", batch_stats ? "batch" : "running", " statistics, outputs ",
+                      mask[0], mask[1], mask[2], mask[3]),
+          f,
+          {cpu_input(c.shape, DType::f32, -1, 1, true), cpu_input(c.shape, DType::f32, -2, 2, true),
+           cpu_input({C}, DType::f32, 0.5, 1.5, true), cpu_input(c.shape, DType::f32, -1, 1)},
+          sum_tolerance(DType::f32, rows_of(c.shape)));
+    }
+  }
+}
+
 TEST(BatchNormCuda, RepeatableBitForBit) {
   Tensor x = testutil::to_cuda(cpu_input({8, 32, 32, 256}, DType::f32, -2, 2, true));
   Tensor w = testutil::to_cuda(cpu_input({256}, DType::f32, 0.5, 1.5, true));
@@ -207,7 +265,8 @@ TEST(BatchNormCuda, LedgerMatchesMeta) {
     Tensor rm = ops::zeros({96}), rv = ops::ones({96});
     Tensor y = ops::batch_norm(x, w, b, rm, rv, true);
     Tensor z = ops::batch_norm(y, w, Tensor(), rm, rv, false);
-    graph::backward(ops::sum(z));
+    Tensor u = ops::batch_norm(z, w, b, rm, rv, true, 0.1, 1e-5, ops::NormActivation::relu(), x);  // a residual
+    graph::backward(ops::sum(u));
   });
 }
 
@@ -235,6 +294,18 @@ TEST(BatchNormCuda, DISABLED_Bandwidth) {
       testutil::measure_bandwidth(
           engine::str("batch_norm backward ", engine::dtype_name(dt), " ", engine::shape_str(s)), 5 * bytes,
           [&] { ops::batch_norm_backward(g, x, w, mean, invstd, true, 1e-5, {true, true, true}); });
+      // With a residual and ReLU (a ResNet block's end): forward reads x twice and the residual, writes y; backward
+      // reads g, y and x and writes dresidual (the sums), then reads dresidual and x and writes dx.
+      testutil::measure_bandwidth(
+          engine::str("batch_norm + residual + relu forward ", engine::dtype_name(dt), " ", engine::shape_str(s)),
+          4 * bytes,
+          [&] { ops::batch_norm(x, w, b, Tensor(), Tensor(), true, 0.1, 1e-5, ops::NormActivation::relu(), g); });
+      testutil::measure_bandwidth(
+          engine::str("batch_norm + residual + relu backward ", engine::dtype_name(dt), " ", engine::shape_str(s)),
+          7 * bytes, [&] {
+            ops::batch_norm_backward(g, x, w, mean, invstd, true, 1e-5, {true, true, true, true}, Tensor(),
+                                     ops::NormActivation::relu(), x);
+          });
     }
   }
 }

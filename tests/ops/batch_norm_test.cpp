@@ -277,6 +277,83 @@ TEST(BatchNorm, FusedActivationBackwardOpIsDifferentiable) {
   }
 }
 
+// A residual (the end of a residual block): batch_norm(x, .., act, residual) is the composition
+// act(batch_norm(x) + residual), with the same outputs and gradients of x, weight, bias and the residual (f64: to
+// rounding), with ReLU, leaky ReLU and no activation, training and evaluation.
+TEST(BatchNorm, ResidualEqualsTheComposition) {
+  Tensor x = rand_input({2, 3, 2, 4}, -2, 2), w = rand_input({4}, -1.5, 1.5), b = rand_input({4}, -0.5, 0.5);
+  Tensor res = rand_input({2, 3, 2, 4}, -1, 1), r = rand_input({2, 3, 2, 4});
+  Tensor rm = ops::rand({4}, -0.5, 0.5, DType::f64), rv = ops::rand({4}, 0.5, 1.5, DType::f64);
+  for (double slope : {0.0, 0.1, 1.0}) {
+    for (bool training : {true, false}) {
+      SCOPED_TRACE(engine::str("slope ", slope, training ? " training" : " evaluation"));
+      auto run = [&](bool fused) {
+        std::vector<Tensor> in = {x.detach().set_requires_grad(true), w.detach().set_requires_grad(true),
+                                  b.detach().set_requires_grad(true), res.detach().set_requires_grad(true)};
+        Tensor y;
+        if (fused) {
+          y = ops::batch_norm(in[0], in[1], in[2], training ? Tensor() : rm, training ? Tensor() : rv, training, 0.1,
+                              1e-5, ops::NormActivation::leaky_relu(slope), in[3]);
+        } else {
+          y = ops::batch_norm(in[0], in[1], in[2], training ? Tensor() : rm, training ? Tensor() : rv, training, 0.1,
+                              1e-5);
+          y = ops::add(y, in[3]);
+          if (slope != 1.0) y = slope == 0.0 ? ops::relu(y) : ops::leaky_relu(y, slope);
+        }
+        graph::backward(ops::sum(ops::mul(y, r)));
+        return std::vector<Tensor>{y, in[0].grad(), in[1].grad(), in[2].grad(), in[3].grad()};
+      };
+      const std::vector<Tensor> fused = run(true), composed = run(false);
+      const char* names[] = {"y", "dx", "dweight", "dbias", "dresidual"};
+      for (size_t i = 0; i < fused.size(); i++)
+        expect_all_near(fused[i].to_double(), composed[i].to_double(), 1e-12, names[i]);
+    }
+  }
+}
+
+TEST(BatchNorm, ResidualGradAndDoubleBackward) {
+  Tensor x = rand_input({2, 3, 2, 3}, -2, 2), w = rand_input({3}, 0.5, 1.5), b = rand_input({3});
+  Tensor res = rand_input({2, 3, 2, 3}, -1, 1);
+  for (double slope : {0.0, 0.1, 1.0}) {
+    SCOPED_TRACE(engine::str("slope ", slope));
+    testutil::Fn train = [slope](const std::vector<Tensor>& in) {
+      return ops::batch_norm(in[0], in[1], in[2], Tensor(), Tensor(), true, 0.1, 1e-5,
+                             ops::NormActivation::leaky_relu(slope), in[3]);
+    };
+    testutil::expect_gradcheck(train, {x, w, b, res});
+    testutil::expect_double_backward(train, {x, w, b, res});
+  }
+}
+
+// The backward op with the activation's derivative read from y (a residual): every output, dresidual included,
+// differentiable in g, x and weight (gradcheck of the op, then of its rule).
+TEST(BatchNorm, ResidualBackwardOpIsDifferentiable) {
+  const double eps = 1e-5;
+  Tensor g = rand_input({3, 2, 2}), x = rand_input({3, 2, 2}, -2, 2), w = rand_input({2}, 0.5, 1.5);
+  // The forward's output: its zeros and positives set the mask (ReLU and leaky ReLU alike keep the sign).
+  Tensor y = ops::leaky_relu(rand_input({3, 2, 2}, -1, 1), 0.1);
+  for (int k = 0; k < 4; k++) {
+    SCOPED_TRACE(engine::str("output ", k));
+    testutil::Fn f = [k, eps, y](const std::vector<Tensor>& in) {
+      Tensor mean, invstd;
+      {
+        graph::NoGrad ng;
+        Tensor xd = in[1].detach();
+        Tensor mu = ops::mean(xd, {0, 1}, false);
+        Tensor xc = ops::sub(xd, mu);
+        mean = ops::contiguous(mu);
+        invstd = ops::contiguous(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {0, 1}, false), eps)));
+      }
+      ops::BatchNormGrads r =
+          ops::batch_norm_backward(in[0], in[1], in[2], mean, invstd, true, eps, {true, true, true, true}, Tensor(),
+                                   ops::NormActivation::leaky_relu(0.1), y);
+      return k == 0 ? r.dx : k == 1 ? r.dweight : k == 2 ? r.dbias : r.dresidual;
+    };
+    testutil::expect_gradcheck(f, {g, x, w});
+    testutil::expect_double_backward(f, {g, x, w});
+  }
+}
+
 TEST(BatchNorm, BackwardOpIsDifferentiable) {
   // batch_norm_backward as a function of (g, x, w), each output separately, both kinds of statistics.
   const double eps = 1e-5;
@@ -336,6 +413,26 @@ TEST(BatchNorm, Errors) {
   Tensor rm = ops::zeros({6}), rv = ops::ones({6});
   rm.set_requires_grad(true);
   EXPECT_THROW(ops::batch_norm(x, Tensor(), Tensor(), rm, rv, true), engine::Error);
+  try {  // a residual of another shape
+    ops::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5, {}, ops::zeros({2, 4, 5}));
+    FAIL() << "expected an error";
+  } catch (const engine::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("residual [2, 4, 5] must have x's shape [2, 4, 6]"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(ops::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5, {},
+                               ops::zeros({2, 4, 6}, DType::f64)),
+               engine::Error);  // another dtype
+  try {                         // a negative slope after a residual: the mask could not be read from y's sign
+    ops::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5, ops::NormActivation::leaky_relu(-0.5),
+                    ops::zeros({2, 4, 6}));
+    FAIL() << "expected an error";
+  } catch (const engine::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("negative slope >= 0"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(
+      ops::batch_norm_backward(x, x, Tensor(), ops::zeros({6}), ops::ones({6}), true, 1e-5, {true, false, false, true}),
+      engine::Error);  // dresidual without y
 }
 
 TEST(BatchNorm, MetaAllocatesLikeCpu) {
@@ -345,7 +442,8 @@ TEST(BatchNorm, MetaAllocatesLikeCpu) {
     Tensor rm = ops::zeros({8}), rv = ops::ones({8});
     Tensor y = ops::batch_norm(x, w, b, rm, rv, true);
     Tensor z = ops::batch_norm(y, w, Tensor(), rm, rv, false);
-    graph::backward(ops::sum(ops::mul(z, x)));
+    Tensor u = ops::batch_norm(z, w, b, rm, rv, true, 0.1, 1e-5, ops::NormActivation::relu(), x);  // a residual
+    graph::backward(ops::sum(ops::mul(u, x)));
   });
 }
 
