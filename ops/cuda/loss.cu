@@ -1,10 +1,15 @@
 // cuda/loss.cu: cross-entropy (fused log-softmax) forward and backward, and the pointwise losses.
 //
-// Cross-entropy forward: one block per row of logits [N, V] (32 threads for a few classes, 256 for a
-// vocabulary), an online (max, sum of exp) plus the plain sum of x per thread, block reductions, then
-// thread 0 writes lse and the row's loss. Backward: one block per row writes a_i (exp(x - lse_i) - q).
+// Cross-entropy forward: one block per row of logits [N, V] (up to 256 threads for a vocabulary), an online
+// (max, sum of exp) plus the plain sum of x per thread, block reductions, then thread 0 writes lse and the row's
+// loss; or, for a few classes (V <= kSmallClasses: a segmentation's pixels), a thread per row. Backward: one
+// block per row writes a_i (exp(x - lse_i) - q), or a thread per element for a few classes.
 // Reductions over rows and elements (mean, sum) are deterministic without atomics: per-row losses or
 // per-block partial sums go to a workspace the op allocated, and one block adds them in a fixed order.
+//
+// The few-class kernels, measured on the H200 (deeplabv3's loss, [8 x 513 x 513, 21] bf16 logits): forward
+// 2.21 -> see BENCHMARKS.md, backward 0.89 -> see BENCHMARKS.md; a block per row had spent 2 block reductions and
+// 32 threads on 21 values.
 // Math in acc_t (f32; f64 for f64), pointwise terms from the same ENGINE_HD function as the CPU's.
 #include "ops/cpu/cpu_util.h"  // broadcast_strides
 #include "ops/cuda/kernel_util.cuh"
@@ -20,6 +25,11 @@ constexpr int kReduceThreads = 1024;  // the single block that adds partials / p
 
 // Threads per row block: a warp for a few classes, up to 256 for a vocabulary.
 int row_threads(int64_t V) { return int(std::min<int64_t>(256, std::max<int64_t>(32, (V + 31) / 32 * 32))); }
+
+// A thread per row (forward) and per element (backward) up to this many classes.
+constexpr int64_t kSmallClasses = 64;
+constexpr int kSmallThreads = 256, kSmallRowsPerThread = 8;
+constexpr int64_t kSmallBlockRows = int64_t(kSmallThreads) * kSmallRowsPerThread;  // rows of a forward block
 
 // ---------------------------------------------------------------------------------------------------
 // Cross-entropy
@@ -58,6 +68,82 @@ __global__ void __launch_bounds__(256)
     }
     row_loss[row] = loss;
   }
+}
+
+// A thread per row (V <= kSmallClasses), block b owning rows [b S, (b + 1) S), S = kSmallBlockRows, thread t the
+// rows b S + t + k kSmallThreads: lse and the row's loss as cross_entropy_forward_rows computes them. Without
+// partials the losses go to row_loss [N]; with them (a mean or sum) the block adds its losses and counts its
+// counted rows (target != ignore_index), each by a fixed tree, into row_loss[b S] and row_loss[b S + 1]: its
+// own slice of the workspace, which holds nothing else (the count is exact in A: at most S). Bytes per row: V
+// reads of logits, one of the target, a write of lse; bound: memory.
+template <typename T, typename I>
+__global__ void __launch_bounds__(kSmallThreads)
+    cross_entropy_forward_small(const T* __restrict__ x, int64_t rs, int64_t cs, const I* __restrict__ target,
+                                int64_t ts, int64_t N, int64_t V, int64_t ignore_index, acc_t<T> eps,
+                                acc_t<T>* __restrict__ lse, acc_t<T>* __restrict__ row_loss, bool partials,
+                                IndexError* err) {
+  using A = acc_t<T>;
+  __shared__ A scratch[32];
+  const int64_t base = int64_t(blockIdx.x) * kSmallBlockRows;
+  A total = 0, count = 0;
+  for (int k = 0; k < kSmallRowsPerThread; k++) {
+    const int64_t row = base + int64_t(k) * kSmallThreads + threadIdx.x;
+    if (row >= N) break;
+    const T* xr = x + row * rs;
+    A m = A(-INFINITY), s = 0, sum_x = 0;
+    for (int64_t c = 0; c < V; c++) {
+      const A v = to_acc<A>(xr[c * cs]);
+      online_add(m, s, v);
+      sum_x += v;
+    }
+    const A row_lse = m + std::log(s);
+    lse[row] = row_lse;
+    const int64_t t = int64_t(target[row * ts]);
+    A loss = 0;
+    if (t != ignore_index) {
+      count += A(1);
+      if (t < 0 || t >= V) {
+        report_bad_index(err, t);
+      } else {
+        loss = (A(1) - eps) * (row_lse - to_acc<A>(xr[t * cs]));
+        if (eps > A(0)) loss += eps * (row_lse - sum_x / A(V));
+      }
+    }
+    if (partials)
+      total += loss;
+    else
+      row_loss[row] = loss;
+  }
+  if (!partials) return;  // the same for every thread of the block
+  total = block_sum(total, scratch);
+  count = block_sum(count, scratch);
+  if (threadIdx.x != 0) return;
+  row_loss[base] = total;
+  if (base + 1 < N) row_loss[base + 1] = count;  // (a last block of one row: its count is read from the target)
+}
+
+// One block: out = the sum (or the mean over the counted rows) of cross_entropy_forward_small's block partials,
+// in block order; divisor = max(#counted, 1) for a mean.
+template <typename A, typename I>
+__global__ void __launch_bounds__(kReduceThreads)
+    cross_entropy_reduce_small(const A* __restrict__ row_loss, const I* __restrict__ target, int64_t ts, int64_t N,
+                               int64_t ignore_index, bool mean, A* __restrict__ out, A* __restrict__ divisor) {
+  __shared__ A scratch[32];
+  __shared__ long long count_scratch[32];
+  A total = 0;
+  long long count = 0;
+  const int64_t blocks = (N + kSmallBlockRows - 1) / kSmallBlockRows;
+  for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) {
+    const int64_t base = b * kSmallBlockRows;
+    total += row_loss[base];
+    count += base + 1 < N ? static_cast<long long>(row_loss[base + 1]) : int64_t(target[base * ts]) != ignore_index;
+  }
+  total = block_sum(total, scratch);
+  count = block_sum(count, count_scratch);
+  if (threadIdx.x != 0) return;
+  const A div = A(count > 1 ? count : 1);
+  out[0] = mean ? total / div : total;
+  if (mean) divisor[0] = div;
 }
 
 // One block: out = sum (or mean over the counted rows) of row_loss; divisor = max(#counted, 1) for a mean.
@@ -107,6 +193,32 @@ __global__ void __launch_bounds__(256)
       const A q = smooth + (c == t ? A(1) - eps : A(0));
       dr[c] = from_acc<T>(a * (std::exp(to_acc<A>(xr[c * cs]) - row_lse) - q));
     }
+  }
+}
+
+// A thread per element of d [N, V] (V <= kSmallClasses), grid-stride: the value of cross_entropy_backward_rows.
+// Bytes per element: a read of x, a write of d (the row's target, lse and g come from cache); bound: memory.
+template <typename T, typename I>
+__global__ void __launch_bounds__(256)
+    cross_entropy_backward_small(const acc_t<T>* __restrict__ g, int64_t gs, const T* __restrict__ x, int64_t rs,
+                                 int64_t cs, const I* __restrict__ target, int64_t ts, const acc_t<T>* __restrict__ lse,
+                                 const acc_t<T>* __restrict__ divisor, int64_t N, int64_t V, int64_t ignore_index,
+                                 acc_t<T> eps, T* __restrict__ d, IndexError* err) {
+  using A = acc_t<T>;
+  const A smooth = eps / A(V);
+  const A scale = divisor ? A(1) / divisor[0] : A(1);
+  const int64_t n = N * V;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / V, c = i - row * V;
+    const int64_t t = int64_t(target[row * ts]);
+    const bool bad = t != ignore_index && (t < 0 || t >= V);
+    if (bad && c == 0) report_bad_index(err, t);
+    if (t == ignore_index || bad) {
+      d[i] = from_acc<T>(A(0));
+      continue;
+    }
+    const A q = smooth + (c == t ? A(1) - eps : A(0));
+    d[i] = from_acc<T>(g[row * gs] * scale * (std::exp(to_acc<A>(x[row * rs + c * cs]) - lse[row]) - q));
   }
 }
 
@@ -216,15 +328,22 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& target, int64_t i
     ENGINE_CUDA_FLOAT_SWITCH(logits.dtype(), T, {
       using A = acc_t<T>;
       A* per_row = static_cast<A*>((reduce ? row_loss : out).data_ptr());
-      if (N > 0)
+      const T* px = static_cast<const T*>(logits.data_ptr());
+      A* plse = static_cast<A*>(lse.data_ptr());
+      const bool small = N > 0 && V <= kSmallClasses;  // a thread per row
+      if (small)
+        cross_entropy_forward_small<T, I>
+            <<<unsigned((N + kSmallBlockRows - 1) / kSmallBlockRows), kSmallThreads, 0, stream>>>(
+                px, rs, cs, pt, ts, N, V, ignore_index, A(label_smoothing), plse, per_row, reduce, err);
+      else if (N > 0)
         cross_entropy_forward_rows<T, I><<<grid_for(N, 1, 16), row_threads(V), 0, stream>>>(
-            static_cast<const T*>(logits.data_ptr()), rs, cs, pt, ts, N, V, ignore_index, A(label_smoothing),
-            static_cast<A*>(lse.data_ptr()), per_row, err);
+            px, rs, cs, pt, ts, N, V, ignore_index, A(label_smoothing), plse, per_row, err);
       ENGINE_CUDA_LAUNCH_CHECK("cross_entropy");
       if (reduce) {
-        cross_entropy_reduce<A, I><<<1, kReduceThreads, 0, stream>>>(
-            per_row, pt, ts, N, ignore_index, reduction == Reduction::mean, static_cast<A*>(out.data_ptr()),
-            divisor.defined() ? static_cast<A*>(divisor.data_ptr()) : nullptr);
+        auto reducer = small ? cross_entropy_reduce_small<A, I> : cross_entropy_reduce<A, I>;
+        reducer<<<1, kReduceThreads, 0, stream>>>(per_row, pt, ts, N, ignore_index, reduction == Reduction::mean,
+                                                  static_cast<A*>(out.data_ptr()),
+                                                  divisor.defined() ? static_cast<A*>(divisor.data_ptr()) : nullptr);
         ENGINE_CUDA_LAUNCH_CHECK("cross_entropy (reduction)");
       }
     });
@@ -244,7 +363,9 @@ void cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor&
   ENGINE_CUDA_INDEX_SWITCH(target.dtype(), I, {
     ENGINE_CUDA_FLOAT_SWITCH(logits.dtype(), T, {
       using A = acc_t<T>;
-      cross_entropy_backward_rows<T, I><<<grid_for(N, 1, 16), row_threads(V), 0, stream>>>(
+      auto kernel = V <= kSmallClasses ? cross_entropy_backward_small<T, I> : cross_entropy_backward_rows<T, I>;
+      const unsigned grid = V <= kSmallClasses ? grid_for(N * V, 256) : grid_for(N, 1, 16);
+      kernel<<<grid, V <= kSmallClasses ? 256 : row_threads(V), 0, stream>>>(
           static_cast<const A*>(g.data_ptr()), gs, static_cast<const T*>(logits.data_ptr()), rs, cs,
           static_cast<const I*>(target.data_ptr()), ts, static_cast<const A*>(lse.data_ptr()),
           reduction == Reduction::mean ? static_cast<const A*>(divisor.data_ptr()) : nullptr, N, V, ignore_index,

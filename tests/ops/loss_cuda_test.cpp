@@ -58,7 +58,10 @@ TEST(CrossEntropyCuda, MatchesCpu) {
     int64_t N, V;
     bool transposed;  // logits given as transpose of [V, N]: a column stride of N
   };
-  const Case cases[] = {{7, 3, false}, {33, 1000, false}, {16, 30522, false}, {20, 50, true}};
+  // A few classes run a thread per row in blocks of 2048 rows: 4097 rows end with a block of one row (its count
+  // read from the target), 5000 transposed ones are strided.
+  const Case cases[] = {{7, 3, false},  {33, 1000, false}, {16, 30522, false},
+                        {20, 50, true}, {4097, 21, false}, {5000, 21, true}};
   for (DType dt : kFloats) {
     for (const Case& c : cases) {
       for (Reduction r : kReductions) {
@@ -209,24 +212,29 @@ TEST(LossCuda, LedgerMatchesMeta) {
   });
 }
 
-// Not run by default (--gtest_also_run_disabled_tests): cross-entropy over a BERT vocabulary.
+// Not run by default (--gtest_also_run_disabled_tests): cross-entropy over a BERT vocabulary, and over
+// deeplabv3's pixels (8 x 513 x 513 rows of 21 classes).
 TEST(CrossEntropyCuda, DISABLED_Bandwidth) {
   for (DType dt : {DType::f32, DType::bf16}) {
-    Tensor logits = testutil::to_cuda(cpu_input({8192, 30522}, dt, -4, 4));
-    Tensor target = testutil::to_cuda(targets(8192, 30522, DType::i64, false));
-    const double bytes = double(logits.nbytes());
-    Tensor g, lse, div;
-    double fwd = median_ms([&] { ops::cross_entropy(logits, target); });
-    {
-      engine::DeviceGuard guard(testutil::cuda_device());
-      Tensor lp = ops::log_softmax(ops::to(logits, DType::f32), 1);
-      lse = ops::reshape(ops::sub(ops::slice(ops::to(logits, DType::f32), 1, 0, 1), ops::slice(lp, 1, 0, 1)), {8192});
-      div = ops::full({}, 8192, DType::f32);
-      g = ops::full({}, 1, DType::f32);
+    for (Shape s : {Shape{8192, 30522}, Shape{8 * 513 * 513, 21}}) {
+      const int64_t N = s[0], V = s[1];
+      Tensor logits = testutil::to_cuda(cpu_input(s, dt, -4, 4));
+      Tensor target = testutil::to_cuda(targets(N, V, DType::i64, false));
+      const double bytes = double(logits.nbytes());
+      Tensor g, lse, div;
+      double fwd = median_ms([&] { ops::cross_entropy(logits, target); });
+      {
+        engine::DeviceGuard guard(testutil::cuda_device());
+        Tensor lp = ops::log_softmax(ops::to(logits, DType::f32), 1);
+        lse = ops::reshape(ops::sub(ops::slice(ops::to(logits, DType::f32), 1, 0, 1), ops::slice(lp, 1, 0, 1)), {N});
+        div = ops::full({}, double(N), DType::f32);
+        g = ops::full({}, 1, DType::f32);
+      }
+      double bwd =
+          median_ms([&] { ops::cross_entropy_backward(g, logits, target, lse, div, -100, 0.1, ops::Reduction::mean); });
+      std::printf("cross_entropy %s %s: forward %.3f ms %.0f GB/s, backward %.3f ms %.0f GB/s\n",
+                  engine::dtype_name(dt), engine::shape_str(s).c_str(), fwd, bytes / fwd / 1e6, bwd,
+                  2 * bytes / bwd / 1e6);
     }
-    double bwd =
-        median_ms([&] { ops::cross_entropy_backward(g, logits, target, lse, div, -100, 0.1, ops::Reduction::mean); });
-    std::printf("cross_entropy %s [8192, 30522]: forward %.3f ms %.0f GB/s, backward %.3f ms %.0f GB/s\n",
-                engine::dtype_name(dt), fwd, bytes / fwd / 1e6, bwd, 2 * bytes / bwd / 1e6);
   }
 }
