@@ -52,10 +52,10 @@ void expect_shape(const char* op, const char* arg, const Tensor& t, const Shape&
                shape_str(t.shape()));
 }
 
-// The GPU's padded-output-channel workspace for this geometry in t's dtype (conv2d_padded_cout), on every
-// device so that meta predicts it; undefined when the geometry needs none.
-Tensor cout_padding(const Tensor& t, const ConvGeometry& g) {
-  const int64_t elems = conv2d_cout_padding_elems(g, int64_t(engine::dtype_size(t.dtype())));
+// The GPU's padded-channel workspace for this geometry in t's dtype (conv2d_padded), on every device so that meta
+// predicts it; undefined when the geometry needs none.
+Tensor channel_padding(const Tensor& t, const ConvGeometry& g) {
+  const int64_t elems = conv2d_padding_elems(g, int64_t(engine::dtype_size(t.dtype())));
   return elems ? new_empty(t, {elems}) : Tensor();
 }
 
@@ -111,7 +111,7 @@ Tensor conv2d_forward(const Tensor& x_in, const Tensor& weight_in, const Tensor&
   Tensor bias = bias_in.defined() ? contiguous(bias_in) : Tensor();
   Tensor y = new_empty(x, {g.n, g.ho, g.wo, g.cout});  // [N, Ho, Wo, Cout]
   y.device().workspace(kGemmWorkspaceBytes);  // the GPU's 1x1 convolutions are cuBLASLt GEMMs
-  Tensor pad = cout_padding(x, g);
+  Tensor pad = channel_padding(x, g);
   run_kernel("conv2d", y, [&] { cpu::conv2d_forward(x, weight, bias, y, g); },
              CUDA_KERNEL(cuda::conv2d_forward(x, weight, bias, y, g, pad)));
   pad = Tensor();
@@ -141,7 +141,7 @@ Tensor conv2d_backward_data(const Tensor& dy_in, const Tensor& weight_in, const 
   Tensor dy = contiguous(dy_in), weight = contiguous(weight_in);  // dy may be a broadcast gradient
   Tensor dx = new_empty(dy, {g.n, g.h, g.w, g.cin});               // [N, H, W, Cin]
   dx.device().workspace(kGemmWorkspaceBytes);
-  Tensor pad = cout_padding(dy, g);
+  Tensor pad = channel_padding(dy, g);
   run_kernel("conv2d_backward_data", dx, [&] { cpu::conv2d_backward_data(dy, weight, dx, g); },
              CUDA_KERNEL(cuda::conv2d_backward_data(dy, weight, dx, g, pad)));
   pad = Tensor();
@@ -169,12 +169,12 @@ Tensor conv2d_backward_weight(const Tensor& x_in, const Tensor& dy_in, const Con
   Tensor x = contiguous(x_in), dy = contiguous(dy_in);
   Tensor dw = new_empty(x, {g.cout, g.kh, g.kw, g.cin_per_group()});  // [Cout, KH, KW, Cin/g]
   // The GPU's partial sums over pieces of the N*Ho*Wo pixels, allocated on every device (conv_params.h), for the
-  // geometry the GPU computes (its output channels padded where conv2d_padded_cout says).
-  Tensor pad = cout_padding(x, g);
-  const ConvGeometry gs = with_cout(g, conv2d_padded_cout(g, int64_t(engine::dtype_size(x.dtype()))));
+  // geometry the GPU computes (its channels padded where conv2d_padded says).
+  Tensor pad = channel_padding(x, g);
+  const ConvGeometry gs = conv2d_padded(g, int64_t(engine::dtype_size(x.dtype())));
   const int64_t splits = conv2d_weight_grad_splits(gs);
   Tensor workspace;  // [splits, Cout, KH, KW, Cin/g] f32, freed with this op
-  if (splits > 1) workspace = new_empty(x, {splits, gs.cout, g.kh, g.kw, g.cin_per_group()}, DType::f32);
+  if (splits > 1) workspace = new_empty(x, {splits, gs.cout, gs.kh, gs.kw, gs.cin_per_group()}, DType::f32);
   dw.device().workspace(kGemmWorkspaceBytes);
   run_kernel("conv2d_backward_weight", dw, [&] { cpu::conv2d_backward_weight(x, dy, dw, workspace, g); },
              CUDA_KERNEL(cuda::conv2d_backward_weight(x, dy, dw, workspace, g, pad)));

@@ -40,28 +40,38 @@ struct ConvGeometry {
   }
 };
 
-// The output channels the GPU computes for a convolution with elements of `elem_bytes`: Cout itself, or Cout rounded
-// up to the tensor-core kernels' channel vector (8 16-bit or 4 f32 elements) when it is not a multiple of it, for
-// one group, not a 1x1 GEMM, and (f32) Cin a multiple of 4 (the image generators' final 3-channel layers: pix2pixHD's
-// 7x7 32 -> 3 at 2048 x 1024 took 82 ms of a 190 ms bf16 step on the generic kernel). When it is more than Cout
-// the op allocates, on every device (meta predicts it; the cpu leaves it unused), a workspace of the padded weight
-// and bias (zeros past Cout) and the padded y or dy [N, Ho, Wo, padded]; the GPU copies in, runs the padded
-// convolution and copies the first Cout channels out.
-inline int64_t conv2d_padded_cout(const ConvGeometry& g, int64_t elem_bytes) {
-  const int64_t vec = elem_bytes == 2 ? 8 : elem_bytes == 4 && g.cin % 4 == 0 ? 4 : 1;
-  if (vec == 1 || g.cout % vec == 0 || g.p.groups != 1 || g.pointwise()) return g.cout;
-  return (g.cout + vec - 1) / vec * vec;
+// The geometry the GPU computes for a convolution with elements of `elem_bytes`: g itself, or g with its channel
+// counts rounded up to the tensor-core and SIMT kernels' channel vector (8 16-bit or 4 f32 elements), for one
+// group and not a 1x1 GEMM (cuBLASLt takes any count):
+// - Cin, for a spatial filter (its taps amortize the copy of x) when the zeros add at most a quarter to the
+//   reduction: pix2pixHD's discriminators take 39 channels (image and label map; their first 4x4 convolutions were
+//   850 of a 1340 ms fp32 step on the generic kernel) and its local enhancer 36; not the 3-channel stems, which
+//   have gathering kernels, nor 1x1 convolutions;
+// - Cout, always for 16-bit types and for f32 once Cin (padded) is a multiple of 4: the image generators' final
+//   3-channel layers (pix2pixHD's 7x7 32 -> 3 at 2048 x 1024 took 82 ms of a 190 ms bf16 step on the generic
+//   kernel).
+// When it differs from g the op allocates, on every device (meta predicts it; the cpu leaves it unused), the
+// workspace of conv2d_padding_elems; the GPU copies the operands in with zeros in the padded channels (zero
+// filters, zero input channels), runs the padded convolution and copies the real channels out.
+inline ConvGeometry conv2d_padded(const ConvGeometry& g, int64_t elem_bytes) {
+  const int64_t vec = elem_bytes == 2 ? 8 : elem_bytes == 4 ? 4 : 1;
+  ConvGeometry p = g;
+  if (vec == 1 || g.p.groups != 1 || g.pointwise()) return p;
+  auto up = [vec](int64_t c) { return (c + vec - 1) / vec * vec; };
+  if (g.kh * g.kw > 1 && g.cin % vec != 0 && 4 * up(g.cin) <= 5 * g.cin) p.cin = up(g.cin);
+  if (g.cout % vec != 0 && (elem_bytes == 2 || p.cin % 4 == 0)) p.cout = up(g.cout);
+  return p;
 }
-// g with `cout` output channels (the padded geometry).
-inline ConvGeometry with_cout(ConvGeometry g, int64_t cout) {
-  g.cout = cout;
-  return g;
-}
-// The padding workspace's elements (0 when none): the padded weight [padded, KH, KW, Cin], bias [padded], then the
-// padded y or dy [N, Ho, Wo, padded], in x's dtype.
-inline int64_t conv2d_cout_padding_elems(const ConvGeometry& g, int64_t elem_bytes) {
-  const int64_t cp = conv2d_padded_cout(g, elem_bytes);
-  return cp == g.cout ? 0 : cp * (g.gemm_k() + 1) + g.gemm_m() * cp;
+// The padding workspace's elements (0 when none), in x's dtype: the padded weight [Cout', KH, KW, Cin'] and bias
+// [Cout'], then the padded input (x, or dx in the data gradient) [N, H, W, Cin'] when Cin' > Cin, then the padded
+// output (y, or dy in the gradients) [N, Ho, Wo, Cout'] when Cout' > Cout.
+inline int64_t conv2d_padding_elems(const ConvGeometry& g, int64_t elem_bytes) {
+  const ConvGeometry p = conv2d_padded(g, elem_bytes);
+  if (p.cin == g.cin && p.cout == g.cout) return 0;
+  int64_t elems = p.cout * (p.gemm_k() + 1);
+  if (p.cin != g.cin) elems += g.n * g.h * g.w * p.cin;
+  if (p.cout != g.cout) elems += p.gemm_m() * p.cout;
+  return elems;
 }
 
 // The depthwise weight gradient's filter rows per GPU thread (cuda/conv_depthwise.cu says why): all K for 3x3 and

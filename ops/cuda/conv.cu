@@ -5,7 +5,7 @@
 //   data     dx[NHW, Cin]  = dy[NHW, Cout] @ w[Cout, Cin]
 //   weight   dw[Cout, Cin] = dy[NHW, Cout]^T @ x[NHW, Cin]
 // The transposes are strided views: no copies.
-#include <map>
+#include <set>
 #include <string>
 
 #include "engine/cuda/runtime.h"
@@ -81,34 +81,32 @@ Tensor matrix(const Tensor& t, int64_t rows, int64_t cols, int64_t row_stride, i
   return Tensor::view_of(t, {rows, cols}, {row_stride, col_stride}, t.offset());
 }
 
-// The padded convolution's operands in the op's workspace (conv_params.h's conv2d_padded_cout): the weight
-// [Cp, KH, KW, Cin] and bias [Cp] with zeros past Cout, the output (y or dy) [N, Ho, Wo, Cp], and its geometry.
+// The padded convolution's operands in the op's workspace (conv_params.h's conv2d_padded): the weight
+// [Cout', KH, KW, Cin'] and bias [Cout'], the input (x or dx) [N, H, W, Cin'] when Cin is padded, the output (y or
+// dy) [N, Ho, Wo, Cout'] when Cout is (each undefined otherwise), and the padded geometry.
 struct Padded {
   ConvGeometry g;
-  Tensor w, bias, out;
+  Tensor w, bias, in, out;
 };
 Padded padded(const Tensor& pad, const ConvGeometry& g) {
   const int64_t es = int64_t(engine::dtype_size(pad.dtype()));
-  ENGINE_CHECK(pad.is_contiguous() && pad.numel() == conv2d_cout_padding_elems(g, es),
-               "conv2d: the output-channel padding workspace must be contiguous with ",
-               conv2d_cout_padding_elems(g, es), " elements, got ", engine::shape_str(pad.shape()));
+  ENGINE_CHECK(pad.is_contiguous() && pad.numel() == conv2d_padding_elems(g, es),
+               "conv2d: the channel padding workspace must be contiguous with ", conv2d_padding_elems(g, es),
+               " elements, got ", engine::shape_str(pad.shape()));
   Padded p;
-  p.g = with_cout(g, conv2d_padded_cout(g, es));
-  const int64_t cp = p.g.cout, k = g.gemm_k();
-  p.w = Tensor::view_of(pad, {cp, g.kh, g.kw, g.cin}, {k, g.kw * g.cin, g.cin, 1}, pad.offset());
-  p.bias = Tensor::view_of(pad, {cp}, {1}, pad.offset() + cp * k);
-  p.out = Tensor::view_of(pad, {g.n, g.ho, g.wo, cp}, {g.ho * g.wo * cp, g.wo * cp, cp, 1},
-                          pad.offset() + cp * (k + 1));
+  p.g = conv2d_padded(g, es);
+  const int64_t cp = p.g.cout, ci = p.g.cin, k = p.g.gemm_k();
+  int64_t at = pad.offset();
+  p.w = Tensor::view_of(pad, {cp, g.kh, g.kw, ci}, {k, g.kw * ci, ci, 1}, at);
+  at += cp * k;
+  p.bias = Tensor::view_of(pad, {cp}, {1}, at);
+  at += cp;
+  if (ci != g.cin) {
+    p.in = Tensor::view_of(pad, {g.n, g.h, g.w, ci}, {g.h * g.w * ci, g.w * ci, ci, 1}, at);
+    at += g.n * g.h * g.w * ci;
+  }
+  if (cp != g.cout) p.out = Tensor::view_of(pad, {g.n, g.ho, g.wo, cp}, {g.ho * g.wo * cp, g.wo * cp, cp, 1}, at);
   return p;
-}
-
-// The padded weight and bias: w's filters (and bias, when given), zeros past Cout.
-void pad_filters(const Padded& p, const Tensor& w, const Tensor& bias) {
-  cudaStream_t s = engine::cuda::stream();
-  ENGINE_CUDA_CHECK(cudaMemsetAsync(p.w.data_ptr(), 0, p.w.nbytes() + p.bias.nbytes(), s));
-  ENGINE_CUDA_CHECK(cudaMemcpyAsync(p.w.data_ptr(), w.data_ptr(), w.nbytes(), cudaMemcpyDeviceToDevice, s));
-  if (bias.defined())
-    ENGINE_CUDA_CHECK(cudaMemcpyAsync(p.bias.data_ptr(), bias.data_ptr(), bias.nbytes(), cudaMemcpyDeviceToDevice, s));
 }
 
 // dst [rows, dst_cols] from src [rows, src_cols]: the common columns, zeros past src's when dst is wider.
@@ -119,6 +117,16 @@ void copy_columns(const Tensor& dst, int64_t dst_cols, const Tensor& src, int64_
   if (rows == 0) return;
   ENGINE_CUDA_CHECK(cudaMemcpy2DAsync(dst.data_ptr(), es * dst_cols, src.data_ptr(), es * src_cols,
                                       es * std::min(dst_cols, src_cols), rows, cudaMemcpyDeviceToDevice, s));
+}
+
+// The padded weight and bias: w's filters with zero channels past Cin, zero filters past Cout, the bias (when
+// given) with zeros past Cout.
+void pad_filters(const Padded& p, const ConvGeometry& g, const Tensor& w, const Tensor& bias) {
+  cudaStream_t s = engine::cuda::stream();
+  ENGINE_CUDA_CHECK(cudaMemsetAsync(p.w.data_ptr(), 0, p.w.nbytes() + p.bias.nbytes(), s));
+  copy_columns(p.w, p.g.cin, w, g.cin, g.cout * g.kh * g.kw);
+  if (bias.defined())
+    ENGINE_CUDA_CHECK(cudaMemcpyAsync(p.bias.data_ptr(), bias.data_ptr(), bias.nbytes(), cudaMemcpyDeviceToDevice, s));
 }
 
 // The unpadded choice (conv2d_path below adds the padding's suffix).
@@ -146,27 +154,31 @@ const char* kernel_path(ConvPass pass, const ConvGeometry& g, DType dtype) {
 }  // namespace
 
 const char* conv2d_path(ConvPass pass, const ConvGeometry& g, DType dtype) {
-  const int64_t cp = conv2d_padded_cout(g, int64_t(engine::dtype_size(dtype)));
-  if (cp == g.cout) return kernel_path(pass, g, dtype);
-  static const std::map<std::string, const char*> padded_names = {
-      {"igemm", "igemm_cout_padded"},
-      {"igemm_gather", "igemm_gather_cout_padded"},
-      {"igemm_tf32", "igemm_tf32_cout_padded"},
-      {"igemm_gather_tf32", "igemm_gather_tf32_cout_padded"},
-      {"simt", "simt_cout_padded"},
-      {"generic", "generic_cout_padded"}};
-  return padded_names.at(kernel_path(pass, with_cout(g, cp), dtype));
+  const ConvGeometry p = conv2d_padded(g, int64_t(engine::dtype_size(dtype)));
+  if (p.cin == g.cin && p.cout == g.cout) return kernel_path(pass, g, dtype);
+  // The padded geometry's path with a suffix naming what was padded, e.g. "igemm_cin_padded".
+  static const std::set<std::string> names = [] {
+    std::set<std::string> all;
+    for (const char* base : {"igemm", "igemm_gather", "igemm_tf32", "igemm_gather_tf32", "simt", "generic"})
+      for (const char* suffix : {"_cin_padded", "_cout_padded", "_cin_cout_padded"})
+        all.insert(std::string(base) + suffix);
+    return all;
+  }();
+  const char* suffix = p.cin == g.cin ? "_cout_padded" : p.cout == g.cout ? "_cin_padded" : "_cin_cout_padded";
+  return names.find(std::string(kernel_path(pass, p, dtype)) + suffix)->c_str();
 }
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const ConvGeometry& g,
                     const Tensor& pad) {
   check_operands("conv2d", g, {&y, &x, &w, &bias});
   if (g.gemm_m() == 0 || g.cout == 0) return;
-  if (pad.defined()) {  // zero filters past Cout, then y = the padded y's first Cout channels
+  if (pad.defined()) {  // x with zero channels past Cin, zero filters past Cout; y = the padded y's first Cout
     const Padded p = padded(pad, g);
-    pad_filters(p, w, bias);
-    conv2d_forward(x, p.w, bias.defined() ? p.bias : Tensor(), p.out, p.g);
-    copy_columns(y, g.cout, p.out, p.g.cout, g.gemm_m());
+    pad_filters(p, g, w, bias);
+    if (p.in.defined()) copy_columns(p.in, p.g.cin, x, g.cin, g.n * g.h * g.w);
+    conv2d_forward(p.in.defined() ? p.in : x, p.w, bias.defined() ? p.bias : Tensor(), p.out.defined() ? p.out : y,
+                   p.g);
+    if (p.out.defined()) copy_columns(y, g.cout, p.out, p.g.cout, g.gemm_m());
     return;
   }
   const DType t = y.dtype();
@@ -193,11 +205,12 @@ void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, c
                           const Tensor& pad) {
   check_operands("conv2d_backward_data", g, {&dx, &dy, &w});
   if (g.n * g.h * g.w * g.cin == 0) return;
-  if (pad.defined()) {  // zero filters and zero dy channels past Cout
+  if (pad.defined()) {  // dy with zero channels past Cout, zero filters; dx = the padded dx's first Cin channels
     const Padded p = padded(pad, g);
-    pad_filters(p, w, Tensor());
-    copy_columns(p.out, p.g.cout, dy, g.cout, g.gemm_m());
-    conv2d_backward_data(p.out, p.w, dx, p.g);
+    pad_filters(p, g, w, Tensor());
+    if (p.out.defined()) copy_columns(p.out, p.g.cout, dy, g.cout, g.gemm_m());
+    conv2d_backward_data(p.out.defined() ? p.out : dy, p.w, p.in.defined() ? p.in : dx, p.g);
+    if (p.in.defined()) copy_columns(dx, g.cin, p.in, p.g.cin, g.n * g.h * g.w);
     return;
   }
   const DType t = dx.dtype();
@@ -223,12 +236,12 @@ void conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw,
                             const ConvGeometry& g, const Tensor& pad) {
   check_operands("conv2d_backward_weight", g, {&dw, &x, &dy});
   if (dw.numel() == 0) return;
-  if (pad.defined()) {  // dy with zero channels past Cout, then dw = the padded dw's first Cout filters
+  if (pad.defined()) {  // x and dy with zero channels past Cin and Cout; dw = the padded dw's real filters
     const Padded p = padded(pad, g);
-    copy_columns(p.out, p.g.cout, dy, g.cout, g.gemm_m());
-    conv2d_backward_weight(x, p.out, p.w, workspace, p.g);
-    ENGINE_CUDA_CHECK(cudaMemcpyAsync(dw.data_ptr(), p.w.data_ptr(), dw.nbytes(), cudaMemcpyDeviceToDevice,
-                                      engine::cuda::stream()));
+    if (p.in.defined()) copy_columns(p.in, p.g.cin, x, g.cin, g.n * g.h * g.w);
+    if (p.out.defined()) copy_columns(p.out, p.g.cout, dy, g.cout, g.gemm_m());
+    conv2d_backward_weight(p.in.defined() ? p.in : x, p.out.defined() ? p.out : dy, p.w, workspace, p.g);
+    copy_columns(dw, g.cin, p.w, p.g.cin, g.cout * g.kh * g.kw);  // the first Cout filters' first Cin channels
     return;
   }
   const DType t = dw.dtype();

@@ -10,9 +10,11 @@
 //     Cin/g and Cout/g % 4 == 0            Cout/g % 4 == 0 only: "igemm_gather_tf32")
 //   f32, Cin/g and Cout/g % 4 == 0       implicit GEMM on CUDA cores, true fp32 (conv_simt.cu; TF32 off)
 //   anything else (f64, odd channels)    the generic CUDA-core kernels (conv_generic.cu)
-// A Cout that is not a multiple of the channel vector (one group; conv_params.h's conv2d_padded_cout) is padded
-// with zero filters in the op's workspace `pad` (undefined when none): the padded convolution takes the paths
-// above and its first Cout channels are copied out ("..._cout_padded" below).
+// Channel counts that are not multiples of the channel vector (one group; conv_params.h's conv2d_padded says when)
+// are padded in the op's workspace `pad` (undefined when none): Cout with zero filters, Cin with zero channels of x
+// (and of the filters); the padded convolution takes the paths above and its real channels are copied out
+// ("..._cin_padded", "..._cout_padded", "..._cin_cout_padded" below). With pad undefined the unpadded geometry
+// takes its own path (tests use that to reach the gathering kernels).
 #pragma once
 #include "engine/tensor.h"
 #include "ops/conv_params.h"
@@ -33,8 +35,8 @@ void conv2d_backward_weight(const engine::Tensor& x, const engine::Tensor& dy, c
                             const engine::Tensor& pad = engine::Tensor());
 
 // The kernel each pass takes for this geometry and dtype ("gemm", "depthwise", "igemm", "igemm_gather",
-// "igemm_tf32", "igemm_gather_tf32", "simt", "generic"; with "_cout_padded" appended when the output channels are
-// padded, e.g. "igemm_gather_cout_padded"), for tests and benchmarks; f32 also depends on
+// "igemm_tf32", "igemm_gather_tf32", "simt", "generic"; with "_cin_padded", "_cout_padded" or "_cin_cout_padded"
+// appended when channels are padded, e.g. "igemm_gather_cout_padded"), for tests and benchmarks; f32 also depends on
 // engine::cuda::allow_tf32() (the 1x1 "gemm" then runs cuBLASLt's FAST_TF32). The 1x1 GEMM path uses the device's
 // GEMM workspace (Device::workspace), which the
 // op must request on every device like ops/matmul.cpp does, so that meta predicts it.

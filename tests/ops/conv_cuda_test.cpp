@@ -136,12 +136,14 @@ void check_case(const Case& c, DType t) {
   Tensor xg = ops::to_device(x, dev), wg = ops::to_device(w, dev), dyg = ops::to_device(dy, dev);
   Tensor bg = c.bias ? ops::to_device(bias, dev) : Tensor();
   Tensor yg = poisoned(ys, t), dxg = poisoned(xs, t), dwg = poisoned(ws, t);
-  // The workspaces as the op allocates them (ops/conv.cpp), poisoned: the output-channel padding's zeros must be
-  // written by the kernels' wrappers.
-  const int64_t es = int64_t(engine::dtype_size(t)), cp = ops::conv2d_padded_cout(g, es);
-  Tensor pad = cp > g.cout ? poisoned({ops::conv2d_cout_padding_elems(g, es)}, t) : Tensor();
-  const int64_t splits = ops::conv2d_weight_grad_splits(ops::with_cout(g, cp));
-  Tensor wsg = splits > 1 ? poisoned({splits, cp, g.kh, g.kw, g.cin_per_group()}, DType::f32) : Tensor();
+  // The workspaces as the op allocates them (ops/conv.cpp), poisoned: the channel padding's zeros must be written
+  // by the kernels' wrappers.
+  const int64_t es = int64_t(engine::dtype_size(t));
+  const ops::ConvGeometry gp = ops::conv2d_padded(g, es);
+  const bool padding = gp.cin != g.cin || gp.cout != g.cout;
+  Tensor pad = padding ? poisoned({ops::conv2d_padding_elems(g, es)}, t) : Tensor();
+  const int64_t splits = ops::conv2d_weight_grad_splits(gp);
+  Tensor wsg = splits > 1 ? poisoned({splits, gp.cout, g.kh, g.kw, gp.cin_per_group()}, DType::f32) : Tensor();
   ops::cuda::conv2d_forward(xg, wg, bg, yg, g, pad);
   ops::cuda::conv2d_backward_data(dyg, wg, dxg, g, pad);
   ops::cuda::conv2d_backward_weight(xg, dyg, dwg, wsg, g, pad);
@@ -149,6 +151,17 @@ void check_case(const Case& c, DType t) {
   expect_pass_close("conv2d_forward", g, t, ConvPass::forward, yg, y);
   expect_pass_close("conv2d_backward_data", g, t, ConvPass::data, dxg, dx);
   expect_pass_close("conv2d_backward_weight", g, t, ConvPass::weight, dwg, dw);
+  if (padding) {  // the unpadded geometry's own paths too (the gathering kernels, the generic one)
+    const int64_t splits0 = ops::conv2d_weight_grad_splits(g);
+    Tensor ws0 = splits0 > 1 ? poisoned({splits0, g.cout, g.kh, g.kw, g.cin_per_group()}, DType::f32) : Tensor();
+    Tensor y0 = poisoned(ys, t), dx0 = poisoned(xs, t), dw0 = poisoned(ws, t);
+    ops::cuda::conv2d_forward(xg, wg, bg, y0, g);
+    ops::cuda::conv2d_backward_data(dyg, wg, dx0, g);
+    ops::cuda::conv2d_backward_weight(xg, dyg, dw0, ws0, g);
+    expect_close_named("conv2d_forward (unpadded)", g, t, y0, y);
+    expect_close_named("conv2d_backward_data (unpadded)", g, t, dx0, dx);
+    expect_close_named("conv2d_backward_weight (unpadded)", g, t, dw0, dw);
+  }
 
   // The kernels that the dispatch above did not pick for this shape, called directly: the generic
   // anchor on every shape, and the all-taps data gradient wherever the per-phase one ran.
@@ -205,9 +218,15 @@ std::vector<Case> sweep() {
       // gathering implicit GEMM (Cin/g % 8 != 0, Cout/g % 8 == 0): grouped, several K-slices, split-K
       {1, 9, 10, 6, 16, 3, 3, params(1, 1, 1, 2)},
       {2, 70, 69, 3, 16, 7, 7, params(2, 3)},
-      {1, 34, 66, 39, 64, 4, 4, params(2, 1)},   // pix2pixHD's discriminator input: data gradient per phase, gathered w
-      {1, 20, 22, 75, 24, 3, 3, params(1, 1)},   // gathered w rows wider than 64 channels (wgmma's data gradient)
+      // (the next three pad Cin to whole vectors; check_case runs their unpadded, gathering paths as well)
+      {1, 34, 66, 39, 64, 4, 4, params(2, 1)},  // pix2pixHD's discriminator input: data gradient per phase, gathered w
+      {1, 20, 22, 75, 24, 3, 3, params(1, 1)},  // gathered w rows wider than 64 channels (wgmma's data gradient)
       {1, 12, 13, 20, 72, 3, 3, params(1, 2, 2)},
+      // Cin padded (a spatial filter, at most a quarter of zeros): pix2pixHD's local enhancer 7x7 36 -> 32 and
+      // its discriminators' 4x4 s2 39 -> 64 (split-K weight gradient), both channel counts padded (30 -> 32, 3 -> 8)
+      {1, 23, 21, 36, 32, 7, 7, params(1, 3)},
+      {1, 70, 66, 39, 64, 4, 4, params(2, 2)},
+      {2, 13, 12, 30, 3, 3, 3, params(1, 1)},
       // Cout not a multiple of the channel vector: padded with zero filters (pix2pixHD's final 7x7 32 -> 3, with
       // bias; a stride-2 3-channel output; split-K weight gradient over 2960 pixels; Cin not whole vectors either)
       {1, 21, 19, 32, 3, 7, 7, params(1, 3)},
@@ -417,7 +436,14 @@ TEST(ConvCuda, PathChoice) {
   EXPECT_EQ(path({2, 9, 8, 5, 6, 3, 3, params(1, 1)}, DType::bf16), "igemm_gather_cout_padded");
   EXPECT_EQ(path({1, 64, 32, 32, 3, 7, 7, params(1, 3)}, DType::bf16), "igemm_cout_padded");
   EXPECT_EQ(path({1, 64, 32, 32, 3, 7, 7, params(1, 3)}, DType::f32), "simt_cout_padded");
-  EXPECT_EQ(path({1, 64, 32, 30, 3, 7, 7, params(1, 3)}, DType::f32), "generic");  // f32 pads only whole-vector Cin
+  // Cin padded where the zeros add at most a quarter and the filter is spatial; f32 pads Cout once Cin is whole.
+  EXPECT_EQ(path({1, 64, 32, 30, 3, 7, 7, params(1, 3)}, DType::f32), "simt_cin_cout_padded");
+  EXPECT_EQ(path({1, 64, 32, 39, 64, 4, 4, params(2, 1)}, DType::bf16), "igemm_cin_padded");
+  EXPECT_EQ(path({1, 64, 32, 39, 64, 4, 4, params(2, 1)}, DType::f32), "simt_cin_padded");
+  EXPECT_EQ(path({1, 64, 32, 36, 32, 7, 7, params(1, 3)}, DType::bf16), "igemm_cin_padded");
+  EXPECT_EQ(path({1, 64, 32, 36, 32, 7, 7, params(1, 3)}, DType::f32), "simt");           // 36: whole f32 vectors
+  EXPECT_EQ(path({1, 64, 32, 6, 24, 3, 3, params(1, 1)}, DType::f32), "generic");         // 6 -> 8: a third more
+  EXPECT_EQ(path({1, 64, 32, 39, 64, 1, 1, params(2, 0)}, DType::bf16), "igemm_gather");  // 1x1: not padded
   EXPECT_EQ(path({1, 9, 10, 12, 6, 3, 3, params(2, 1, 1, 3)}, DType::bf16), "generic");  // groups: not padded
   {
     Tf32Scope tf32(true);

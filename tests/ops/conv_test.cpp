@@ -254,7 +254,10 @@ TEST(Conv, MetaLedgerEqualsCpu) {
     Tensor z = ops::conv_transpose2d(y, wt, Tensor(), params(2, 0, 1, 1));  // [2, 64, 64, 3]
     Tensor w3 = ops::rand({3, 3, 3, 8}).set_requires_grad(true);
     Tensor u = ops::conv2d(y, w3, Tensor(), params(1, 1, 1, 1));  // [2, 32, 32, 3]: Cout padded to 4 for the GPU
-    graph::backward(ops::add(ops::sum(ops::mul(z, z)), ops::sum(u)));
+    Tensor x30 = ops::rand({2, 16, 16, 30}).set_requires_grad(true);
+    Tensor w30 = ops::rand({8, 3, 3, 30}).set_requires_grad(true);
+    Tensor v = ops::conv2d(x30, w30, Tensor(), params(1, 1, 1, 1));  // Cin padded to 32 for the GPU
+    graph::backward(ops::add(ops::add(ops::sum(ops::mul(z, z)), ops::sum(u)), ops::sum(v)));
   };
   testutil::expect_meta_allocates_like_cpu(program);
   std::string csv[2];
@@ -270,11 +273,16 @@ TEST(Conv, MetaLedgerEqualsCpu) {
   EXPECT_EQ(csv[0], csv[1]);
   // The workspace block: f32 [2 splits, 8, 3, 3, 4] = 2304 bytes requested.
   EXPECT_NE(csv[0].find(",2304,"), std::string::npos) << csv[0];
-  // The GPU's padding of the 3-channel convolution to 4 (conv_params.h's conv2d_padded_cout), f32: the weight
+  // The GPU's padding of the 3-channel convolution to 4 (conv_params.h's conv2d_padded), f32: the weight
   // [4, 3, 3, 8] and bias [4], then y / dy [2, 32, 32, 4]: (4 * 73 + 2048 * 4) * 4 = 33936 bytes, in each pass.
   size_t at = 0;
   int blocks = 0;
   while ((at = csv[0].find(",33936,", at)) != std::string::npos) blocks++, at++;
+  EXPECT_GE(blocks, 3) << "forward, data and weight gradient: " << csv[0];
+  // Cin 30 padded to 32: the weight [8, 3, 3, 32] and bias [8], then x / dx [2, 16, 16, 32]:
+  // (8 * 289 + 512 * 32) * 4 = 74784 bytes, in each pass.
+  at = 0, blocks = 0;
+  while ((at = csv[0].find(",74784,", at)) != std::string::npos) blocks++, at++;
   EXPECT_GE(blocks, 3) << "forward, data and weight gradient: " << csv[0];
 }
 
