@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 
 #include "graph/autograd.h"
 #include "ops/batch_norm.h"
@@ -46,6 +47,15 @@ std::vector<double> normalize(const std::vector<double>& x, const std::vector<do
     y[i] = (x[i] - mean[c]) / std::sqrt(var[c] + eps) * (w.empty() ? 1.0 : w[c]) + (b.empty() ? 0.0 : b[c]);
   }
   return y;
+}
+
+// The batch statistics of x [3, 2, C] as batch_norm saves them (mean, invstd [C]), constants (no graph).
+std::pair<Tensor, Tensor> batch_stats_of(const Tensor& x, double eps) {
+  graph::NoGrad ng;
+  Tensor xd = x.detach();
+  Tensor mu = ops::mean(xd, {0, 1}, false);
+  Tensor xc = ops::sub(xd, mu);
+  return {ops::contiguous(mu), ops::contiguous(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {0, 1}, false), eps)))};
 }
 
 void expect_all_near(const std::vector<double>& got, const std::vector<double>& want, double tol, const char* what) {
@@ -259,15 +269,7 @@ TEST(BatchNorm, FusedActivationBackwardOpIsDifferentiable) {
   Tensor b = rand_input({2}, -0.3, 0.3);
   for (int k = 0; k < 3; k++) {
     testutil::Fn f = [k, eps, b](const std::vector<Tensor>& in) {
-      Tensor mean, invstd;
-      {
-        graph::NoGrad ng;
-        Tensor xd = in[1].detach();
-        Tensor mu = ops::mean(xd, {0, 1}, false);
-        Tensor xc = ops::sub(xd, mu);
-        mean = ops::contiguous(mu);
-        invstd = ops::contiguous(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {0, 1}, false), eps)));
-      }
+      const auto [mean, invstd] = batch_stats_of(in[1], eps);
       ops::BatchNormGrads r = ops::batch_norm_backward(in[0], in[1], in[2], mean, invstd, true, eps,
                                                        {true, true, true}, b, ops::NormActivation::leaky_relu(0.1));
       return k == 0 ? r.dx : k == 1 ? r.dweight : r.dbias;
@@ -335,15 +337,7 @@ TEST(BatchNorm, ResidualBackwardOpIsDifferentiable) {
   for (int k = 0; k < 4; k++) {
     SCOPED_TRACE(engine::str("output ", k));
     testutil::Fn f = [k, eps, y](const std::vector<Tensor>& in) {
-      Tensor mean, invstd;
-      {
-        graph::NoGrad ng;
-        Tensor xd = in[1].detach();
-        Tensor mu = ops::mean(xd, {0, 1}, false);
-        Tensor xc = ops::sub(xd, mu);
-        mean = ops::contiguous(mu);
-        invstd = ops::contiguous(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {0, 1}, false), eps)));
-      }
+      const auto [mean, invstd] = batch_stats_of(in[1], eps);
       ops::BatchNormGrads r =
           ops::batch_norm_backward(in[0], in[1], in[2], mean, invstd, true, eps, {true, true, true, true}, Tensor(),
                                    ops::NormActivation::leaky_relu(0.1), y);
@@ -362,20 +356,12 @@ TEST(BatchNorm, BackwardOpIsDifferentiable) {
     for (int k = 0; k < 3; k++) {
       SCOPED_TRACE(engine::str("batch_stats ", batch_stats, " output ", k));
       testutil::Fn f = [k, eps, batch_stats](const std::vector<Tensor>& in) {
-        Tensor mean, invstd;
-        {
-          // The statistics as the forward saves them; constants of the op (its rule recomputes them from x
-          // with batch statistics; with running ones they are fixed numbers).
-          graph::NoGrad ng;
-          Tensor xd = in[1].detach();
-          Tensor mu = ops::mean(xd, {0, 1}, false);
-          Tensor xc = ops::sub(xd, mu);
-          mean = ops::contiguous(mu);
-          invstd = ops::contiguous(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {0, 1}, false), eps)));
-          if (!batch_stats) {
-            mean = ops::full({2}, 0.25, DType::f64);
-            invstd = ops::full({2}, 1.5, DType::f64);
-          }
+        // The statistics as the forward saves them; constants of the op (its rule recomputes them from x with
+        // batch statistics; with running ones they are fixed numbers).
+        auto [mean, invstd] = batch_stats_of(in[1], eps);
+        if (!batch_stats) {
+          mean = ops::full({2}, 0.25, DType::f64);
+          invstd = ops::full({2}, 1.5, DType::f64);
         }
         ops::BatchNormGrads r = ops::batch_norm_backward(in[0], in[1], in[2], mean, invstd, batch_stats, eps,
                                                          {true, true, true});
