@@ -151,31 +151,75 @@ std::vector<Tensor> flash_attention_backward_composite(const Tensor& dout, const
 // ---------------------------------------------------------------------------------------------------
 // flash
 
-std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                            const Tensor& key_padding_mask, FlashAttentionParams params) {
-  OpScope scope("flash_attention");
-  check_attention_inputs("flash_attention", q, k, v, key_padding_mask);
-  ENGINE_CHECK(params.dropout_p >= 0 && params.dropout_p < 1, "flash_attention: dropout_p must be in [0, 1), got ",
-               params.dropout_p);
-  params.scale = resolve_scale(params.scale, q.size(3));
+namespace {
+
+// The forward kernels: {out in q's layout, lse}. Inputs checked by the caller, params.scale resolved.
+std::vector<Tensor> flash_forward_kernels(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
+                                          const FlashAttentionParams& params) {
   const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), Dv = v.size(3);
-  Tensor pad = key_padding_mask.defined() ? contiguous(key_padding_mask) : Tensor();
   Tensor out = new_empty_in_layout_of(q, {B, H, Lq, Dv}, q.dtype());       // [B, H, Lq, Dv] in q's layout
   Tensor lse = new_empty(q, {B, H, Lq}, accumulation_dtype(q.dtype()));    // [B, H, Lq]
   run_kernel("flash_attention", out, [&] { cpu::flash_attention_forward({q, k, v, pad}, params, out, lse); },
              CUDA_KERNEL(cuda::flash_attention_forward({q, k, v, pad}, params, out, lse)));
   engine::count_op("flash_attention", attention_forward_flops(q, k, v, params.causal),
                    double(q.nbytes() + k.nbytes() + v.nbytes() + out.nbytes() + lse.nbytes()));
+  return {out, lse};
+}
+
+void check_flash_params(const char* op, const FlashAttentionParams& params) {
+  ENGINE_CHECK(params.dropout_p >= 0 && params.dropout_p < 1, op, ": dropout_p must be in [0, 1), got ",
+               params.dropout_p);
+}
+
+}  // namespace
+
+std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                            const Tensor& key_padding_mask, FlashAttentionParams params) {
+  OpScope scope("flash_attention");
+  check_attention_inputs("flash_attention", q, k, v, key_padding_mask);
+  check_flash_params("flash_attention", params);
+  params.scale = resolve_scale(params.scale, q.size(3));
+  Tensor pad = key_padding_mask.defined() ? contiguous(key_padding_mask) : Tensor();
+  std::vector<Tensor> out_lse = flash_forward_kernels(q, k, v, pad, params);
   if (graph::any_requires_grad({q, k, v})) {
     // Saved: q, k, v (inputs, alive anyway in a model), out and lse: O(L) bytes.
-    graph::record("flash_attention", {q, k, v}, {out, lse}, {q, k, v, out, lse},
+    graph::record("flash_attention", {q, k, v}, out_lse, {q, k, v, out_lse[0], out_lse[1]},
                   [pad, params](Node& n, const Grads& g) -> Grads {
                     return flash_attention_backward(g[0], g[1], n.saved(0), n.saved(1), n.saved(2), n.saved(3),
                                                     n.saved(4), pad, params);
                   });
   }
-  return {out, lse};
+  return out_lse;
 }
+
+namespace {
+
+// The backward kernels, writing dq, dk and dv (allocated by the caller, any strides). Inputs checked by the
+// caller, params.scale resolved; pad contiguous or undefined.
+void flash_backward_into(const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const Tensor& out, const Tensor& lse, const Tensor& pad, const FlashAttentionParams& params,
+                         const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const char* name = "flash_attention_backward";
+  const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), Dv = v.size(3);
+  const DType acc = accumulation_dtype(q.dtype());
+  Tensor lse_c = contiguous(lse);
+  Tensor dlse_c = dlse.defined() ? contiguous(to(dlse, acc)) : Tensor();
+  Tensor delta = new_empty(q, {B, H, Lq}, acc);  // [B, H, Lq] rowsum(dO∘O) - dlse
+  run_kernel(
+      name, dq,
+      [&] {
+        cpu::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, dq, dk, dv);
+      },
+      CUDA_KERNEL(cuda::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, dq, dk, dv)));
+  // S recomputed, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q.
+  double fwd = attention_forward_flops(q, k, v, params.causal);
+  double flops = fwd * double(3 * q.size(3) + 2 * Dv) / double(q.size(3) + Dv);
+  engine::count_op(name, flops,
+                   double(q.nbytes() + k.nbytes() + v.nbytes() + out.nbytes() + dout.nbytes() + lse.nbytes() +
+                          dq.nbytes() + dk.nbytes() + dv.nbytes()));
+}
+
+}  // namespace
 
 std::vector<Tensor> flash_attention_backward(const Tensor& dout, const Tensor& dlse, const Tensor& q,
                                              const Tensor& k, const Tensor& v, const Tensor& out,
@@ -203,29 +247,35 @@ std::vector<Tensor> flash_attention_backward(const Tensor& dout, const Tensor& d
     return flash_attention_backward_composite(dout, dlse, q, k, v, out, lse, key_padding_mask, params);
 
   Tensor pad = key_padding_mask.defined() ? contiguous(key_padding_mask) : Tensor();
-  Tensor lse_c = contiguous(lse);
-  Tensor dlse_c = dlse.defined() ? contiguous(to(dlse, acc)) : Tensor();
   // The gradients in the layouts of q, k and v (a [B, L, H, D] split stays one: its merge is a view).
-  Tensor dq = new_empty_in_layout_of(q, q.shape(), q.dtype());      // [B, H, Lq, D]
-  Tensor dk = new_empty_in_layout_of(k, k.shape(), q.dtype());      // [B, H, Lk, D]
-  Tensor dv = new_empty_in_layout_of(v, v.shape(), q.dtype());      // [B, H, Lk, Dv]
-  Tensor delta = new_empty(q, {B, H, Lq}, acc);                     // [B, H, Lq] rowsum(dO∘O) - dlse
-  run_kernel(
-      name, dq,
-      [&] { cpu::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, dq, dk, dv); },
-      CUDA_KERNEL(cuda::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, dq, dk,
-                                                 dv)));
-  // S recomputed, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q.
-  double fwd = attention_forward_flops(q, k, v, params.causal);
-  double flops = fwd * double(3 * q.size(3) + 2 * Dv) / double(q.size(3) + Dv);
-  engine::count_op(name, flops,
-                   double(q.nbytes() + k.nbytes() + v.nbytes() + out.nbytes() + dout.nbytes() + lse.nbytes() +
-                          dq.nbytes() + dk.nbytes() + dv.nbytes()));
+  Tensor dq = new_empty_in_layout_of(q, q.shape(), q.dtype());  // [B, H, Lq, D]
+  Tensor dk = new_empty_in_layout_of(k, k.shape(), q.dtype());  // [B, H, Lk, D]
+  Tensor dv = new_empty_in_layout_of(v, v.shape(), q.dtype());  // [B, H, Lk, Dv]
+  flash_backward_into(dout, dlse, q, k, v, out, lse, pad, params, dq, dk, dv);
   return {dq, dk, dv};
 }
 
 // ---------------------------------------------------------------------------------------------------
 // The entry point
+
+namespace {
+
+// The flash op's parameters for attention()'s options, the dropout draw reserved as naive's dropout reserves it
+// on its [B, H, Lq, Lk] probabilities.
+FlashAttentionParams flash_params(const AttentionOptions& options, const Tensor& q, const Tensor& k) {
+  FlashAttentionParams params;
+  params.causal = options.causal;
+  params.scale = resolve_scale(options.scale, q.size(3));
+  if (options.training && options.dropout_p > 0) {
+    const DropoutDraw draw = reserve_dropout_draw(uint64_t(q.size(0) * q.size(1) * q.size(2)) * uint64_t(k.size(2)));
+    params.dropout_p = options.dropout_p;
+    params.seed = draw.seed;
+    params.offset = draw.offset;
+  }
+  return params;
+}
+
+}  // namespace
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
                  const AttentionOptions& options) {
@@ -233,17 +283,68 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   ENGINE_CHECK(options.dropout_p >= 0 && options.dropout_p < 1, "attention: dropout_p must be in [0, 1), got ",
                options.dropout_p);
   if (options.algo == AttentionAlgo::naive) return naive_attention(q, k, v, key_padding_mask, options);
-  FlashAttentionParams params;
-  params.causal = options.causal;
-  params.scale = resolve_scale(options.scale, q.size(3));
-  if (options.training && options.dropout_p > 0) {
-    // The reservation naive's dropout makes on its [B, H, Lq, Lk] probabilities.
-    const DropoutDraw draw = reserve_dropout_draw(uint64_t(q.size(0) * q.size(1) * q.size(2)) * uint64_t(k.size(2)));
-    params.dropout_p = options.dropout_p;
-    params.seed = draw.seed;
-    params.offset = draw.offset;
+  return flash_attention_forward(q, k, v, key_padding_mask, flash_params(options, q, k))[0];
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Self-attention over packed projections
+
+namespace {
+
+// Part `part` (0: q, 1: k, 2: v) of qkv [B, L, 3 C] (unit stride along C) as heads [B, H, L, C / H]: a view with
+// strides, recorded by no op (the packed op records itself).
+Tensor packed_heads(const Tensor& qkv, int part, int64_t heads) {
+  const int64_t B = qkv.size(0), L = qkv.size(1), C = qkv.size(2) / 3, D = C / heads;
+  return Tensor::view_of(qkv, {B, heads, L, D}, {qkv.strides()[0], D, qkv.strides()[1], 1}, qkv.offset() + part * C);
+}
+
+// The same part through engine ops (slice, reshape, permute), so that autograd differentiates it.
+Tensor packed_heads_op(const Tensor& qkv, int part, int64_t heads) {
+  const int64_t B = qkv.size(0), L = qkv.size(1), C = qkv.size(2) / 3;
+  return permute(reshape(slice(qkv, 2, part * C, (part + 1) * C), {B, L, heads, C / heads}), {0, 2, 1, 3});
+}
+
+}  // namespace
+
+Tensor attention_packed(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask,
+                        const AttentionOptions& options) {
+  check_dim("attention_packed", "qkv", qkv, 3);
+  ENGINE_CHECK(heads >= 1 && qkv.size(2) % (3 * heads) == 0, "attention_packed: qkv ", engine::shape_str(qkv.shape()),
+               ": its last dimension must be 3 x heads (", heads, ") x the head dimension (q, k and v side by side)");
+  if (options.algo == AttentionAlgo::naive)
+    return attention(packed_heads_op(qkv, 0, heads), packed_heads_op(qkv, 1, heads), packed_heads_op(qkv, 2, heads),
+                     key_padding_mask, options);
+  OpScope scope("flash_attention");
+  Tensor x = qkv.strides()[2] == 1 ? qkv : contiguous(qkv);
+  const Tensor q = packed_heads(x, 0, heads), k = packed_heads(x, 1, heads), v = packed_heads(x, 2, heads);
+  check_attention_inputs("attention_packed", q, k, v, key_padding_mask);
+  ENGINE_CHECK(options.dropout_p >= 0 && options.dropout_p < 1, "attention_packed: dropout_p must be in [0, 1), got ",
+               options.dropout_p);
+  const FlashAttentionParams params = flash_params(options, q, k);
+  Tensor pad = key_padding_mask.defined() ? contiguous(key_padding_mask) : Tensor();
+  std::vector<Tensor> out_lse = flash_forward_kernels(q, k, v, pad, params);
+  if (graph::any_requires_grad({x})) {
+    // Saved: qkv (alive anyway: the projection's output), out and lse, as the unpacked op saves q, k, v. lse is an
+    // output of the node (not returned), so that second derivatives see its dependence on qkv.
+    graph::record("flash_attention", {x}, out_lse, {x, out_lse[0], out_lse[1]},
+                  [pad, params, heads](Node& n, const Grads& g) -> Grads {
+                    Tensor x = n.saved(0), out = n.saved(1), lse = n.saved(2);
+                    if (graph::any_requires_grad({g[0], x, out, lse})) {  // create_graph: engine ops throughout
+                      std::vector<Tensor> d = flash_attention_backward(
+                          g[0], g[1], packed_heads_op(x, 0, heads), packed_heads_op(x, 1, heads),
+                          packed_heads_op(x, 2, heads), out, lse, pad, params);
+                      for (Tensor& t : d) t = reshape(permute(t, {0, 2, 1, 3}), {x.size(0), x.size(1), -1});
+                      return {concat(d, 2)};
+                    }
+                    // One gradient for the packed input: the kernels write dq, dk, dv into its three parts.
+                    Tensor dx = new_empty_in_layout_of(x, x.shape(), x.dtype());
+                    flash_backward_into(g[0], g[1], packed_heads(x, 0, heads), packed_heads(x, 1, heads),
+                                        packed_heads(x, 2, heads), out, lse, pad, params, packed_heads(dx, 0, heads),
+                                        packed_heads(dx, 1, heads), packed_heads(dx, 2, heads));
+                    return {dx};
+                  });
   }
-  return flash_attention_forward(q, k, v, key_padding_mask, params)[0];
+  return out_lse[0];
 }
 
 }  // namespace ops

@@ -63,6 +63,16 @@ struct AttentionOptions {
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
                  const AttentionOptions& options);
 
+// Self-attention over packed projections: qkv [B, L, 3 C] holds q, k and v side by side along its last dimension
+// (the output of linear(x, {Wq, Wk, Wv}, {bq, bk, bv})), each split into `heads` heads of C / heads:
+// attention(q, k, v, ...) on those head views, the same function and the same dropout draw. naive: the views are
+// engine ops (slice, reshape, permute), as the separate projections would give. flash: one op whose single input
+// is qkv, so that its backward returns one gradient, [B, L, 3 C], into whose three parts the kernels write dq, dk
+// and dv: it feeds the stacked projection's backward without a copy, where separate gradients of three views
+// would each be scattered into a zero [B, L, 3 C] tensor and summed. Saved: qkv, out and lse.
+Tensor attention_packed(const Tensor& qkv, int64_t heads, const Tensor& key_padding_mask,
+                        const AttentionOptions& options);
+
 // ---------------------------------------------------------------------------------------------------
 // The flash op itself (attention() with AttentionAlgo::flash calls it). Parameters passed by value, as the
 // CUDA kernel will take them.

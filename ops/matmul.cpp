@@ -120,6 +120,21 @@ Tensor pad_with_zeros(const Tensor& t, int64_t dim, int64_t size) {
   return concat({t, zeros(zs, t.dtype(), t.device_ptr())}, dim);
 }
 
+// The rows of `parts` stacked (dim 0) and zero rows appended up to `rows`: one tensor for the GEMM. A single part
+// already `rows` long is returned as it is (no copy).
+Tensor stacked_rows(const std::vector<Tensor>& parts, int64_t rows) {
+  if (parts.size() == 1) return parts[0].size(0) == rows ? parts[0] : pad_with_zeros(parts[0], 0, rows);
+  std::vector<Tensor> all = parts;
+  int64_t have = 0;
+  for (const Tensor& p : parts) have += p.size(0);
+  if (have < rows) {
+    Shape zs = parts[0].shape();
+    zs[0] = rows - have;
+    all.push_back(zeros(zs, parts[0].dtype(), parts[0].device_ptr()));
+  }
+  return concat(all, 0);
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -146,39 +161,52 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear(x, std::vector<Tensor>{weight}, bias.defined() ? std::vector<Tensor>{bias} : std::vector<Tensor>{});
+}
+
+Tensor linear(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases) {
   OpScope scope("linear");
+  ENGINE_CHECK(!weights.empty(), "linear: no weight given");
+  ENGINE_CHECK(biases.empty() || biases.size() == weights.size(), "linear: ", weights.size(), " weights and ",
+               biases.size(), " biases: give one bias per weight, or none");
   check_floating("linear", "x", x);
-  check_floating("linear", "weight", weight);
-  check_same_dtype("linear", x, weight);
-  check_same_device("linear", x, weight);
   ENGINE_CHECK(x.dim() >= 1, "linear: x must have at least 1 dimension, got ", engine::shape_str(x.shape()));
-  check_dim("linear", "weight", weight, 2);
-  const int64_t in = weight.size(1), out_features = weight.size(0);
-  ENGINE_CHECK(x.size(-1) == in, "linear: x ", engine::shape_str(x.shape()), " and weight [out, in] ",
-               engine::shape_str(weight.shape()), ": x's last dimension (", x.size(-1), ") must equal in (", in, ")");
-  if (bias.defined()) {
-    check_same_dtype("linear", x, bias);
-    check_same_device("linear", x, bias);
-    ENGINE_CHECK(bias.dim() == 1 && bias.size(0) == out_features, "linear: bias must be [", out_features,
-                 "] to match weight ", engine::shape_str(weight.shape()), ", got ", engine::shape_str(bias.shape()));
+  const int64_t in = weights[0].dim() == 2 ? weights[0].size(1) : 0;
+  int64_t out_features = 0;
+  for (size_t i = 0; i < weights.size(); i++) {
+    const Tensor& w = weights[i];
+    check_floating("linear", "weight", w);
+    check_same_dtype("linear", x, w);
+    check_same_device("linear", x, w);
+    check_dim("linear", "weight", w, 2);
+    ENGINE_CHECK(w.size(1) == in && x.size(-1) == in, "linear: x ", engine::shape_str(x.shape()),
+                 " and weight [out, in] ", engine::shape_str(w.shape()), ": x's last dimension (", x.size(-1),
+                 ") must equal in (", w.size(1), ")", weights.size() > 1 ? ", the same for every stacked weight" : "");
+    if (!biases.empty()) {
+      const Tensor& b = biases[i];
+      ENGINE_CHECK(b.defined(), "linear: bias ", i, " is undefined: give every stacked weight a bias, or none");
+      check_same_dtype("linear", x, b);
+      check_same_device("linear", x, b);
+      ENGINE_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: bias must be [", w.size(0), "] to match weight ",
+                   engine::shape_str(w.shape()), ", got ", engine::shape_str(b.shape()));
+    }
+    out_features += w.size(0);
   }
   Shape out_shape(x.shape().begin(), x.shape().end() - 1);
   const int64_t rows = engine::numel_of(out_shape);
-  const int64_t padded = padded_features(out_features, weight.dtype());
+  const int64_t padded = padded_features(out_features, x.dtype());
   out_shape.push_back(padded);
   Tensor y = new_empty(x, out_shape);  // [..., padded]; the result is its first out_features columns
 
-  // Kernel views (not recorded): x as rows [R, in], W^T as [in, padded] (strides swapped: no copy; padded: W with
-  // zero rows appended, a temporary), y as [R, padded].
-  Tensor x_rows, w_p = weight, b_p = bias;
+  // Kernel views (not recorded): x as rows [R, in], W^T as [in, padded] (strides swapped: no copy; stacked or
+  // padded: one temporary W of the stacked weights and zero rows), y as [R, padded].
+  Tensor x_rows, w_p, b_p;
   {
     graph::NoGrad ng;  // a non-contiguous x is copied once, a temporary of this op
     Tensor xc = contiguous(x);
     x_rows = Tensor::view_of(xc, {rows, in}, {in, 1}, xc.offset());
-    if (padded != out_features) {
-      w_p = pad_with_zeros(weight, 0, padded);
-      if (bias.defined()) b_p = pad_with_zeros(bias, 0, padded);
-    }
+    w_p = stacked_rows(weights, padded);
+    if (!biases.empty()) b_p = stacked_rows(biases, padded);
   }
   Tensor w_t = Tensor::view_of(w_p, {in, padded}, {w_p.strides()[1], w_p.strides()[0]}, w_p.offset());
   Tensor y_rows = Tensor::view_of(y, {rows, padded}, {padded, 1}, y.offset());
@@ -186,33 +214,57 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   run_kernel("linear", y, [&] { cpu::matmul(x_rows, w_t, b_p, y_rows); },
              CUDA_KERNEL(cuda::matmul(x_rows, w_t, b_p, y_rows)));
   x_rows = w_t = w_p = b_p = Tensor();  // free the temporaries before recording
-  engine::count_op("linear", 2.0 * double(rows) * double(in) * double(padded),
-                   double(x.nbytes() + weight.nbytes() + (bias.defined() ? bias.nbytes() : 0) + y.nbytes()));
+  double bytes = double(x.nbytes() + y.nbytes());
+  for (const Tensor& w : weights) bytes += double(w.nbytes());
+  for (const Tensor& b : biases) bytes += double(b.nbytes());
+  engine::count_op("linear", 2.0 * double(rows) * double(in) * double(padded), bytes);
   if (padded != out_features) {  // the result: a view of y's first out_features columns
     Shape shape = out_shape;
     shape.back() = out_features;
     y = Tensor::view_of(y, shape, y.strides(), y.offset());
   }
 
-  if (graph::any_requires_grad({x, weight, bias})) {
-    Tensor save_x = weight.requires_grad() ? x : Tensor();
-    Tensor save_w = x.requires_grad() ? weight : Tensor();
-    graph::record("linear", {x, weight, bias}, {y}, {save_x, save_w},
-                  [in, out_features, padded](Node& n, const Grads& g) -> Grads {
-                    Tensor gx, gw, gb;
-                    // Padded: g with zero columns and W with zero rows, so both products run aligned.
-                    Tensor g_p = padded == out_features ? g[0] : pad_with_zeros(g[0], -1, padded);
-                    if (n.needs_input_grad(0)) {
-                      Tensor w = padded == out_features ? n.saved(1) : pad_with_zeros(n.saved(1), 0, padded);
-                      gx = linear(g_p, transpose(w, 0, 1));  // g @ W
-                    }
-                    if (n.needs_input_grad(1)) {  // [out, R] @ [R, in]
-                      gw = matmul(transpose(reshape(g_p, {-1, padded}), 0, 1), reshape(n.saved(0), {-1, in}));
-                      if (padded != out_features) gw = slice(gw, 0, 0, out_features);
-                    }
-                    if (n.needs_input_grad(2)) gb = sum_to(g[0], {out_features});
-                    return {gx, gw, gb};
-                  });
+  std::vector<Tensor> inputs{x};
+  inputs.insert(inputs.end(), weights.begin(), weights.end());
+  inputs.insert(inputs.end(), biases.begin(), biases.end());
+  if (graph::any_requires_grad(inputs)) {
+    bool any_weight_grad = false;
+    for (const Tensor& w : weights) any_weight_grad = any_weight_grad || w.requires_grad();
+    // Saved: x (for the weights' gradients) and the weights themselves (for x's), never their stack.
+    std::vector<Tensor> saved{any_weight_grad ? x : Tensor()};
+    for (const Tensor& w : weights) saved.push_back(x.requires_grad() ? w : Tensor());
+    const size_t n_w = weights.size();
+    const bool has_bias = !biases.empty();
+    graph::record("linear", inputs, {y}, saved, [in, out_features, padded, n_w, has_bias](Node& n, const Grads& g) {
+      Grads grads(1 + n_w * (has_bias ? 2 : 1));
+      // Padded: g with zero columns and W with zero rows, so both products run aligned.
+      Tensor g_p = padded == out_features ? g[0] : pad_with_zeros(g[0], -1, padded);
+      if (n.needs_input_grad(0)) {
+        std::vector<Tensor> ws;
+        for (size_t i = 0; i < n_w; i++) ws.push_back(n.saved(1 + i));
+        grads[0] = linear(g_p, transpose(stacked_rows(ws, padded), 0, 1));  // g @ W
+      }
+      bool weight_grad = false, bias_grad = false;
+      for (size_t i = 0; i < n_w; i++) {
+        weight_grad = weight_grad || n.needs_input_grad(1 + i);
+        bias_grad = bias_grad || (has_bias && n.needs_input_grad(1 + n_w + i));
+      }
+      // Each stacked weight's (and bias's) gradient: its rows of the stack's (views).
+      Tensor gw = weight_grad ? matmul(transpose(reshape(g_p, {-1, padded}), 0, 1),  // [out, R] @ [R, in]
+                                       reshape(n.saved(0), {-1, in}))
+                              : Tensor();
+      Tensor gb = bias_grad ? sum_to(g[0], {out_features}) : Tensor();
+      int64_t row = 0;
+      for (size_t i = 0; i < n_w; i++) {
+        const int64_t rows_i = n.input_shapes[1 + i][0];
+        if (n.needs_input_grad(1 + i))
+          grads[1 + i] = n_w == 1 && padded == out_features ? gw : slice(gw, 0, row, row + rows_i);
+        if (has_bias && n.needs_input_grad(1 + n_w + i))
+          grads[1 + n_w + i] = n_w == 1 ? gb : slice(gb, 0, row, row + rows_i);
+        row += rows_i;
+      }
+      return grads;
+    });
   }
   return y;
 }

@@ -77,23 +77,34 @@ BertSelfAttention::BertSelfAttention(const BertConfig& c) : config(c) {
 
 Tensor BertSelfAttention::forward(const Tensor& x, const Tensor& key_padding_mask) const {
   auto s = scope();
-  Tensor q = nn::split_heads(query->forward(x), config.heads);  // [B, H, T, D]
-  Tensor k = nn::split_heads(key->forward(x), config.heads);
-  Tensor v = nn::split_heads(value->forward(x), config.heads);
   ops::AttentionOptions opt;
   opt.algo = config.algo;
   opt.dropout_p = config.attention_dropout;
   opt.training = training();
-  Tensor o;
-  engine::MemoryScope core("core");
-  if (config.recompute == "attention" && graph::grad_enabled()) {
-    o = graph::recompute(
-        [opt](const std::vector<Tensor>& in) { return ops::attention(in[0], in[1], in[2], in[3], opt); },
-        {q, k, v, key_padding_mask});
-  } else {
-    o = ops::attention(q, k, v, key_padding_mask, opt);  // [B, H, T, D]
+  const bool recompute = config.recompute == "attention" && graph::grad_enabled();
+  if (config.algo == ops::AttentionAlgo::flash) {
+    // q, k and v from one GEMM, attended as one packed op (models/nn/attention.h says why).
+    Tensor qkv = nn::stacked_linear(x, {query.get(), key.get(), value.get()});  // [B, T, 3C]
+    const int64_t heads = config.heads;
+    engine::MemoryScope core("core");
+    Tensor o = recompute ? graph::recompute(
+                               [opt, heads](const std::vector<Tensor>& in) {
+                                 return ops::attention_packed(in[0], heads, in[1], opt);
+                               },
+                               {qkv, key_padding_mask})
+                         : ops::attention_packed(qkv, heads, key_padding_mask, opt);  // [B, H, T, D]
+    return nn::merge_heads(o);                                                        // [B, T, C]
   }
-  return nn::merge_heads(o);  // [B, T, C]
+  Tensor q = nn::split_heads(query->forward(x), config.heads);  // [B, H, T, D]
+  Tensor k = nn::split_heads(key->forward(x), config.heads);
+  Tensor v = nn::split_heads(value->forward(x), config.heads);
+  engine::MemoryScope core("core");
+  Tensor o = recompute
+                 ? graph::recompute(
+                       [opt](const std::vector<Tensor>& in) { return ops::attention(in[0], in[1], in[2], in[3], opt); },
+                       {q, k, v, key_padding_mask})
+                 : ops::attention(q, k, v, key_padding_mask, opt);  // [B, H, T, D]
+  return nn::merge_heads(o);                                        // [B, T, C]
 }
 
 BertResidualOutput::BertResidualOutput(int64_t in, const BertConfig& c) : config(c) {

@@ -29,25 +29,39 @@ MultiheadAttention::MultiheadAttention(const AttentionConfig& c) : config(c) {
 Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key_value, const Tensor& key_padding_mask,
                                    bool causal) const {
   auto s = scope();
+  if (config.algo == ops::AttentionAlgo::flash && query.impl() == key_value.impl()) {
+    // Flash self-attention: q, k and v from one GEMM, attended as one packed op (ops/attention.h).
+    Tensor qkv = stacked_linear(query, {q_proj.get(), k_proj.get(), v_proj.get()});  // [B, L, 3C]
+    Tensor o;
+    {
+      engine::MemoryScope inner("attention");
+      o = ops::attention_packed(qkv, config.heads, key_padding_mask, options(causal));  // [B, H, L, D]
+    }
+    return out_proj->forward(merge_heads(o));  // [B, L, C]
+  }
   Tensor q = split_heads(q_proj->forward(query), config.heads);      // [B, H, Lq, D]
   Tensor k = split_heads(k_proj->forward(key_value), config.heads);  // [B, H, Lk, D]
   Tensor v = split_heads(v_proj->forward(key_value), config.heads);  // [B, H, Lk, D]
   return attend_heads(q, k, v, key_padding_mask, causal);
 }
 
-Tensor MultiheadAttention::attend_heads(const Tensor& q, const Tensor& k, const Tensor& v,
-                                        const Tensor& key_padding_mask, bool causal) const {
+ops::AttentionOptions MultiheadAttention::options(bool causal) const {
   ops::AttentionOptions opt;
   opt.algo = config.algo;
   opt.causal = causal;
   opt.dropout_p = config.dropout;
   opt.training = training();
+  return opt;
+}
+
+Tensor MultiheadAttention::attend_heads(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& key_padding_mask, bool causal) const {
   Tensor o;
   {
     engine::MemoryScope inner("attention");
-    o = ops::attention(q, k, v, key_padding_mask, opt);  // [B, H, Lq, D]
+    o = ops::attention(q, k, v, key_padding_mask, options(causal));  // [B, H, Lq, D]
   }
-  return out_proj->forward(merge_heads(o));               // [B, Lq, C]
+  return out_proj->forward(merge_heads(o));  // [B, Lq, C]
 }
 
 KVCache MultiheadAttention::start_cache(int64_t batch, int64_t max_len, engine::DType dtype,

@@ -2,6 +2,9 @@
 //
 //   x [B, L, C] --q/k/v projections--> [B, L, H*D] --split_heads (a view)--> [B, H, L, D]
 //   --ops::attention--> [B, H, Lq, D] --merge_heads (one copy)--> [B, Lq, C] --out projection--> [B, Lq, C]
+// Flash self-attention (key_value is query) projects q, k and v with one GEMM (stacked_linear: [B, L, 3C]) and
+// attends with ops::attention_packed, whose single gradient feeds that GEMM's backward: one product and no
+// gradient copies where there were three products and two sums. The parameters are the same three.
 //
 // Parameter names follow fairseq (q_proj, k_proj, v_proj, out_proj); models that load Hugging Face
 // checkpoints (BERT) name their own projections and use split_heads / merge_heads / ops::attention directly.
@@ -52,6 +55,8 @@ class MultiheadAttention : public graph::Module {
   // into the cache in place, and the queries attend to positions 0 .. t0 + n - 1 (the causal mask bottom-right
   // aligned, ops/attention.h). n > 1 is a prefill, n = 1 one decoding step. Returns [B, n, C]. Under NoGrad.
   Tensor cached_self_attention(const Tensor& x, int64_t t0, KVCache& cache) const;
+  // ops::attention's options for this layer (dropout only while training).
+  ops::AttentionOptions options(bool causal) const;
   AttentionConfig config;
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, out_proj;
 };

@@ -42,6 +42,17 @@ Tensor Linear::forward(const Tensor& x) const {
   return ops::linear(x, weight, bias);
 }
 
+Tensor stacked_linear(const Tensor& x, const std::vector<const Linear*>& layers) {
+  std::vector<Tensor> weights, biases;
+  for (const Linear* l : layers) {
+    weights.push_back(l->weight);
+    if (l->bias.defined()) biases.push_back(l->bias);
+  }
+  ENGINE_CHECK(biases.empty() || biases.size() == weights.size(),
+               "stacked_linear: some layers have a bias and some do not; stack layers that all have one, or none");
+  return ops::linear(x, weights, biases);
+}
+
 LayerNorm::LayerNorm(int64_t dim, double eps_) : eps(eps_) {
   weight = register_parameter("weight", ops::ones({dim}));
   bias = register_parameter("bias", ops::zeros({dim}));

@@ -35,6 +35,11 @@ class Linear : public graph::Module {
   Tensor bias;    // [out] or undefined
 };
 
+// The outputs of several Linear layers on the same x, side by side along the last dimension ([..., sum of out]),
+// from one GEMM over their stacked weights (ops::linear with a list of weights): q, k and v projected at once.
+// The layers need the same in_features, and all a bias or none.
+Tensor stacked_linear(const Tensor& x, const std::vector<const Linear*>& layers);
+
 class LayerNorm : public graph::Module {
  public:
   explicit LayerNorm(int64_t dim, double eps = 1e-5);

@@ -28,6 +28,7 @@
 #include "ops/cuda/attention.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
+#include "ops/reduce.h"
 #include "ops/view.h"
 
 using engine::DType;
@@ -320,6 +321,66 @@ TEST(AttentionCuda, AllocatesLikeMeta) {
     std::vector<Tensor> f = ops::flash_attention_forward(qd, kd, vd, md, p);
     std::vector<Tensor> g =
         ops::flash_attention_backward(ops::to_device(dout, dev), Tensor(), qd, kd, vd, f[0], f[1], md, p);
+  }
+  EXPECT_EQ(cuda->ledger().events_csv(), meta->ledger().events_csv());
+}
+
+TEST(AttentionCuda, PackedIsTheUnpackedOpOnItsViews) {
+  // attention_packed on the GPU runs the same kernels as attention on the head views of qkv's three parts (the same
+  // strides), so the output and qkv's gradient must be the same bits; the views' gradients reach qkv through slice
+  // backward and sums of zeros, the packed op's directly. f32 also against the cpu's packed op.
+  const int64_t B = 3, L = 77, H = 2, D = 64;
+  Case c{"packed", B, H, L, L, D, D, false, true};
+  for (DType t : {DType::bf16, DType::f32}) {
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(engine::str(engine::dtype_name(t), causal ? " causal" : ""));
+      engine::manual_seed(31);
+      Tensor qkv = ops::to(ops::randn({B, L, 3 * H * D}), t), g = ops::to(ops::randn({B, H, L, D}), t);
+      ops::AttentionOptions o;
+      o.algo = ops::AttentionAlgo::flash;
+      o.causal = causal;
+      o.dropout_p = 0.2;
+      auto run = [&](std::shared_ptr<engine::Device> dev, bool packed) {
+        Tensor x = ops::to_device(qkv, dev).set_requires_grad(true), mask = padding_mask(c, dev);
+        engine::generator() = engine::Generator{77, 4096};
+        Tensor out;
+        if (packed) {
+          out = ops::attention_packed(x, H, mask, o);
+        } else {
+          auto part = [&](int i) {
+            return ops::permute(ops::reshape(ops::slice(x, 2, i * H * D, (i + 1) * H * D), {B, L, H, D}), {0, 2, 1, 3});
+          };
+          out = ops::attention(part(0), part(1), part(2), mask, o);
+        }
+        Tensor dx = graph::grad({out}, {x}, {ops::to_device(g, dev)})[0];
+        return std::vector<std::vector<double>>{out.to_double(), dx.to_double()};
+      };
+      auto packed = run(gpu(), true), views = run(gpu(), false);
+      EXPECT_EQ(packed[0], views[0]) << "out";
+      EXPECT_EQ(packed[1], views[1]) << "d qkv";
+      if (t == DType::f32) {
+        auto cpu = run(engine::default_device(), true);
+        EXPECT_LE(max_err(packed[0], cpu[0]), 2e-5) << "out, cuda vs cpu";
+        EXPECT_LE(max_err(packed[1], cpu[1]), 2e-5) << "d qkv, cuda vs cpu";
+      }
+    }
+  }
+}
+
+TEST(AttentionCuda, PackedAllocatesLikeMeta) {
+  auto meta = engine::Device::create(engine::DeviceType::meta, size_t(1) << 30);
+  auto cuda = engine::Device::create(engine::DeviceType::cuda, size_t(1) << 30);
+  engine::manual_seed(9);
+  Tensor qkv = ops::to(ops::randn({2, 47, 3 * 128}), DType::bf16);
+  Tensor mask = padding_mask({"ledger", 2, 2, 47, 47, 64, 64, false, true}, nullptr);
+  for (auto dev : {meta, cuda}) {
+    engine::DeviceGuard guard(dev);
+    engine::generator() = engine::Generator{5, 0};
+    ops::AttentionOptions o;
+    o.algo = ops::AttentionAlgo::flash;
+    o.dropout_p = 0.1;
+    Tensor x = ops::to_device(qkv, dev).set_requires_grad(true);
+    graph::backward(ops::sum(ops::attention_packed(x, 2, ops::to_device(mask, dev), o)));
   }
   EXPECT_EQ(cuda->ledger().events_csv(), meta->ledger().events_csv());
 }

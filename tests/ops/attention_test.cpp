@@ -13,6 +13,7 @@
 #include "ops/elementwise.h"
 #include "ops/factory.h"
 #include "ops/reduce.h"
+#include "ops/shape.h"
 #include "ops/view.h"
 #include "tests/util/dropout_reference.h"
 #include "tests/util/gradcheck_util.h"
@@ -400,4 +401,99 @@ TEST(Attention, FlashOutputsKeepTheHeadsLayoutSoMergingThemIsAView) {
   graph::backward(out2, ops::contiguous(split(g)));
   for (const auto& [rows, heads] : {std::pair{xq, q2}, std::pair{xk, k2}, std::pair{xv, v2}})
     EXPECT_EQ(ops::contiguous(split(rows.grad())).to_double(), heads.grad().to_double());
+}
+
+namespace {
+
+// Part `part` of qkv [B, L, 3C] as heads [B, H, L, C / H], through engine ops (what separate projections give).
+Tensor heads_of_packed(const Tensor& qkv, int part, int64_t heads) {
+  const int64_t B = qkv.size(0), L = qkv.size(1), C = qkv.size(2) / 3;
+  return ops::permute(ops::reshape(ops::slice(qkv, 2, part * C, (part + 1) * C), {B, L, heads, C / heads}),
+                      {0, 2, 1, 3});
+}
+
+}  // namespace
+
+TEST(Attention, PackedIsAttentionOnItsThreeParts) {
+  // attention_packed(qkv) = attention(q, k, v) on the head views of qkv's three parts, with the same dropout draw:
+  // the values and qkv's gradient, by both algorithms, over the cases' batch sizes, lengths (as self-attention: Lk =
+  // Lq), masks and dropout (f64).
+  const int64_t H = 2, D = 3;
+  for (const Case& c : cases()) {
+    for (AttentionAlgo algo : {AttentionAlgo::naive, AttentionAlgo::flash}) {
+      SCOPED_TRACE(std::string(c.name) + " " + ops::attention_algo_name(algo));
+      engine::manual_seed(21);
+      Tensor qkv = rand_input({c.B, c.Lq, 3 * H * D}, -2, 2);
+      Tensor g = ops::rand({c.B, H, c.Lq, D}, -1, 1, DType::f64);
+      Case sc = c;
+      sc.H = H;
+      sc.Lk = c.Lq;
+      Tensor mask = padding_mask(sc);
+      const AttentionOptions o = options_for(sc, algo);
+      const engine::Generator at = engine::generator();
+      Tensor packed = ops::attention_packed(qkv, H, mask, o);
+      Tensor d_packed = graph::grad({packed}, {qkv}, {g})[0];
+      engine::generator() = at;
+      Tensor split =
+          ops::attention(heads_of_packed(qkv, 0, H), heads_of_packed(qkv, 1, H), heads_of_packed(qkv, 2, H), mask, o);
+      Tensor d_split = graph::grad({split}, {qkv}, {g})[0];
+      EXPECT_LT(testutil::max_abs_diff(packed, split), 1e-12);
+      EXPECT_LT(testutil::max_abs_diff(d_packed, d_split), 1e-12);
+      EXPECT_EQ(d_packed.shape(), qkv.shape());
+    }
+  }
+}
+
+TEST(Attention, PackedFlashHasOneGradientAndSecondDerivatives) {
+  // flash: the op's one input is qkv, and its backward allocates one [B, L, 3C] gradient (no per-part tensors, no
+  // sums: two allocations fewer than the unpacked op's); the output stays in the [B, L, H, D] order, so merging the
+  // heads is a view. Gradients and second derivatives by finite differences (the second through the engine-op
+  // backward).
+  engine::manual_seed(22);
+  const int64_t B = 2, L = 5, H = 2, D = 3;
+  Tensor qkv = rand_input({B, L, 3 * H * D});
+  AttentionOptions o;
+  o.algo = AttentionAlgo::flash;
+  o.causal = true;
+  auto& ledger = engine::default_device()->ledger();
+  auto backward_allocations = [&](const Tensor& out) {  // of the backward of the merged heads' sum
+    const int64_t before = ledger.alloc_count();
+    graph::backward(ops::sum(ops::reshape(ops::permute(out, {0, 2, 1, 3}), {B, L, H * D})));
+    return ledger.alloc_count() - before;
+  };
+  Tensor out = ops::attention_packed(qkv, H, Tensor(), o);
+  EXPECT_EQ(out.strides(), (Shape{L * H * D, D, H * D, 1}));
+  const int64_t packed = backward_allocations(out);
+  EXPECT_EQ(qkv.grad().shape(), qkv.shape());
+  // The same attention on heads split from three [B, L, C] tensors allocates dq, dk and dv: two tensors more.
+  auto split = [&](const Tensor& rows) { return ops::permute(ops::reshape(rows, {B, L, H, D}), {0, 2, 1, 3}); };
+  Tensor q = rand_input({B, L, H * D}), k = rand_input({B, L, H * D}), v = rand_input({B, L, H * D});
+  EXPECT_EQ(backward_allocations(ops::attention(split(q), split(k), split(v), Tensor(), o)), packed + 2);
+  Tensor mask = ops::compare(ops::CompareOp::gt, ops::rand({B, L}), 0.6);
+  o.dropout_p = 0.3;
+  const engine::Generator at = engine::generator();
+  testutil::Fn f = [&](const std::vector<Tensor>& in) {
+    engine::generator() = at;
+    return ops::attention_packed(in[0], H, mask, o);
+  };
+  testutil::expect_gradcheck(f, {qkv.detach().set_requires_grad(true)});
+  testutil::expect_double_backward(f, {qkv.detach().set_requires_grad(true)});
+}
+
+TEST(Attention, PackedMetaAllocatesLikeCpuAndErrors) {
+  testutil::expect_meta_allocates_like_cpu([] {
+    engine::manual_seed(1);
+    Tensor qkv = ops::rand({2, 9, 24}).set_requires_grad(true);
+    Tensor mask = ops::compare(ops::CompareOp::gt, ops::rand({2, 9}), 0.7);
+    AttentionOptions o;
+    o.algo = AttentionAlgo::flash;
+    o.dropout_p = 0.2;
+    graph::backward(ops::sum(ops::attention_packed(qkv, 2, mask, o)));
+  });
+  try {
+    ops::attention_packed(ops::zeros({2, 9, 20}), 2, Tensor(), AttentionOptions{});
+    ADD_FAILURE() << "expected an error";
+  } catch (const engine::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("3 x heads"), std::string::npos) << e.what();
+  }
 }

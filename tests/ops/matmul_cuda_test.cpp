@@ -103,6 +103,31 @@ TEST(MatmulCuda, PaddedVocabularyLinearMatchesCpu) {
   expect_linear_matches_cpu({40, 64}, 30522);
 }
 
+TEST(MatmulCuda, StackedLinearMatchesCpu) {
+  // q, k and v projected at once (ops::linear with stacked weights) and its gradients, cuda against the cpu.
+  for (DType t : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(engine::dtype_name(t));
+    engine::manual_seed(12);
+    Tensor x = ops::to(ops::randn({3, 17, 64}), t), g = ops::to(ops::randn({3, 17, 96}), t);
+    std::vector<Tensor> ws, bs;
+    for (int i = 0; i < 3; i++) {
+      ws.push_back(ops::to(ops::randn({32, 64}), t));
+      bs.push_back(ops::to(ops::randn({32}), t));
+    }
+    auto run = [&](std::shared_ptr<engine::Device> dev) {
+      std::vector<Tensor> in{ops::to_device(x, dev).set_requires_grad(true)};
+      for (const Tensor& w : ws) in.push_back(ops::to_device(w, dev).set_requires_grad(true));
+      for (const Tensor& b : bs) in.push_back(ops::to_device(b, dev).set_requires_grad(true));
+      Tensor y = ops::linear(in[0], {in[1], in[2], in[3]}, {in[4], in[5], in[6]});
+      std::vector<Tensor> out = graph::grad({y}, in, {ops::to_device(g, dev)});
+      out.insert(out.begin(), y);
+      return out;
+    };
+    auto cpu = run(engine::default_device()), cuda = run(gpu());
+    for (size_t i = 0; i < cpu.size(); i++) EXPECT_LE(rel_error(cuda[i], cpu[i]), tolerance(t, false) * 2) << i;
+  }
+}
+
 TEST(MatmulCuda, AllocatesLikeMeta) {
   auto meta = engine::Device::create(engine::DeviceType::meta, size_t(4) << 30);
   auto cuda = engine::Device::create(engine::DeviceType::cuda, size_t(1) << 30);
@@ -111,6 +136,7 @@ TEST(MatmulCuda, AllocatesLikeMeta) {
     Tensor a = ops::randn({8, 64, 32}), b = ops::randn({32, 16});
     Tensor c = ops::matmul(a, b);
     Tensor d = ops::linear(c, ops::randn({24, 16}), ops::randn({24}));
+    Tensor e = ops::linear(c, {ops::randn({24, 16}), ops::randn({8, 16})}, {ops::randn({24}), ops::randn({8})});
   }
   EXPECT_EQ(cuda->ledger().events_csv(), meta->ledger().events_csv());
 }

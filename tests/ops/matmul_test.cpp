@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "engine/counters.h"
 #include "engine/rng.h"
@@ -11,10 +12,11 @@
 #include "ops/factory.h"
 #include "ops/matmul.h"
 #include "ops/reduce.h"
+#include "ops/shape.h"
 #include "ops/view.h"
+#include "tests/util/error_util.h"
 #include "tests/util/gradcheck_util.h"
 #include "tests/util/meta_util.h"
-#include "tests/util/error_util.h"
 
 using engine::DType;
 using engine::Shape;
@@ -243,6 +245,61 @@ TEST(Matmul, WideUnalignedLinearRunsPaddedAndStaysExact) {
   EXPECT_TRUE(ops::linear(ops::rand({2, 16}), ops::rand({1025, 16})).is_contiguous());
 }
 
+TEST(Matmul, StackedLinearIsTheLinearsSideBySide) {
+  // linear(x, {W1, W2, W3}, {b1, b2, b3}) = [linear(x, W1, b1), linear(x, W2, b2), linear(x, W3, b3)] along the last
+  // dimension, in values and in every gradient; each weight's gradient is a view of one product's rows.
+  engine::manual_seed(5);
+  Tensor x = rand_input({2, 3, 4});
+  std::vector<Tensor> ws = {rand_input({5, 4}), rand_input({3, 4}), rand_input({2, 4})};
+  std::vector<Tensor> bs = {rand_input({5}), rand_input({3}), rand_input({2})};
+  Tensor g = ops::rand({2, 3, 10}, -1, 1, DType::f64);
+  Tensor stacked = ops::linear(x, ws, bs);
+  ASSERT_EQ(stacked.shape(), (Shape{2, 3, 10}));
+  std::vector<Tensor> inputs = {x, ws[0], ws[1], ws[2], bs[0], bs[1], bs[2]};
+  std::vector<Tensor> got = graph::grad({stacked}, inputs, {g});
+  Tensor separate =
+      ops::concat({ops::linear(x, ws[0], bs[0]), ops::linear(x, ws[1], bs[1]), ops::linear(x, ws[2], bs[2])}, -1);
+  EXPECT_LT(testutil::max_abs_diff(stacked, separate), 1e-12);
+  std::vector<Tensor> want = graph::grad({separate}, inputs, {g});
+  for (size_t i = 0; i < inputs.size(); i++) EXPECT_LT(testutil::max_abs_diff(got[i], want[i]), 1e-12) << "input " << i;
+  EXPECT_EQ(got[2].data_ptr(), static_cast<const char*>(got[1].data_ptr()) + 5 * 4 * sizeof(double))
+      << "W2's gradient: rows 5..7 of the stack's";
+  testutil::Fn f = [](const std::vector<Tensor>& in) {
+    Tensor y = ops::linear(in[0], {in[1], in[2]}, {in[3], in[4]});
+    return ops::mul(y, y);  // nonlinear, so that second derivatives mix x and the weights
+  };
+  testutil::expect_gradcheck(f, {x, ws[0], ws[1], bs[0], bs[1]});
+  testutil::expect_double_backward(f, {x, ws[0], ws[1], bs[0], bs[1]});
+}
+
+TEST(Matmul, StackedLinearKeepsNoStack) {
+  // The stack of the weights is a temporary: after the forward only the result is new, and the gradients are those of
+  // the separate products (here bf16, 3 x 343 = 1029 outputs: stacked and padded to 1032 in one temporary).
+  auto meta = engine::Device::create(engine::DeviceType::meta, size_t(1) << 30);
+  engine::DeviceGuard guard(meta);
+  Tensor x = ops::zeros({6, 16}, DType::bf16).set_requires_grad(true);
+  std::vector<Tensor> ws, bs;
+  for (int i = 0; i < 3; i++) {
+    ws.push_back(ops::zeros({343, 16}, DType::bf16).set_requires_grad(true));
+    bs.push_back(ops::zeros({343}, DType::bf16).set_requires_grad(true));
+  }
+  auto new_bytes = [&](const std::function<Tensor()>& f) {
+    const size_t before = meta->ledger().live_bytes();
+    Tensor y = f();
+    return meta->ledger().live_bytes() - before;
+  };
+  Tensor wide = ops::zeros({1029, 16}, DType::bf16), wide_bias = ops::zeros({1029}, DType::bf16);
+  new_bytes([&] { return ops::linear(x, wide, wide_bias); });  // the GEMM workspace, reserved once
+  const size_t one_weight = new_bytes([&] { return ops::linear(x, wide, wide_bias); });
+  EXPECT_EQ(new_bytes([&] { return ops::linear(x, ws, bs); }), one_weight) << "only the result stays";
+  Tensor y = ops::linear(x, ws, bs);
+  EXPECT_EQ(y.shape(), (Shape{6, 1029}));
+  EXPECT_EQ(y.strides(), (Shape{1032, 1}));
+  graph::backward(ops::sum(y));
+  for (const Tensor& w : ws) EXPECT_EQ(w.grad().shape(), (Shape{343, 16}));
+  for (const Tensor& b : bs) EXPECT_EQ(b.grad().shape(), (Shape{343}));
+}
+
 TEST(Matmul, ShapeErrorsNameTheShapes) {
   Tensor a = ops::zeros({2, 3}), b = ops::zeros({4, 5});
   std::string e = error_of([&] { ops::matmul(a, b); });
@@ -258,6 +315,14 @@ TEST(Matmul, ShapeErrorsNameTheShapes) {
   EXPECT_NE(e.find("[5, 4]"), std::string::npos);
   e = error_of([] { ops::linear(ops::zeros({2, 4}), ops::zeros({5, 4}), ops::zeros({4})); });
   EXPECT_NE(e.find("bias"), std::string::npos);
+  e = error_of([] { ops::linear(ops::zeros({2, 4}), {ops::zeros({5, 4}), ops::zeros({5, 3})}, {}); });
+  EXPECT_NE(e.find("every stacked weight"), std::string::npos) << e;
+  e = error_of([] { ops::linear(ops::zeros({2, 4}), {ops::zeros({5, 4}), ops::zeros({5, 4})}, {ops::zeros({5})}); });
+  EXPECT_NE(e.find("one bias per weight"), std::string::npos) << e;
+  EXPECT_NE(error_of([] {
+              ops::linear(ops::zeros({2, 4}), std::vector<Tensor>{}, {});
+            }).find("no weight"),
+            std::string::npos);
 }
 
 TEST(Matmul, MetaAllocatesLikeCpu) {
@@ -272,5 +337,8 @@ TEST(Matmul, MetaAllocatesLikeCpu) {
     Tensor wide = ops::rand({1030, 8}, -1, 1, DType::bf16).set_requires_grad(true);
     Tensor wide_bias = ops::rand({1030}, -1, 1, DType::bf16).set_requires_grad(true);
     graph::backward(ops::sum(ops::linear(x, wide, wide_bias)));
+    // Stacked weights: the stack made in forward and again in backward.
+    Tensor w2 = ops::rand({3, 5}).set_requires_grad(true), b2 = ops::rand({3}).set_requires_grad(true);
+    graph::backward(ops::sum(ops::linear(ops::matmul(a, b), {w, w2}, {bias, b2})));
   });
 }
