@@ -109,11 +109,13 @@ Padded padded(const Tensor& pad, const ConvGeometry& g) {
   return p;
 }
 
-// dst [rows, dst_cols] from src [rows, src_cols]: the common columns, zeros past src's when dst is wider.
-void copy_columns(const Tensor& dst, int64_t dst_cols, const Tensor& src, int64_t src_cols, int64_t rows) {
+// dst [rows, dst_cols] from src [rows, src_cols]: the common columns, zeros past src's when dst is wider (unless
+// `zeroed`: the caller cleared dst already).
+void copy_columns(const Tensor& dst, int64_t dst_cols, const Tensor& src, int64_t src_cols, int64_t rows,
+                  bool zeroed = false) {
   const size_t es = engine::dtype_size(dst.dtype());
   cudaStream_t s = engine::cuda::stream();
-  if (dst_cols > src_cols) ENGINE_CUDA_CHECK(cudaMemsetAsync(dst.data_ptr(), 0, es * rows * dst_cols, s));
+  if (dst_cols > src_cols && !zeroed) ENGINE_CUDA_CHECK(cudaMemsetAsync(dst.data_ptr(), 0, es * rows * dst_cols, s));
   if (rows == 0) return;
   ENGINE_CUDA_CHECK(cudaMemcpy2DAsync(dst.data_ptr(), es * dst_cols, src.data_ptr(), es * src_cols,
                                       es * std::min(dst_cols, src_cols), rows, cudaMemcpyDeviceToDevice, s));
@@ -124,7 +126,7 @@ void copy_columns(const Tensor& dst, int64_t dst_cols, const Tensor& src, int64_
 void pad_filters(const Padded& p, const ConvGeometry& g, const Tensor& w, const Tensor& bias) {
   cudaStream_t s = engine::cuda::stream();
   ENGINE_CUDA_CHECK(cudaMemsetAsync(p.w.data_ptr(), 0, p.w.nbytes() + p.bias.nbytes(), s));
-  copy_columns(p.w, p.g.cin, w, g.cin, g.cout * g.kh * g.kw);
+  copy_columns(p.w, p.g.cin, w, g.cin, g.cout * g.kh * g.kw, /*zeroed=*/true);
   if (bias.defined())
     ENGINE_CUDA_CHECK(cudaMemcpyAsync(p.bias.data_ptr(), bias.data_ptr(), bias.nbytes(), cudaMemcpyDeviceToDevice, s));
 }

@@ -32,7 +32,44 @@ constexpr int kSmallThreads = 256, kSmallRowsPerThread = 8;
 constexpr int64_t kSmallBlockRows = int64_t(kSmallThreads) * kSmallRowsPerThread;  // rows of a forward block
 
 // ---------------------------------------------------------------------------------------------------
-// Cross-entropy
+// Cross-entropy: what a row's loss and an element's gradient are (both kernel shapes use these), then the kernels.
+
+// The loss of a row (xr: its logits, cs apart) from its log-sum-exp, the sum of its logits and its target t:
+// (1 - eps)(lse - x_t) + eps (lse - mean x) (the smoothing term only when eps > 0, as the CPU computes it); 0 for an
+// ignored row, and for a target out of range, which is reported.
+template <typename T, typename A>
+__device__ __forceinline__ A row_loss_of(const T* xr, int64_t cs, int64_t V, int64_t t, int64_t ignore_index, A eps,
+                                         A row_lse, A sum_x, IndexError* err) {
+  if (t == ignore_index) return A(0);
+  if (t < 0 || t >= V) {
+    report_bad_index(err, t);
+    return A(0);
+  }
+  A loss = (A(1) - eps) * (row_lse - to_acc<A>(xr[t * cs]));
+  if (eps > A(0)) loss += eps * (row_lse - sum_x / A(V));
+  return loss;
+}
+
+// d[row, c] of a counted row with target t: a (exp(x_c - lse) - q), q = (1 - eps) onehot(t) + eps / V (smooth).
+template <typename A>
+__device__ __forceinline__ A grad_of(A a, A x_c, A row_lse, int64_t c, int64_t t, A eps, A smooth) {
+  const A q = smooth + (c == t ? A(1) - eps : A(0));
+  return a * (std::exp(x_c - row_lse) - q);
+}
+
+// The single reducing block's end: out = total, or total / max(count, 1) for a mean (an all-ignored batch has loss
+// 0, not 0/0), with that divisor kept for backward.
+template <typename A>
+__device__ __forceinline__ void write_reduced(A total, long long count, bool mean, A* out, A* divisor) {
+  __shared__ A scratch[32];
+  __shared__ long long count_scratch[32];
+  total = block_sum(total, scratch);
+  count = block_sum(count, count_scratch);
+  if (threadIdx.x != 0) return;
+  const A div = A(count > 1 ? count : 1);
+  out[0] = mean ? total / div : total;
+  if (mean) divisor[0] = div;
+}
 
 // Block per row. Bytes per row: V reads of logits (strided by cs), one of the target; bound: memory.
 // row_loss is `out` [N] for Reduction::none, the workspace otherwise.
@@ -56,17 +93,7 @@ __global__ void __launch_bounds__(256)
     if (threadIdx.x != 0) continue;
     const A row_lse = m + std::log(s);
     lse[row] = row_lse;
-    const int64_t t = int64_t(target[row * ts]);
-    A loss = 0;
-    if (t != ignore_index) {
-      if (t < 0 || t >= V) {
-        report_bad_index(err, t);
-      } else {
-        loss = (A(1) - eps) * (row_lse - to_acc<A>(xr[t * cs]));
-        if (eps > A(0)) loss += eps * (row_lse - sum_x / A(V));  // only when smoothing, as the CPU
-      }
-    }
-    row_loss[row] = loss;
+    row_loss[row] = row_loss_of(xr, cs, V, int64_t(target[row * ts]), ignore_index, eps, row_lse, sum_x, err);
   }
 }
 
@@ -99,16 +126,8 @@ __global__ void __launch_bounds__(kSmallThreads)
     const A row_lse = m + std::log(s);
     lse[row] = row_lse;
     const int64_t t = int64_t(target[row * ts]);
-    A loss = 0;
-    if (t != ignore_index) {
-      count += A(1);
-      if (t < 0 || t >= V) {
-        report_bad_index(err, t);
-      } else {
-        loss = (A(1) - eps) * (row_lse - to_acc<A>(xr[t * cs]));
-        if (eps > A(0)) loss += eps * (row_lse - sum_x / A(V));
-      }
-    }
+    const A loss = row_loss_of(xr, cs, V, t, ignore_index, eps, row_lse, sum_x, err);
+    if (t != ignore_index) count += A(1);
     if (partials)
       total += loss;
     else
@@ -128,8 +147,6 @@ template <typename A, typename I>
 __global__ void __launch_bounds__(kReduceThreads)
     cross_entropy_reduce_small(const A* __restrict__ row_loss, const I* __restrict__ target, int64_t ts, int64_t N,
                                int64_t ignore_index, bool mean, A* __restrict__ out, A* __restrict__ divisor) {
-  __shared__ A scratch[32];
-  __shared__ long long count_scratch[32];
   A total = 0;
   long long count = 0;
   const int64_t blocks = (N + kSmallBlockRows - 1) / kSmallBlockRows;
@@ -138,12 +155,7 @@ __global__ void __launch_bounds__(kReduceThreads)
     total += row_loss[base];
     count += base + 1 < N ? static_cast<long long>(row_loss[base + 1]) : int64_t(target[base * ts]) != ignore_index;
   }
-  total = block_sum(total, scratch);
-  count = block_sum(count, count_scratch);
-  if (threadIdx.x != 0) return;
-  const A div = A(count > 1 ? count : 1);
-  out[0] = mean ? total / div : total;
-  if (mean) divisor[0] = div;
+  write_reduced(total, count, mean, out, divisor);
 }
 
 // One block: out = sum (or mean over the counted rows) of row_loss; divisor = max(#counted, 1) for a mean.
@@ -151,20 +163,13 @@ template <typename A, typename I>
 __global__ void __launch_bounds__(kReduceThreads)
     cross_entropy_reduce(const A* __restrict__ row_loss, const I* __restrict__ target, int64_t ts, int64_t N,
                          int64_t ignore_index, bool mean, A* __restrict__ out, A* __restrict__ divisor) {
-  __shared__ A scratch[32];
-  __shared__ long long count_scratch[32];
   A total = 0;
   long long count = 0;
   for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
     total += row_loss[i];
     count += int64_t(target[i * ts]) != ignore_index;
   }
-  total = block_sum(total, scratch);
-  count = block_sum(count, count_scratch);
-  if (threadIdx.x != 0) return;
-  const A div = A(count > 1 ? count : 1);  // an all-ignored batch has loss 0, not 0/0
-  out[0] = mean ? total / div : total;
-  if (mean) divisor[0] = div;
+  write_reduced(total, count, mean, out, divisor);
 }
 
 // Block per row: d[row, c] = a (exp(x - lse) - q), q = (1 - eps) onehot(t) + eps / V. Bytes per row: V
@@ -189,10 +194,8 @@ __global__ void __launch_bounds__(256)
     }
     const A a = g[row * gs] * scale, row_lse = lse[row];
     const T* xr = x + row * rs;
-    for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
-      const A q = smooth + (c == t ? A(1) - eps : A(0));
-      dr[c] = from_acc<T>(a * (std::exp(to_acc<A>(xr[c * cs]) - row_lse) - q));
-    }
+    for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
+      dr[c] = from_acc<T>(grad_of(a, to_acc<A>(xr[c * cs]), row_lse, c, t, eps, smooth));
   }
 }
 
@@ -217,8 +220,7 @@ __global__ void __launch_bounds__(256)
       d[i] = from_acc<T>(A(0));
       continue;
     }
-    const A q = smooth + (c == t ? A(1) - eps : A(0));
-    d[i] = from_acc<T>(g[row * gs] * scale * (std::exp(to_acc<A>(x[row * rs + c * cs]) - lse[row]) - q));
+    d[i] = from_acc<T>(grad_of(g[row * gs] * scale, to_acc<A>(x[row * rs + c * cs]), lse[row], c, t, eps, smooth));
   }
 }
 
