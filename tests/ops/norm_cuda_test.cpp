@@ -186,9 +186,14 @@ TEST(DropoutAddLayerNormCuda, LedgerMatchesMeta) {
 
 // Not run by default (--gtest_also_run_disabled_tests): bytes moved per second at BERT sizes.
 TEST(LayerNormCuda, DISABLED_Bandwidth) {
+  // 32M elements at three widths, then BERT-Base's rows at 512 x 32 and BERT-Large's (MT-DNN) at 512 x 8.
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{(int64_t(32) << 20) / 768, 768},
+                                                           {(int64_t(32) << 20) / 1024, 1024},
+                                                           {(int64_t(32) << 20) / 4096, 4096},
+                                                           {16384, 768},
+                                                           {4096, 1024}};
   for (DType dt : {DType::f32, DType::bf16}) {
-    for (int64_t C : {768, 1024, 4096}) {
-      const int64_t rows = (int64_t(16) << 20) / C * 2;  // 32M elements
+    for (const auto& [rows, C] : shapes) {
       Tensor x = testutil::to_cuda(cpu_input({rows, C}, dt, -2, 2));
       Tensor w = testutil::to_cuda(cpu_input({C}, dt, 0.5, 1.5)), b = testutil::to_cuda(cpu_input({C}, dt, -1, 1));
       Tensor g = testutil::to_cuda(cpu_input({rows, C}, dt, -1, 1));
