@@ -181,7 +181,8 @@ test: deps $(BUILD)/engine_tests $(TOOLS) $(GLOO_PLUGIN) $(if $(filter 1,$(CUDA)
 	tools/run_tests.sh $(BUILD)/engine_tests $(TEST_ARGS)
 	$(MAKE) --no-print-directory examples
 
-test-cuda: deps $(BUILD)/engine_cuda_tests
+# engine_train too: the multi-GPU tests (tests/tools/data_parallel_cuda_test.cpp) run it.
+test-cuda: deps $(BUILD)/engine_cuda_tests $(BUILD)/engine_train
 	$(BUILD)/engine_cuda_tests $(TEST_ARGS)
 
 # The cpu suite built with AddressSanitizer + UBSan (CUDA off) in build-sanitize/, the programs too (the

@@ -18,26 +18,17 @@
 #include "engine/safetensors.h"
 #include "models/registry.h"
 #include "tests/tools/shell_util.h"
+#include "tests/tools/world_util.h"
 #include "tests/util/temp_dir.h"
 #include "tools/bench_scale.h"
 
 namespace {
 
+using testutil::ledger_of;
 using testutil::shell;
+using testutil::step_losses;
 
 const std::string kTrain = testutil::program("engine_train");
-
-// The "loss X" pieces of the step lines, in order.
-std::vector<std::string> step_losses(const std::string& out) {
-  std::vector<std::string> v;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("step ", 0) == 0) {
-      const size_t at = line.find("| loss ") + 7;
-      v.push_back(line.substr(at, line.find(" |", at) - at));
-    }
-  return v;
-}
 
 std::map<std::string, engine::Tensor> load(const std::string& path) {
   return engine::load_safetensors(path, engine::Device::create(engine::DeviceType::cpu, size_t(1) << 30));
@@ -46,18 +37,6 @@ std::map<std::string, engine::Tensor> load(const std::string& path) {
 // Batch norm's running statistics are each rank's own (as in DDP without buffer broadcast): left out.
 bool is_running_statistic(const std::string& name) {
   return name.find("running_") != std::string::npos || name.find("num_batches") != std::string::npos;
-}
-
-// The run's peak, each step's peak and the peak's bytes by category, from --json (numbers by their literal text).
-std::string ledger_of(const std::string& json_path) {
-  const engine::json::Value v =
-      engine::json::parse_json(engine::read_file(json_path, "--json", size_t(1) << 26), json_path);
-  std::ostringstream os;
-  const engine::json::Value& peak = v.at("peak", json_path);
-  os << "peak " << peak.at("bytes", json_path).text << " |";
-  for (const auto& s : v.at("steps", json_path).items) os << " " << s.at("peak_bytes", json_path).text;
-  for (const auto& [k, b] : peak.at("by_category", json_path).members) os << " | " << k << " " << b.text;
-  return os.str();
 }
 
 // The largest |got - want| and the largest |want| of two tensors of one size.
@@ -615,4 +594,10 @@ TEST(DataParallel, ErrorsNameTheProblemAndTheFix) {
   const auto [rc2, out2] = shell("RANK=3 WORLD_SIZE=2 ENGINE_STORE_DIR=/tmp " + kTrain + " --model yolov3 --size tiny");
   EXPECT_NE(rc2, 0);
   EXPECT_NE(out2.find("RANK=3 is not an integer from 0 to 1"), std::string::npos) << out2;
+  // cuda ranks without --memory: the default arena would leave NCCL's buffers no room (caught before any GPU work).
+  testutil::TempDir dir;
+  const auto [rc3, out3] = shell("RANK=0 WORLD_SIZE=2 ENGINE_STORE_DIR=" + dir.path.string() + " " + kTrain +
+                                 " --model yolov3 --size tiny --device cuda");
+  EXPECT_NE(rc3, 0);
+  EXPECT_NE(out3.find("a world of 2 cuda ranks needs --memory"), std::string::npos) << out3;
 }
