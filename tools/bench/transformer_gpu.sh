@@ -21,7 +21,8 @@ CONFIGS=("bert_base|--model bert_base --seq 512 --batch 32"
          "mtdnn|--model mtdnn --task mnli --seq 512 --batch 8"
          "transformer_big|--model transformer_big --tokens 8192")
 # The last step of 6, or of 24 for transformer_big: its token batches come in 17 shapes, and each new shape's first
-# GEMMs ask cuBLASLt for an algorithm on the host, which stalls the first 17 steps (BENCHMARKS.md, issue 20).
+# GEMMs stall the host (cuBLASLt's algorithm query, kernels loaded on first launch) in the first 17 steps
+# (BENCHMARKS.md, issue 20).
 engine_step() {  # name, log, flags...: prints the last step line
   local name=$1 log=$2; shift 2
   local steps=6
