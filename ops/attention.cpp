@@ -166,9 +166,8 @@ std::vector<Tensor> flash_forward_kernels(const Tensor& q, const Tensor& k, cons
   return {out, lse};
 }
 
-void check_flash_params(const char* op, const FlashAttentionParams& params) {
-  ENGINE_CHECK(params.dropout_p >= 0 && params.dropout_p < 1, op, ": dropout_p must be in [0, 1), got ",
-               params.dropout_p);
+void check_dropout_p(const char* op, double p) {
+  ENGINE_CHECK(p >= 0 && p < 1, op, ": dropout_p must be in [0, 1), got ", p);
 }
 
 }  // namespace
@@ -177,7 +176,7 @@ std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, co
                                             const Tensor& key_padding_mask, FlashAttentionParams params) {
   OpScope scope("flash_attention");
   check_attention_inputs("flash_attention", q, k, v, key_padding_mask);
-  check_flash_params("flash_attention", params);
+  check_dropout_p("flash_attention", params.dropout_p);
   params.scale = resolve_scale(params.scale, q.size(3));
   Tensor pad = key_padding_mask.defined() ? contiguous(key_padding_mask) : Tensor();
   std::vector<Tensor> out_lse = flash_forward_kernels(q, k, v, pad, params);
@@ -280,8 +279,7 @@ FlashAttentionParams flash_params(const AttentionOptions& options, const Tensor&
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
                  const AttentionOptions& options) {
   check_attention_inputs("attention", q, k, v, key_padding_mask);
-  ENGINE_CHECK(options.dropout_p >= 0 && options.dropout_p < 1, "attention: dropout_p must be in [0, 1), got ",
-               options.dropout_p);
+  check_dropout_p("attention", options.dropout_p);
   if (options.algo == AttentionAlgo::naive) return naive_attention(q, k, v, key_padding_mask, options);
   return flash_attention_forward(q, k, v, key_padding_mask, flash_params(options, q, k))[0];
 }
@@ -318,8 +316,7 @@ Tensor attention_packed(const Tensor& qkv, int64_t heads, const Tensor& key_padd
   Tensor x = qkv.strides()[2] == 1 ? qkv : contiguous(qkv);
   const Tensor q = packed_heads(x, 0, heads), k = packed_heads(x, 1, heads), v = packed_heads(x, 2, heads);
   check_attention_inputs("attention_packed", q, k, v, key_padding_mask);
-  ENGINE_CHECK(options.dropout_p >= 0 && options.dropout_p < 1, "attention_packed: dropout_p must be in [0, 1), got ",
-               options.dropout_p);
+  check_dropout_p("attention_packed", options.dropout_p);
   const FlashAttentionParams params = flash_params(options, q, k);
   Tensor pad = key_padding_mask.defined() ? contiguous(key_padding_mask) : Tensor();
   std::vector<Tensor> out_lse = flash_forward_kernels(q, k, v, pad, params);
