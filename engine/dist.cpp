@@ -185,13 +185,13 @@ std::shared_ptr<Communicator> meta_world(int world_size, int rank) {
   return std::make_shared<Meta>(world_size, rank);
 }
 
-std::shared_ptr<Communicator> connect(const WorldSpec& spec, const Device& device) {
-  if (device.type() == DeviceType::meta) return meta_world(spec.world_size, spec.rank);
+std::shared_ptr<Communicator> connect(const WorldSpec& spec, DeviceType device) {
+  if (device == DeviceType::meta) return meta_world(spec.world_size, spec.rank);
   if (spec.world_size == 1) return std::make_shared<Single>();
 #ifdef ENGINE_CUDA
-  if (device.type() == DeviceType::cuda) return connect_nccl(spec);
+  if (device == DeviceType::cuda) return connect_nccl(spec);
 #endif
-  ENGINE_CHECK(device.type() == DeviceType::cpu, "a world of ", spec.world_size, " ranks on ", device.name(),
+  ENGINE_CHECK(device == DeviceType::cpu, "a world of ", spec.world_size, " ranks on ", device_type_name(device),
                ": only cpu (Gloo), cuda (NCCL, in a build with CUDA) and meta ranks exist");
   std::string error;
   std::unique_ptr<HostCollectives> c(

@@ -82,9 +82,10 @@ struct WorldSpec {
 // or inconsistent value is an Error naming the variable and the fix.
 WorldSpec world_from_environment();
 
-// This process's communicator for `spec` on `device`: single for a world of one, meta on the meta device (no
-// communication: the spec's world size only), gloo on cpu, nccl on cuda.
-std::shared_ptr<Communicator> connect(const WorldSpec& spec, const Device& device);
+// This process's communicator for `spec` on a device of type `device`: single for a world of one, meta on the meta
+// device (no communication: the spec's world size only), gloo on cpu, nccl on cuda. Join before the device is made:
+// a cuda rank's NCCL buffers must exist before its arena takes what is free (engine/cuda/nccl.cpp).
+std::shared_ptr<Communicator> connect(const WorldSpec& spec, DeviceType device);
 // An NCCL world for `spec`, of any size (1 included: the tests run data parallel through NCCL on one GPU); only in a
 // build with CUDA. nccl_library(): which library it loaded and its version.
 std::shared_ptr<Communicator> connect_nccl(const WorldSpec& spec);

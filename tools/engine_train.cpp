@@ -541,6 +541,10 @@ int run(int argc, char** argv) {
   ENGINE_CHECK(!flags.given("timeline-axis") || !flags.str("timeline").empty(),
                "engine_train: --timeline-axis is the axis of --timeline FILE.svg: give --timeline too");
 
+  // A rank joins its world before its device is made: NCCL's buffers first, then the arena sized to what is left.
+  std::shared_ptr<engine::dist::Communicator> comm;
+  if (world.world_size > 1 && type != engine::DeviceType::meta)  // (meta: create_model sets up the predicted rank)
+    comm = engine::dist::connect(world.env, type);
   auto device = engine::Device::create(type, capacity);
   device->set_capacity_note(capacity_note);
   // --explain: every block's tensor, reason and free moment; --timeline: the phase of every free.
@@ -556,9 +560,7 @@ int run(int argc, char** argv) {
   if (!export_hf.empty()) tools::check_hf_exportable(*model, export_hf);
   tools::CheckpointLoad loaded;
   if (!load.empty()) loaded = tools::load_checkpoint(load, *model, !o.inference);
-  if (world.world_size > 1 && type != engine::DeviceType::meta)  // (meta: create_model set up the predicted rank)
-    model->set_data_parallel(engine::dist::connect(world.env, *device), size_t(world.bucket_mb) << 20, world.zero,
-                             world.bucket_view);
+  if (comm) model->set_data_parallel(comm, size_t(world.bucket_mb) << 20, world.zero, world.bucket_view);
   const std::string batch_file = flags.str("batch-file");
   if (!batch_file.empty()) {
     ENGINE_CHECK(model->supports_fixed_batch(), "engine_train: --batch-file: ", config.name,

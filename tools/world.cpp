@@ -47,17 +47,6 @@ bool nproc_given(const Flags& flags) { return flags.integer("nproc") != 1; }
 
 namespace {
 
-// A world of several cuda ranks needs --memory: NCCL (2.22 and later) makes its buffers for the peer connections at
-// the first collective, in device memory outside the arena, and the default arena leaves only a 512 MiB reserve
-// for libraries: the collective then fails ("unhandled cuda error"), as on two H200s (BENCHMARKS.md, issue 22).
-// The fix to come: join the world before sizing the arena, so that NCCL's memory is made first.
-void check_cuda_world_memory(const Flags& flags, int64_t ranks) {
-  ENGINE_CHECK(ranks <= 1 || flags.str("device") != "cuda" || flags.given("memory"), "engine_train: a world of ", ranks,
-               " cuda ranks needs --memory, each rank's arena, below the GPU's free memory (e.g. --memory "
-               "120GB on a 141 GB H200): NCCL makes its peer buffers outside the arena at the first collective, and "
-               "the default arena leaves it too little");
-}
-
 // The CUDA GPUs this process sees (0 without a driver, or in a build without CUDA).
 int visible_gpus() {
 #ifdef ENGINE_CUDA
@@ -82,7 +71,6 @@ int launch_nproc(const Flags& flags, int argc, char** argv) {
                  " cuda ranks need as many GPUs, one each; this host shows ", gpus, ". Give --nproc ",
                  std::max(gpus, 1), " or fewer, or --device meta --world-size ", flags.integer("nproc"),
                  " to predict each rank's memory without them");
-    check_cuda_world_memory(flags, flags.integer("nproc"));
   }
   ENGINE_CHECK(std::getenv("RANK") == nullptr,
                "engine_train: --nproc inside a launched rank (RANK is set): give one or the other");
@@ -101,7 +89,6 @@ World world_of(const Flags& flags) {
                "engine_train: --world-size predicts a world on the meta device; to train one, start the ranks with "
                "--nproc N (cpu) or a launcher that sets RANK and WORLD_SIZE");
   w.world_size = predicted > 1 ? int(predicted) : w.env.world_size;
-  check_cuda_world_memory(flags, w.env.world_size);
   w.zero = std::stoi(flags.str("zero"));
   ENGINE_CHECK(w.zero == 0 || w.world_size > 1, "engine_train: --zero ", w.zero,
                " shards over the ranks of a data-parallel world: give --nproc N (cpu) or --world-size N (meta)");

@@ -1,9 +1,11 @@
 // cuda_device.cpp: the cuda device: one cudaMalloc arena, one stream, one cuBLASLt handle.
 //
 // At creation the CUDA context and cuBLASLt are initialized first, then cudaMemGetInfo tells how much the
-// context and libraries took ("outside arena", reported) and how much is free. The arena is then one
+// context and libraries took ("outside arena", reported) and how much is free. A rank of a cuda world joins NCCL
+// before its device is made (tools/engine_train.cpp), so NCCL's buffers are counted there too. The arena is then one
 // cudaMalloc of `capacity` bytes (0: all free memory but a reserve for what libraries allocate lazily).
 // No other cudaMalloc happens anywhere: library workspaces are carved from the arena.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,6 +35,30 @@ void check(cudaError_t e, const char* what, const char* file, int line) {
 void check(cublasStatus_t s, const char* what, const char* file, int line) {
   if (s == CUBLAS_STATUS_SUCCESS) return;
   throw Error(str("cuBLASLt error in ", what, " at ", file, ":", line, ": status ", int(s)));
+}
+
+namespace {
+std::vector<std::pair<std::string, size_t>>& noted_outside() {
+  static std::vector<std::pair<std::string, size_t>> noted;
+  return noted;
+}
+}  // namespace
+
+void note_outside_arena(const char* what, size_t bytes) {
+  if (!g_stream) noted_outside().emplace_back(what, bytes);  // (a device made already has measured its report)
+}
+
+int select_rank_gpu() {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  ENGINE_CHECK(e == cudaSuccess && count > 0, "device cuda: no CUDA GPU is visible (", cudaGetErrorString(e),
+               "); use --device cpu, or --device meta to predict a GPU's memory without one");
+  int ordinal = 0;
+  if (const char* local = std::getenv("LOCAL_RANK"); local && *local && std::getenv("WORLD_SIZE"))
+    ordinal = int(std::strtol(local, nullptr, 10) % count);
+  if (ordinal < 0) ordinal = 0;
+  ENGINE_CUDA_CHECK(cudaSetDevice(ordinal));
+  return ordinal;
 }
 
 cudaStream_t stream() { return g_stream; }
@@ -143,15 +169,7 @@ namespace engine {
 
 std::shared_ptr<Device> create_cuda_device(size_t capacity) {
   using namespace engine::cuda;
-  int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
-  ENGINE_CHECK(e == cudaSuccess && count > 0, "device cuda: no CUDA GPU is visible (", cudaGetErrorString(e),
-               "); use --device cpu, or --device meta to predict a GPU's memory without one");
-  // A rank of a world on one host takes GPU LOCAL_RANK (as torchrun sets it; modulo the GPUs it sees), else GPU 0.
-  int ordinal = 0;
-  if (const char* local = std::getenv("LOCAL_RANK"); local && *local && std::getenv("WORLD_SIZE"))
-    ordinal = int(std::strtol(local, nullptr, 10) % count);
-  ENGINE_CUDA_CHECK(cudaSetDevice(ordinal < 0 ? 0 : ordinal));
+  const int ordinal = select_rank_gpu();
   // What each piece takes outside the arena: cudaMemGetInfo after each (in a process's first device; a later one
   // finds them made and measures 0 for them).
   std::vector<std::pair<std::string, size_t>> stages;
@@ -164,12 +182,17 @@ std::shared_ptr<Device> create_cuda_device(size_t capacity) {
   };
   ENGINE_CUDA_CHECK(cudaFree(nullptr));  // creates the context
   stage("CUDA context (and anything else on the GPU before it)");
+  for (const auto& [what, bytes] : noted_outside()) {  // made before the device: measured by their makers
+    stages.front().second -= std::min(bytes, stages.front().second);
+    stages.emplace_back(what, bytes);
+  }
+  noted_outside().clear();
   if (!g_stream) ENGINE_CUDA_CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
   stage("stream");
   if (!g_cublaslt) ENGINE_CUBLAS_CHECK(cublasLtCreate(&g_cublaslt));
   stage("cuBLASLt handle");
   cudaDeviceProp prop;
-  ENGINE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  ENGINE_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal));
   g_sms = prop.multiProcessorCount;
   g_cc = prop.major * 10 + prop.minor;
   size_t free_bytes = 0, total = 0;

@@ -9,10 +9,12 @@
 // Collectives run on a stream of the communicator's own, each after what the engine's stream had queued when it was
 // called (an event), in place on the arena's tensors: NCCL allocates no tensor the ledger sees. all_reduce_sum and
 // broadcast make the engine's stream wait for them at once; start_all_reduce_sum (a gradient bucket) lets it run on
-// (backward's next kernels overlap the sum) until wait(). NCCL's own device memory (channels and buffers, made in
-// ncclCommInitRank) is outside the arena, with the CUDA context and cuBLASLt's (the whole-device report counts it
-// there). Host values (all_reduce_host, barrier) go through a 512-byte device scratch of the communicator's, also
-// outside the arena, so that every rank's ledger is meta's.
+// (backward's next kernels overlap the sum) until wait().
+// NCCL's own device memory (channels and buffers) is outside the arena, with the CUDA context and cuBLASLt's. A rank
+// joins its world before its cuda device is made (tools/engine_train.cpp), with every peer connection made in
+// ncclCommInitRank (NCCL_RUNTIME_CONNECT=0 unless set), so NCCL's memory is taken before the arena is sized to what
+// is free, and the device's whole-GPU report names it. Host values (all_reduce_host, barrier) go through a 512-byte
+// device scratch of the communicator's, also outside the arena, so that every rank's ledger is meta's.
 // Rendezvous: rank 0 makes the unique id; the others read it from the file store (ENGINE_STORE_DIR: written to a
 // temporary name and renamed, so a reader never sees half of it), or through the Gloo plugin's broadcast when the
 // store is tcp:// (MASTER_ADDR / MASTER_PORT).
@@ -168,15 +170,26 @@ NcclUniqueId share_unique_id(const WorldSpec& spec) {
   }
 }
 
+size_t device_memory_used() {
+  size_t free_bytes = 0, total = 0;
+  ENGINE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  return total - free_bytes;
+}
+
 class Nccl : public Communicator {
  public:
   explicit Nccl(const WorldSpec& spec) : rank_(spec.rank), world_size_(spec.world_size) {
+    engine::cuda::select_rank_gpu();
+    ENGINE_CUDA_CHECK(cudaFree(nullptr));  // the context first, so that the measure below is NCCL's alone
+    const size_t before = device_memory_used();
     const NcclUniqueId id = share_unique_id(spec);
     nccl_check(nccl_api().comm_init_rank(&comm_, world_size_, id, rank_), "ncclCommInitRank");
     ENGINE_CUDA_CHECK(cudaMalloc(&scratch_, kScratchBytes));
     ENGINE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ENGINE_CUDA_CHECK(cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming));
     ENGINE_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    const size_t after = device_memory_used();
+    engine::cuda::note_outside_arena("NCCL communicator (channels, peer buffers)", after > before ? after - before : 0);
   }
   ~Nccl() override {
     if (stream_) cudaStreamSynchronize(stream_);
@@ -273,6 +286,10 @@ class Nccl : public Communicator {
 }  // namespace
 
 std::shared_ptr<Communicator> connect_nccl(const WorldSpec& spec) {
+  // Every connection made now, in ncclCommInitRank, not lazily at the first collective (NCCL 2.22 and later):
+  // the rank joins before its arena takes the GPU's free memory, so NCCL's buffers must all exist by then. A value
+  // the user set is kept.
+  setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   ENGINE_CHECK(spec.world_size >= 1 && spec.rank >= 0 && spec.rank < spec.world_size, "a world of ", spec.world_size,
                " ranks has no rank ", spec.rank);
   ENGINE_CHECK(spec.world_size == 1 || !spec.store_dir.empty(), "rank ", spec.rank, " of ", spec.world_size,

@@ -17,6 +17,13 @@ namespace engine::cuda {
 void check(cudaError_t e, const char* what, const char* file, int line);
 void check(cublasStatus_t s, const char* what, const char* file, int line);
 
+// Makes this process's GPU the current one and returns its ordinal: GPU LOCAL_RANK for a rank of a world on one host
+// (as torchrun sets it, with WORLD_SIZE; modulo the GPUs it sees), else GPU 0. An Error naming the fix when no GPU
+// is visible. The cuda device and the NCCL communicator call it, whichever comes first.
+int select_rank_gpu();
+// Something made on the GPU before the cuda device (NCCL's communicator) names the device memory it took; the device
+// made next lists it among what is outside its arena, apart from the CUDA context.
+void note_outside_arena(const char* what, size_t bytes);
 cudaStream_t stream();          // the engine's one stream
 cublasLtHandle_t cublaslt();    // created with the device
 int multiprocessors();          // SM count of the device

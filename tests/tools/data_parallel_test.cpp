@@ -594,10 +594,4 @@ TEST(DataParallel, ErrorsNameTheProblemAndTheFix) {
   const auto [rc2, out2] = shell("RANK=3 WORLD_SIZE=2 ENGINE_STORE_DIR=/tmp " + kTrain + " --model yolov3 --size tiny");
   EXPECT_NE(rc2, 0);
   EXPECT_NE(out2.find("RANK=3 is not an integer from 0 to 1"), std::string::npos) << out2;
-  // cuda ranks without --memory: the default arena would leave NCCL's buffers no room (caught before any GPU work).
-  testutil::TempDir dir;
-  const auto [rc3, out3] = shell("RANK=0 WORLD_SIZE=2 ENGINE_STORE_DIR=" + dir.path.string() + " " + kTrain +
-                                 " --model yolov3 --size tiny --device cuda");
-  EXPECT_NE(rc3, 0);
-  EXPECT_NE(out3.find("a world of 2 cuda ranks needs --memory"), std::string::npos) << out3;
 }
