@@ -160,11 +160,12 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   return matmul(a, b);
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return linear(x, std::vector<Tensor>{weight}, bias.defined() ? std::vector<Tensor>{bias} : std::vector<Tensor>{});
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
+  return linear(x, std::vector<Tensor>{weight}, bias.defined() ? std::vector<Tensor>{bias} : std::vector<Tensor>{},
+                act);
 }
 
-Tensor linear(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases) {
+Tensor linear(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases, Activation act) {
   OpScope scope("linear");
   ENGINE_CHECK(!weights.empty(), "linear: no weight given");
   ENGINE_CHECK(biases.empty() || biases.size() == weights.size(), "linear: ", weights.size(), " weights and ",
@@ -211,8 +212,10 @@ Tensor linear(const Tensor& x, const std::vector<Tensor>& weights, const std::ve
   Tensor w_t = Tensor::view_of(w_p, {in, padded}, {w_p.strides()[1], w_p.strides()[0]}, w_p.offset());
   Tensor y_rows = Tensor::view_of(y, {rows, padded}, {padded, 1}, y.offset());
   y.device().workspace(kGemmWorkspaceBytes);
-  run_kernel("linear", y, [&] { cpu::matmul(x_rows, w_t, b_p, y_rows); },
-             CUDA_KERNEL(cuda::matmul(x_rows, w_t, b_p, y_rows)));
+  const bool relu = act == Activation::relu;
+  run_kernel(
+      "linear", y, [&] { cpu::matmul(x_rows, w_t, b_p, y_rows, relu); },
+      CUDA_KERNEL(cuda::matmul(x_rows, w_t, b_p, y_rows, relu)));
   x_rows = w_t = w_p = b_p = Tensor();  // free the temporaries before recording
   double bytes = double(x.nbytes() + y.nbytes());
   for (const Tensor& w : weights) bytes += double(w.nbytes());
@@ -230,41 +233,46 @@ Tensor linear(const Tensor& x, const std::vector<Tensor>& weights, const std::ve
   if (graph::any_requires_grad(inputs)) {
     bool any_weight_grad = false;
     for (const Tensor& w : weights) any_weight_grad = any_weight_grad || w.requires_grad();
-    // Saved: x (for the weights' gradients) and the weights themselves (for x's), never their stack.
+    // Saved: x (for the weights' gradients) and the weights themselves (for x's), never their stack; with relu,
+    // the result (relu's gradient passes where it is positive).
     std::vector<Tensor> saved{any_weight_grad ? x : Tensor()};
     for (const Tensor& w : weights) saved.push_back(x.requires_grad() ? w : Tensor());
+    if (relu) saved.push_back(y);
     const size_t n_w = weights.size();
     const bool has_bias = !biases.empty();
-    graph::record("linear", inputs, {y}, saved, [in, out_features, padded, n_w, has_bias](Node& n, const Grads& g) {
-      Grads grads(1 + n_w * (has_bias ? 2 : 1));
-      // Padded: g with zero columns and W with zero rows, so both products run aligned.
-      Tensor g_p = padded == out_features ? g[0] : pad_with_zeros(g[0], -1, padded);
-      if (n.needs_input_grad(0)) {
-        std::vector<Tensor> ws;
-        for (size_t i = 0; i < n_w; i++) ws.push_back(n.saved(1 + i));
-        grads[0] = linear(g_p, transpose(stacked_rows(ws, padded), 0, 1));  // g @ W
-      }
-      bool weight_grad = false, bias_grad = false;
-      for (size_t i = 0; i < n_w; i++) {
-        weight_grad = weight_grad || n.needs_input_grad(1 + i);
-        bias_grad = bias_grad || (has_bias && n.needs_input_grad(1 + n_w + i));
-      }
-      // Each stacked weight's (and bias's) gradient: its rows of the stack's (views).
-      Tensor gw = weight_grad ? matmul(transpose(reshape(g_p, {-1, padded}), 0, 1),  // [out, R] @ [R, in]
-                                       reshape(n.saved(0), {-1, in}))
-                              : Tensor();
-      Tensor gb = bias_grad ? sum_to(g[0], {out_features}) : Tensor();
-      int64_t row = 0;
-      for (size_t i = 0; i < n_w; i++) {
-        const int64_t rows_i = n.input_shapes[1 + i][0];
-        if (n.needs_input_grad(1 + i))
-          grads[1 + i] = n_w == 1 && padded == out_features ? gw : slice(gw, 0, row, row + rows_i);
-        if (has_bias && n.needs_input_grad(1 + n_w + i))
-          grads[1 + n_w + i] = n_w == 1 ? gb : slice(gb, 0, row, row + rows_i);
-        row += rows_i;
-      }
-      return grads;
-    });
+    graph::record(relu ? "linear_relu" : "linear", inputs, {y}, saved,
+                  [in, out_features, padded, n_w, has_bias, relu](Node& n, const Grads& g_out) {
+                    Grads grads(1 + n_w * (has_bias ? 2 : 1));
+                    // With relu: the gradient of the product, g_out where the result is positive.
+                    const Grads g = relu ? Grads{unary_backward(UnaryOp::relu, g_out[0], n.saved(1 + n_w))} : g_out;
+                    // Padded: g with zero columns and W with zero rows, so both products run aligned.
+                    Tensor g_p = padded == out_features ? g[0] : pad_with_zeros(g[0], -1, padded);
+                    if (n.needs_input_grad(0)) {
+                      std::vector<Tensor> ws;
+                      for (size_t i = 0; i < n_w; i++) ws.push_back(n.saved(1 + i));
+                      grads[0] = linear(g_p, transpose(stacked_rows(ws, padded), 0, 1));  // g @ W
+                    }
+                    bool weight_grad = false, bias_grad = false;
+                    for (size_t i = 0; i < n_w; i++) {
+                      weight_grad = weight_grad || n.needs_input_grad(1 + i);
+                      bias_grad = bias_grad || (has_bias && n.needs_input_grad(1 + n_w + i));
+                    }
+                    // Each stacked weight's (and bias's) gradient: its rows of the stack's (views).
+                    Tensor gw = weight_grad ? matmul(transpose(reshape(g_p, {-1, padded}), 0, 1),  // [out, R] @ [R, in]
+                                                     reshape(n.saved(0), {-1, in}))
+                                            : Tensor();
+                    Tensor gb = bias_grad ? sum_to(g[0], {out_features}) : Tensor();
+                    int64_t row = 0;
+                    for (size_t i = 0; i < n_w; i++) {
+                      const int64_t rows_i = n.input_shapes[1 + i][0];
+                      if (n.needs_input_grad(1 + i))
+                        grads[1 + i] = n_w == 1 && padded == out_features ? gw : slice(gw, 0, row, row + rows_i);
+                      if (has_bias && n.needs_input_grad(1 + n_w + i))
+                        grads[1 + n_w + i] = n_w == 1 ? gb : slice(gb, 0, row, row + rows_i);
+                      row += rows_i;
+                    }
+                    return grads;
+                  });
   }
   return y;
 }

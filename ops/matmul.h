@@ -26,6 +26,12 @@
 //                  the separate linears (x saved once, the weights themselves) plus the stack's transient bytes.
 //                  Each weight's (and bias's) gradient is its rows of the stack's gradient, a view, which the
 //                  parameter copies into a block of its own (graph/autograd.cpp's AccumulateGrad).
+//   linear(x, W, b, Activation::relu) is relu(linear(x, W, b)) in one kernel: max(0, .) applied to the f32
+//                  accumulator in the GEMM's epilogue (cuBLASLt's RELU_BIAS on the GPU), so the pre-activation is
+//                  never written nor read again. Backward needs only the result (relu's gradient passes where it
+//                  is positive), which the op saves: the next layer saves the same tensor, so it costs nothing
+//                  (transformer_big's feed-forward block: relu's 12 forward kernels gone). Backward is relu's and
+//                  then the linear's, as two ops.
 // FLOPs: 2 * M * N * K per product (a multiply-add is 2); bias adds are not counted.
 //
 // Strided operands: a matrix whose rows or columns are contiguous (a plain or a transposed view, e.g. W^T
@@ -58,8 +64,12 @@ constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;
 
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor bmm(const Tensor& a, const Tensor& b);
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// The activation linear may apply to its result in the GEMM's own epilogue (see linear(x, W, b, act) above).
+enum class Activation { none, relu };
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Activation act = Activation::none);
 // Stacked weights (each [out_i, in]) and their biases (one per weight, or none) -> [..., sum of out_i].
-Tensor linear(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases);
+Tensor linear(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
+              Activation act = Activation::none);
 
 }  // namespace ops

@@ -37,9 +37,11 @@ Linear::Linear(int64_t in, int64_t out, bool bias_on, Init init) : in_features(i
   }
 }
 
-Tensor Linear::forward(const Tensor& x) const {
+Tensor Linear::forward(const Tensor& x) const { return forward(x, ops::Activation::none); }
+
+Tensor Linear::forward(const Tensor& x, ops::Activation act) const {
   auto s = scope();
-  return ops::linear(x, weight, bias);
+  return ops::linear(x, weight, bias, act);
 }
 
 Tensor stacked_linear(const Tensor& x, const std::vector<const Linear*>& layers) {

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "graph/module.h"
+#include "ops/matmul.h"
 
 namespace models::nn {
 
@@ -30,6 +31,8 @@ class Linear : public graph::Module {
  public:
   Linear(int64_t in, int64_t out, bool bias = true, Init init = {});
   Tensor forward(const Tensor& x) const;  // [..., in] -> [..., out]
+  // The activation applied in the GEMM's epilogue (ops::linear): forward(x, relu) is relu(forward(x)).
+  Tensor forward(const Tensor& x, ops::Activation act) const;
   int64_t in_features, out_features;
   Tensor weight;  // [out, in]
   Tensor bias;    // [out] or undefined

@@ -38,7 +38,10 @@ Tensor TransformerLayer::blocks(const Tensor& x_in, F self_attention) const {
                               : self_attn_layer_norm->forward_residual(h, x, config.dropout, train);
   // Feed-forward block.
   h = config.normalize_before ? final_layer_norm->forward(x) : x;
-  h = fc2->forward(ops::dropout(activation(config.activation, fc1->forward(h)), config.activation_dropout, train));
+  // relu runs in fc1's GEMM epilogue (ops::linear); the others as ops of their own.
+  h = config.activation == "relu" ? fc1->forward(h, ops::Activation::relu)
+                                  : activation(config.activation, fc1->forward(h));
+  h = fc2->forward(ops::dropout(h, config.activation_dropout, train));
   return config.normalize_before ? ops::add(x, ops::dropout(h, config.dropout, train))
                                  : final_layer_norm->forward_residual(h, x, config.dropout, train);
 }

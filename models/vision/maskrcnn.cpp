@@ -214,7 +214,7 @@ std::pair<Tensor, Tensor> MaskRcnnNet::box_head(const Tensor& pooled) const {
   {
     engine::MemoryScope head("box_head");
     x = ops::reshape(pooled, {pooled.size(0), pooled.numel() / pooled.size(0)});  // [R, 7 7 C] in (h, w, c) order
-    x = ops::relu(fc7->forward(ops::relu(fc6->forward(x))));
+    x = fc7->forward(fc6->forward(x, ops::Activation::relu), ops::Activation::relu);  // relu in the GEMMs
   }
   engine::MemoryScope predictor("box_predictor");
   return {cls_score->forward(x), bbox_pred->forward(x)};

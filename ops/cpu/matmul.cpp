@@ -77,7 +77,7 @@ A* output_block(T* out, std::vector<A>& scratch, int64_t elements) {
 
 }  // namespace
 
-void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
+void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out, bool relu) {
   const int64_t M = out.size(-2), N = out.size(-1), K = a.size(-1);
   Shape batch(out.shape().begin(), out.shape().end() - 2);
   ENGINE_FLOAT_SWITCH(out.dtype(), T, {
@@ -104,6 +104,7 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& 
           Eigen::Map<RowMajorMatrix<A>> C(output_block(pc, c_scratch, M * N), M, N);
           C.rowwise() = bias_vec;
           if (K > 0) gemm_add(C, A_mat, B_mat);
+          if (relu) C = C.cwiseMax(A(0));  // (before rounding: the same as after, max commutes with it)
           if (static_cast<void*>(C.data()) != static_cast<void*>(pc))  // bf16/f16: round once on the way out
             for (int64_t i = 0; i < M * N; i++) pc[i] = st<T>(c_scratch[size_t(i)]);
         });

@@ -4,10 +4,10 @@
 
 namespace ops::cpu {
 
-// out[..., M, N] = bias[N] (or 0) + a[..., M, K] @ b[..., K, N].
+// out[..., M, N] = bias[N] (or 0) + a[..., M, K] @ b[..., K, N], then max(0, .) with `relu`.
 // out is contiguous; a and b may have any strides, and their batch dimensions (all but the last two)
 // broadcast to out's (missing or size-1 dimensions repeat). bias is undefined or [N], any stride.
-void matmul(const engine::Tensor& a, const engine::Tensor& b, const engine::Tensor& bias,
-            const engine::Tensor& out);
+void matmul(const engine::Tensor& a, const engine::Tensor& b, const engine::Tensor& bias, const engine::Tensor& out,
+            bool relu = false);
 
 }  // namespace ops::cpu

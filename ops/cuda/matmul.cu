@@ -8,7 +8,8 @@
 // (merged) one goes to cuBLASLt as one strided-batched call, any outer ones loop on the host. (Attention's
 // [B, H] head views cannot merge; ops/matmul.cpp hands such operands over as contiguous copies, because
 // B host-side calls of H small GEMMs cost far more than the copy.)
-// Bias: the BIAS epilogue adds bias[N] to every row of C (every column of C^T), in the same kernel.
+// Bias: the BIAS epilogue adds bias[N] to every row of C (every column of C^T), in the same kernel; RELU_BIAS
+// (RELU without a bias) also applies max(0, .) there, on the f32 accumulator before the rounding to C's type.
 // Compute: f32 -> 32F (or 32F_FAST_TF32 when allowed), bf16/f16 -> 32F accumulate, f64 -> 64F.
 // Algorithms: cuBLASLt's heuristic is asked once per problem (types, transposes, epilogue, layouts, alignment)
 // and its answer kept for the process: a step repeats the same few dozen GEMMs, and the query costs the host
@@ -108,16 +109,20 @@ class LtGemm {
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
 
-  // bias[N] added to every row of C in the GEMM's epilogue.
-  void add_bias(const Tensor& bias) {
+  // The GEMM's epilogue: bias[N] (if defined) added to every row of C, then max(0, .) with `relu`.
+  void set_epilogue(const Tensor& bias, bool relu) {
+    if (!bias.defined() && !relu) return;
+    cublasLtEpilogue_t epi =
+        bias.defined() ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS) : CUBLASLT_EPILOGUE_RELU;
+    ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    key_.push_back(int64_t(epi));
+    if (!bias.defined()) return;
     ENGINE_CHECK(bias.is_contiguous(), "cuda matmul: bias must be contiguous");
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     const void* bp = bias.data_ptr();
     cudaDataType_t bt = data_type(bias.dtype());
-    ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
     ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
-    key_.insert(key_.end(), {int64_t(epi), int64_t(bt)});
+    key_.push_back(int64_t(bt));
   }
   // Operands that may start at any element (views): tell the heuristic each pointer's actual alignment (it
   // assumes 16 bytes otherwise), so that it picks a kernel that may read them.
@@ -178,7 +183,7 @@ class LtGemm {
 
 }  // namespace
 
-void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
+void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out, bool relu) {
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
   const Shape& os = out.shape();
   const int64_t nb = int64_t(os.size()) - 2;  // batch dimensions of out
@@ -225,7 +230,7 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& 
   describe(K, N, b.strides()[size_t(b.dim() - 2)], b.strides()[size_t(b.dim() - 1)], &op_b, &rb, &cb, &ldb);
   describe(M, K, a.strides()[size_t(a.dim() - 2)], a.strides()[size_t(a.dim() - 1)], &op_a, &ra, &ca, &lda);
   LtGemm gemm(out.dtype(), op_b, op_a);
-  if (bias.defined()) gemm.add_bias(bias);
+  gemm.set_epilogue(bias, relu);
   LtLayout la(t, rb, cb, ldb, inner, inner_b);  // cuBLASLt's A = our b
   LtLayout lb(t, ra, ca, lda, inner, inner_a);  // cuBLASLt's B = our a
   LtLayout lc(t, N, M, N, inner, inner_o);

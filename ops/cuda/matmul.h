@@ -4,11 +4,12 @@
 
 namespace ops::cuda {
 
-// Same contract as ops::cpu::matmul: out[..., M, N] = bias[N] (or 0) + a[..., M, K] @ b[..., K, N], out
-// contiguous, batch dimensions of a and b broadcast. Each operand's matrices must have unit stride along
-// rows or columns (the op makes any other layout contiguous first).
-void matmul(const engine::Tensor& a, const engine::Tensor& b, const engine::Tensor& bias,
-            const engine::Tensor& out);
+// Same contract as ops::cpu::matmul: out[..., M, N] = bias[N] (or 0) + a[..., M, K] @ b[..., K, N], then
+// max(0, .) with `relu` (cuBLASLt's RELU / RELU_BIAS epilogue), out contiguous, batch dimensions of a and b
+// broadcast. Each operand's matrices must have unit stride along rows or columns (the op makes any other layout
+// contiguous first).
+void matmul(const engine::Tensor& a, const engine::Tensor& b, const engine::Tensor& bias, const engine::Tensor& out,
+            bool relu = false);
 
 // out[i] += a[i] @ b[i] for i in [0, batch): a strided-batched GEMM with beta = 1 (the GEMM accumulates into
 // out, as BLAS's C = A B + C). a [batch, M, K]; b [batch, K, N] or [K, N] (the same matrix for every i); out

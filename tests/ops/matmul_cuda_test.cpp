@@ -73,9 +73,10 @@ TEST(MatmulCuda, ShapesLayoutsAndDtypes) {
   engine::cuda::set_allow_tf32(false);
 }
 
-// linear(x [..., in], W [out, in], bias) and its gradients (for an upstream gradient g) on cuda against the cpu,
-// in f32 and bf16.
-static void expect_linear_matches_cpu(const engine::Shape& x_shape, int64_t out) {
+// linear(x [..., in], W [out, in], bias, act) and its gradients (for an upstream gradient g) on cuda against the
+// cpu, in f32 and bf16.
+static void expect_linear_matches_cpu(const engine::Shape& x_shape, int64_t out,
+                                      ops::Activation act = ops::Activation::none) {
   const int64_t in = x_shape.back();
   engine::Shape y_shape = x_shape;
   y_shape.back() = out;
@@ -86,7 +87,7 @@ static void expect_linear_matches_cpu(const engine::Shape& x_shape, int64_t out)
     auto run = [&](std::shared_ptr<engine::Device> dev) {
       Tensor xd = ops::to_device(x, dev).set_requires_grad(true), wd = ops::to_device(w, dev).set_requires_grad(true);
       Tensor bd = ops::to_device(bias, dev).set_requires_grad(true);
-      Tensor y = ops::linear(xd, wd, bd);
+      Tensor y = ops::linear(xd, wd, bd, act);
       auto grads = graph::grad({y}, {xd, wd, bd}, {ops::to_device(g, dev)});
       return std::vector<Tensor>{y, grads[0], grads[1], grads[2]};
     };
@@ -97,6 +98,12 @@ static void expect_linear_matches_cpu(const engine::Shape& x_shape, int64_t out)
 }
 
 TEST(MatmulCuda, LinearWithBiasAndGradients) { expect_linear_matches_cpu({4, 10, 48}, 32); }
+
+TEST(MatmulCuda, LinearReluMatchesCpu) {
+  // relu in cuBLASLt's epilogue (RELU_BIAS), and its gradient, against the cpu's linear + max(0, .).
+  expect_linear_matches_cpu({4, 10, 48}, 32, ops::Activation::relu);
+  expect_linear_matches_cpu({40, 64}, 30522, ops::Activation::relu);  // padded
+}
 
 TEST(MatmulCuda, PaddedVocabularyLinearMatchesCpu) {
   // BERT's vocabulary projection at a small batch: 30522 outputs of bf16 run padded to 30528 (ops/matmul.h).
@@ -137,6 +144,7 @@ TEST(MatmulCuda, AllocatesLikeMeta) {
     Tensor c = ops::matmul(a, b);
     Tensor d = ops::linear(c, ops::randn({24, 16}), ops::randn({24}));
     Tensor e = ops::linear(c, {ops::randn({24, 16}), ops::randn({8, 16})}, {ops::randn({24}), ops::randn({8})});
+    Tensor r = ops::linear(c, ops::randn({24, 16}), ops::randn({24}), ops::Activation::relu);
   }
   EXPECT_EQ(cuda->ledger().events_csv(), meta->ledger().events_csv());
 }

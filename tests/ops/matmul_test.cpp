@@ -300,6 +300,59 @@ TEST(Matmul, StackedLinearKeepsNoStack) {
   for (const Tensor& b : bs) EXPECT_EQ(b.grad().shape(), (Shape{343}));
 }
 
+TEST(Matmul, LinearReluIsReluOfLinear) {
+  // linear(x, W, b, relu) = relu(linear(x, W, b)) in values and gradients (f64: the same products, so equal), for
+  // one weight, stacked weights and no bias; its own gradcheck and double backward.
+  engine::manual_seed(8);
+  Tensor x = rand_input({2, 3, 4});
+  std::vector<Tensor> ws = {rand_input({5, 4}), rand_input({3, 4})}, bs = {rand_input({5}), rand_input({3})};
+  const ops::Activation relu = ops::Activation::relu;
+  struct Case {
+    const char* name;
+    std::function<Tensor(ops::Activation)> run;
+  };
+  const std::vector<Case> cases = {{"one weight", [&](ops::Activation a) { return ops::linear(x, ws[0], bs[0], a); }},
+                                   {"no bias", [&](ops::Activation a) { return ops::linear(x, ws[0], Tensor(), a); }},
+                                   {"stacked", [&](ops::Activation a) { return ops::linear(x, ws, bs, a); }}};
+  const std::vector<Tensor> inputs = {x, ws[0], ws[1], bs[0], bs[1]};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Tensor fused = c.run(relu), separate = ops::relu(c.run(ops::Activation::none));
+    EXPECT_EQ(fused.to_double(), separate.to_double());
+    Tensor g = ops::rand(fused.shape(), -1, 1, DType::f64);
+    std::vector<Tensor> got = graph::grad({fused}, inputs, {g}), want = graph::grad({separate}, inputs, {g});
+    for (size_t i = 0; i < inputs.size(); i++) {
+      ASSERT_EQ(got[i].defined(), want[i].defined()) << "input " << i;
+      if (want[i].defined()) EXPECT_EQ(got[i].to_double(), want[i].to_double()) << "input " << i;
+    }
+  }
+  testutil::Fn f = [](const std::vector<Tensor>& in) {
+    Tensor y = ops::linear(in[0], in[1], in[2], ops::Activation::relu);
+    return ops::mul(y, y);  // nonlinear, so that second derivatives mix x and W
+  };
+  testutil::expect_gradcheck(f, {x, ws[0], bs[0]});
+  testutil::expect_double_backward(f, {x, ws[0], bs[0]});
+}
+
+TEST(Matmul, LinearReluNeverMakesThePreActivation) {
+  // The fused op leaves only its result alive (saved for backward, as the next layer saves it too); relu after a
+  // linear made the pre-activation first, so its peak held both.
+  auto meta = engine::Device::create(engine::DeviceType::meta, size_t(1) << 30);
+  engine::DeviceGuard guard(meta);
+  Tensor x = ops::zeros({64, 16}, DType::bf16).set_requires_grad(true);
+  Tensor w = ops::zeros({256, 16}, DType::bf16).set_requires_grad(true), b = ops::zeros({256}, DType::bf16);
+  const size_t y_bytes = 64 * 256 * 2;
+  ops::linear(x, w, b);  // the GEMM workspace, reserved once
+  auto measure = [&](const std::function<Tensor()>& f) {
+    meta->ledger().reset_peak();
+    const size_t before = meta->ledger().live_bytes();
+    Tensor y = f();
+    return std::make_pair(meta->ledger().live_bytes() - before, meta->ledger().peak_bytes() - before);
+  };
+  EXPECT_EQ(measure([&] { return ops::linear(x, w, b, ops::Activation::relu); }), std::make_pair(y_bytes, y_bytes));
+  EXPECT_EQ(measure([&] { return ops::relu(ops::linear(x, w, b)); }), std::make_pair(y_bytes, 2 * y_bytes));
+}
+
 TEST(Matmul, ShapeErrorsNameTheShapes) {
   Tensor a = ops::zeros({2, 3}), b = ops::zeros({4, 5});
   std::string e = error_of([&] { ops::matmul(a, b); });
@@ -340,5 +393,7 @@ TEST(Matmul, MetaAllocatesLikeCpu) {
     // Stacked weights: the stack made in forward and again in backward.
     Tensor w2 = ops::rand({3, 5}).set_requires_grad(true), b2 = ops::rand({3}).set_requires_grad(true);
     graph::backward(ops::sum(ops::linear(ops::matmul(a, b), {w, w2}, {bias, b2})));
+    // relu in the epilogue: the result saved, relu's gradient made in backward.
+    graph::backward(ops::sum(ops::linear(ops::matmul(a, b), w, bias, ops::Activation::relu)));
   });
 }
