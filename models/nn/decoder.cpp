@@ -40,8 +40,7 @@ Tensor TransformerDecoderLayer::residual(const Tensor& x, const LayerNorm& norm,
 
 Tensor TransformerDecoderLayer::feed_forward_block(const Tensor& x) const {
   return residual(x, *final_layer_norm, [&](const Tensor& h) {
-    Tensor a = activation(config.activation, fc1->forward(h));  // [B, T, F]
-    return fc2->forward(ops::dropout(a, config.activation_dropout, training()));
+    return feed_forward(h, *fc1, *fc2, config.activation, config.activation_dropout, training());
   });
 }
 

@@ -13,6 +13,13 @@ Tensor activation(const std::string& name, const Tensor& x) {
   throw engine::Error(engine::str("unknown activation '", name, "': expected relu, gelu or gelu_tanh"));
 }
 
+Tensor feed_forward(const Tensor& x, const Linear& fc1, const Linear& fc2, const std::string& activation_name,
+                    double activation_dropout, bool training) {
+  Tensor h = activation_name == "relu" ? fc1.forward(x, ops::Activation::relu)
+                                       : activation(activation_name, fc1.forward(x));  // [..., ffn]
+  return fc2.forward(ops::dropout(h, activation_dropout, training));
+}
+
 TransformerLayer::TransformerLayer(const TransformerLayerConfig& c) : config(c) {
   AttentionConfig ac;
   ac.dim = c.dim;
@@ -38,10 +45,7 @@ Tensor TransformerLayer::blocks(const Tensor& x_in, F self_attention) const {
                               : self_attn_layer_norm->forward_residual(h, x, config.dropout, train);
   // Feed-forward block.
   h = config.normalize_before ? final_layer_norm->forward(x) : x;
-  // relu runs in fc1's GEMM epilogue (ops::linear); the others as ops of their own.
-  h = config.activation == "relu" ? fc1->forward(h, ops::Activation::relu)
-                                  : activation(config.activation, fc1->forward(h));
-  h = fc2->forward(ops::dropout(h, config.activation_dropout, train));
+  h = feed_forward(h, *fc1, *fc2, config.activation, config.activation_dropout, train);
   return config.normalize_before ? ops::add(x, ops::dropout(h, config.dropout, train))
                                  : final_layer_norm->forward_residual(h, x, config.dropout, train);
 }

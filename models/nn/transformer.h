@@ -28,6 +28,10 @@ struct TransformerLayerConfig {
 
 // Applies the named activation ("relu", "gelu", "gelu_tanh"), or an Error naming the valid ones.
 Tensor activation(const std::string& name, const Tensor& x);
+// The feed-forward block's inner part: fc2(dropout(activation(fc1(x)))), relu in fc1's GEMM epilogue (ops::linear),
+// the other activations as ops of their own. The encoder's and the decoder's layers share it.
+Tensor feed_forward(const Tensor& x, const Linear& fc1, const Linear& fc2, const std::string& activation_name,
+                    double activation_dropout, bool training);
 
 class TransformerLayer : public graph::Module {
  public:

@@ -2,11 +2,13 @@
 // choice is measured before it is built.
 //   1. A linear's weight gradient with its bias gradient in the GEMM's epilogue (BGRADB), against the GEMM alone
 //      (the engine then sums the bias gradient in a second kernel): bert_base's three weight shapes at 512 x 32.
+//   3. A linear with relu in its epilogue (RELU_BIAS) against the bias alone (BIAS), each with cuBLASLt's first
+//      eight candidates: transformer_big's first feed-forward product and Mask R-CNN's box head.
 //   2. BERT's vocabulary projection ([2464, 768] x [768, 30522], its backward GEMMs too) with the logits' rows 30522
 //      elements apart (61044 bytes: 4-byte aligned) against rows padded to 30528 (16-byte aligned), and against a
 //      vocabulary padded to 30528 words.
 // Build and run on the GPU machine:
-//   nvcc -O2 -std=c++17 -arch=sm_90 tools/bench/cublaslt_probe.cu -lcublasLt -o p && ./p
+//   nvcc -O2 -std=c++17 -arch=sm_90 tools/bench/cublaslt_probe.cu -lcublasLt -o p && ./p [relu]
 // Prints the median of 20 timed calls (CUDA events) per variant, and checks the epilogue's bias gradient against
 // a column sum on the host.
 #include <cublasLt.h>
@@ -17,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #define CK(x)                                                   \
@@ -48,10 +51,11 @@ struct Mat {  // a column-major cuBLASLt operand
   int64_t rows, cols, ld;  // stored shape
 };
 
-// D[m, n] (column-major, ld ldd) = op(A) op(B) (+ epilogue), bf16 in and out, f32 accumulate. Returns the median ms
-// of 20 calls, or -1 when cuBLASLt has no algorithm.
+// D[m, n] (column-major, ld ldd) = op(A) op(B) (+ epilogue), bf16 in and out, f32 accumulate, with the heuristic's
+// candidate `candidate` (0: its first choice, the engine's). Returns the median ms of 20 calls, or -1 when cuBLASLt
+// has no such candidate.
 double time_gemm(const Mat& a, const Mat& b, void* d, int64_t m, int64_t n, int64_t ldd, cublasLtEpilogue_t epi,
-                 void* bias, char* algo_name = nullptr) {
+                 void* bias, char* algo_name = nullptr, int candidate = 0) {
   cublasLtMatmulDesc_t desc;
   LT(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &a.op, sizeof a.op));
@@ -70,11 +74,12 @@ double time_gemm(const Mat& a, const Mat& b, void* d, int64_t m, int64_t n, int6
   LT(cublasLtMatmulPreferenceCreate(&pref));
   size_t ws = kWs;
   LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-  cublasLtMatmulHeuristicResult_t heur{};
+  cublasLtMatmulHeuristicResult_t results[8]{};
   int found = 0;
-  cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(g_lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
+  cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(g_lt, desc, la, lb, ld, ld, pref, 8, results, &found);
+  const cublasLtMatmulHeuristicResult_t& heur = results[candidate];
   double med = -1;
-  if (s == CUBLAS_STATUS_SUCCESS && found > 0) {
+  if (s == CUBLAS_STATUS_SUCCESS && found > candidate) {
     const float one = 1, zero = 0;
     auto call = [&] {
       LT(cublasLtMatmul(g_lt, desc, &one, a.p, la, b.p, lb, &zero, d, ld, d, ld, &heur.algo, g_ws, kWs, 0));
@@ -159,6 +164,29 @@ void weight_grad(int64_t R, int64_t in, int64_t out, int64_t g_ld) {
   CK(cudaFree(db));
 }
 
+// y[R, out] = x[R, in] W[out, in]^T + b, then relu (RELU_BIAS) or not (BIAS), as the engine asks for it (D[out, R]
+// = W-as-stored [in, out] op T, x-as-stored [in, R] op N), with each of cuBLASLt's first eight candidates.
+void relu_epilogue(int64_t R, int64_t in, int64_t out) {
+  __nv_bfloat16* x = random_bf16(size_t(R * in), 7);
+  __nv_bfloat16* w = random_bf16(size_t(out * in), 8);
+  __nv_bfloat16* b = random_bf16(size_t(out), 9);
+  __nv_bfloat16* y;
+  CK(cudaMalloc(&y, size_t(R * out) * 2));
+  for (cublasLtEpilogue_t epi : {CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_RELU_BIAS}) {
+    std::printf("[%lld, %lld] x [%lld, %lld]^T %s:", (long long)R, (long long)in, (long long)out, (long long)in,
+                epi == CUBLASLT_EPILOGUE_BIAS ? "BIAS" : "RELU_BIAS");
+    for (int c = 0; c < 8; c++) {
+      char name[64];
+      const double ms =
+          time_gemm(Mat{w, CUBLAS_OP_T, in, out, in}, Mat{x, CUBLAS_OP_N, in, R, in}, y, out, R, out, epi, b, name, c);
+      if (ms < 0) break;
+      std::printf(" | #%d %.3f ms (%.0f TFLOP/s, %s)", c, ms, tflops(R, in, out, ms), name);
+    }
+    std::printf("\n");
+  }
+  for (void* p : {(void*)x, (void*)w, (void*)b, (void*)y}) CK(cudaFree(p));
+}
+
 // The vocabulary projection y[R, V] = x[R, C] W[V, C]^T + b and its two backward GEMMs, y's (and g's) rows ld apart.
 void vocab(int64_t R, int64_t C, int64_t V, int64_t ld) {
   __nv_bfloat16* x = random_bf16(size_t(R * C), 3);
@@ -188,9 +216,15 @@ void vocab(int64_t R, int64_t C, int64_t V, int64_t ld) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   LT(cublasLtCreate(&g_lt));
   CK(cudaMalloc(&g_ws, kWs));
+  if (argc > 1 && std::string(argv[1]) == "relu") {  // lever 3 only
+    relu_epilogue(8192, 1024, 4096);                 // transformer_big --tokens 8192: fc1
+    relu_epilogue(1024, 12544, 1024);                // Mask R-CNN batch 2: fc6 over 2 x 512 RoIs
+    relu_epilogue(1024, 1024, 1024);                 // fc7
+    return 0;
+  }
   const int64_t R = 16384;           // bert_base 512 x 32
   weight_grad(R, 768, 768, 768);     // query, key, value, attention output
   weight_grad(R, 768, 3072, 3072);   // intermediate
