@@ -50,6 +50,18 @@ __device__ __forceinline__ A row_loss_of(const T* xr, int64_t cs, int64_t V, int
   return loss;
 }
 
+// A row's target t for backward; false for a row whose gradient is 0: an ignored one, or one whose target is out of
+// range (reported by the thread that `reports`).
+template <typename I>
+__device__ __forceinline__ bool counted_target(const I* target, int64_t ts, int64_t row, int64_t V, int64_t ignore_index,
+                                               bool reports, IndexError* err, int64_t* t) {
+  *t = int64_t(target[row * ts]);
+  if (*t == ignore_index) return false;
+  if (*t >= 0 && *t < V) return true;
+  if (reports) report_bad_index(err, *t);
+  return false;
+}
+
 // d[row, c] of a counted row with target t: a (exp(x_c - lse) - q), q = (1 - eps) onehot(t) + eps / V (smooth).
 template <typename A>
 __device__ __forceinline__ A grad_of(A a, A x_c, A row_lse, int64_t c, int64_t t, A eps, A smooth) {
@@ -185,10 +197,8 @@ __global__ void __launch_bounds__(256)
   const A scale = divisor ? A(1) / divisor[0] : A(1);
   for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
     T* dr = d + row * V;
-    const int64_t t = int64_t(target[row * ts]);
-    const bool bad = t != ignore_index && (t < 0 || t >= V);
-    if (bad && threadIdx.x == 0) report_bad_index(err, t);
-    if (t == ignore_index || bad) {
+    int64_t t;
+    if (!counted_target(target, ts, row, V, ignore_index, threadIdx.x == 0, err, &t)) {
       for (int64_t c = threadIdx.x; c < V; c += blockDim.x) dr[c] = from_acc<T>(A(0));
       continue;
     }
@@ -213,10 +223,8 @@ __global__ void __launch_bounds__(256)
   const int64_t n = N * V;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / V, c = i - row * V;
-    const int64_t t = int64_t(target[row * ts]);
-    const bool bad = t != ignore_index && (t < 0 || t >= V);
-    if (bad && c == 0) report_bad_index(err, t);
-    if (t == ignore_index || bad) {
+    int64_t t;
+    if (!counted_target(target, ts, row, V, ignore_index, c == 0, err, &t)) {
       d[i] = from_acc<T>(A(0));
       continue;
     }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <utility>
 
 #include "graph/autograd.h"
 #include "ops/batch_norm.h"
@@ -58,6 +59,16 @@ int64_t rows_of(const Shape& s) { return engine::numel_of(s) / s.back(); }
 
 DType stats_dtype(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
 
+// The batch statistics of x [N, H, W, C] in its statistics dtype, as batch_norm's forward saves them for backward:
+// the per-channel mean and 1 / sqrt(var + 1e-5), no gradient recorded.
+std::pair<Tensor, Tensor> batch_statistics(const Tensor& x) {
+  graph::NoGrad ng;
+  Tensor xs = ops::to(x, stats_dtype(x.dtype()));
+  Tensor mu = ops::mean(xs, {0, 1, 2}, true), xc = ops::sub(xs, mu);
+  return {ops::contiguous(ops::reshape(mu, {-1})),
+          ops::contiguous(ops::reshape(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {0, 1, 2}), 1e-5)), {-1}))};
+}
+
 }  // namespace
 
 TEST(BatchNormCuda, TrainingMatchesCpuWithRunningStats) {
@@ -110,16 +121,7 @@ TEST(BatchNormCuda, BackwardOpAndItsRuleMatchCpu) {
                                        batch_stats ? " batch" : " running", " statistics ", c.layout);
         const int64_t C = c.shape.back();
         auto f = [batch_stats](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-          Tensor mean, invstd;
-          {
-            graph::NoGrad ng;
-            const DType st = in[1].dtype() == DType::f64 ? DType::f64 : DType::f32;
-            Tensor xs = ops::to(in[1], st);
-            Tensor mu = ops::mean(xs, {0, 1, 2}, true), xc = ops::sub(xs, mu);
-            mean = ops::contiguous(ops::reshape(mu, {-1}));
-            invstd =
-                ops::contiguous(ops::reshape(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {0, 1, 2}), 1e-5)), {-1}));
-          }
+          const auto [mean, invstd] = batch_statistics(in[1]);
           ops::BatchNormGrads r = ops::batch_norm_backward(in[0], in[1], in[2], mean, invstd, batch_stats, 1e-5,
                                                            {true, true, true});
           return {r.dx, r.dweight, r.dbias};
@@ -162,14 +164,7 @@ TEST(BatchNormCuda, FusedActivationMatchesCpu) {
       const Case& c = kCases[2];
       const int64_t C = c.shape.back();
       auto f = [batch_stats, act](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-        Tensor mean, invstd;
-        {
-          graph::NoGrad ng;
-          Tensor mu = ops::mean(in[1], {0, 1, 2}, true), xc = ops::sub(in[1], mu);
-          mean = ops::contiguous(ops::reshape(mu, {-1}));
-          invstd =
-              ops::contiguous(ops::reshape(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {0, 1, 2}), 1e-5)), {-1}));
-        }
+        const auto [mean, invstd] = batch_statistics(in[1]);
         ops::BatchNormGrads r = ops::batch_norm_backward(in[0], in[1], in[2], mean, invstd, batch_stats, 1e-5,
                                                          {true, true, true}, in[3], act);
         return {r.dx, r.dweight, r.dbias};
@@ -215,14 +210,7 @@ TEST(BatchNormCuda, ResidualMatchesCpu) {
     for (std::array<bool, 4> mask :
          {std::array<bool, 4>{true, true, true, true}, {true, false, false, true}, {false, false, false, true}}) {
       auto f = [batch_stats, mask](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-        Tensor mean, invstd;
-        {
-          graph::NoGrad ng;
-          Tensor mu = ops::mean(in[1], {0, 1, 2}, true), xc = ops::sub(in[1], mu);
-          mean = ops::contiguous(ops::reshape(mu, {-1}));
-          invstd =
-              ops::contiguous(ops::reshape(ops::rsqrt(ops::add(ops::mean(ops::mul(xc, xc), {0, 1, 2}), 1e-5)), {-1}));
-        }
+        const auto [mean, invstd] = batch_statistics(in[1]);
         ops::BatchNormGrads r = ops::batch_norm_backward(in[0], in[1], in[2], mean, invstd, batch_stats, 1e-5, mask,
                                                          Tensor(), ops::NormActivation::relu(), in[3]);
         std::vector<Tensor> out;
