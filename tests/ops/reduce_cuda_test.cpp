@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <random>
 
@@ -50,6 +51,7 @@ TEST(ReduceCuda, SumAndMeanMatchCpuOnEveryPath) {
       {"all", {6, 7, 129}, {}, false},
       {"leading two (columns)", {6, 7, 129}, {0, 1}, false},
       {"columns of even width (16-bit pairs)", {50, 6, 34}, {0}, false},
+      {"columns of even width, a partial tile", {70, 3, 264}, {0}, false},
       {"transposed input", {9, 4, 33}, {0}, true},
       {"long rows (block per output)", {3, 5000}, {1}, false},
       {"split rows (partial sums)", {2, 70000}, {1}, false},
@@ -137,4 +139,20 @@ TEST(ReduceCuda, LedgerOfAGpuRunEqualsMeta) {
     Tensor cols = ops::sum(ops::rand({20000, 40}), {0});
     Tensor idx = ops::argmax(ops::rand({7, 9}), 0);
   });
+}
+
+TEST(ReduceCuda, DISABLED_ColumnSumBandwidth) {
+  // Bias gradients: the column sums of the models' linear outputs' gradients (bert_base 512 x 32: q, k and v as one,
+  // the attention output, the feed-forward pair; transformer_big 8192 tokens; BERT-Large 512 x 8), as linear's
+  // backward asks for them (ops::sum over the rows, its partial-sum workspace included).
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{16384, 2304}, {16384, 768}, {16384, 3072},
+                                                           {8192, 1024},  {8192, 4096}, {4096, 1024}};
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (const auto& [rows, cols] : shapes) {
+      Tensor g = to_cuda(cpu_input({rows, cols}, dt, -1, 1));
+      const double ms = testutil::median_ms_per_call([&] { ops::sum(g, {0}); }, 20);
+      std::printf("column sum %s [%ld, %ld]: %.4f ms, %.0f GB/s of g read\n", engine::dtype_name(dt), long(rows),
+                  long(cols), ms, double(g.nbytes()) / ms / 1e6);
+    }
+  }
 }

@@ -4,6 +4,8 @@
 //      (the engine then sums the bias gradient in a second kernel): bert_base's three weight shapes at 512 x 32.
 //   3. A linear with relu in its epilogue (RELU_BIAS) against the bias alone (BIAS), each with cuBLASLt's first
 //      eight candidates: transformer_big's first feed-forward product and Mask R-CNN's box head.
+//   4. (`candidates`) How far cuBLASLt's first choice is from the fastest of its first eight candidates, for the
+//      forward, dx and dW products of bert_base's, BERT-Large's and transformer_big's linears.
 //   2. BERT's vocabulary projection ([2464, 768] x [768, 30522], its backward GEMMs too) with the logits' rows 30522
 //      elements apart (61044 bytes: 4-byte aligned) against rows padded to 30528 (16-byte aligned), and against a
 //      vocabulary padded to 30528 words.
@@ -20,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #define CK(x)                                                   \
@@ -187,6 +190,46 @@ void relu_epilogue(int64_t R, int64_t in, int64_t out) {
   for (void* p : {(void*)x, (void*)w, (void*)b, (void*)y}) CK(cudaFree(p));
 }
 
+// The fastest of the first eight candidates against the first: returns {first ms, best ms}, prints both.
+std::pair<double, double> best_candidate(const char* what, const Mat& a, const Mat& b, void* d, int64_t m, int64_t n,
+                                         int64_t ldd, cublasLtEpilogue_t epi, void* bias, double flops) {
+  double first = -1, best = 1e30;
+  int best_c = 0;
+  for (int c = 0; c < 8; c++) {
+    const double ms = time_gemm(a, b, d, m, n, ldd, epi, bias, nullptr, c);
+    if (ms < 0) break;
+    if (c == 0) first = ms;
+    if (ms < best) best = ms, best_c = c;
+  }
+  std::printf("  %-4s first %.4f ms (%.0f TFLOP/s) | fastest #%d %.4f ms (%.0f TFLOP/s) | %.1f%%\n", what, first,
+              flops / first / 1e9, best_c, best, flops / best / 1e9, 100.0 * (first - best) / first);
+  return {first, best};
+}
+
+// A linear [R, in] -> [R, out]: forward (with its bias), dx and dW as the engine asks for them.
+std::pair<double, double> linear_candidates(int64_t R, int64_t in, int64_t out) {
+  __nv_bfloat16* x = random_bf16(size_t(R * in), 10);
+  __nv_bfloat16* w = random_bf16(size_t(out * in), 11);
+  __nv_bfloat16* b = random_bf16(size_t(out), 12);
+  __nv_bfloat16* g = random_bf16(size_t(R * out), 13);
+  __nv_bfloat16 *y, *dx, *dw;
+  CK(cudaMalloc(&y, size_t(R * out) * 2));
+  CK(cudaMalloc(&dx, size_t(R * in) * 2));
+  CK(cudaMalloc(&dw, size_t(out * in) * 2));
+  const double flops = 2.0 * double(R) * double(in) * double(out);
+  std::printf("linear [%lld, %lld] -> %lld\n", (long long)R, (long long)in, (long long)out);
+  std::pair<double, double> sum{0, 0};
+  for (auto r : {best_candidate("fwd", Mat{w, CUBLAS_OP_T, in, out, in}, Mat{x, CUBLAS_OP_N, in, R, in}, y, out, R,
+                                out, CUBLASLT_EPILOGUE_BIAS, b, flops),
+                 best_candidate("dx", Mat{w, CUBLAS_OP_N, in, out, in}, Mat{g, CUBLAS_OP_N, out, R, out}, dx, in, R,
+                                in, CUBLASLT_EPILOGUE_DEFAULT, nullptr, flops),
+                 best_candidate("dW", Mat{x, CUBLAS_OP_N, in, R, in}, Mat{g, CUBLAS_OP_T, out, R, out}, dw, in, out,
+                                in, CUBLASLT_EPILOGUE_DEFAULT, nullptr, flops)})
+    sum.first += r.first, sum.second += r.second;
+  for (void* p : {(void*)x, (void*)w, (void*)b, (void*)g, (void*)y, (void*)dx, (void*)dw}) CK(cudaFree(p));
+  return sum;
+}
+
 // The vocabulary projection y[R, V] = x[R, C] W[V, C]^T + b and its two backward GEMMs, y's (and g's) rows ld apart.
 void vocab(int64_t R, int64_t C, int64_t V, int64_t ld) {
   __nv_bfloat16* x = random_bf16(size_t(R * C), 3);
@@ -223,6 +266,33 @@ int main(int argc, char** argv) {
     relu_epilogue(8192, 1024, 4096);                 // transformer_big --tokens 8192: fc1
     relu_epilogue(1024, 12544, 1024);                // Mask R-CNN batch 2: fc6 over 2 x 512 RoIs
     relu_epilogue(1024, 1024, 1024);                 // fc7
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "candidates") {  // lever 4 only; per model, one layer's products
+    struct Layer {
+      const char* model;
+      int64_t R, in, out, per_layer;
+    };
+    const Layer layers[] = {{"bert_base", 16384, 768, 2304, 1},  {"bert_base", 16384, 768, 768, 1},
+                            {"bert_base", 16384, 768, 3072, 1},  {"bert_base", 16384, 3072, 768, 1},
+                            {"mtdnn", 4096, 1024, 3072, 1},      {"mtdnn", 4096, 1024, 1024, 1},
+                            {"mtdnn", 4096, 1024, 4096, 1},      {"mtdnn", 4096, 4096, 1024, 1},
+                            {"transformer_big", 8192, 1024, 3072, 1}, {"transformer_big", 8192, 1024, 1024, 2},
+                            {"transformer_big", 8192, 1024, 4096, 1}, {"transformer_big", 8192, 4096, 1024, 1}};
+    double first = 0, best = 0;
+    const char* model = layers[0].model;
+    for (const Layer& l : layers) {
+      if (std::string(l.model) != model) {
+        std::printf("%s, one layer: first choices %.3f ms, fastest %.3f ms (%.1f%%)\n", model, first, best,
+                    100 * (first - best) / first);
+        first = best = 0, model = l.model;
+      }
+      std::printf("%s ", l.model);
+      const auto r = linear_candidates(l.R, l.in, l.out);
+      first += double(l.per_layer) * r.first, best += double(l.per_layer) * r.second;
+    }
+    std::printf("%s, one layer: first choices %.3f ms, fastest %.3f ms (%.1f%%)\n", model, first, best,
+                100 * (first - best) / first);
     return 0;
   }
   const int64_t R = 16384;           // bert_base 512 x 32
