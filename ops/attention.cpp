@@ -195,6 +195,18 @@ namespace {
 
 // The backward kernels, writing dq, dk and dv (allocated by the caller, any strides). Inputs checked by the
 // caller, params.scale resolved; pad contiguous or undefined.
+// The dS buffer of flash's backward (ops/attention.h): [B*H, Lq, Lk] rounded up to 64 x 64, of q's type, when the
+// tensor-core kernels can keep dS (bf16/f16, D == Dv in {64, 128}) and it takes at most 8 times q's bytes; else
+// undefined. A function of the shapes alone, allocated on every device, so that meta holds what the GPU holds.
+Tensor kept_ds(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), Lk = k.size(2), D = q.size(3);
+  const bool tensor_cores =
+      (q.dtype() == DType::bf16 || q.dtype() == DType::f16) && D == v.size(3) && (D == 64 || D == 128);
+  const int64_t rows = (Lq + 63) / 64 * 64, cols = (Lk + 63) / 64 * 64;
+  if (!tensor_cores || Lq == 0 || Lk == 0 || rows * cols > 8 * Lq * D) return Tensor();
+  return new_empty(q, {B * H, rows, cols}, q.dtype());
+}
+
 void flash_backward_into(const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k, const Tensor& v,
                          const Tensor& out, const Tensor& lse, const Tensor& pad, const FlashAttentionParams& params,
                          const Tensor& dq, const Tensor& dk, const Tensor& dv) {
@@ -204,12 +216,14 @@ void flash_backward_into(const Tensor& dout, const Tensor& dlse, const Tensor& q
   Tensor lse_c = contiguous(lse);
   Tensor dlse_c = dlse.defined() ? contiguous(to(dlse, acc)) : Tensor();
   Tensor delta = new_empty(q, {B, H, Lq}, acc);  // [B, H, Lq] rowsum(dO∘O) - dlse
+  Tensor ds = kept_ds(q, k, v);                  // (ops/attention.h: dS for the GPU's dQ, short keys only)
   run_kernel(
       name, dq,
       [&] {
         cpu::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, dq, dk, dv);
       },
-      CUDA_KERNEL(cuda::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, dq, dk, dv)));
+      CUDA_KERNEL(
+          cuda::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, ds, dq, dk, dv)));
   // S recomputed, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q.
   double fwd = attention_forward_flops(q, k, v, params.causal);
   double flops = fwd * double(3 * q.size(3) + 2 * Dv) / double(q.size(3) + Dv);

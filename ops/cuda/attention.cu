@@ -106,7 +106,8 @@ void flash_attention_forward(const cpu::FlashAttentionInputs& in, const FlashAtt
 
 void flash_attention_backward(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& params,
                               const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
-                              const Tensor& delta, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                              const Tensor& delta, const Tensor& ds, const Tensor& dq, const Tensor& dk,
+                              const Tensor& dv) {
   attn::FlashArgs a = make_args(in, params);
   a.o = out.data_ptr();
   a.os = strides_of(out);
@@ -121,6 +122,16 @@ void flash_attention_backward(const cpu::FlashAttentionInputs& in, const FlashAt
   a.dqs = strides_of(dq);
   a.dks = strides_of(dk);
   a.dvs = strides_of(dv);
+  if (ds.defined()) {
+    ENGINE_CHECK(ds.dim() == 3 && ds.size(0) == int64_t(a.B) * a.H && ds.size(1) % 64 == 0 && ds.size(1) >= a.Lq &&
+                     ds.size(2) % 64 == 0 && ds.size(2) >= a.Lk && ds.is_contiguous() && ds.dtype() == in.q.dtype(),
+                 "flash_attention_backward (cuda): ds must be [B * H, Lq, Lk] rounded up to 64, contiguous, of q's "
+                 "type; got ",
+                 engine::shape_str(ds.shape()));
+    a.ds = ds.data_ptr();
+    a.ds_rows = ds.size(1);
+    a.ds_ld = ds.size(2);
+  }
   if (int64_t(a.B) * a.H == 0) return;
   attn::launch_backward_delta(a, int(in.q.dtype()));
   if (use_tensor_cores(in, params, {&dout, &dq, &dk, &dv}) &&

@@ -21,10 +21,13 @@ using engine::Tensor;
 void flash_attention_forward(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& params,
                              const Tensor& out, const Tensor& lse);
 
-// dq, dk, dv with unit-stride rows; delta [B, H, Lq] (accumulation type) is scratch the op allocated.
+// dq, dk, dv with unit-stride rows; delta [B, H, Lq] (accumulation type) is scratch the op allocated, and so is
+// ds (undefined, or [B * H, Lq rounded up to 64, Lk rounded up to 64] of q's type: the tensor-core kernels then keep
+// dS there instead of recomputing it for dQ; other paths leave it unused).
 void flash_attention_backward(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& params,
                               const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
-                              const Tensor& delta, const Tensor& dq, const Tensor& dk, const Tensor& dv);
+                              const Tensor& delta, const Tensor& ds, const Tensor& dq, const Tensor& dk,
+                              const Tensor& dv);
 
 // Tuning hook for the benchmark (tests/ops/attention_cuda_test.cpp): the tile configuration the tensor-core
 // kernels use, -1 for the default. Returns how many configurations each pass has for head dim D.

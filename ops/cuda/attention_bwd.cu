@@ -13,6 +13,11 @@
 //                S = Q K^T, dP = dO V^T, dS = P (dP Z - delta), dQ += dS K
 // The dQ pass recomputes S and dP (7 GEMM-sized products instead of FlashAttention-2's 5 with atomic adds
 // on an f32 dQ): 40% more tensor-core work bought for determinism and no dq accumulator traffic.
+// When the op gives a dS buffer (ops/attention.cpp: when a head's [Lq, Lk] dS, padded to 64 x 64 tiles, takes at
+// most 8 times its q), the dK dV pass also writes dS (16-bit, as the tensor cores take it) and the dQ pass becomes
+//   dQ from dS  one block per query tile of 64, walking the 64-key tiles: dQ += dS K, dS and K double-buffered
+// one product instead of three, the exponentials and the dropout draws, for dS's bytes written and read once:
+// the same values (dS is rounded to 16 bits for the MMA either way), still deterministic.
 // Q/dO (dK dV pass) and K/V (dQ pass) tiles are double-buffered with cp.async so loads overlap the MMAs.
 //
 // Bound: FLOPs (7 * 2 * Lq * Lk * D per head, halved causal); smem bandwidth for the fragment loads is the
@@ -121,7 +126,7 @@ struct DkdvConfig {
   static constexpr int kSmemBytes = (2 * Bc * D + 4 * Br * D) * 2 + 4 * Br * 4;
 };
 
-template <typename Cfg, typename T, Drop kDrop>
+template <typename Cfg, typename T, Drop kDrop, bool kWriteDs = false>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(const FlashArgs a) {
   constexpr bool kDropout = kDrop != Drop::none, shared_draw = kDrop == Drop::shared;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -274,6 +279,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(co
     };
     if (a.causal && k0 + Bc - 1 > i0 + (a.Lk - a.Lq)) scores_to_ds(std::true_type{});
     else scores_to_ds(std::false_type{});
+
+    // dS [queries, keys] out, for the dQ pass: lane (g, tq) holds keys j (= g, g + 8) of queries i, i + 1; lanes g
+    // and g ^ 1 swap a value so that each stores two neighbouring keys of one query (4-byte stores). Every row
+    // (query) of the tile and every column (key) of the block is written, zeros where masked or past Lq, Lk.
+    if constexpr (kWriteDs) {
+      uint16_t* dsh = static_cast<uint16_t*>(a.ds) + int64_t(bh) * a.ds_rows * a.ds_ld;
+      const bool odd = g & 1;
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+          const float lo = dp[nt][2 * half], hi = dp[nt][2 * half + 1];  // dS(i, j), dS(i + 1, j)
+          const float other = __shfl_xor_sync(0xffffffffu, odd ? lo : hi, 4);
+          const int i = i0 + nt * 8 + 2 * tq + (odd ? 1 : 0), j = k0 + warp_key + half * 8 + (g & ~1);
+          *reinterpret_cast<uint32_t*>(dsh + int64_t(i) * a.ds_ld + j) =
+              odd ? pack2<T>(other, hi) : pack2<T>(lo, other);
+        }
+    }
 
     // dV += (P Z)^T dO, dK += dS^T Q                                              [16 keys, D] per warp
     const FragAddr<D> do_trans = frag_b_trans<D>(do_t, lane), q_trans = frag_b_trans<D>(q_t, lane);
@@ -504,11 +527,106 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dq_kernel(cons
 }
 
 // ---------------------------------------------------------------------------------------------------
+// dQ from the dS the dK dV pass wrote
+
+template <int D_, int kWarps_>
+struct DqDsConfig {
+  static constexpr int D = D_;
+  static constexpr int Br = 16 * kWarps_;  // queries per block: the dK dV pass's query tile
+  static constexpr int Bc = 64;            // keys per step: dS tiles of 64 x 64
+  static constexpr int kThreads = 32 * kWarps_;
+  static constexpr int kSmemBytes = 2 * (Br * Bc + Bc * D) * 2;
+};
+
+template <typename Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads) dq_from_ds_kernel(const FlashArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, kThreads = Cfg::kThreads;
+  constexpr int DT = D / 8;
+  extern __shared__ __align__(128) uint16_t smem[];
+  uint16_t* sS = smem;              // [2][Br, Bc]
+  uint16_t* sK = sS + 2 * Br * Bc;  // [2][Bc, D]
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);  // longest causal tiles first
+  const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
+  const int q0 = m_block * Br, warp_row = warp * 16;
+  const uint16_t* kh = static_cast<const uint16_t*>(a.k) + b * a.ks.b + h * a.ks.h;
+  const uint16_t* dsh = static_cast<const uint16_t*>(a.ds) + int64_t(bh) * a.ds_rows * a.ds_ld;
+
+  // Causal: the key tiles the dK dV pass reached for these queries (the rest of dS is zero and unwritten).
+  int key_end = a.Lk;
+  if (a.causal) key_end = max(0, min(a.Lk, q0 + Br + a.Lk - a.Lq));
+  const int n_tiles = (key_end + Bc - 1) / Bc;
+  auto load = [&](int t, int buf) {  // dS rows past ds_rows and K rows past Lk: zeros
+    load_tile_async<Br, Bc, kThreads>(sS + buf * Br * Bc, dsh + t * Bc, a.ds_ld, q0, int(a.ds_rows));
+    load_tile_async<Bc, D, kThreads>(sK + buf * Bc * D, kh, a.ks.l, t * Bc, a.Lk);
+  };
+  if (n_tiles > 0) load(0, 0);
+  cp_async_commit();
+
+  float dq[DT][4];  // [16 queries, D] per warp
+#pragma unroll
+  for (int dt = 0; dt < DT; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.f;
+  for (int t = 0; t < n_tiles; t++) {
+    const int buf = t & 1;
+    cp_async_wait<0>();
+    __syncthreads();  // tile t has landed, and every warp is done with the other buffer
+    if (t + 1 < n_tiles) load(t + 1, buf ^ 1);
+    cp_async_commit();
+    const FragAddr<Bc> s_frag = frag_a<Bc>(sS + buf * Br * Bc, lane);
+    const FragAddr<D> k_trans = frag_b_trans<D>(sK + buf * Bc * D, lane);
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; kk++) {
+      uint32_t da[4];
+      ldmatrix_x4(da, s_frag(warp_row, kk));
+#pragma unroll
+      for (int dt2 = 0; dt2 < D / 16; dt2++) {
+        uint32_t bk[4];
+        ldmatrix_x4_trans(bk, k_trans(kk * 16, dt2));
+        mma16816<T>(dq[2 * dt2], da, bk[0], bk[1]);
+        mma16816<T>(dq[2 * dt2 + 1], da, bk[2], bk[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  uint16_t* dqh = static_cast<uint16_t*>(a.dq) + b * a.dqs.b + h * a.dqs.h;  // [Lq, D], rows dqs.l apart
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    const int i = q0 + warp_row + g + half * 8;
+    if (i >= a.Lq) continue;
+#pragma unroll
+    for (int dt = 0; dt < DT; dt++)
+      *reinterpret_cast<uint32_t*>(dqh + int64_t(i) * a.dqs.l + dt * 8 + 2 * tq) =
+          pack2<T>(dq[dt][2 * half] * a.scale, dq[dt][2 * half + 1] * a.scale);
+  }
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Launchers
 
 template <typename Kernel>
 void allow_smem(Kernel kernel, int bytes) {
   ENGINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+// The dK dV pass writing dS, then dQ from it (a.ds given, the default configurations: 64-key, 64-query tiles).
+template <typename DkdvCfg, typename T, Drop kDrop>
+void launch_with_ds(const FlashArgs& a) {
+  static_assert(DkdvCfg::Bc == 64 && DkdvCfg::Br == 64, "dS is written in the 64 x 64 tiles dq_from_ds reads");
+  using DqDs = DqDsConfig<DkdvCfg::D, 4>;
+  auto dkdv = dkdv_kernel<DkdvCfg, T, kDrop, true>;
+  auto dq = dq_from_ds_kernel<DqDs, T>;
+  static const bool configured = (allow_smem(dkdv, DkdvCfg::kSmemBytes), allow_smem(dq, DqDs::kSmemBytes), true);
+  (void)configured;
+  const dim3 grid_kv(unsigned((a.Lk + DkdvCfg::Bc - 1) / DkdvCfg::Bc), unsigned(a.H), unsigned(a.B));
+  dkdv<<<grid_kv, DkdvCfg::kThreads, DkdvCfg::kSmemBytes, engine::cuda::stream()>>>(a);
+  ENGINE_CUDA_LAUNCH_CHECK("flash_attention_backward (tensor-core dK dV, dS kept)");
+  const dim3 grid_q(unsigned((a.Lq + DqDs::Br - 1) / DqDs::Br), unsigned(a.H), unsigned(a.B));
+  dq<<<grid_q, DqDs::kThreads, DqDs::kSmemBytes, engine::cuda::stream()>>>(a);
+  ENGINE_CUDA_LAUNCH_CHECK("flash_attention_backward (tensor-core dQ from dS)");
 }
 
 template <typename DkdvCfg, typename DqCfg, typename T, Drop kDrop>
@@ -529,14 +647,23 @@ void launch(const FlashArgs& a) {
   }
 }
 
-// Every dtype and dropout for the default configurations (kFull); the benchmark's alternatives are built
-// for bf16 without dropout only.
+// Every dtype and dropout for the default configurations (kFull), with dS kept when the op gave a buffer; the
+// benchmark's alternatives are built for bf16 without dropout only, and recompute dQ.
 template <typename DkdvCfg, typename DqCfg, bool kFull>
 void run(const FlashArgs& a, bool bf16) {
   if constexpr (kFull) {
     with_drop_mode(a, [&](auto drop) {
-      if (bf16) launch<DkdvCfg, DqCfg, __nv_bfloat16, decltype(drop)::value>(a);
-      else launch<DkdvCfg, DqCfg, __half, decltype(drop)::value>(a);
+      constexpr Drop kDrop = decltype(drop)::value;
+      if (a.ds && a.Lq > 0 && a.Lk > 0) {
+        if (bf16)
+          launch_with_ds<DkdvCfg, __nv_bfloat16, kDrop>(a);
+        else
+          launch_with_ds<DkdvCfg, __half, kDrop>(a);
+      } else if (bf16) {
+        launch<DkdvCfg, DqCfg, __nv_bfloat16, kDrop>(a);
+      } else {
+        launch<DkdvCfg, DqCfg, __half, kDrop>(a);
+      }
     });
   } else {
     launch<DkdvCfg, DqCfg, __nv_bfloat16, Drop::none>(a);

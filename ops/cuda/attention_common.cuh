@@ -52,6 +52,9 @@ struct FlashArgs {
   void* dk = nullptr;          // [B, H, Lk, D] (dks), in k's layout
   void* dv = nullptr;          // [B, H, Lk, Dv] (dvs), in v's layout
   Strides dqs, dks, dvs;
+  // dS kept (attention_bwd.cu): [B*H, ds_rows, ds_ld] of q's type, queries x keys, or nullptr (dQ recomputed)
+  void* ds = nullptr;
+  int64_t ds_rows = 0, ds_ld = 0;
 };
 
 // ---------------------------------------------------------------------------------------------------

@@ -206,6 +206,9 @@ const std::vector<Case>& cases() {
       {"head dim 128, causal", 2, 2, 130, 200, 128, 128, true},
       {"head dim 128, dropout + padding", 3, 1, 70, 150, 128, 128, false, true, 0.1},
       {"several full tiles, causal", 1, 2, 512, 512, 64, 64, true},
+      // dS is kept (ops/attention.h) in the cases above; past 8 D keys the dQ pass recomputes it.
+      {"keys past 8 D (dQ recomputed), dropout + padding", 1, 2, 64, 600, 64, 64, false, true, 0.2},
+      {"keys past 8 D (dQ recomputed), causal", 1, 2, 70, 600, 64, 64, true},
       {"[B, L, H, D] views", 2, 3, 77, 131, 64, 64, true, false, 0, 1},
       {"strided rows (generic path)", 2, 2, 45, 67, 64, 64, false, true, 0, 2},
       {"head dim 40 (generic path)", 2, 2, 45, 67, 40, 40, true},

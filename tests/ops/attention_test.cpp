@@ -295,6 +295,32 @@ TEST(Attention, SavesLinearVersusQuadraticMemory) {
   EXPECT_DOUBLE_EQ(flash_ratio, 2.0);
 }
 
+TEST(Attention, FlashBackwardKeepsDsOnlyForShortKeys) {
+  // The dS buffer of flash's backward (ops/attention.h): [B*H, Lq, Lk] rounded up to 64, of q's type, allocated
+  // by the backward call when the tensor cores can keep it (bf16/f16, D == Dv in {64, 128}) and it takes at most 8
+  // times q's bytes; never for f32, other head dims or long keys. On meta, as on every device.
+  auto ds_bytes_of_backward = [](DType t, int64_t Lq, int64_t Lk, int64_t D) -> size_t {
+    auto meta = engine::Device::create(engine::DeviceType::meta, size_t(1) << 34);
+    engine::DeviceGuard guard(meta);
+    const int64_t B = 2, H = 3;
+    Tensor q = ops::zeros({B, H, Lq, D}, t), k = ops::zeros({B, H, Lk, D}, t), v = ops::zeros({B, H, Lk, D}, t);
+    std::vector<Tensor> f = ops::flash_attention_forward(q, k, v, Tensor(), {});
+    Tensor dout = ops::zeros(f[0].shape(), t);
+    const int64_t from = meta->ledger().sequence();
+    ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], Tensor(), {});
+    const size_t want = size_t(B * H * ((Lq + 63) / 64 * 64) * ((Lk + 63) / 64 * 64)) * engine::dtype_size(t);
+    size_t found = 0;
+    for (const engine::BlockInfo& b : meta->ledger().history())
+      if (b.alloc_seq > from && b.requested == want && b.free_seq >= 0) found = b.requested;
+    return found;
+  };
+  EXPECT_EQ(ds_bytes_of_backward(DType::bf16, 512, 512, 64), size_t(2 * 3 * 512 * 512 * 2)) << "BERT's 512 keys";
+  EXPECT_EQ(ds_bytes_of_backward(DType::f16, 77, 131, 128), size_t(2 * 3 * 128 * 192 * 2)) << "rounded up to 64";
+  EXPECT_EQ(ds_bytes_of_backward(DType::bf16, 512, 520, 64), 0u) << "more than 8 times q: dQ recomputed";
+  EXPECT_EQ(ds_bytes_of_backward(DType::f32, 512, 512, 64), 0u) << "f32: no tensor cores";
+  EXPECT_EQ(ds_bytes_of_backward(DType::bf16, 64, 64, 32), 0u) << "head dim 32: no tensor cores";
+}
+
 TEST(Attention, MetaAllocatesLikeCpu) {
   for (AttentionAlgo algo : {AttentionAlgo::naive, AttentionAlgo::flash}) {
     SCOPED_TRACE(ops::attention_algo_name(algo));
