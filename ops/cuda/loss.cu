@@ -53,8 +53,8 @@ __device__ __forceinline__ A row_loss_of(const T* xr, int64_t cs, int64_t V, int
 // A row's target t for backward; false for a row whose gradient is 0: an ignored one, or one whose target is out of
 // range (reported by the thread that `reports`).
 template <typename I>
-__device__ __forceinline__ bool counted_target(const I* target, int64_t ts, int64_t row, int64_t V, int64_t ignore_index,
-                                               bool reports, IndexError* err, int64_t* t) {
+__device__ __forceinline__ bool counted_target(const I* target, int64_t ts, int64_t row, int64_t V,
+                                               int64_t ignore_index, bool reports, IndexError* err, int64_t* t) {
   *t = int64_t(target[row * ts]);
   if (*t == ignore_index) return false;
   if (*t >= 0 && *t < V) return true;
