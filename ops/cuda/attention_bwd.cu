@@ -340,6 +340,41 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(co
 // ---------------------------------------------------------------------------------------------------
 // dQ
 
+// dq [16 rows, D] += A [16, 16 KK] K-tile [16 KK, D] for one warp: A's 16-key step kk from a_step(kk, fragment)
+// (dS re-packed from accumulators, or loaded from the kept dS), K through its transposed fragments.
+template <typename T, int KK, int DT, int D = DT * 8, typename AStep>
+__device__ __forceinline__ void add_times_k(float (&dq)[DT][4], const FragAddr<D>& k_trans, AStep a_step) {
+#pragma unroll
+  for (int kk = 0; kk < KK; kk++) {
+    uint32_t da[4];
+    a_step(kk, da);
+#pragma unroll
+    for (int dt2 = 0; dt2 < D / 16; dt2++) {
+      uint32_t bk[4];
+      ldmatrix_x4_trans(bk, k_trans(kk * 16, dt2));
+      mma16816<T>(dq[2 * dt2], da, bk[0], bk[1]);
+      mma16816<T>(dq[2 * dt2 + 1], da, bk[2], bk[3]);
+    }
+  }
+}
+
+// A warp's dQ rows row0 .. row0 + 15 of head (b, h), times the scale; rows past Lq are not written.
+template <typename T, int DT>
+__device__ __forceinline__ void store_dq(const FlashArgs& a, int b, int h, int row0, int lane,
+                                         const float (&dq)[DT][4]) {
+  const int g = lane / 4, tq = lane % 4;
+  uint16_t* dqh = static_cast<uint16_t*>(a.dq) + b * a.dqs.b + h * a.dqs.h;  // [Lq, D], rows dqs.l apart
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    const int i = row0 + g + half * 8;
+    if (i >= a.Lq) continue;
+#pragma unroll
+    for (int dt = 0; dt < DT; dt++)
+      *reinterpret_cast<uint32_t*>(dqh + int64_t(i) * a.dqs.l + dt * 8 + 2 * tq) =
+          pack2<T>(dq[dt][2 * half] * a.scale, dq[dt][2 * half + 1] * a.scale);
+  }
+}
+
 template <int D_, int kWarps_, int Bc_, int kMinBlocks_ = 1>
 struct DqConfig {
   static constexpr int D = D_;
@@ -497,32 +532,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dq_kernel(cons
     else scores_to_ds(std::false_type{});
 
     // dQ += dS K                                                                   [16, D] per warp
-    const FragAddr<D> k_trans = frag_b_trans<D>(k_t, lane);
-#pragma unroll
-    for (int kk = 0; kk < NT / 2; kk++) {
-      uint32_t da[4];
-      acc_to_a<T>(dp[2 * kk], dp[2 * kk + 1], da);
-#pragma unroll
-      for (int dt2 = 0; dt2 < D / 16; dt2++) {
-        uint32_t bk[4];
-        ldmatrix_x4_trans(bk, k_trans(kk * 16, dt2));
-        mma16816<T>(dq[2 * dt2], da, bk[0], bk[1]);
-        mma16816<T>(dq[2 * dt2 + 1], da, bk[2], bk[3]);
-      }
-    }
+    add_times_k<T, NT / 2>(dq, frag_b_trans<D>(k_t, lane),
+                           [&](int kk, uint32_t(&da)[4]) { acc_to_a<T>(dp[2 * kk], dp[2 * kk + 1], da); });
   }
   cp_async_wait<0>();
-
-  uint16_t* dqh = static_cast<uint16_t*>(a.dq) + b * a.dqs.b + h * a.dqs.h;  // [Lq, D], rows dqs.l apart
-#pragma unroll
-  for (int half = 0; half < 2; half++) {
-    const int i = q0 + warp_row + g + half * 8;
-    if (i >= a.Lq) continue;
-#pragma unroll
-    for (int dt = 0; dt < DT; dt++)
-      *reinterpret_cast<uint32_t*>(dqh + int64_t(i) * a.dqs.l + dt * 8 + 2 * tq) =
-          pack2<T>(dq[dt][2 * half] * a.scale, dq[dt][2 * half + 1] * a.scale);
-  }
+  store_dq<T>(a, b, h, q0 + warp_row, lane, dq);
 #endif
 }
 
@@ -547,7 +561,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_from_ds_kernel(const FlashAr
   uint16_t* sS = smem;              // [2][Br, Bc]
   uint16_t* sK = sS + 2 * Br * Bc;  // [2][Bc, D]
 
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);  // longest causal tiles first
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
   const int q0 = m_block * Br, warp_row = warp * 16;
@@ -575,32 +589,11 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_from_ds_kernel(const FlashAr
     if (t + 1 < n_tiles) load(t + 1, buf ^ 1);
     cp_async_commit();
     const FragAddr<Bc> s_frag = frag_a<Bc>(sS + buf * Br * Bc, lane);
-    const FragAddr<D> k_trans = frag_b_trans<D>(sK + buf * Bc * D, lane);
-#pragma unroll
-    for (int kk = 0; kk < Bc / 16; kk++) {
-      uint32_t da[4];
-      ldmatrix_x4(da, s_frag(warp_row, kk));
-#pragma unroll
-      for (int dt2 = 0; dt2 < D / 16; dt2++) {
-        uint32_t bk[4];
-        ldmatrix_x4_trans(bk, k_trans(kk * 16, dt2));
-        mma16816<T>(dq[2 * dt2], da, bk[0], bk[1]);
-        mma16816<T>(dq[2 * dt2 + 1], da, bk[2], bk[3]);
-      }
-    }
+    add_times_k<T, Bc / 16>(dq, frag_b_trans<D>(sK + buf * Bc * D, lane),
+                            [&](int kk, uint32_t(&da)[4]) { ldmatrix_x4(da, s_frag(warp_row, kk)); });
   }
   cp_async_wait<0>();
-
-  uint16_t* dqh = static_cast<uint16_t*>(a.dq) + b * a.dqs.b + h * a.dqs.h;  // [Lq, D], rows dqs.l apart
-#pragma unroll
-  for (int half = 0; half < 2; half++) {
-    const int i = q0 + warp_row + g + half * 8;
-    if (i >= a.Lq) continue;
-#pragma unroll
-    for (int dt = 0; dt < DT; dt++)
-      *reinterpret_cast<uint32_t*>(dqh + int64_t(i) * a.dqs.l + dt * 8 + 2 * tq) =
-          pack2<T>(dq[dt][2 * half] * a.scale, dq[dt][2 * half + 1] * a.scale);
-  }
+  store_dq<T>(a, b, h, q0 + warp_row, lane, dq);
 #endif
 }
 
