@@ -45,6 +45,10 @@ struct Storage {
     if (released_) throw_released();
   }
   std::function<void()> on_use;
+  // Gradients of several parameters side by side (ops::linear's stacked weights: one dW product for q, k and v):
+  // each parameter takes its rows as its gradient, a view, instead of a copy (graph/autograd.cpp, AccumulateGrad);
+  // the block lives until the last of them is released.
+  bool stacked_gradients = false;
   // (On a released storage these change what restore() will tag the block with; annotate does nothing.)
   void set_category(Category c) {
     if (released_)

@@ -79,6 +79,18 @@ std::string grad_owner(const Tensor& leaf) {
   const std::string scope = o.substr(0, o.find('/'));
   return scope.empty() ? engine::current_owner() : scope + "/grad";
 }
+
+// The owner of a block of stacked gradients once `owner`'s gradient joins a block owned by `block_owner`: their
+// common module ("encoder.layer.0.attention.self.query.weight/grad" and "....key.weight/grad" give
+// "encoder.layer.0.attention.self/grad"), or `owner` when the block has no gradient owner yet.
+std::string stacked_grad_owner(const std::string& block_owner, const std::string& owner) {
+  const size_t suffix = block_owner.size() >= 5 ? block_owner.size() - 5 : 0;
+  if (block_owner.compare(suffix, std::string::npos, "/grad") != 0 || block_owner == owner) return owner;
+  size_t n = 0;
+  while (n < block_owner.size() && n < owner.size() && block_owner[n] == owner[n]) n++;
+  const size_t dot = block_owner.rfind('.', n);  // back to a whole module name
+  return dot == std::string::npos || dot == 0 ? owner : block_owner.substr(0, dot) + "/grad";
+}
 }  // namespace
 
 std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grad_outputs) {
@@ -98,10 +110,17 @@ std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grad_output
     // one transient buffer per parameter and step).
     const auto& impl = g.impl_ptr();
     const bool sole = impl.use_count() == 1 && impl->storage.use_count() == 1 && !impl->grad_fn;
-    if (sole && g.is_contiguous() && g.offset() == 0 && g.nbytes() == impl->storage->block.bytes &&
-        g.dtype() == t.dtype() && g.shape() == t.shape()) {
+    const bool fits = g.is_contiguous() && g.dtype() == t.dtype() && g.shape() == t.shape();
+    if (sole && fits && g.offset() == 0 && g.nbytes() == impl->storage->block.bytes) {
       impl->storage->set_category(Category::grad);
       impl->storage->set_owner(grad_owner(t));
+      t.set_grad(g);
+    } else if (fits && impl->storage->stacked_gradients && impl.use_count() == 1 && !impl->grad_fn) {
+      // Its rows of a stack of gradients (ops::linear's stacked weights): kept as a view of the shared block, which
+      // is named after the parameters' common module once a second one joins.
+      const bool first = impl->storage->category() != Category::grad;
+      impl->storage->set_category(Category::grad);
+      impl->storage->set_owner(first ? grad_owner(t) : stacked_grad_owner(impl->storage->owner(), grad_owner(t)));
       t.set_grad(g);
     } else {
       CategoryScope cs(Category::grad);

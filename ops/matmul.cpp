@@ -262,6 +262,10 @@ Tensor linear(const Tensor& x, const std::vector<Tensor>& weights, const std::ve
                                                      reshape(n.saved(0), {-1, in}))
                                             : Tensor();
                     Tensor gb = bias_grad ? sum_to(g[0], {out_features}) : Tensor();
+                    if (n_w > 1) {  // each weight's gradient: its rows of the stack, a view its parameter keeps
+                      for (const Tensor& stack : {gw, gb})
+                        if (stack.defined()) stack.storage()->stacked_gradients = true;
+                    }
                     int64_t row = 0;
                     for (size_t i = 0; i < n_w; i++) {
                       const int64_t rows_i = n.input_shapes[1 + i][0];

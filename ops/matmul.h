@@ -25,7 +25,9 @@
 //                  The stack is a temporary of the op, made again in backward, never saved: the memory is that of
 //                  the separate linears (x saved once, the weights themselves) plus the stack's transient bytes.
 //                  Each weight's (and bias's) gradient is its rows of the stack's gradient, a view, which the
-//                  parameter copies into a block of its own (graph/autograd.cpp's AccumulateGrad).
+//                  parameter keeps as its gradient without a copy: the stack's block is marked as stacked
+//                  gradients (engine/tensor.h), named after the weights' common module ("...attention.self/grad")
+//                  and freed with the last of them (graph/autograd.cpp's AccumulateGrad).
 //   linear(x, W, b, Activation::relu) is relu(linear(x, W, b)) in one kernel: max(0, .) applied to the f32
 //                  accumulator in the GEMM's epilogue (cuBLASLt's RELU_BIAS on the GPU), so the pre-activation is
 //                  never written nor read again. Backward needs only the result (relu's gradient passes where it

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 
+#include "engine/allocator.h"
 #include "engine/counters.h"
 #include "engine/rng.h"
 #include "graph/autograd.h"
@@ -298,6 +299,40 @@ TEST(Matmul, StackedLinearKeepsNoStack) {
   graph::backward(ops::sum(y));
   for (const Tensor& w : ws) EXPECT_EQ(w.grad().shape(), (Shape{343, 16}));
   for (const Tensor& b : bs) EXPECT_EQ(b.grad().shape(), (Shape{343}));
+}
+
+TEST(Matmul, StackedWeightsKeepTheirGradientsInOneBlock) {
+  // After backward each stacked weight's (and bias's) gradient is its rows of the one dW (db) product, not a copy:
+  // one block of category grad, named after the weights' common module, freed when the last gradient goes.
+  auto meta = engine::Device::create(engine::DeviceType::meta, size_t(1) << 30);
+  engine::DeviceGuard guard(meta);
+  Tensor x = ops::zeros({6, 16}, DType::bf16);
+  std::vector<Tensor> ws, bs;
+  for (const char* name : {"attn.query", "attn.key"}) {
+    ws.push_back(ops::zeros({32, 16}, DType::bf16).set_requires_grad(true));
+    bs.push_back(ops::zeros({32}, DType::bf16).set_requires_grad(true));
+    ws.back().storage()->set_owner(std::string(name) + ".weight/param");
+    bs.back().storage()->set_owner(std::string(name) + ".bias/param");
+  }
+  Tensor loss = ops::sum(ops::linear(x, ws, bs));
+  graph::backward(loss);
+  loss = Tensor();
+  for (const std::vector<Tensor>* params : {&ws, &bs}) {
+    const Tensor g0 = (*params)[0].grad(), g1 = (*params)[1].grad();
+    ASSERT_TRUE(g0.defined() && g1.defined());
+    EXPECT_EQ(g0.storage(), g1.storage()) << "one block";
+    EXPECT_EQ(g1.offset() - g0.offset(), g0.numel()) << "rows 32..63 of the stack";
+    EXPECT_EQ(g0.storage()->category(), engine::Category::grad);
+    EXPECT_EQ(g0.storage()->owner(), "attn/grad");
+  }
+  const size_t stacks = engine::Allocator::round_up(64 * 16 * 2) + engine::Allocator::round_up(64 * 2);
+  EXPECT_EQ(meta->ledger().live_bytes(engine::Category::grad), stacks) << "no copies";
+  ws[0].set_grad(Tensor());
+  bs[0].set_grad(Tensor());
+  EXPECT_EQ(meta->ledger().live_bytes(engine::Category::grad), stacks) << "the other gradients still use the blocks";
+  ws[1].set_grad(Tensor());
+  bs[1].set_grad(Tensor());
+  EXPECT_EQ(meta->ledger().live_bytes(engine::Category::grad), 0u);
 }
 
 TEST(Matmul, LinearReluIsReluOfLinear) {
