@@ -6,6 +6,7 @@
 #include "ops/cuda/shape.h"
 #endif
 #include "ops/elementwise.h"
+#include "ops/factory.h"
 #include "ops/op.h"
 #include "ops/reduce.h"
 #include "ops/view.h"
@@ -94,10 +95,29 @@ std::vector<Tensor> split(const Tensor& x, std::vector<int64_t> sizes, int64_t d
   ENGINE_CHECK(total == x.shape()[d], "split: sizes ", engine::shape_str(sizes), " sum to ", total,
                " but dimension ", dim, " of ", engine::shape_str(x.shape()), " has size ", x.shape()[d]);
   std::vector<Tensor> parts;
-  int64_t start = 0;
-  for (int64_t s : sizes) {
-    parts.push_back(slice(x, d, start, start + s));
-    start += s;
+  std::vector<Shape> shapes;
+  {
+    graph::NoGrad ng;  // views; one node records them all below
+    int64_t start = 0;
+    for (int64_t s : sizes) {
+      parts.push_back(slice(x, d, start, start + s));
+      shapes.push_back(parts.back().shape());
+      start += s;
+    }
+  }
+  if (graph::any_requires_grad({x})) {
+    // x's gradient: the parts' gradients side by side, zeros for a part without one: one concat, where a slice
+    // per part would make a zero-padded copy of x's size each and backward would add them.
+    graph::record("split", {x}, parts, {}, [d, shapes](Node&, const Grads& g) -> Grads {
+      const Tensor* like = nullptr;
+      for (const Tensor& gi : g)
+        if (gi.defined()) like = &gi;
+      if (!like) return {Tensor()};
+      std::vector<Tensor> pieces;
+      for (size_t i = 0; i < g.size(); i++)
+        pieces.push_back(g[i].defined() ? g[i] : zeros(shapes[i], like->dtype(), like->device_ptr()));
+      return {concat(pieces, d)};
+    });
   }
   return parts;
 }

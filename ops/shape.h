@@ -6,7 +6,8 @@
 // data), except the scatter-adds (one add per element); bytes: read + written.
 //
 // Backward rules, all written with engine ops so that double backward works:
-//   concat         -> slices of g (views, nothing copied)          split / chunk: slices, so slice's rule
+//   concat         -> slices of g (views, nothing copied)          split / chunk: one concat of the parts'
+//                                                                  gradients (zeros for a part without one)
 //   index_select   -> index_select_backward(g) (scatter-add)       whose own rule is index_select(gg)
 //   gather         -> gather_backward(g) (scatter-add)             whose own rule is gather(gg)
 //   masked_fill    -> masked_fill(g, mask, 0)                      (linear, so its own rule is itself)

@@ -78,6 +78,26 @@ TEST(Shape, SplitAndChunk) {
   };
   testutil::expect_gradcheck(f, {w});
   testutil::expect_double_backward(f, {w});
+  // Parts without a gradient count as zeros.
+  testutil::Fn last = [](const std::vector<Tensor>& in) { return squared(ops::chunk(in[0], 3, 0)[2]); };
+  testutil::expect_gradcheck(last, {rand_input({6, 3})});
+  testutil::expect_double_backward(last, {rand_input({6, 3})});
+}
+
+TEST(Shape, SplitBackwardMakesOneGradientOfXsSize) {
+  // One node for all the parts: x's gradient is one concat of theirs, not a zero-padded copy of x per part added up.
+  auto meta = engine::Device::create(engine::DeviceType::meta, size_t(1) << 30);
+  engine::DeviceGuard guard(meta);
+  Tensor x = ops::zeros({64, 48}).set_requires_grad(true);
+  std::vector<Tensor> parts = ops::chunk(x, 3, 1);
+  Tensor loss = ops::add(ops::add(ops::sum(parts[0]), ops::sum(parts[1])), ops::sum(parts[2]));
+  const int64_t from = meta->ledger().sequence();
+  Tensor gx = graph::grad({loss}, {x})[0];
+  int x_sized = 0;
+  for (const engine::BlockInfo& b : meta->ledger().history())
+    if (b.alloc_seq > from && b.requested == x.nbytes()) x_sized++;
+  EXPECT_EQ(x_sized, 1);
+  EXPECT_EQ(gx.shape(), x.shape());
 }
 
 TEST(Shape, IndexSelectMatchesLoopAndSumsRepeatedRows) {
