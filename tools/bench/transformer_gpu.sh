@@ -20,15 +20,19 @@ CONFIGS=("bert_base|--model bert_base --seq 512 --batch 32"
          "bert_squad|--model bert_squad --size large --seq 384 --batch 16"
          "mtdnn|--model mtdnn --task mnli --seq 512 --batch 8"
          "transformer_big|--model transformer_big --tokens 8192")
-# The last step of 6, or of 24 for transformer_big: its token batches come in 17 shapes, and each new shape's first
-# GEMMs stall the host (cuBLASLt's algorithm query, kernels loaded on first launch) in the first 17 steps
-# (BENCHMARKS.md, issue 20).
-engine_step() {  # name, log, flags...: prints the last step line
+# The last step of 6; for transformer_big, 40 steps and the mean of steps 18-40: its token batches come in 17 shapes
+# (one step's batch may hold half the tokens of another), and each new shape's first GEMMs stall the host
+# (cuBLASLt's algorithm query, kernels loaded on first launch) in the first 17 steps (BENCHMARKS.md, issue 20).
+engine_step() {  # name, log, flags...: prints the last step line (transformer_big: and the steady state's means)
   local name=$1 log=$2; shift 2
   local steps=6
-  case " $* " in *" transformer_big "*) steps=24 ;; esac
+  case " $* " in *" transformer_big "*) steps=40 ;; esac
   timeout 120 "$BIN/engine_train" --device cuda --steps $steps "$@" > "$log" 2>&1
   echo "engine $name $* | $(grep -E "^step $steps|rror" "$log" | tail -1)"
+  if [ "$steps" = 40 ]; then
+    grep -E '^step' "$log" | awk -F'|' 'NR >= 18 { ms += $3 + 0; tok += $4 + 0; mfu += $5 + 0; n++ }
+      END { if (n) printf "  steps 18-40: mean %.2f ms, %.0f tok/s, %.1f%% MFU\n", ms / n, tok / n, mfu / n }'
+  fi
 }
 nvidia-smi -L | tee "$OUT/gpu.txt"
 case "${1:-profile}" in
