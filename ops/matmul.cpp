@@ -257,12 +257,13 @@ Tensor linear(const Tensor& x, const std::vector<Tensor>& weights, const std::ve
                       weight_grad = weight_grad || n.needs_input_grad(1 + i);
                       bias_grad = bias_grad || (has_bias && n.needs_input_grad(1 + n_w + i));
                     }
-                    // Each stacked weight's (and bias's) gradient: its rows of the stack's (views).
+                    // Each stacked weight's (and bias's) gradient: its rows of the stack's, views that the
+                    // parameters keep as their gradients (the stack marked for AccumulateGrad).
                     Tensor gw = weight_grad ? matmul(transpose(reshape(g_p, {-1, padded}), 0, 1),  // [out, R] @ [R, in]
                                                      reshape(n.saved(0), {-1, in}))
                                             : Tensor();
                     Tensor gb = bias_grad ? sum_to(g[0], {out_features}) : Tensor();
-                    if (n_w > 1) {  // each weight's gradient: its rows of the stack, a view its parameter keeps
+                    if (n_w > 1) {
                       for (const Tensor& stack : {gw, gb})
                         if (stack.defined()) stack.storage()->stacked_gradients = true;
                     }

@@ -46,7 +46,6 @@ void add_world_flags(Flags& flags) {
 bool nproc_given(const Flags& flags) { return flags.integer("nproc") != 1; }
 
 namespace {
-
 // The CUDA GPUs this process sees (0 without a driver, or in a build without CUDA).
 int visible_gpus() {
 #ifdef ENGINE_CUDA
