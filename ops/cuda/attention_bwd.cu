@@ -19,6 +19,8 @@
 // one product instead of three, the exponentials and the dropout draws, for dS's bytes written and read once:
 // the same values (dS is rounded to 16 bits for the MMA either way), still deterministic.
 // Q/dO (dK dV pass) and K/V (dQ pass) tiles are double-buffered with cp.async so loads overlap the MMAs.
+// Key tiles outside the batch row's unpadded keys are skipped by every pass (attention_common.cuh's key_tiles):
+// their dK, dV are zero, and a batch of short sequences costs their lengths, not the padded length.
 //
 // Bound: FLOPs (7 * 2 * Lq * Lk * D per head, halved causal); smem bandwidth for the fragment loads is the
 // next limit (each warp reads every Q/dO, or K/V, fragment of the tile once per 16 of its rows).
@@ -156,9 +158,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(co
   load_tile_async<Bc, D, kThreads>(sV, vh, a.vs.l, k0, a.Lk);
   cp_async_commit();
 
-  // Causal: query i sees key k0 only from i = k0 - (Lk - Lq) on.
+  // Causal: query i sees key k0 only from i = k0 - (Lk - Lq) on. A tile outside the batch row's unpadded keys sees
+  // no query (attention_common.cuh's key_tiles): its dK and dV are zero, its dS columns are not written.
+  int first, last;
+  unpadded_keys(pad_row, a.Lk, first, last);
   const int m_first = a.causal ? max(0, k0 - (a.Lk - a.Lq)) / Br : 0;
-  const int m_end = (a.Lq + Br - 1) / Br;
+  const int m_end = k0 > last || k0 + Bc <= first ? m_first : (a.Lq + Br - 1) / Br;
   // Rows past Lq load as zeros (Q, dO, lse, delta): P = 1 there but dV, dK gain 1 * 0 and 0 * 0.
   auto load_query_tile = [&](int m, int buf) {
     load_tile_async<Br, D, kThreads>(sQ + buf * Br * D, qh, a.qs.l, m * Br, a.Lq);
@@ -410,13 +415,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dq_kernel(cons
 
   int key_end = a.Lk;
   if (a.causal) key_end = max(0, min(a.Lk, q0 + Br + a.Lk - a.Lq));
-  const int n_tiles = (key_end + Bc - 1) / Bc;
+  const KeyTiles tiles = key_tiles<Bc>(a, pad_row, key_end);  // causal and padded tiles skipped
 
   load_tile_async<Br, D, kThreads>(sQ, qh, a.qs.l, q0, a.Lq);
   load_tile_async<Br, D, kThreads>(sdO, doh, a.dos.l, q0, a.Lq);
-  if (n_tiles > 0) {
-    load_tile_async<Bc, D, kThreads>(sK, kh, a.ks.l, 0, a.Lk);
-    load_tile_async<Bc, D, kThreads>(sV, vh, a.vs.l, 0, a.Lk);
+  if (tiles.begin < tiles.end) {
+    load_tile_async<Bc, D, kThreads>(sK, kh, a.ks.l, tiles.begin * Bc, a.Lk);
+    load_tile_async<Bc, D, kThreads>(sV, vh, a.vs.l, tiles.begin * Bc, a.Lk);
   }
   cp_async_commit();
 
@@ -445,13 +450,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dq_kernel(cons
 #pragma unroll
   for (int dt = 0; dt < DT; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.f;
 
-  for (int t = 0; t < n_tiles; t++) {
-    const int buf = t & 1, k0 = t * Bc;
-    if (t > 0) {
+  for (int t = tiles.begin; t < tiles.end; t++) {
+    const int buf = (t - tiles.begin) & 1, k0 = t * Bc;
+    if (t > tiles.begin) {
       cp_async_wait<0>();
       __syncthreads();  // tile t has landed, and every warp is done with the other buffer
     }
-    if (t + 1 < n_tiles) {
+    if (t + 1 < tiles.end) {
       load_tile_async<Bc, D, kThreads>(sK + (buf ^ 1) * Bc * D, kh, a.ks.l, k0 + Bc, a.Lk);
       load_tile_async<Bc, D, kThreads>(sV + (buf ^ 1) * Bc * D, vh, a.vs.l, k0 + Bc, a.Lk);
     }
@@ -568,25 +573,25 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_from_ds_kernel(const FlashAr
   const uint16_t* kh = static_cast<const uint16_t*>(a.k) + b * a.ks.b + h * a.ks.h;
   const uint16_t* dsh = static_cast<const uint16_t*>(a.ds) + int64_t(bh) * a.ds_rows * a.ds_ld;
 
-  // Causal: the key tiles the dK dV pass reached for these queries (the rest of dS is zero and unwritten).
+  // The key tiles the dK dV pass reached for these queries (causal, padding: the rest of dS is zero and unwritten).
   int key_end = a.Lk;
   if (a.causal) key_end = max(0, min(a.Lk, q0 + Br + a.Lk - a.Lq));
-  const int n_tiles = (key_end + Bc - 1) / Bc;
+  const KeyTiles tiles = key_tiles<Bc>(a, a.pad ? a.pad + int64_t(b) * a.Lk : nullptr, key_end);
   auto load = [&](int t, int buf) {  // dS rows past ds_rows and K rows past Lk: zeros
     load_tile_async<Br, Bc, kThreads>(sS + buf * Br * Bc, dsh + t * Bc, a.ds_ld, q0, int(a.ds_rows));
     load_tile_async<Bc, D, kThreads>(sK + buf * Bc * D, kh, a.ks.l, t * Bc, a.Lk);
   };
-  if (n_tiles > 0) load(0, 0);
+  if (tiles.begin < tiles.end) load(tiles.begin, 0);
   cp_async_commit();
 
   float dq[DT][4];  // [16 queries, D] per warp
 #pragma unroll
   for (int dt = 0; dt < DT; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.f;
-  for (int t = 0; t < n_tiles; t++) {
-    const int buf = t & 1;
+  for (int t = tiles.begin; t < tiles.end; t++) {
+    const int buf = (t - tiles.begin) & 1;
     cp_async_wait<0>();
     __syncthreads();  // tile t has landed, and every warp is done with the other buffer
-    if (t + 1 < n_tiles) load(t + 1, buf ^ 1);
+    if (t + 1 < tiles.end) load(t + 1, buf ^ 1);
     cp_async_commit();
     const FragAddr<Bc> s_frag = frag_a<Bc>(sS + buf * Br * Bc, lane);
     add_times_k<T, Bc / 16>(dq, frag_b_trans<D>(sK + buf * Bc * D, lane),

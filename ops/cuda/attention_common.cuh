@@ -67,6 +67,40 @@ __device__ __forceinline__ bool key_visible(const FlashArgs& a, const uint8_t* p
   return !(pad_row && pad_row[j]);
 }
 
+// The unpadded keys of a batch row, [first, last] ([0, Lk - 1] without a mask; first > last when every key is
+// padding): a block-wide scan of the row's Lk mask bytes. Every thread of the block must call it.
+__device__ __forceinline__ void unpadded_keys(const uint8_t* pad_row, int Lk, int& first, int& last) {
+  first = 0, last = Lk - 1;
+  if (!pad_row) return;
+  __shared__ int range[2];
+  if (threadIdx.x == 0) range[0] = Lk, range[1] = -1;
+  __syncthreads();
+  int f = Lk, l = -1;
+  for (int j = int(threadIdx.x); j < Lk; j += int(blockDim.x))
+    if (!pad_row[j]) f = min(f, j), l = max(l, j);
+  f = __reduce_min_sync(0xffffffffu, f);
+  l = __reduce_max_sync(0xffffffffu, l);
+  if ((threadIdx.x & 31) == 0) atomicMin(&range[0], f), atomicMax(&range[1], l);
+  __syncthreads();
+  first = range[0], last = range[1];
+}
+
+// The key tiles [begin, end) of Bc keys a query block walks (forward, dQ): up to key_end (Lk, or the causal limit
+// of the block's last row) and, with a padding mask, only from the first unpadded key's tile to the last's. A
+// padded key's score is -inf: its tile adds exactly nothing (the running max and sum unchanged, alpha = 1, P = 0;
+// dS = 0), so skipping it changes no bit, and a batch row of short sequences costs its length rather than Lk.
+// The dK dV pass skips the same key tiles (a tile outside [first, last]): their dK, dV are zero and their dS is
+// never written, so dQ from dS must read no tile outside this range either. Every thread must call it.
+struct KeyTiles {
+  int begin, end;
+};
+template <int Bc>
+__device__ __forceinline__ KeyTiles key_tiles(const FlashArgs& a, const uint8_t* pad_row, int key_end) {
+  int first, last;
+  unpadded_keys(pad_row, a.Lk, first, last);
+  return {first / Bc, min((key_end + Bc - 1) / Bc, (last + Bc) / Bc)};
+}
+
 // Dropout keep test of the draw's element `flat` (engine/rng.h's 16-bit draw of element flat at a.offset).
 __device__ __forceinline__ bool dropout_keep(const FlashArgs& a, uint64_t flat) {
   return engine::dropout_bits(a.seed, a.offset, flat) >= a.keep_threshold;

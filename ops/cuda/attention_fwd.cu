@@ -10,7 +10,8 @@
 // Shared memory holds Q [Br, D] and two buffers of K and V tiles [Bc, D], swizzled (attention_common.cuh):
 // the next tile's K and V load (cp.async) while this tile is computed, with one barrier per tile.
 // Causal: a query tile stops at the last key its last row sees, and blocks run in reverse tile order so
-// the longest tiles start first. Masks are applied only on tiles that need them (the last key tile, the
+// the longest tiles start first. Padding: only the key tiles from the batch row's first unpadded key to its last
+// are walked (attention_common.cuh's key_tiles; the others would add exactly nothing). Masks are applied only on tiles that need them (the last key tile, the
 // diagonal tiles, any tile when there is a padding mask).
 //
 // Bound: the tensor cores and the instruction issue around them. Per head 4 * Lq * Lk * D FLOPs (halved
@@ -63,15 +64,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel
   const uint16_t* vh = static_cast<const uint16_t*>(a.v) + b * a.vs.b + h * a.vs.h;
   const uint8_t* pad_row = a.pad ? a.pad + int64_t(b) * a.Lk : nullptr;
 
-  // Keys after the tile's last row's causal limit are masked for every row: skip them.
+  // Keys after the tile's last row's causal limit are masked for every row, and so are padded tiles: skip them.
   int key_end = a.Lk;
   if (a.causal) key_end = max(0, min(a.Lk, q0 + Br + a.Lk - a.Lq));
-  const int n_tiles = (key_end + Bc - 1) / Bc;
+  const KeyTiles tiles = key_tiles<Bc>(a, pad_row, key_end);
 
   load_tile_async<Br, D, kThreads>(sQ, qh, a.qs.l, q0, a.Lq);
-  if (n_tiles > 0) {
-    load_tile_async<Bc, D, kThreads>(sK, kh, a.ks.l, 0, a.Lk);
-    load_tile_async<Bc, D, kThreads>(sV, vh, a.vs.l, 0, a.Lk);
+  if (tiles.begin < tiles.end) {
+    load_tile_async<Bc, D, kThreads>(sK, kh, a.ks.l, tiles.begin * Bc, a.Lk);
+    load_tile_async<Bc, D, kThreads>(sV, vh, a.vs.l, tiles.begin * Bc, a.Lk);
   }
   cp_async_commit();
 
@@ -87,11 +88,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel
   uint32_t qf[Cfg::kQInRegs ? MT : 1][Cfg::kQInRegs ? KS : 1][4];
   const FragAddr<D> q_frag = frag_a<D>(sQ, lane);
 
-  for (int t = 0; t < n_tiles; t++) {
-    const int k0 = t * Bc, buf = t & 1;
+  for (int t = tiles.begin; t < tiles.end; t++) {
+    const int k0 = t * Bc, buf = (t - tiles.begin) & 1;
     cp_async_wait<0>();  // K and V of tile t (and Q) have landed
     __syncthreads();     // ... for every thread, and every warp is done with tile t - 1's buffers
-    if (t + 1 < n_tiles) {
+    if (t + 1 < tiles.end) {
       load_tile_async<Bc, D, kThreads>(sK + (buf ^ 1) * Bc * D, kh, a.ks.l, k0 + Bc, a.Lk);
       load_tile_async<Bc, D, kThreads>(sV + (buf ^ 1) * Bc * D, vh, a.vs.l, k0 + Bc, a.Lk);
     }
@@ -99,7 +100,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel
     const FragAddr<D> k_frag = frag_b_rows<D>(sK + buf * Bc * D, lane),
                       v_frag = frag_b_trans<D>(sV + buf * Bc * D, lane);
     if constexpr (Cfg::kQInRegs) {
-      if (t == 0) {
+      if (t == tiles.begin) {
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll

@@ -46,7 +46,9 @@ struct Case {
   const char* name;
   int64_t B, H, Lq, Lk, D, Dv;
   bool causal = false;
-  bool padding = false;    // batch 0 pads its last third of keys, batch 1 every key, later batches key 0
+  // batch 0 pads its last third of keys, batch 1 every key, later batches their first half (whole key tiles that the
+  // kernels skip, at either end) and the key after it
+  bool padding = false;
   double dropout_p = 0;
   int layout = 0;          // 0 contiguous [B, H, L, D]; 1 views of [B, L, H, D]; 2 rows with stride L (generic)
 };
@@ -70,7 +72,7 @@ Tensor padding_mask(const Case& c, std::shared_ptr<engine::Device> dev) {
   std::vector<double> m(size_t(c.B * c.Lk), 0.0);
   for (int64_t b = 0; b < c.B; b++)
     for (int64_t j = 0; j < c.Lk; j++)
-      m[size_t(b * c.Lk + j)] = b == 0 ? (j >= c.Lk - c.Lk / 3) : b == 1 ? 1.0 : (j == 0);
+      m[size_t(b * c.Lk + j)] = b == 0 ? (j >= c.Lk - c.Lk / 3) : b == 1 ? 1.0 : (j <= c.Lk / 2);
   Tensor mask = ops::compare(ops::CompareOp::gt, ops::from_vector(m, {c.B, c.Lk}, DType::f32), 0.5);
   return dev ? ops::to_device(mask, dev) : mask;
 }
@@ -286,6 +288,44 @@ TEST(AttentionCuda, BackwardIsDeterministicAndUsesDlse) {
   }
 }
 
+TEST(AttentionCuda, PaddedKeyTilesAreSkippedWithoutChangingABit) {
+  // Key tiles past the last unpadded key are skipped (attention_common.cuh's key_tiles): attention with the keys
+  // past `valid` padded must give the bits of attention over the first `valid` keys alone, and zero dK, dV for the
+  // padded keys. Both head dims, bf16 and f16, with dS kept (short keys) and recomputed (long keys on both sides).
+  struct Shape3 {
+    int64_t D, Lk, valid;
+  };
+  for (const Shape3& sh : {Shape3{64, 300, 100}, Shape3{64, 600, 450}, Shape3{128, 300, 100}, Shape3{128, 1200, 900}})
+    for (DType t : {DType::bf16, DType::f16}) {
+      const int64_t B = 1, H = 2, Lq = 150, D = sh.D, Lk = sh.Lk, valid = sh.valid;
+      SCOPED_TRACE(engine::str(engine::dtype_name(t), " D ", D, " Lk ", Lk, ", keys past ", valid, " padded"));
+      engine::manual_seed(uint64_t(D + Lk));
+      auto input = [&](int64_t L) { return ops::to_device(ops::to(ops::randn({B, H, L, D}), t), gpu()); };
+      Tensor q = input(Lq), k = input(Lk), v = input(Lk), dout = input(Lq);
+      std::vector<double> m(size_t(Lk), 0.0);
+      for (int64_t j = valid; j < Lk; j++) m[size_t(j)] = 1;
+      Tensor mask =
+          ops::to_device(ops::compare(ops::CompareOp::gt, ops::from_vector(m, {B, Lk}, DType::f32), 0.5), gpu());
+      Tensor k_valid = ops::contiguous(ops::slice(k, 2, 0, valid)),
+             v_valid = ops::contiguous(ops::slice(v, 2, 0, valid));
+      auto run = [&](const Tensor& kk, const Tensor& vv, const Tensor& pad) {
+        std::vector<Tensor> f = ops::flash_attention_forward(q, kk, vv, pad, {});
+        std::vector<Tensor> g = ops::flash_attention_backward(dout, Tensor(), q, kk, vv, f[0], f[1], pad, {});
+        return std::vector<Tensor>{f[0], f[1], g[0], g[1], g[2]};
+      };
+      std::vector<Tensor> padded = run(k, v, mask), alone = run(k_valid, v_valid, Tensor());
+      EXPECT_EQ(padded[0].to_double(), alone[0].to_double()) << "out";
+      EXPECT_EQ(padded[1].to_double(), alone[1].to_double()) << "lse";
+      EXPECT_EQ(padded[2].to_double(), alone[2].to_double()) << "dq";
+      for (int x : {3, 4}) {
+        const char* name = x == 3 ? "dk" : "dv";
+        EXPECT_EQ(ops::slice(padded[size_t(x)], 2, 0, valid).to_double(), alone[size_t(x)].to_double()) << name;
+        const std::vector<double> rest = ops::slice(padded[size_t(x)], 2, valid, Lk).to_double();
+        EXPECT_EQ(std::count(rest.begin(), rest.end(), 0.0), int64_t(rest.size())) << name << " of padded keys";
+      }
+    }
+}
+
 TEST(AttentionCuda, GradientsThroughAutograd) {
   // attention(flash) recorded on the tape and differentiated by graph::grad, on cuda and on cpu.
   Case c{"autograd", 2, 2, 40, 70, 64, 64, true};
@@ -429,26 +469,35 @@ void bench_shape(int64_t B, int64_t H, int64_t L, int64_t D) {
   std::printf("flash attention, bf16; forward 4*B*H*L^2*D FLOPs, backward 2.5x that, halved causal; median of 20\n");
   std::printf("%-14s %-6s %-45s %8s %8s %8s\n", "B x H x L x D", "causal", "pass, configuration", "ms", "TFLOP/s",
               "10 calls");
-  for (int run = 0; run < 3; run++) {  // plain, causal, and with BERT's attention dropout (0.1)
+  // Padded: batch row b keeps its first L (b + 1) / B keys (lengths spread evenly, as in a batch of GLUE pairs), with
+  // BERT's dropout; its TFLOP/s count the padded keys too (the op's count), so they show the skipped tiles' gain.
+  std::vector<double> pad(size_t(B * L), 0.0);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t j = L * (b + 1) / B; j < L; j++) pad[size_t(b * L + j)] = 1;
+  const Tensor padding =
+      ops::to_device(ops::compare(ops::CompareOp::gt, ops::from_vector(pad, {B, L}, DType::f32), 0.5), dev);
+  for (int run = 0; run < 4; run++) {  // plain, causal, with BERT's attention dropout (0.1), and padded
     const bool causal = run == 1;
+    const Tensor mask = run == 3 ? padding : Tensor();
     ops::FlashAttentionParams p;
     p.causal = causal;
-    if (run == 2) p.dropout_p = 0.1, p.seed = 42, p.offset = 0;
+    if (run >= 2) p.dropout_p = 0.1, p.seed = 42, p.offset = 0;
     const double fwd_flops = 4.0 * double(B * H) * double(L) * double(L) * double(D) * (causal ? 0.5 : 1.0);
-    std::vector<Tensor> f = ops::flash_attention_forward(q, k, v, Tensor(), p);
+    std::vector<Tensor> f = ops::flash_attention_forward(q, k, v, mask, p);
     auto report = [&](const char* pass, const std::string& config, double flops, const std::function<void()>& fn) {
       const double ms = median_ms(fn), ms10 = median_ms(fn, 10);
       std::printf("%-14s %-6s %s %-41s %8.3f %8.1f %8.1f\n", shape.c_str(),
-                  p.dropout_p > 0 ? "drop"
-                  : causal        ? "yes"
-                                  : "no",
+                  run == 3          ? "padded"
+                  : p.dropout_p > 0 ? "drop"
+                  : causal          ? "yes"
+                                    : "no",
                   pass, config.c_str(), ms, flops / ms / 1e9, flops / ms10 / 1e9);
     };
     if (p.dropout_p > 0) {  // the alternative configurations are built without dropout: the defaults only
       ops::cuda::set_flash_tuning({});
-      report("fwd", "default", fwd_flops, [&] { ops::flash_attention_forward(q, k, v, Tensor(), p); });
+      report("fwd", "default", fwd_flops, [&] { ops::flash_attention_forward(q, k, v, mask, p); });
       report("bwd", "default", 2.5 * fwd_flops,
-             [&] { ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], Tensor(), p); });
+             [&] { ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], mask, p); });
       continue;
     }
     for (int variant = 0; variant < ops::cuda::flash_forward_variants(int(D)); variant++) {
