@@ -11,8 +11,8 @@
 // the next tile's K and V load (cp.async) while this tile is computed, with one barrier per tile.
 // Causal: a query tile stops at the last key its last row sees, and blocks run in reverse tile order so
 // the longest tiles start first. Padding: only the key tiles from the batch row's first unpadded key to its last
-// are walked (attention_common.cuh's key_tiles; the others would add exactly nothing). Masks are applied only on tiles that need them (the last key tile, the
-// diagonal tiles, any tile when there is a padding mask).
+// are walked (attention_common.cuh's key_tiles; the others would add exactly nothing). Masks are applied only on
+// tiles that need them (the last key tile, the diagonal tiles, any tile when there is a padding mask).
 //
 // Bound: the tensor cores and the instruction issue around them. Per head 4 * Lq * Lk * D FLOPs (halved
 // causal) against (Lq + 2 Lk Lq / Br) * D * 2 bytes, the repeated K/V reads served by L2. With mma.sync a
