@@ -4,7 +4,8 @@
 #   profile  engine --profile of bert_base 512 x 32, bert_squad large 384 x 16, mtdnn 512 x 8, transformer_big
 #            8192 tokens (bf16, flash), and the attention kernel benchmark (AttentionCudaBench*)
 #   bench    engine steps (bf16 flash, and fp32 naive) beside tools/bench/bert_torch.py --best (SDPA, gathered MLM,
-#            fused AdamW; eager and torch.compile), the BERT-Large sweep and tools/bench/translation_torch.py (its flash
+#            fused AdamW; eager and torch.compile), the BERT-Large sweep (rows padded as the engine's synthetic
+#            batches pad them, then full rows) and tools/bench/translation_torch.py (its flash
 #            backend, then its default), one call
 #   ab       a change measured before and after in one call: the attention kernel benchmark and the bert_base
 #            512 x 32 bf16 flash step of $BIN_BEFORE's and $BIN's binaries, then PyTorch's best setup
@@ -20,18 +21,25 @@ CONFIGS=("bert_base|--model bert_base --seq 512 --batch 32"
          "bert_squad|--model bert_squad --size large --seq 384 --batch 16"
          "mtdnn|--model mtdnn --task mnli --seq 512 --batch 8"
          "transformer_big|--model transformer_big --tokens 8192")
-# The last step of 6; for transformer_big, 40 steps and the mean of steps 18-40: its token batches come in 17 shapes
-# (one step's batch may hold half the tokens of another), and each new shape's first GEMMs stall the host
-# (cuBLASLt's algorithm query, kernels loaded on first launch) in the first 17 steps (BENCHMARKS.md, issue 20).
-engine_step() {  # name, log, flags...: prints the last step line (transformer_big: and the steady state's means)
+# The BERT family: 20 steps, the last step's line and the median of steps 5-20 (a padded batch's step costs its
+# rows' lengths: flash attention skips padded key tiles, so steps differ with their batches). transformer_big: 40
+# steps and the mean of steps 18-40: its token batches come in 17 shapes (one step's batch may hold half the tokens
+# of another), and each new shape's first GEMMs stall the host (cuBLASLt's algorithm query, kernels loaded on first
+# launch) in the first 17 steps (BENCHMARKS.md, issue 20).
+engine_step() {  # name, log, flags...: prints the last step line and the steady state's median (or means)
   local name=$1 log=$2; shift 2
-  local steps=6
+  local steps=20
   case " $* " in *" transformer_big "*) steps=40 ;; esac
   timeout 120 "$BIN/engine_train" --device cuda --steps $steps "$@" > "$log" 2>&1
   echo "engine $name $* | $(grep -E "^step $steps|rror" "$log" | tail -1)"
   if [ "$steps" = 40 ]; then
     grep -E '^step' "$log" | awk -F'|' 'NR >= 18 { ms += $3 + 0; tok += $4 + 0; mfu += $5 + 0; n++ }
       END { if (n) printf "  steps 18-40: mean %.2f ms, %.0f tok/s, %.1f%% MFU\n", ms / n, tok / n, mfu / n }'
+  else
+    grep -E '^step' "$log" | awk -F'|' 'NR >= 5 { print $3 + 0, $4 + 0, $5 + 0 }' | sort -n | awk '
+      { ms[NR] = $1; rate[NR] = $2; mfu[NR] = $3 }
+      END { if (NR) { m = int((NR + 1) / 2); printf "  steps 5-20: median %.2f ms (%.1f-%.1f), %.1f /s, %.1f%% MFU\n",
+                                               ms[m], ms[1], ms[NR], rate[m], mfu[m] } }'
   fi
 }
 nvidia-smi -L | tee "$OUT/gpu.txt"
@@ -73,6 +81,10 @@ bench)
   timeout 200 python3 tools/bench/bert_torch.py --size large --fused-adamw --steps 10 --warmup 3 \
     --sweep bert_squad:384:16:bf16:sdpa,mtdnn:512:8:bf16:sdpa,bert_base:512:32:fp32:sdpa 2>&1 | grep -E "^torch|rror" \
     | tee "$OUT/torch_sweep.log"
+  # PyTorch's same two on full rows (no padding mask), as its figures before 2026-12-04 (not the engine's work)
+  timeout 200 python3 tools/bench/bert_torch.py --size large --fused-adamw --steps 10 --warmup 3 --padding none \
+    --sweep bert_squad:384:16:bf16:sdpa,mtdnn:512:8:bf16:sdpa 2>&1 | grep -E "^torch|rror" \
+    | tee -a "$OUT/torch_sweep.log"
   for attn in flash default; do
     timeout 120 python3 tools/bench/translation_torch.py --tokens 8192 --length 128 --precision bf16 --attn "$attn" \
       2>&1 | tail -1 | tee -a "$OUT/torch_transformer_big.log"
