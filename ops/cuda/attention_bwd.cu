@@ -160,10 +160,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(co
 
   // Causal: query i sees key k0 only from i = k0 - (Lk - Lq) on. A tile outside the batch row's unpadded keys sees
   // no query (attention_common.cuh's key_tiles): its dK and dV are zero, its dS columns are not written.
-  int first, last;
-  unpadded_keys(pad_row, a.Lk, first, last);
+  const UnpaddedKeys keys = unpadded_keys(pad_row, a.Lk);
   const int m_first = a.causal ? max(0, k0 - (a.Lk - a.Lq)) / Br : 0;
-  const int m_end = k0 > last || k0 + Bc <= first ? m_first : (a.Lq + Br - 1) / Br;
+  const int m_end = k0 > keys.last || k0 + Bc <= keys.first ? m_first : (a.Lq + Br - 1) / Br;
   // Rows past Lq load as zeros (Q, dO, lse, delta): P = 1 there but dV, dK gain 1 * 0 and 0 * 0.
   auto load_query_tile = [&](int m, int buf) {
     load_tile_async<Br, D, kThreads>(sQ + buf * Br * D, qh, a.qs.l, m * Br, a.Lq);
@@ -497,7 +496,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dq_kernel(cons
 
     // dS = P (dP Z - delta). Masks as the forward's (a per-column test and a per-row causal limit), in a
     // second copy of the loop that only the tiles needing them run.
-    const bool need_mask = k0 + Bc > a.Lk || pad_row != nullptr || (a.causal && k0 + Bc - 1 > q0 + a.Lk - a.Lq);
+    const bool need_mask =
+        k0 + Bc > a.Lk || (pad_row && tiles.keys.padded_within(k0, Bc)) || (a.causal && k0 + Bc - 1 > q0 + a.Lk - a.Lq);
     auto scores_to_ds = [&](auto masked) {
       bool col_ok[NT][2];
       int last[2];  // last visible nt * 8 + e of each of the lane's rows

@@ -67,22 +67,31 @@ __device__ __forceinline__ bool key_visible(const FlashArgs& a, const uint8_t* p
   return !(pad_row && pad_row[j]);
 }
 
-// The unpadded keys of a batch row, [first, last] ([0, Lk - 1] without a mask; first > last when every key is
-// padding): a block-wide scan of the row's Lk mask bytes. Every thread of the block must call it.
-__device__ __forceinline__ void unpadded_keys(const uint8_t* pad_row, int Lk, int& first, int& last) {
-  first = 0, last = Lk - 1;
-  if (!pad_row) return;
-  __shared__ int range[2];
-  if (threadIdx.x == 0) range[0] = Lk, range[1] = -1;
+// The unpadded keys of a batch row: [first, last] ([0, Lk - 1] without a mask; first > last when every key is
+// padding), and whether every key between them is unpadded (dense: a right- or left-padded row). A block-wide
+// scan of the row's Lk mask bytes: every thread of the block must call it.
+struct UnpaddedKeys {
+  int first, last;
+  bool dense;
+  // Keys k0 .. k0 + n - 1 include a padded one (or one outside [first, last]): the tile needs the padding mask.
+  __device__ __forceinline__ bool padded_within(int k0, int n) const {
+    return !(dense && k0 >= first && k0 + n - 1 <= last);
+  }
+};
+__device__ __forceinline__ UnpaddedKeys unpadded_keys(const uint8_t* pad_row, int Lk) {
+  if (!pad_row) return {0, Lk - 1, true};
+  __shared__ int scan[3];  // first, last, count
+  if (threadIdx.x == 0) scan[0] = Lk, scan[1] = -1, scan[2] = 0;
   __syncthreads();
-  int f = Lk, l = -1;
+  int f = Lk, l = -1, n = 0;
   for (int j = int(threadIdx.x); j < Lk; j += int(blockDim.x))
-    if (!pad_row[j]) f = min(f, j), l = max(l, j);
+    if (!pad_row[j]) f = min(f, j), l = max(l, j), n++;
   f = __reduce_min_sync(0xffffffffu, f);
   l = __reduce_max_sync(0xffffffffu, l);
-  if ((threadIdx.x & 31) == 0) atomicMin(&range[0], f), atomicMax(&range[1], l);
+  n = __reduce_add_sync(0xffffffffu, n);
+  if ((threadIdx.x & 31) == 0) atomicMin(&scan[0], f), atomicMax(&scan[1], l), atomicAdd(&scan[2], n);
   __syncthreads();
-  first = range[0], last = range[1];
+  return {scan[0], scan[1], scan[2] == scan[1] - scan[0] + 1};
 }
 
 // The key tiles [begin, end) of Bc keys a query block walks (forward, dQ): up to key_end (Lk, or the causal limit
@@ -90,15 +99,16 @@ __device__ __forceinline__ void unpadded_keys(const uint8_t* pad_row, int Lk, in
 // padded key's score is -inf: its tile adds exactly nothing (the running max and sum unchanged, alpha = 1, P = 0;
 // dS = 0), so skipping it changes no bit, and a batch row of short sequences costs its length rather than Lk.
 // The dK dV pass skips the same key tiles (a tile outside [first, last]): their dK, dV are zero and their dS is
-// never written, so dQ from dS must read no tile outside this range either. Every thread must call it.
+// never written, so dQ from dS must read no tile outside this range either. In a dense row only the tiles that
+// hold its ends need the padding mask (keys.padded_within). Every thread must call it.
 struct KeyTiles {
   int begin, end;
+  UnpaddedKeys keys;
 };
 template <int Bc>
 __device__ __forceinline__ KeyTiles key_tiles(const FlashArgs& a, const uint8_t* pad_row, int key_end) {
-  int first, last;
-  unpadded_keys(pad_row, a.Lk, first, last);
-  return {first / Bc, min((key_end + Bc - 1) / Bc, (last + Bc) / Bc)};
+  const UnpaddedKeys keys = unpadded_keys(pad_row, a.Lk);
+  return {keys.first / Bc, min((key_end + Bc - 1) / Bc, (keys.last + Bc) / Bc), keys};
 }
 
 // Dropout keep test of the draw's element `flat` (engine/rng.h's 16-bit draw of element flat at a.offset).

@@ -12,7 +12,8 @@
 // Causal: a query tile stops at the last key its last row sees, and blocks run in reverse tile order so
 // the longest tiles start first. Padding: only the key tiles from the batch row's first unpadded key to its last
 // are walked (attention_common.cuh's key_tiles; the others would add exactly nothing). Masks are applied only on
-// tiles that need them (the last key tile, the diagonal tiles, any tile when there is a padding mask).
+// tiles that need them (the last key tile, the diagonal tiles, and with a padding mask the tiles holding padded
+// keys: in a dense row, only those at its ends).
 //
 // Bound: the tensor cores and the instruction issue around them. Per head 4 * Lq * Lk * D FLOPs (halved
 // causal) against (Lq + 2 Lk Lq / Br) * D * 2 bytes, the repeated K/V reads served by L2. With mma.sync a
@@ -153,7 +154,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel
     }
     // Masks: -inf where query i does not see key j (key_visible, split into a per-column test shared by
     // the lane's rows and a per-row causal limit: two compares per score, on the tiles that need them).
-    const bool need_mask = k0 + Bc > a.Lk || pad_row != nullptr || (a.causal && k0 + Bc - 1 > q0 + a.Lk - a.Lq);
+    const bool need_mask =
+        k0 + Bc > a.Lk || (pad_row && tiles.keys.padded_within(k0, Bc)) || (a.causal && k0 + Bc - 1 > q0 + a.Lk - a.Lq);
     if (need_mask) {
       bool col_ok[NT][2];
 #pragma unroll

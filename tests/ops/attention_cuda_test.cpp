@@ -46,8 +46,9 @@ struct Case {
   const char* name;
   int64_t B, H, Lq, Lk, D, Dv;
   bool causal = false;
-  // batch 0 pads its last third of keys, batch 1 every key, later batches their first half (whole key tiles that the
-  // kernels skip, at either end) and the key after it
+  // batch 0 pads its last third of keys, batch 1 every key, batch 2 its first half and the key after it (whole key
+  // tiles that the kernels skip, at either end; a dense row's inner tiles need no mask), later batches every fifth
+  // key (holes: every tile masked)
   bool padding = false;
   double dropout_p = 0;
   int layout = 0;          // 0 contiguous [B, H, L, D]; 1 views of [B, L, H, D]; 2 rows with stride L (generic)
@@ -72,7 +73,10 @@ Tensor padding_mask(const Case& c, std::shared_ptr<engine::Device> dev) {
   std::vector<double> m(size_t(c.B * c.Lk), 0.0);
   for (int64_t b = 0; b < c.B; b++)
     for (int64_t j = 0; j < c.Lk; j++)
-      m[size_t(b * c.Lk + j)] = b == 0 ? (j >= c.Lk - c.Lk / 3) : b == 1 ? 1.0 : (j <= c.Lk / 2);
+      m[size_t(b * c.Lk + j)] = b == 0   ? (j >= c.Lk - c.Lk / 3)
+                                : b == 1 ? 1.0
+                                : b == 2 ? (j <= c.Lk / 2)
+                                         : (j % 5 == 0);
   Tensor mask = ops::compare(ops::CompareOp::gt, ops::from_vector(m, {c.B, c.Lk}, DType::f32), 0.5);
   return dev ? ops::to_device(mask, dev) : mask;
 }
@@ -197,13 +201,13 @@ const std::vector<Case>& cases() {
       {"odd sizes", 2, 3, 77, 131, 64, 64},
       {"causal Lq < Lk", 2, 3, 77, 131, 64, 64, true},
       {"causal Lq > Lk (first rows see no key)", 2, 2, 131, 77, 64, 64, true},
-      {"key padding (batch 1 fully padded)", 3, 2, 77, 131, 64, 64, false, true},
+      {"key padding (batch 1 fully padded)", 4, 2, 77, 131, 64, 64, false, true},
       {"dropout", 2, 2, 77, 131, 64, 64, false, false, 0.2},
       {"dropout + causal + padding", 3, 2, 77, 131, 64, 64, true, true, 0.3},
       // Lk a multiple of 8 (and the offset's 4096): the tensor-core kernels share each Philox block in a warp.
       {"dropout, shared draws", 2, 2, 77, 136, 64, 64, false, false, 0.2},
       {"dropout, Lk a multiple of 4 only (drawn per element)", 2, 2, 77, 132, 64, 64, false, false, 0.2},
-      {"dropout + causal + padding, shared draws", 3, 2, 130, 128, 64, 64, true, true, 0.3},
+      {"dropout + causal + padding, shared draws", 4, 2, 130, 128, 64, 64, true, true, 0.3},
       {"head dim 128, dropout, shared draws", 2, 1, 70, 200, 128, 128, false, false, 0.1},
       {"head dim 128, causal", 2, 2, 130, 200, 128, 128, true},
       {"head dim 128, dropout + padding", 3, 1, 70, 150, 128, 128, false, true, 0.1},
