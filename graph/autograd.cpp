@@ -222,6 +222,14 @@ namespace {
 
 thread_local LeafGradHook leaf_grad_hook;
 
+// The running rule's view of its inputs' gradient buffers (pending_gradient): slot i is input i's buffer in the
+// pass (or null), taken[i] set when the rule took it. Saved and restored around each rule (passes may nest).
+struct PendingGradients {
+  std::vector<Tensor*> slots;
+  std::vector<bool> taken;
+};
+thread_local PendingGradients* g_pending = nullptr;
+
 struct ByLatest {
   bool operator()(const Node* a, const Node* b) const { return a->sequence < b->sequence; }
 };
@@ -343,11 +351,17 @@ class BackwardPass {
       }
   }
 
-  void accumulate_into(const std::shared_ptr<Node>& node, int slot, const Tensor& g) {
-    auto& buf = buffers_[node.get()];
+  std::vector<Tensor>& buffer_of(Node* node) {
+    auto& buf = buffers_[node];
     if (buf.size() < node->outputs.size()) buf.resize(std::max<size_t>(node->outputs.size(), 1));
+    return buf;
+  }
+
+  // `in_place`: g is the buffer's own sum already (a rule took it through pending_gradient and added into it).
+  void accumulate_into(const std::shared_ptr<Node>& node, int slot, const Tensor& g, bool in_place = false) {
+    auto& buf = buffer_of(node.get());
     if (!g.defined()) return;
-    buf[size_t(slot)] = buf[size_t(slot)].defined() ? ops::add(buf[size_t(slot)], g) : g;
+    buf[size_t(slot)] = buf[size_t(slot)].defined() && !in_place ? ops::add(buf[size_t(slot)], g) : g;
   }
 
   // A leaf's gradient: captured for grad(), accumulated into .grad for backward(). `grads` is handed over as
@@ -383,11 +397,26 @@ class BackwardPass {
     // ZeRO-3 (graph/parameter_shards.h): a parameter the rule needs is whole again before it runs.
     for (const SavedTensor& s : node->saved_tensors)
       if (s.data.defined() && s.data.storage()->released() && s.data.storage()->on_use) s.data.storage()->on_use();
+    // The inputs' buffers, for pending_gradient (none under create_graph: the sums must stay on the graph).
+    PendingGradients pending;
+    if (!o_.create_graph)
+      for (const Edge& e : node->next) {
+        pending.slots.push_back(e.node ? &buffer_of(e.node.get())[size_t(e.input_nr)] : nullptr);
+        pending.taken.push_back(false);
+      }
     std::vector<Tensor> input_grads;
     {
       NodeContext context(*node);
       engine::PhaseScope order(node->second_order ? engine::Phase::backward2 : engine::Phase::backward);
-      input_grads = node->apply(grads);
+      PendingGradients* outer = g_pending;
+      g_pending = &pending;
+      try {
+        input_grads = node->apply(grads);
+      } catch (...) {
+        g_pending = outer;
+        throw;
+      }
+      g_pending = outer;
     }
     grads.clear();
     if (!o_.retain_graph) node->release();
@@ -400,7 +429,10 @@ class BackwardPass {
         ENGINE_CHECK(input_grads[i].shape() == node->input_shapes[i], node->name, ": backward rule gave input ",
                      i, " a gradient of shape ", engine::shape_str(input_grads[i].shape()), " for shape ",
                      engine::shape_str(node->input_shapes[i]));
-      accumulate_into(e.node, e.input_nr, input_grads[i]);
+      const bool in_place = i < pending.taken.size() && pending.taken[i];
+      ENGINE_CHECK(!in_place || (input_grads[i].defined() && input_grads[i].impl() == pending.slots[i]->impl()),
+                   node->name, ": backward rule took input ", i, "'s pending gradient but returned another tensor");
+      accumulate_into(e.node, e.input_nr, input_grads[i], in_place);
       if (--dependencies_[e.node.get()] == 0) ready_.push(e.node.get());
     }
   }
@@ -429,6 +461,19 @@ LeafGradHookScope::LeafGradHookScope(LeafGradHook hook) : saved_(std::move(leaf_
   leaf_grad_hook = std::move(hook);
 }
 LeafGradHookScope::~LeafGradHookScope() { leaf_grad_hook = std::move(saved_); }
+
+Tensor pending_gradient(size_t input, engine::DType dtype) {
+  if (!g_pending || input >= g_pending->slots.size() || !g_pending->slots[input]) return Tensor();
+  const Tensor& g = *g_pending->slots[input];
+  if (!g.defined() || g_pending->taken[input] || g.dtype() != dtype) return Tensor();
+  // The only holder: no other tensor (a saved one, a capture, a second input's gradient) sees the sum change.
+  const auto& impl = g.impl_ptr();
+  if (impl.use_count() != 1 || impl->storage.use_count() != 1 || impl->grad_fn || !g.is_contiguous() ||
+      g.offset() != 0 || g.nbytes() != impl->storage->block.bytes)
+    return Tensor();
+  g_pending->taken[input] = true;
+  return g;
+}
 
 void backward(const Tensor& root, const Tensor& grad_root, bool create_graph, bool retain_graph) {
   backward(std::vector<Tensor>{root}, std::vector<Tensor>{grad_root}, create_graph, retain_graph);

@@ -81,6 +81,16 @@ class LeafGradHookScope {
   LeafGradHook saved_;
 };
 
+// In-place accumulation, for backward rules. While a rule runs (not under create_graph), the gradient that input
+// `input` of its node has already received from its other consumers, when the rule may add its own into it in
+// place: the engine holds the only reference, and it is one whole contiguous block of the input's shape and of
+// dtype `dtype`. A rule that takes it must add its gradient for that input into it and return that tensor as the
+// input's gradient; the engine then adds nothing (one sum kernel and one buffer fewer). Undefined otherwise: the
+// rule returns its own gradient, and the engine sums the two as usual. (ops::linear's rule takes it: x's gradient
+// from a residual branch is added by the g W product itself, as beta = 1 in BLAS.) A function of the graph alone,
+// so every device takes the same path and meta still predicts the ledger.
+Tensor pending_gradient(size_t input, engine::DType dtype);
+
 // Activation checkpointing.
 using RecomputeFn = std::function<Tensor(const std::vector<Tensor>&)>;
 Tensor recompute(const RecomputeFn& fn, const std::vector<Tensor>& inputs);

@@ -135,6 +135,17 @@ Tensor stacked_rows(const std::vector<Tensor>& parts, int64_t rows) {
   return concat(all, 0);
 }
 
+// out [R, N] += a [R, K] @ b [K, N] in place (summed in the GEMM's f32 accumulator, rounded once): linear's dx added
+// into x's pending gradient (graph::pending_gradient). Not recorded: backward rules run it without a graph.
+void matmul_into(const Tensor& a, const Tensor& b, const Tensor& out) {
+  out.device().workspace(kGemmWorkspaceBytes);
+  run_kernel(
+      "linear", out, [&] { cpu::matmul(a, b, Tensor(), out, false, true); },
+      CUDA_KERNEL(cuda::matmul_accumulate(unsqueeze(a, 0), b, unsqueeze(out, 0))));
+  engine::count_op("linear", 2.0 * double(a.size(0)) * double(a.size(1)) * double(b.size(1)),
+                   double(a.nbytes() + b.nbytes() + 2 * out.nbytes()));
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -250,7 +261,17 @@ Tensor linear(const Tensor& x, const std::vector<Tensor>& weights, const std::ve
                     if (n.needs_input_grad(0)) {
                       std::vector<Tensor> ws;
                       for (size_t i = 0; i < n_w; i++) ws.push_back(n.saved(1 + i));
-                      grads[0] = linear(g_p, transpose(stacked_rows(ws, padded), 0, 1));  // g @ W
+                      const Tensor w = stacked_rows(ws, padded);  // [padded, in]
+                      // x's gradient from its other consumers (a residual branch), when this product may add
+                      // into it in place: g @ W + that sum in one GEMM, no separate sum (graph/autograd.h).
+                      Tensor into = graph::pending_gradient(0, g_p.dtype());
+                      if (into.defined()) {
+                        const int64_t rows = into.numel() / in;
+                        matmul_into(reshape(contiguous(g_p), {rows, padded}), w, reshape(into, {rows, in}));
+                        grads[0] = into;
+                      } else {
+                        grads[0] = linear(g_p, transpose(w, 0, 1));  // g @ W
+                      }
                     }
                     bool weight_grad = false, bias_grad = false;
                     for (size_t i = 0; i < n_w; i++) {

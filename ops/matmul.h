@@ -49,6 +49,9 @@
 // Backward (engine ops, so double backward works):
 //   matmul: da = sum_to(g @ b^T, a.shape), db = sum_to(a^T @ g, b.shape)   (sum_to undoes broadcasting)
 //   linear: dx = linear(g, W^T) (= g @ W), dW = g2^T @ x2 (g2, x2: rows flattened), db = sum of g over rows.
+//           When x already has a gradient from its other consumers that the rule may add into in place
+//           (graph::pending_gradient: a residual branch's), dx is added into it by the same GEMM (beta = 1):
+//           no separate sum and no dx buffer, the sum rounded once.
 // Saved: both operands (matmul), x and W (linear: unpadded and unstacked; backward pads and stacks W again); no
 // output.
 #pragma once

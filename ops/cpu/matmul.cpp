@@ -77,7 +77,7 @@ A* output_block(T* out, std::vector<A>& scratch, int64_t elements) {
 
 }  // namespace
 
-void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out, bool relu) {
+void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out, bool relu, bool accumulate) {
   const int64_t M = out.size(-2), N = out.size(-1), K = a.size(-1);
   Shape batch(out.shape().begin(), out.shape().end() - 2);
   ENGINE_FLOAT_SWITCH(out.dtype(), T, {
@@ -102,7 +102,11 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& 
       with_eigen_matrix(am, a_scratch, [&](const auto& A_mat) {
         with_eigen_matrix(bm, b_scratch, [&](const auto& B_mat) {
           Eigen::Map<RowMajorMatrix<A>> C(output_block(pc, c_scratch, M * N), M, N);
-          C.rowwise() = bias_vec;
+          if (!accumulate) {
+            C.rowwise() = bias_vec;
+          } else if (static_cast<void*>(C.data()) != static_cast<void*>(pc)) {  // bf16/f16: out in the compute type
+            for (int64_t i = 0; i < M * N; i++) c_scratch[size_t(i)] = ld(pc[i]);
+          }
           if (K > 0) gemm_add(C, A_mat, B_mat);
           if (relu) C = C.cwiseMax(A(0));  // (before rounding: the same as after, max commutes with it)
           if (static_cast<void*>(C.data()) != static_cast<void*>(pc))  // bf16/f16: round once on the way out

@@ -335,6 +335,45 @@ TEST(Matmul, StackedWeightsKeepTheirGradientsInOneBlock) {
   EXPECT_EQ(meta->ledger().live_bytes(engine::Category::grad), 0u);
 }
 
+TEST(Matmul, LinearAddsItsDxIntoAPendingGradientInPlace) {
+  // h feeds a linear and, after it, a residual-like branch (h * 3): backward runs the branch first, and the linear's
+  // rule adds g W into h's pending gradient in place (graph::pending_gradient): the values of the two gradients
+  // summed, with no add op and one gradient buffer fewer. f64 against the sum written out, bf16 within rounding.
+  for (DType t : {DType::f64, DType::bf16}) {
+    SCOPED_TRACE(engine::dtype_name(t));
+    engine::manual_seed(3);
+    Tensor x = ops::to(ops::randn({2, 3, 8}), t).set_requires_grad(true);
+    Tensor w = ops::to(ops::randn({5, 8}), t).set_requires_grad(true);
+    Tensor c = ops::to(ops::randn({2, 3, 5}), t), d = ops::to(ops::randn({2, 3, 8}), t);
+    Tensor h = ops::mul(x, 2.0);  // not a leaf: its node's buffer collects both gradients
+    Tensor y = ops::linear(h, w, Tensor());
+    Tensor branch = ops::mul(h, 3.0);  // recorded after the linear: its gradient reaches h first
+    Tensor loss = ops::add(ops::sum(ops::mul(y, c)), ops::sum(ops::mul(branch, d)));
+    engine::counters().reset();
+    graph::backward(loss);
+    EXPECT_EQ(engine::counters().by_op["add"].calls, 0) << "h's two gradients summed by a separate add";
+    // dx = 2 (c W + 3 d)
+    const std::vector<double> cv = c.to_double(), wv = w.to_double(), dv = d.to_double(), gx = x.grad().to_double();
+    double worst = 0;
+    for (int64_t r = 0; r < 6; r++)
+      for (int64_t k = 0; k < 8; k++) {
+        double want = 3 * dv[size_t(r * 8 + k)];
+        for (int64_t o = 0; o < 5; o++) want += cv[size_t(r * 5 + o)] * wv[size_t(o * 8 + k)];
+        worst = std::max(worst, std::fabs(gx[size_t(r * 8 + k)] - 2 * want));
+      }
+    EXPECT_LE(worst, t == DType::f64 ? 1e-12 : 0.1);
+  }
+  // Meta takes the in-place path exactly as the cpu does (the condition is the graph's, not the device's).
+  testutil::expect_meta_allocates_like_cpu([] {
+    engine::manual_seed(4);
+    Tensor x = ops::rand({4, 6}).set_requires_grad(true), w = ops::rand({3, 6}).set_requires_grad(true);
+    Tensor h = ops::mul(x, 2.0);
+    Tensor y = ops::linear(h, w, Tensor());
+    Tensor branch = ops::mul(h, h);
+    graph::backward(ops::add(ops::sum(y), ops::sum(branch)));
+  });
+}
+
 TEST(Matmul, LinearReluIsReluOfLinear) {
   // linear(x, W, b, relu) = relu(linear(x, W, b)) in values and gradients (f64: the same products, so equal), for
   // one weight, stacked weights and no bias; its own gradcheck and double backward.
