@@ -91,6 +91,16 @@ std::string stacked_grad_owner(const std::string& block_owner, const std::string
   const size_t dot = block_owner.rfind('.', n);  // back to a whole module name
   return dot == std::string::npos || dot == 0 ? owner : block_owner.substr(0, dot) + "/grad";
 }
+
+// g is the only reference to its block, fills it whole (contiguous, from its start) and has no history: whoever
+// holds g may keep the block as its own or change it in place, and nothing else sees it (AccumulateGrad's takeover,
+// pending_gradient's in-place sums).
+bool owns_whole_block(const Tensor& g) {
+  const auto& impl = g.impl_ptr();
+  return impl.use_count() == 1 && impl->storage.use_count() == 1 && !impl->grad_fn && g.is_contiguous() &&
+         g.offset() == 0 && g.nbytes() == impl->storage->block.bytes;
+}
+
 }  // namespace
 
 std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grad_outputs) {
@@ -109,9 +119,8 @@ std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grad_output
     // becomes the leaf's: retagged and renamed exactly as a copy would be, without the copy (one launch and
     // one transient buffer per parameter and step).
     const auto& impl = g.impl_ptr();
-    const bool sole = impl.use_count() == 1 && impl->storage.use_count() == 1 && !impl->grad_fn;
     const bool fits = g.is_contiguous() && g.dtype() == t.dtype() && g.shape() == t.shape();
-    if (sole && fits && g.offset() == 0 && g.nbytes() == impl->storage->block.bytes) {
+    if (fits && owns_whole_block(g)) {
       impl->storage->set_category(Category::grad);
       impl->storage->set_owner(grad_owner(t));
       t.set_grad(g);
@@ -229,6 +238,18 @@ struct PendingGradients {
   std::vector<bool> taken;
 };
 thread_local PendingGradients* g_pending = nullptr;
+
+// While it lives, pending_gradient answers from `pending`; the outer rule's view comes back however the rule ends.
+class PendingScope {
+ public:
+  explicit PendingScope(PendingGradients& pending) : outer_(g_pending) { g_pending = &pending; }
+  ~PendingScope() { g_pending = outer_; }
+  PendingScope(const PendingScope&) = delete;
+  PendingScope& operator=(const PendingScope&) = delete;
+
+ private:
+  PendingGradients* outer_;
+};
 
 struct ByLatest {
   bool operator()(const Node* a, const Node* b) const { return a->sequence < b->sequence; }
@@ -408,15 +429,8 @@ class BackwardPass {
     {
       NodeContext context(*node);
       engine::PhaseScope order(node->second_order ? engine::Phase::backward2 : engine::Phase::backward);
-      PendingGradients* outer = g_pending;
-      g_pending = &pending;
-      try {
-        input_grads = node->apply(grads);
-      } catch (...) {
-        g_pending = outer;
-        throw;
-      }
-      g_pending = outer;
+      PendingScope rule_view(pending);
+      input_grads = node->apply(grads);
     }
     grads.clear();
     if (!o_.retain_graph) node->release();
@@ -467,10 +481,7 @@ Tensor pending_gradient(size_t input, engine::DType dtype) {
   const Tensor& g = *g_pending->slots[input];
   if (!g.defined() || g_pending->taken[input] || g.dtype() != dtype) return Tensor();
   // The only holder: no other tensor (a saved one, a capture, a second input's gradient) sees the sum change.
-  const auto& impl = g.impl_ptr();
-  if (impl.use_count() != 1 || impl->storage.use_count() != 1 || impl->grad_fn || !g.is_contiguous() ||
-      g.offset() != 0 || g.nbytes() != impl->storage->block.bytes)
-    return Tensor();
+  if (!owns_whole_block(g)) return Tensor();
   g_pending->taken[input] = true;
   return g;
 }
