@@ -1,4 +1,4 @@
-// rng.h: a counter-based random number generator (Philox-4x32-10, Salmon et al. 2011).
+// rng.h: a counter-based random number generator (Philox-4x32, Salmon et al. 2011).
 //
 // A random number is a pure function of (seed, counter): no state is carried from one number to the next.
 // So a dropout mask is regenerated exactly from the (seed, offset) it was drawn at, on any device and in
@@ -7,6 +7,8 @@
 // Element i of a draw made at generator offset `off` (a multiple of 4) uses Philox block (off + i) / 4,
 // lane (off + i) % 4, keyed by the seed. A uniform float in [0, 1) keeps the top 24 bits. Dropout's keep
 // decisions use each 32-bit number as two 16-bit ones (dropout_bits below): 8 decisions per Philox block.
+// Two round counts: uniform draws (initialization, synthetic data, noise, drop path) use Random123's default,
+// Philox-4x32-10; dropout's keep decisions use Philox-4x32-7 (dropout_block below).
 #pragma once
 #include <array>
 #include <cmath>
@@ -20,11 +22,12 @@ namespace engine {
 #define ENGINE_HD inline
 #endif
 
-// The full generator: 128-bit counter, 64-bit key (Random123's philox4x32_10).
-ENGINE_HD void philox4x32_10_full(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
+// The generator with R rounds: 128-bit counter, 64-bit key (Random123's philox4x32_R; 10 is its default).
+template <int R>
+ENGINE_HD void philox4x32_rounds(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
   uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
   uint32_t k0 = key[0], k1 = key[1];
-  for (int r = 0; r < 10; r++) {
+  for (int r = 0; r < R; r++) {
     // One round: (c0, c1, c2, c3) <- (hi(B*c2)^c1^k0, lo(B*c2), hi(A*c0)^c3^k1, lo(A*c0)).
     uint64_t a = uint64_t(0xD2511F53u) * c0;
     uint64_t b = uint64_t(0xCD9E8D57u) * c2;
@@ -39,12 +42,25 @@ ENGINE_HD void philox4x32_10_full(const uint32_t ctr[4], const uint32_t key[2], 
   }
   out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
 }
+ENGINE_HD void philox4x32_10_full(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
+  philox4x32_rounds<10>(ctr, key, out);
+}
 
 // The engine's use: key = seed, counter = (block, 0).
 ENGINE_HD void philox4x32_10(uint64_t seed, uint64_t block, uint32_t out[4]) {
   const uint32_t ctr[4] = {uint32_t(block), uint32_t(block >> 32), 0u, 0u};
   const uint32_t key[2] = {uint32_t(seed), uint32_t(seed >> 32)};
-  philox4x32_10_full(ctr, key, out);
+  philox4x32_rounds<10>(ctr, key, out);
+}
+
+// Dropout's Philox block: the same counter and key with 7 rounds. Random123's authors found 7 the fewest rounds
+// of Philox-4x32 that pass all of TestU01's BigCrush (10 keeps a margin), and FlashAttention-2, PyTorch's flash
+// SDPA backend, draws its dropout with 7. A keep decision is one comparison, so on a GPU the rounds' integer
+// multiplies are what dropout costs (inside flash attention they bound the forward): 7 rounds cost 0.7 of 10.
+ENGINE_HD void dropout_block(uint64_t seed, uint64_t block, uint32_t out[4]) {
+  const uint32_t ctr[4] = {uint32_t(block), uint32_t(block >> 32), 0u, 0u};
+  const uint32_t key[2] = {uint32_t(seed), uint32_t(seed >> 32)};
+  philox4x32_rounds<7>(ctr, key, out);
 }
 
 // One 32-bit Philox output as a uniform float in [0, 1) (its top 24 bits). Kernels that use all four lanes
@@ -65,8 +81,9 @@ ENGINE_HD float philox_uniform(uint64_t seed, uint64_t offset, uint64_t i) {
 // A keep decision needs one comparison, not a 24-bit uniform, and on a GPU the Philox rounds' integer
 // multiplies are what dropout costs (inside flash attention they took more time than the matrix products).
 // So dropout reads each 32-bit number as two 16-bit ones: element e of a dropout draw made at generator
-// offset `off` is the low (e even) or high (e odd) half of number off + e / 2. With off a multiple of 4 (the
-// generator reserves in fours), elements 8k .. 8k + 7 are the 8 halves of Philox block off / 4 + k, in order.
+// offset `off` is the low (e even) or high (e odd) half of number off + e / 2, number n being word n % 4 of
+// dropout_block(seed, n / 4). With off a multiple of 4 (the generator reserves in fours), elements 8k .. 8k + 7
+// are the 8 halves of block off / 4 + k, in order.
 // Element e is kept iff its half >= DropoutRate::threshold = ceil(p * 2^16): the drop probability is p
 // rounded up to a multiple of 2^-16 (p_q; 0.1 becomes 0.1000061), and kept elements are multiplied by
 // 1 / (1 - p_q), so the expectation is the input's exactly. A draw of n elements reserves ceil(n / 2) numbers.
@@ -96,7 +113,7 @@ ENGINE_HD uint32_t philox_half(const uint32_t (&r)[4], uint32_t h) {
 ENGINE_HD uint32_t dropout_bits(uint64_t seed, uint64_t offset, uint64_t e) {
   const uint64_t half = 2 * offset + e;  // position counted in 16-bit halves
   uint32_t r[4];
-  philox4x32_10(seed, half >> 3, r);
+  dropout_block(seed, half >> 3, r);
   return philox_half(r, uint32_t(half & 7));
 }
 

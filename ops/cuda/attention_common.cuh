@@ -121,12 +121,12 @@ __device__ __forceinline__ bool dropout_keep(const FlashArgs& a, uint64_t flat) 
 __device__ __forceinline__ void dropout_keep2(const FlashArgs& a, uint64_t flat, bool& keep0, bool& keep1) {
   const uint64_t half = 2 * a.offset + flat;  // position in 16-bit halves
   uint32_t r[4];
-  engine::philox4x32_10(a.seed, half >> 3, r);
+  engine::dropout_block(a.seed, half >> 3, r);
   const uint32_t h = uint32_t(half & 7);
   keep0 = engine::philox_half(r, h) >= a.keep_threshold;
   if (h == 7) {
     uint32_t r2[4];
-    engine::philox4x32_10(a.seed, (half >> 3) + 1, r2);
+    engine::dropout_block(a.seed, (half >> 3) + 1, r2);
     keep1 = engine::philox_half(r2, 0) >= a.keep_threshold;
   } else {
     keep1 = engine::philox_half(r, h + 1) >= a.keep_threshold;
@@ -168,7 +168,7 @@ void with_drop_mode(const FlashArgs& a, F&& f) {
 // The keep bits of the 8 elements flat .. flat + 7 (flat a multiple of 8 of an aligned draw): bit e = element e.
 __device__ __forceinline__ uint32_t dropout_keep_byte(const FlashArgs& a, uint64_t flat) {
   uint32_t r[4];
-  engine::philox4x32_10(a.seed, (2 * a.offset + flat) >> 3, r);
+  engine::dropout_block(a.seed, (2 * a.offset + flat) >> 3, r);
   // Bit 2w + k: half k of word w, engine::philox_half's order (written per word: the code the compiler makes of
   // philox_half in this loop differs, and this one is what was measured).
   uint32_t bits = 0;

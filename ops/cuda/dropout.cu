@@ -5,14 +5,15 @@
 // one rounding, as on the cpu, so the outputs agree bit for bit, masks included.
 //
 //   dropout_packed   x dense and offset a multiple of 4 (the generator reserves in fours): a thread takes 8
-//                    consecutive elements, the 8 halves of one Philox block (one 10-round block per 8
-//                    elements), loaded and stored as 16-byte vectors.
+//                    consecutive elements, the 8 halves of one Philox block (engine::dropout_block: 7 rounds
+//                    per 8 elements), loaded and stored as 16-byte vectors; two packs per pass, loads first.
 //   dropout_strided  anything else: a thread per element, dropout_bits for it, x read through the
 //                    collapsed layout (kernel_util.cuh's Indexer).
 //   drop_path_*      one draw per sample of `group` elements (NASNet's drop path): a block row per sample.
 // Bound: memory (x read, out written: 2 x nbytes); the Philox rounds (two 32x32->64 multiplies per round)
-// are 10 per 8 elements. Measured on an H200 with 32-bit draws (one block per 4 elements; 64M elements,
-// bytes read + written): 3.7 TB/s f32, 2.85 TB/s bf16, where the Philox rounds bound it.
+// are 7 per 8 elements. Measured on an H200 (ElementwiseCuda.DISABLED_Bandwidth, 2026-12-04): 2.6 TB/s f32,
+// 3.5 TB/s bf16 with 10 rounds per 8 elements (with 32-bit draws, one block per 4 elements, bf16 had been
+// Philox-bound at 2.85 TB/s).
 #include <algorithm>
 
 #include "engine/rng.h"
@@ -52,24 +53,39 @@ __device__ __forceinline__ T drop(const DropoutArgs<T>& d, uint32_t bits, T x) {
 constexpr int kPacked = 8;
 
 // dropout_packed: grid-stride over packs of 8 elements; pack k covers elements [8k, 8k + 8), whose draws are
-// the halves of Philox block offset/4 + k. The n % 8 tail elements go to the first threads, one each,
-// through dropout_bits.
+// the halves of Philox block offset/4 + k. A thread takes two packs per pass (k and k + the grid's threads) and
+// issues both packs' loads before either's Philox rounds, so that its loads are in flight while the rounds run
+// (ncu, H200 2026-12-04, f32 with one pack per pass: 52-56% of DRAM bandwidth, the warps waiting on their one
+// load). The n % 8 tail elements go to the first threads, one each, through dropout_bits.
 template <typename T>
 __global__ void dropout_packed(const T* x, T* out, int64_t n, DropoutArgs<T> d) {
-  constexpr int E = kPacked, VEC = vec16<T>();
+  constexpr int E = kPacked, VEC = vec16<T>(), V = E / VEC, kPasses = 2;
   static_assert(E % VEC == 0, "a pack is whole 16-byte vectors");
   const int64_t packs = n / E;
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (int64_t k = tid; k < packs; k += step) {
-    uint32_t r[4];
-    engine::philox4x32_10(d.seed, d.offset / 4 + uint64_t(k), r);
+  for (int64_t k0 = tid; k0 < packs; k0 += kPasses * step) {
+    Vec<T, VEC> in[kPasses][V];
 #pragma unroll
-    for (int v = 0; v < E / VEC; v++) {
-      Vec<T, VEC> in = reinterpret_cast<const Vec<T, VEC>*>(x + k * E)[v], o;
+    for (int p = 0; p < kPasses; p++) {
+      const int64_t k = k0 + p * step;
+      if (k < packs)
 #pragma unroll
-      for (int j = 0; j < VEC; j++) o.v[j] = drop(d, engine::philox_half(r, uint32_t(v * VEC + j)), in.v[j]);
-      reinterpret_cast<Vec<T, VEC>*>(out + k * E)[v] = o;
+        for (int v = 0; v < V; v++) in[p][v] = reinterpret_cast<const Vec<T, VEC>*>(x + k * E)[v];
+    }
+#pragma unroll
+    for (int p = 0; p < kPasses; p++) {
+      const int64_t k = k0 + p * step;
+      if (k >= packs) break;
+      uint32_t r[4];
+      engine::dropout_block(d.seed, d.offset / 4 + uint64_t(k), r);
+#pragma unroll
+      for (int v = 0; v < V; v++) {
+        Vec<T, VEC> o;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) o.v[j] = drop(d, engine::philox_half(r, uint32_t(v * VEC + j)), in[p][v].v[j]);
+        reinterpret_cast<Vec<T, VEC>*>(out + k * E)[v] = o;
+      }
     }
   }
   const int64_t i = packs * E + tid;

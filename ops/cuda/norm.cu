@@ -60,7 +60,7 @@ __device__ __forceinline__ void dropout_bits_vec(uint64_t seed, uint64_t offset,
   const uint64_t half = 2 * offset + e0;
   if ((half & 7) + VEC <= 8) {
     uint32_t r[4];
-    engine::philox4x32_10(seed, half >> 3, r);
+    engine::dropout_block(seed, half >> 3, r);
 #pragma unroll
     for (int k = 0; k < VEC; k++) bits[k] = engine::philox_half(r, uint32_t(half & 7) + k);
   } else {

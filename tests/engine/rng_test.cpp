@@ -1,4 +1,4 @@
-// rng_test.cpp: Philox-4x32-10 against the known-answer vectors of Random123 (Salmon et al.), the generator's
+// rng_test.cpp: Philox-4x32-10 and -7 against the known-answer vectors of Random123 (Salmon et al.), the generator's
 // reservation rule, and dropout's 16-bit draws against their definition (tests/util/dropout_reference.h).
 #include <gtest/gtest.h>
 
@@ -23,6 +23,33 @@ TEST(Philox, KnownAnswers) {
     engine::philox4x32_10_full(k.ctr, k.key, out);
     for (int i = 0; i < 4; i++) EXPECT_EQ(out[i], k.expect[i]) << "lane " << i;
   }
+}
+
+// Random123's kat_vectors, "philox4x32 7" lines: the rounds dropout draws with (engine::dropout_block).
+TEST(Philox, SevenRoundKnownAnswers) {
+  struct Kat {
+    uint32_t ctr[4], key[2], expect[4];
+  };
+  const Kat kats[] = {
+      {{0, 0, 0, 0}, {0, 0}, {0x5f6fb709, 0x0d893f64, 0x4f121f81, 0x4f730a48}},
+      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+       {0xffffffff, 0xffffffff},
+       {0x5207ddc2, 0x45165e59, 0x4d8ee751, 0x8c52f662}},
+      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+       {0xa4093822, 0x299f31d0},
+       {0x4dfccaba, 0x190a87f0, 0xc47362ba, 0xb6b5242a}},
+  };
+  for (const Kat& k : kats) {
+    uint32_t out[4];
+    engine::philox4x32_rounds<7>(k.ctr, k.key, out);
+    for (int i = 0; i < 4; i++) EXPECT_EQ(out[i], k.expect[i]) << "lane " << i;
+  }
+  // dropout_block is that generator at counter (block, 0) keyed by the seed.
+  const uint32_t ctr[4] = {5, 0, 0, 0}, key[2] = {42, 0};
+  uint32_t a[4], b[4];
+  engine::philox4x32_rounds<7>(ctr, key, a);
+  engine::dropout_block(42, 5, b);
+  for (int i = 0; i < 4; i++) EXPECT_EQ(a[i], b[i]) << "lane " << i;
 }
 
 TEST(Philox, UniformIsAPureFunctionOfSeedAndPosition) {
@@ -52,7 +79,7 @@ TEST(Generator, ReservesInMultiplesOfFour) {
 TEST(DropoutDraw, SixteenBitHalvesOfTheGeneratorsNumbers) {
   // Element e at offset 8 is half e % 2 of number 8 + e / 2; the halves of block 2 are elements 0..7.
   uint32_t r[4];
-  engine::philox4x32_10(42, 2, r);
+  engine::dropout_block(42, 2, r);
   for (uint64_t e = 0; e < 8; e++) {
     const uint32_t word = r[e / 2], half = e % 2 ? word >> 16 : word & 0xffffu;
     EXPECT_EQ(engine::dropout_bits(42, 8, e), half) << "element " << e;
