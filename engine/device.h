@@ -84,7 +84,9 @@ class Device {
   // Pointer to arena offset (nullptr on meta).
   void* pointer(size_t offset) const { return base_ ? static_cast<char*>(base_) + offset : nullptr; }
 
-  // Copies between host memory and the arena (memcpy on cpu, cudaMemcpy on cuda, nothing on meta).
+  // Copies between host memory and the arena (memcpy on cpu, cudaMemcpy on cuda, nothing on meta). On cuda a small
+  // copy_to_device returns once src is staged, the copy queued on the engine's stream (ordered like a kernel);
+  // copy_to_host returns with the bytes in dst.
   virtual void copy_to_device(size_t offset, const void* src, size_t bytes);
   virtual void copy_to_host(void* dst, size_t offset, size_t bytes) const;
   virtual void synchronize() {}

@@ -105,12 +105,36 @@ class CudaDevice : public Device {
     synchronize_quietly();
     for (auto& [seq, event] : pending_) cudaEventDestroy(event);
     if (clock_origin_) cudaEventDestroy(clock_origin_);
+    if (staged_) cudaEventDestroy(staged_);
+    if (staging_) cudaFreeHost(staging_);
     if (base_) cudaFree(base_);
   }
+  // A copy of up to kStagingBytes goes through the pinned staging ring and returns without waiting for the GPU:
+  // src is copied into the ring on the host, and the ring's copy to the arena is queued on the engine's stream, in
+  // order after every kernel queued before it (so after the last use of the destination's previous tenant). A
+  // step's batch is thus uploaded without a synchronization per tensor. The ring's space is reused only after the
+  // copies that read it are done (staged_, recorded after each, waited on when the ring wraps). Larger copies
+  // (weights from a checkpoint) wait for their own completion, src being the caller's.
   void copy_to_device(size_t offset, const void* src, size_t bytes) override {
     if (!bytes) return;
-    ENGINE_CUDA_CHECK(cudaMemcpyAsync(pointer(offset), src, bytes, cudaMemcpyHostToDevice, g_stream));
-    synchronize_and_check();  // src may be a temporary host buffer
+    if (bytes > kStagingBytes) {
+      ENGINE_CUDA_CHECK(cudaMemcpyAsync(pointer(offset), src, bytes, cudaMemcpyHostToDevice, g_stream));
+      synchronize_and_check();
+      return;
+    }
+    if (!staging_) {
+      ENGINE_CUDA_CHECK(cudaHostAlloc(&staging_, kStagingBytes, cudaHostAllocDefault));
+      ENGINE_CUDA_CHECK(cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming));
+    }
+    if (staging_head_ + bytes > kStagingBytes) {  // wrap: every earlier copy out of the ring must be done
+      ENGINE_CUDA_CHECK(cudaEventSynchronize(staged_));
+      staging_head_ = 0;
+    }
+    char* stage = static_cast<char*>(staging_) + staging_head_;
+    std::memcpy(stage, src, bytes);
+    staging_head_ += (bytes + 255) / 256 * 256;
+    ENGINE_CUDA_CHECK(cudaMemcpyAsync(pointer(offset), stage, bytes, cudaMemcpyHostToDevice, g_stream));
+    ENGINE_CUDA_CHECK(cudaEventRecord(staged_, g_stream));
   }
   void copy_to_host(void* dst, size_t offset, size_t bytes) const override {
     if (!bytes) return;
@@ -126,6 +150,11 @@ class CudaDevice : public Device {
 
  private:
   std::string product_;
+  // The pinned staging ring of copy_to_device (host memory, allocated on first use; not the device's).
+  static constexpr size_t kStagingBytes = size_t(64) << 20;
+  void* staging_ = nullptr;
+  size_t staging_head_ = 0;
+  cudaEvent_t staged_ = nullptr;  // recorded after the latest copy out of the ring
   // The event clock: an origin event, then one event per allocation or free, read (and destroyed) by read_stamps.
   cudaEvent_t clock_origin_ = nullptr;
   std::vector<std::pair<int64_t, cudaEvent_t>> pending_;
