@@ -115,6 +115,28 @@ void Model::set_fixed_batch(Batch batch) {
 
 Batch Model::next_batch(int64_t step) { return micro_batch(step, 0); }
 
+Batch Model::make_batch(int64_t step) {
+  HostBatch h;
+  if (prefetched_.batch && prefetched_.step == step && prefetched_.training == module().training()) {
+    h = std::move(prefetched_.batch);
+    made_ahead_++;
+  }
+  prefetched_ = Prefetched{};
+  if (!h) h = make_host_batch(step);
+  ENGINE_CHECK(h, "this model makes no batches: it overrides neither make_batch nor make_host_batch");
+  return h();
+}
+
+void Model::prefetch_batch(int64_t step) {
+  prefetched_ = Prefetched{};
+  if (!prefetch_ || !fixed_batch_.empty()) return;
+  try {
+    prefetched_ = Prefetched{step, module().training(), make_host_batch(step)};
+  } catch (const engine::Error&) {
+    prefetched_ = Prefetched{};  // made again when its step asks for it, and reported there
+  }
+}
+
 void Model::set_accumulation(int64_t k) {
   ENGINE_CHECK(k >= 1 && k <= 4096, "--accumulate ", k,
                ": expected 1 (no accumulation) to 4096 micro-batches per step");
@@ -330,6 +352,7 @@ StepResult Model::train_step(int64_t step) {
     }
     optimizer_->zero_grad();
   }
+  prefetch_batch(data_step(step + 1));  // while the GPU runs this step: the wait for the loss comes next
   r.loss = loss_sum.item() / double(accumulate_);
   r.losses["loss"] = r.loss;
   return r;

@@ -167,6 +167,10 @@ class Model {
     return (step - 1) * parts() + int64_t(rank()) * accumulate_ + micro + 1;
   }
   virtual bool supports_accumulation() const { return true; }
+  // Whether train_step makes the next step's host batch ahead (make_host_batch; on by default). Off, every batch is
+  // made at its step: the same values and the same allocations (tests compare the two).
+  void set_prefetch(bool on) { prefetch_ = on; }
+  int64_t batches_made_ahead() const { return made_ahead_; }  // the steps that used a batch made ahead so far
 
   // The numeric recipe (models/precision.h). create_model() calls it once, after the constructor: bf16/fp16
   // lower the parameters (f32 masters go to the optimizer), tf32 switches the GPU's f32 GEMMs to TF32.
@@ -233,8 +237,16 @@ class Model {
   void with_whole_parameters(const std::function<void()>& fn);
 
  protected:
-  // The batch for `step` (tensors are tagged `input` by the caller).
-  virtual Batch make_batch(int64_t step) = 0;
+  // The batch for `step` (tensors are tagged `input` by the caller). By default make_host_batch's, uploaded.
+  virtual Batch make_batch(int64_t step);
+  // A batch made on the host: its values are computed when it is made; calling it (once) makes its tensors on the
+  // default device and sets whatever the model keeps of its batch.
+  using HostBatch = std::function<Batch()>;
+  // Models whose batches are host values (drawn or read from files, no device work: a pure function of the data
+  // step and the configuration) make them here instead of in make_batch. train_step then makes the next step's
+  // once this step's update is queued, before it waits for the loss, so that the host's work overlaps the GPU's;
+  // the upload stays at the next step's start, where the ledger has always had it. Null: make_batch is overridden.
+  virtual HostBatch make_host_batch(int64_t step) { return nullptr; }
   // The scalar loss of a batch, and the number of items it counts.
   virtual Tensor loss(const Batch& batch) = 0;
   virtual int64_t items(const Batch& batch) const = 0;
@@ -281,6 +293,18 @@ class Model {
   int zero_stage_ = 0;
   std::vector<std::pair<const ops::Optimizer*, std::unique_ptr<graph::GradientReducer>>> reducers_;
   std::unique_ptr<graph::ParameterShards> shards_;  // ZeRO-3 (declared after the reducers: destroyed before them)
+
+ private:
+  // The next step's host batch (make_host_batch), made by train_step; used by make_batch when its data step and the
+  // module's training mode are those it was made for.
+  struct Prefetched {
+    int64_t step = 0;
+    bool training = false;
+    HostBatch batch;
+  } prefetched_;
+  bool prefetch_ = true;
+  int64_t made_ahead_ = 0;
+  void prefetch_batch(int64_t step);
 };
 
 }  // namespace models

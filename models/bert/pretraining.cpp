@@ -171,16 +171,19 @@ std::string BertPretraining::summary() const {
                      " | data: ", source_->describe());
 }
 
-Batch BertPretraining::make_batch(int64_t step) {
+Model::HostBatch BertPretraining::make_host_batch(int64_t step) {
   std::mt19937_64 rng(recipe_.seed * 1000003ull + uint64_t(step));
-  data::MaskedLmBatch h = data::make_masked_lm_batch(*source_, mask_ids_, recipe_.batch, recipe_.seq, rng);
-  auto dev = engine::default_device();
-  int64_t B = h.batch, T = h.seq;
-  return {{"ids", ops::from_vector(h.ids, {B, T}, engine::DType::i64, dev)},
-          {"token_types", ops::from_vector(h.token_types, {B, T}, engine::DType::i64, dev)},
-          {"masked_positions", ops::from_vector(h.masked_positions, {B * h.masked_per_seq}, engine::DType::i64, dev)},
-          {"masked_labels", ops::from_vector(h.masked_labels, {B * h.masked_per_seq}, engine::DType::i64, dev)},
-          {"next_sentence_labels", ops::from_vector(h.next_sentence_labels, {B}, engine::DType::i64, dev)}};
+  auto h = std::make_shared<data::MaskedLmBatch>(
+      data::make_masked_lm_batch(*source_, mask_ids_, recipe_.batch, recipe_.seq, rng));
+  return [h]() -> Batch {
+    auto dev = engine::default_device();
+    const int64_t B = h->batch, T = h->seq, M = B * h->masked_per_seq;
+    return {{"ids", ops::from_vector(h->ids, {B, T}, engine::DType::i64, dev)},
+            {"token_types", ops::from_vector(h->token_types, {B, T}, engine::DType::i64, dev)},
+            {"masked_positions", ops::from_vector(h->masked_positions, {M}, engine::DType::i64, dev)},
+            {"masked_labels", ops::from_vector(h->masked_labels, {M}, engine::DType::i64, dev)},
+            {"next_sentence_labels", ops::from_vector(h->next_sentence_labels, {B}, engine::DType::i64, dev)}};
+  };
 }
 
 Tensor BertPretraining::loss(const Batch& batch) {

@@ -96,23 +96,25 @@ std::string BertSquad::summary() const {
                      b.recompute == "none" ? "" : ", recompute " + b.recompute, " | data: ", data);
 }
 
-Batch BertSquad::make_batch(int64_t step) {
+Model::HostBatch BertSquad::make_host_batch(int64_t step) {
   std::mt19937_64 rng(recipe_.seed * 1000003ull + uint64_t(step));
-  int64_t B = recipe_.batch, T = recipe_.seq;
-  data::SpanBatch h;
+  const int64_t B = recipe_.batch, T = recipe_.seq;
+  auto h = std::make_shared<data::SpanBatch>();
   if (features_.empty()) {
-    h = data::synthetic_span_batch(B, T, recipe_.bert.vocab, rng);
+    *h = data::synthetic_span_batch(B, T, recipe_.bert.vocab, rng);
   } else {
     for (int64_t b = 0; b < B; b++)
-      data::append_feature(features_[size_t(data::draw_index(rng, int64_t(features_.size())))], T,
-                           tokenizer_->pad_id, h);
+      data::append_feature(features_[size_t(data::draw_index(rng, int64_t(features_.size())))], T, tokenizer_->pad_id,
+                           *h);
   }
-  auto dev = engine::default_device();
-  return {{"ids", ops::from_vector(h.ids, {B, T}, engine::DType::i64, dev)},
-          {"token_types", ops::from_vector(h.token_types, {B, T}, engine::DType::i64, dev)},
-          {"key_padding_mask", ops::from_vector(h.padding, {B, T}, engine::DType::boolean, dev)},
-          {"start_positions", ops::from_vector(h.start_positions, {B}, engine::DType::i64, dev)},
-          {"end_positions", ops::from_vector(h.end_positions, {B}, engine::DType::i64, dev)}};
+  return [h, B, T]() -> Batch {
+    auto dev = engine::default_device();
+    return {{"ids", ops::from_vector(h->ids, {B, T}, engine::DType::i64, dev)},
+            {"token_types", ops::from_vector(h->token_types, {B, T}, engine::DType::i64, dev)},
+            {"key_padding_mask", ops::from_vector(h->padding, {B, T}, engine::DType::boolean, dev)},
+            {"start_positions", ops::from_vector(h->start_positions, {B}, engine::DType::i64, dev)},
+            {"end_positions", ops::from_vector(h->end_positions, {B}, engine::DType::i64, dev)}};
+  };
 }
 
 Tensor BertSquad::loss(const Batch& batch) {

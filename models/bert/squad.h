@@ -63,7 +63,7 @@ class BertSquad : public Model {
   BertForQuestionAnswering& net() { return *net_; }
 
  protected:
-  Batch make_batch(int64_t step) override;
+  HostBatch make_host_batch(int64_t step) override;
   Tensor loss(const Batch& batch) override;
   int64_t items(const Batch& batch) const override { return batch.at("ids").size(0); }
 

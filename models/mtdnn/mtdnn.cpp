@@ -241,10 +241,10 @@ std::string Mtdnn::summary() const {
                      c.data.empty() ? "synthetic" : c.data, ", ", tokenizer_->describe());
 }
 
-Batch Mtdnn::make_batch(int64_t step) {
+Model::HostBatch Mtdnn::make_host_batch(int64_t step) {
   const auto& c = config_;
-  batch_task_ = task_of_step(step);
-  const data::GlueTask& task = *net_->heads[size_t(batch_task_)].task;
+  const int task_index = task_of_step(step);
+  const data::GlueTask& task = *net_->heads[size_t(task_index)].task;
   const bool pair = is_pair(task);
   std::mt19937_64 rng = step_rng(c.seed, step, data_stream);
   std::vector<data::GlueExample> examples(size_t(c.batch));
@@ -252,30 +252,36 @@ Batch Mtdnn::make_batch(int64_t step) {
     if (c.data.empty()) {
       e = data::synthetic_glue_example(task, pair ? (c.seq - 3) / 2 : c.seq - 2, rng);
     } else {
-      const auto& rows = examples_[size_t(batch_task_)];
+      const auto& rows = examples_[size_t(task_index)];
       e = rows[size_t(rng() % rows.size())];
     }
   }
-  data::EncodedBatch e = data::encode_examples(examples, pair, c.seq, *tokenizer_);
-
-  auto dev = engine::default_device();
-  const engine::Shape bt{c.batch, c.seq};
-  Batch b;
-  b["ids"] = ops::from_vector(e.ids, bt, DType::i64, dev);
-  b["token_types"] = ops::from_vector(e.token_types, bt, DType::i64, dev);
-  b["padding"] = ops::from_vector(e.padding, bt, DType::boolean, dev);
-  if (uses_san(task)) {
-    b["not_premise"] = ops::from_vector(e.not_premise, bt, DType::boolean, dev);
-    b["not_hypothesis"] = ops::from_vector(e.not_hypothesis, bt, DType::boolean, dev);
-    if (net_->training())
-      b["turn_weights"] = ops::from_vector(san_turn_weights(c.batch, c.san.turns, c.san.turn_drop, rng),
-                                           {c.batch, c.san.turns}, compute_dtype(), dev);  // they weigh activations
-  }
-  if (task.kind == GlueKind::regression)
-    b["scores"] = ops::from_vector(e.scores, {c.batch, 1}, DType::f32, dev);
-  else
-    b["labels"] = ops::from_vector(e.labels, {c.batch}, DType::i64, dev);
-  return b;
+  auto e = std::make_shared<data::EncodedBatch>(data::encode_examples(examples, pair, c.seq, *tokenizer_));
+  const bool san = uses_san(task), regression = task.kind == GlueKind::regression;
+  // SAN's turn dropout is drawn with the batch, in training only (a host batch is used in the mode it was made in).
+  auto turn_weights = std::make_shared<std::vector<double>>();
+  if (san && net_->training()) *turn_weights = san_turn_weights(c.batch, c.san.turns, c.san.turn_drop, rng);
+  return [this, task_index, e, san, regression, turn_weights]() -> Batch {
+    const auto& c = config_;
+    batch_task_ = task_index;
+    auto dev = engine::default_device();
+    const engine::Shape bt{c.batch, c.seq};
+    Batch b;
+    b["ids"] = ops::from_vector(e->ids, bt, DType::i64, dev);
+    b["token_types"] = ops::from_vector(e->token_types, bt, DType::i64, dev);
+    b["padding"] = ops::from_vector(e->padding, bt, DType::boolean, dev);
+    if (san) {
+      b["not_premise"] = ops::from_vector(e->not_premise, bt, DType::boolean, dev);
+      b["not_hypothesis"] = ops::from_vector(e->not_hypothesis, bt, DType::boolean, dev);
+      if (!turn_weights->empty())  // they weigh activations
+        b["turn_weights"] = ops::from_vector(*turn_weights, {c.batch, c.san.turns}, compute_dtype(), dev);
+    }
+    if (regression)
+      b["scores"] = ops::from_vector(e->scores, {c.batch, 1}, DType::f32, dev);
+    else
+      b["labels"] = ops::from_vector(e->labels, {c.batch}, DType::i64, dev);
+    return b;
+  };
 }
 
 std::vector<std::string> Mtdnn::load_weights(const std::map<std::string, Tensor>& tensors) {

@@ -61,7 +61,7 @@ struct TaskHead {
 class MtdnnNet : public graph::Module {
  public:
   explicit MtdnnNet(const MtdnnConfig& c);
-  // The loss of task `task` (index into heads) on a batch (keys: see Mtdnn::make_batch).
+  // The loss of task `task` (index into heads) on a batch (keys: see Mtdnn::make_host_batch).
   Tensor loss(int64_t task, const Batch& batch) const;
   // The head's output: SAN probabilities [B, n], logits [B, n] (single sentence) or predictions [B, 1].
   Tensor forward(int64_t task, const Batch& batch) const;
@@ -104,7 +104,7 @@ class Mtdnn : public Model {
  protected:
   // ids, token_types (i64 [B, T]), padding (bool [B, T]), labels (i64 [B]) or scores (f32 [B, 1]);
   // SAN tasks add not_premise, not_hypothesis (bool [B, T]) and, in training, turn_weights (f32 [B, K]).
-  Batch make_batch(int64_t step) override;
+  HostBatch make_host_batch(int64_t step) override;
   Tensor loss(const Batch& batch) override;
   int64_t items(const Batch& batch) const override { return batch.at("ids").size(0); }
 
@@ -115,7 +115,7 @@ class Mtdnn : public Model {
   std::unique_ptr<data::Tokenizer> tokenizer_;  // WordPiece (DIR/vocab.txt) or bytes
   std::vector<std::vector<data::GlueExample>> examples_;  // per task, read from --data
   std::vector<int64_t> task_sizes_;  // per task: the sampling weights (training-set rows)
-  int64_t batch_task_ = 0;           // the task of the batch make_batch made last
+  int64_t batch_task_ = 0;           // the task of the batch uploaded last (make_host_batch)
 };
 
 }  // namespace models::mtdnn

@@ -117,10 +117,12 @@ data::TranslationBatch TransformerBig::host_batch(int64_t step) const {
   return data::make_translation_batch(pairs_, batches_[size_t(order_->batch_for(step, parts()))]);  // a data step
 }
 
-Batch TransformerBig::make_batch(int64_t step) {
-  data::TranslationBatch b = host_batch(step);
-  last_target_tokens_ = b.target_tokens;
-  return translation_tensors(b);
+Model::HostBatch TransformerBig::make_host_batch(int64_t step) {
+  auto b = std::make_shared<data::TranslationBatch>(host_batch(step));
+  return [this, b] {
+    last_target_tokens_ = b->target_tokens;
+    return translation_tensors(*b);
+  };
 }
 
 Tensor TransformerBig::loss(const Batch& batch) {

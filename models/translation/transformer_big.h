@@ -65,7 +65,7 @@ class TransformerBig : public Model {
   int64_t num_batches() const { return int64_t(batches_.size()); }
 
  protected:
-  Batch make_batch(int64_t step) override;
+  HostBatch make_host_batch(int64_t step) override;
   Tensor loss(const Batch& batch) override;
   int64_t items(const Batch& batch) const override { return last_target_tokens_; }
 
