@@ -21,14 +21,15 @@ CONFIGS=("bert_base|--model bert_base --seq 512 --batch 32"
          "bert_squad|--model bert_squad --size large --seq 384 --batch 16"
          "mtdnn|--model mtdnn --task mnli --seq 512 --batch 8"
          "transformer_big|--model transformer_big --tokens 8192")
-# The BERT family: 20 steps, the last step's line and the median of steps 5-20 (a padded batch's step costs its
-# rows' lengths: flash attention skips padded key tiles, so steps differ with their batches). transformer_big: 40
+# The BERT family: 60 steps, the last step's line and the median of steps 5-60 (a padded batch's step costs its
+# rows' lengths: flash attention skips padded key tiles, so steps differ with their batches; 20 steps' medians moved
+# by up to 0.5 ms between runs of one binary, 56 steps' by 0.1 ms: H200, 2026-12-04). transformer_big: 40
 # steps and the mean of steps 18-40: its token batches come in 17 shapes (one step's batch may hold half the tokens
 # of another), and each new shape's first GEMMs stall the host (cuBLASLt's algorithm query, kernels loaded on first
 # launch) in the first 17 steps (BENCHMARKS.md, issue 20).
 engine_step() {  # name, log, flags...: prints the last step line and the steady state's median (or means)
   local name=$1 log=$2; shift 2
-  local steps=20
+  local steps=60
   case " $* " in *" transformer_big "*) steps=40 ;; esac
   timeout 120 "$BIN/engine_train" --device cuda --steps $steps "$@" > "$log" 2>&1
   echo "engine $name $* | $(grep -E "^step $steps|rror" "$log" | tail -1)"
@@ -38,7 +39,7 @@ engine_step() {  # name, log, flags...: prints the last step line and the steady
   else
     grep -E '^step' "$log" | awk -F'|' 'NR >= 5 { print $3 + 0, $4 + 0, $5 + 0 }' | sort -n | awk '
       { ms[NR] = $1; rate[NR] = $2; mfu[NR] = $3 }
-      END { if (NR) { m = int((NR + 1) / 2); printf "  steps 5-20: median %.2f ms (%.1f-%.1f), %.1f /s, %.1f%% MFU\n",
+      END { if (NR) { m = int((NR + 1) / 2); printf "  steps 5-'$steps': median %.2f ms (%.1f-%.1f), %.1f /s, %.1f%% MFU\n",
                                                ms[m], ms[1], ms[NR], rate[m], mfu[m] } }'
   fi
 }
