@@ -329,7 +329,13 @@ StepResult Model::train_step(int64_t step) {
     // instead of a scaling pass per gradient (torch.nn.utils.clip_grad_norm_'s g *= max_norm / (norm + 1e-6)).
     bool apply = true;
     double grad_scale = 1;
-    if (scaled || clip_norm_ > 0) {
+    // Without fp16's overflow test nothing on the host needs the norm: the clip coefficient is computed on the
+    // device and the update reads it there, so the step does not wait for the GPU before its update (ZeRO-2 sums
+    // its shards' squares over the world on the host; Adafactor's update takes host scalars).
+    Tensor clip_by;
+    if (!scaled && clip_norm_ > 0 && zero_stage_ < 2 && optimizer_->reads_device_scale()) {
+      clip_by = ops::clip_coefficient(module().parameters(), clip_norm_);
+    } else if (scaled || clip_norm_ > 0) {
       const double unscale = scaled ? 1.0 / loss_scaler_.scale : 1.0;
       const double norm = grad_norm(*optimizer_, module().parameters()) * unscale;
       grad_scale = unscale;
@@ -343,10 +349,12 @@ StepResult Model::train_step(int64_t step) {
       }
     }
     if (apply) {
-      optimizer_->set_grad_scale(grad_scale);
+      optimizer_->set_grad_scale(grad_scale, clip_by);
       if (schedule_) optimizer_->set_lr(schedule_->lr(optimizer_->step_count()));
       optimizer_->step();
       after_update(*optimizer_);
+      optimizer_->set_grad_scale(1);
+      clip_by = Tensor();
     } else {
       optimizer_->allocate_state();  // the layout as if the update had run (see Optimizer::allocate_state)
     }

@@ -14,6 +14,8 @@
 //         by the scale before backward; a step whose gradients overflowed (non-finite norm) is skipped and
 //         the scale halved; after 2000 finite steps it doubles. The optimizer divides by the scale inside
 //         its update (ParamUpdate::grad_scale), with the clip coefficient: no extra pass over the gradients.
+//         Without fp16 nothing on the host needs the norm: the clip coefficient is computed on the device
+//         (ops::clip_coefficient) and the update reads it there (ParamUpdate::scale_by), so the step never waits.
 //
 // Buffers (running statistics, position tables) stay f32; a model that adds one to an activation casts it
 // to the activation's dtype (Model::compute_dtype()). Synthetic float inputs are made in the compute dtype.

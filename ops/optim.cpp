@@ -14,6 +14,7 @@
 #include "ops/factory.h"
 #include "ops/op.h"
 #include "ops/reduce.h"
+#include "ops/view.h"
 
 namespace ops {
 
@@ -198,6 +199,26 @@ double grad_norm(const std::vector<Tensor>& params) {
   double total = 0;
   for (double s : squared_norms(grads).to_double()) total += s;
   return std::sqrt(total);
+}
+
+Tensor clip_coefficient(const std::vector<Tensor>& params, double max_norm) {
+  graph::NoGrad no_grad;
+  engine::PhaseScope phase(engine::Phase::optimizer);
+  OpScope scope("grad_norm");
+  ENGINE_CHECK(max_norm > 0, "clip_coefficient: max_norm must be > 0, got ", max_norm);
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params) {
+    check_defined("clip_coefficient", "param", p);
+    if (p.grad().defined()) grads.push_back(contiguous(p.grad()));
+  }
+  if (grads.empty()) return Tensor();
+  // The per-gradient sums, folded into element 0 in place: no block beyond grad_norm's.
+  Tensor sums = squared_norms(grads);
+  run_kernel(
+      "clip_coefficient", sums, [&] { cpu::clip_coefficient(sums, max_norm); },
+      CUDA_KERNEL(cuda::clip_coefficient(sums, max_norm)));
+  engine::count_op("clip_coefficient", double(sums.numel()), double(sums.nbytes()));
+  return slice(sums, 0, 0, 1);
 }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {

@@ -34,6 +34,9 @@ struct ParamUpdate {
   std::vector<Tensor> slots;  // in the order of the optimizer's slot_names()
   Tensor master;              // f32 master weight, or undefined
   double grad_scale = 1;      // the gradient is multiplied by this first (1 / the fp16 loss scale)
+  // Or by element 0 of this f64 tensor on the parameter's device, a factor computed there (clip_coefficient) that
+  // the update reads as it runs, so the host never waits for it; grad_scale is then 1.
+  Tensor scale_by;
 };
 // The parameters one update op touches: any mix of dtypes and master copies, all on one device. Parameters
 // are independent, so the order of the list does not change any result.
@@ -86,6 +89,11 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 // The same L2 norm of all gradients, scaling nothing (Model::train_step folds the clip coefficient into
 // the optimizer's update instead: ParamUpdate::grad_scale).
 double grad_norm(const std::vector<Tensor>& params);
+// The clip coefficient of grad_norm's norm, computed on the gradients' device: a [1] f64 tensor holding
+// max_norm / (norm + 1e-6) when norm > max_norm, else 1 (a NaN norm gives 1, as the host's test does), with norm the
+// square root of grad_norm's sum in its order, so that the value is the host's to the bit. For an update's
+// ParamUpdate::scale_by: nothing waits for the GPU. Undefined when no gradient is. Meta: no value.
+Tensor clip_coefficient(const std::vector<Tensor>& params, double max_norm);
 // Squared L2 norm of each tensor, summed in f64: a new [n] f64 tensor on xs' device (xs non-empty).
 Tensor squared_norms(const std::vector<Tensor>& xs);
 // Elements per partial sum of squared_norms, on every device: the cpu sums chunks of this size in order, the

@@ -98,6 +98,14 @@ void Optimizer::allocate_slots(Entry& e) const {
   e.has_state = true;
 }
 
+void Optimizer::set_grad_scale(double scale, const Tensor& scale_by) {
+  ENGINE_CHECK(!scale_by.defined() || reads_device_scale(), name_, ": its update cannot read a factor on the device");
+  ENGINE_CHECK(!scale_by.defined() || (scale == 1 && scale_by.dtype() == engine::DType::f64 && scale_by.numel() == 1),
+               "set_grad_scale: a device factor is one f64 element, with scale 1");
+  grad_scale_ = scale;
+  grad_scale_by_ = scale_by;
+}
+
 void Optimizer::step() {
   graph::NoGrad no_grad;
   engine::PhaseScope phase(engine::Phase::optimizer);
@@ -119,14 +127,15 @@ void Optimizer::step() {
     const double weight_decay = e.decay ? weight_decay_ : 0.0;
     if (!g.is_contiguous()) {
       engine::MemoryScope owner(e.name);
-      update({ParamUpdate{e.target(), e.piece(contiguous(g)), e.slots, e.master, grad_scale_}}, weight_decay, e.steps);
+      update({ParamUpdate{e.target(), e.piece(contiguous(g)), e.slots, e.master, grad_scale_, grad_scale_by_}},
+             weight_decay, e.steps);
       continue;
     }
     g = e.piece(g);
     auto group = std::find_if(groups.begin(), groups.end(),
                               [&](const Group& gr) { return gr.weight_decay == weight_decay && gr.steps == e.steps; });
     if (group == groups.end()) group = groups.insert(groups.end(), Group{weight_decay, e.steps, {}});
-    group->updates.push_back(ParamUpdate{e.target(), g, e.slots, e.master, grad_scale_});
+    group->updates.push_back(ParamUpdate{e.target(), g, e.slots, e.master, grad_scale_, grad_scale_by_});
   }
   for (const Group& group : groups) update(group.updates, group.weight_decay, group.steps);
   step_count_++;

@@ -102,8 +102,11 @@ class Optimizer {
   OptimizerState full_state(const std::function<void(const Tensor&)>& assemble,
                             const std::function<void(std::vector<double>&)>& assemble_counts) const;
   // Multiplies every gradient by `scale` inside the update (fp16 loss scaling divides by the loss scale
-  // there instead of in a separate pass); 1 by default.
-  void set_grad_scale(double scale) { grad_scale_ = scale; }
+  // there instead of in a separate pass); 1 by default. Or, when scale_by is given, by its element 0 (f64 on the
+  // parameters' device: a factor computed there, ops::clip_coefficient, read by the update as it runs); the
+  // optimizer keeps it until the next call. Only where reads_device_scale().
+  void set_grad_scale(double scale, const Tensor& scale_by = Tensor());
+  virtual bool reads_device_scale() const { return true; }
 
   // The state for a checkpoint (tensors are shared, not copied) and its restoration. load_state checks
   // the optimizer name, every tensor's shape, dtype and device, and that every parameter with a step
@@ -146,6 +149,7 @@ class Optimizer {
   std::vector<double> slot_initial_values_;
   double lr_, weight_decay_;
   double grad_scale_ = 1;
+  Tensor grad_scale_by_;  // set_grad_scale's scale_by, or undefined
   int64_t step_count_ = 0;
   std::function<void()> after_zero_grad_;
 };
@@ -239,6 +243,7 @@ struct AdafactorOptions {
 class Adafactor : public Optimizer {
  public:
   Adafactor(const NamedTensors& params, const AdafactorOptions& o);
+  bool reads_device_scale() const override { return false; }  // its update is made of ops taking host scalars
 
  private:
   void update(const ParamUpdates& ts, double weight_decay, int64_t step) override;

@@ -28,7 +28,7 @@ struct Weights {
       : p((t.master.defined() ? t.master : t.param).template data<T>()),
         g(t.grad.data<G>()),
         low(t.master.defined() ? t.param.data<G>() : nullptr),
-        grad_scale(acc_t<T>(t.grad_scale)) {}
+        grad_scale(acc_t<T>(t.scale_by.defined() ? t.scale_by.data<double>()[0] : t.grad_scale)) {}
   acc_t<T> grad(int64_t i) const { return acc_t<T>(ld(g[i])) * grad_scale; }  // x * 1 is exact
   void store(int64_t i, acc_t<T> v) const {
     p[i] = st<T>(v);
@@ -211,6 +211,11 @@ void squared_norms(const std::vector<engine::Tensor>& xs, const engine::Tensor& 
   double* po = out.data<double>();
   for (size_t k = 0; k < xs.size(); k++)
     ENGINE_FLOAT_SWITCH(xs[k].dtype(), T, { po[k] = squared_norm(xs[k].data<T>(), xs[k].numel()); });
+}
+
+void clip_coefficient(const engine::Tensor& sums, double max_norm) {
+  double* s = sums.data<double>();
+  s[0] = clip_coefficient_of(s, sums.numel(), max_norm);
 }
 
 }  // namespace ops::cpu

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/cpu/optim.h"  // clip_coefficient_of (ENGINE_HD)
 #include "ops/cuda/kernel_util.cuh"
 #include "ops/cuda/optim.h"
 
@@ -145,6 +146,7 @@ struct UpdateTable {
   Slots<T, S> slots[kTensorsPerLaunch];
   int64_t numel[kTensorsPerLaunch];
   acc_t<T> grad_scale[kTensorsPerLaunch];
+  const double* scale_by;  // ParamUpdate::scale_by's element 0 (one factor per launch) in place of grad_scale, or null
   int first_block[kTensorsPerLaunch + 1];  // cumulative chunk counts: parameter k owns blocks [first, next)
   bool aligned[kTensorsPerLaunch];         // every pointer of parameter k 16-byte aligned: vector loads
   int count;
@@ -202,12 +204,12 @@ __global__ void __launch_bounds__(kThreads)
   while (k + 1 < table.count && table.first_block[k + 1] <= int(blockIdx.x)) k++;
   const int64_t begin = int64_t(int(blockIdx.x) - table.first_block[k]) * kUpdateChunk;
   const int64_t end = min(table.numel[k], begin + kUpdateChunk);
+  const acc_t<T> grad_scale = table.scale_by ? acc_t<T>(*table.scale_by) : table.grad_scale[k];
   if (table.aligned[k])
     update_range<T, G, S, vec16<T>()>(table.weight[k], table.grad[k], table.low[k], table.slots[k], begin, end,
-                                      table.grad_scale[k], f);
+                                      grad_scale, f);
   else
-    update_range<T, G, S, 1>(table.weight[k], table.grad[k], table.low[k], table.slots[k], begin, end,
-                             table.grad_scale[k], f);
+    update_range<T, G, S, 1>(table.weight[k], table.grad[k], table.low[k], table.slots[k], begin, end, grad_scale, f);
 }
 
 // Launches multi_tensor_update over ts[first, last), which share T and G, kTensorsPerLaunch parameters at a time;
@@ -218,8 +220,12 @@ void launch_updates(const ParamUpdates& ts, size_t first, size_t last, const Slo
   cudaStream_t stream = engine::cuda::stream();
   while (first < last) {
     UpdateTable<T, G, S> table{};
+    table.scale_by = ts[first].scale_by.defined() ? static_cast<const double*>(ts[first].scale_by.data_ptr()) : nullptr;
     for (; first < last && table.count < kTensorsPerLaunch; first++) {
       const ParamUpdate& t = ts[first];
+      ENGINE_CHECK(
+          (t.scale_by.defined() ? static_cast<const double*>(t.scale_by.data_ptr()) : nullptr) == table.scale_by,
+          "optimizer update: the parameters of one update op must share their scale_by factor");
       const int k = table.count++;
       table.weight[k] = static_cast<T*>((t.master.defined() ? t.master : t.param).data_ptr());
       table.grad[k] = static_cast<const G*>(t.grad.data_ptr());
@@ -450,6 +456,18 @@ void rmsprop_update(const ParamUpdates& ts, const RmsPropStep& h) {
     });
   }
   ENGINE_CUDA_LAUNCH_CHECK("rmsprop");
+}
+
+namespace {
+__global__ void clip_coefficient_kernel(double* sums, int64_t n, double max_norm) {
+  sums[0] = cpu::clip_coefficient_of(sums, n, max_norm);
+}
+}  // namespace
+
+void clip_coefficient(const Tensor& sums, double max_norm) {
+  clip_coefficient_kernel<<<1, 1, 0, engine::cuda::stream()>>>(static_cast<double*>(sums.data_ptr()), sums.numel(),
+                                                               max_norm);
+  ENGINE_CUDA_LAUNCH_CHECK("clip_coefficient");
 }
 
 void squared_norms(const std::vector<Tensor>& xs, const Tensor& out, const Tensor& partials) {

@@ -19,5 +19,7 @@ void rmsprop_update(const ParamUpdates& ts, const RmsPropStep& h);
 // partials[c] (chunks numbered tensor after tensor); then each tensor's chunk sums are added in a fixed
 // tree. partials: [sum_i ceil(numel_i / 65536)] f64, allocated by the op on every device (checked here).
 void squared_norms(const std::vector<engine::Tensor>& xs, const engine::Tensor& out, const engine::Tensor& partials);
+// sums[0] = cpu::clip_coefficient_of(sums) (one thread: the cpu's additions in the cpu's order).
+void clip_coefficient(const engine::Tensor& sums, double max_norm);
 
 }  // namespace ops::cuda

@@ -280,6 +280,43 @@ TEST(OptimCuda, SquaredNormsAndClipGradNorm) {
     testutil::expect_close(engine::str("clipped gradient ", k), cpu_params[k].grad(), gpu_params[k].grad());
 }
 
+TEST(OptimCuda, ClipCoefficientIsTheCpusAndTheUpdateReadsItOnTheGpu) {
+  // On the GPU, the coefficient computed there is the host's formula applied to the GPU's own norm to the bit, and
+  // the cpu's within the squared norms' rounding (their sums are added in another order).
+  Tensor p = cpu_input({300, 7}, DType::f32, -1, 1, true), r = cpu_input({1000}, DType::bf16, -1, 1, true);
+  p.set_grad(cpu_input({300, 7}, DType::f32, -1, 1));
+  r.set_grad(cpu_input({1000}, DType::bf16, -1, 1));
+  Tensor q = to_cuda(p), s = to_cuda(r);
+  q.set_grad(to_cuda(p.grad()));
+  s.set_grad(to_cuda(r.grad()));
+  for (double max_norm : {1.0, 1e6}) {
+    const double cpu = ops::clip_coefficient({p, r}, max_norm).to_double()[0];
+    engine::DeviceGuard guard(testutil::cuda_device());
+    const double norm = ops::grad_norm({q, s}), host = norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+    const Tensor coef = ops::clip_coefficient({q, s}, max_norm);
+    EXPECT_EQ(coef.to_double()[0], host) << max_norm;
+    EXPECT_NEAR(coef.to_double()[0], cpu, 1e-12) << max_norm;
+    if (max_norm == 1.0) EXPECT_LT(host, 1.0);
+  }
+  // AdamW on the GPU: the factor read from device memory, or the same number passed from the host: the same bits.
+  auto step = [&](bool on_device) {
+    Tensor w = to_cuda(p.detach());
+    w.set_grad(q.grad());
+    ops::AdamOptions o;
+    o.lr = 1e-2;
+    engine::DeviceGuard guard(testutil::cuda_device());
+    ops::AdamW opt({{"w", w}}, o);
+    const Tensor coef = ops::clip_coefficient({w}, 1.0);
+    if (on_device)
+      opt.set_grad_scale(1, coef);
+    else
+      opt.set_grad_scale(coef.to_double()[0]);
+    opt.step();
+    return w;
+  };
+  testutil::expect_equal("AdamW with the factor on the device", step(false), step(true));
+}
+
 TEST(OptimCuda, AdamOptimizerStepsOnTheGpu) {
   // The Optimizer class end to end: lazy slots on the parameter's device, three steps.
   Tensor p = cpu_input({64, 33}, DType::f32, -1, 1, true);
