@@ -5,44 +5,27 @@
 #include "engine/rng.h"
 #include "tests/util/dropout_reference.h"
 
+// Random123's kat_vectors: the three inputs of its "philox4x32 10" and "philox4x32 7" lines (7: the rounds dropout
+// draws with, engine::dropout_block).
 TEST(Philox, KnownAnswers) {
-  struct Kat {
-    uint32_t ctr[4], key[2], expect[4];
+  struct Input {
+    uint32_t ctr[4], key[2];
   };
-  const Kat kats[] = {
-      {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
-      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
-       {0xffffffff, 0xffffffff},
-       {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
-      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
-       {0xa4093822, 0x299f31d0},
-       {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
-  };
-  for (const Kat& k : kats) {
+  const Input inputs[3] = {{{0, 0, 0, 0}, {0, 0}},
+                           {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff}},
+                           {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0}}};
+  const uint32_t ten[3][4] = {{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+                              {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
+                              {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}};
+  const uint32_t seven[3][4] = {{0x5f6fb709, 0x0d893f64, 0x4f121f81, 0x4f730a48},
+                                {0x5207ddc2, 0x45165e59, 0x4d8ee751, 0x8c52f662},
+                                {0x4dfccaba, 0x190a87f0, 0xc47362ba, 0xb6b5242a}};
+  for (int v = 0; v < 3; v++) {
     uint32_t out[4];
-    engine::philox4x32_10_full(k.ctr, k.key, out);
-    for (int i = 0; i < 4; i++) EXPECT_EQ(out[i], k.expect[i]) << "lane " << i;
-  }
-}
-
-// Random123's kat_vectors, "philox4x32 7" lines: the rounds dropout draws with (engine::dropout_block).
-TEST(Philox, SevenRoundKnownAnswers) {
-  struct Kat {
-    uint32_t ctr[4], key[2], expect[4];
-  };
-  const Kat kats[] = {
-      {{0, 0, 0, 0}, {0, 0}, {0x5f6fb709, 0x0d893f64, 0x4f121f81, 0x4f730a48}},
-      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
-       {0xffffffff, 0xffffffff},
-       {0x5207ddc2, 0x45165e59, 0x4d8ee751, 0x8c52f662}},
-      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
-       {0xa4093822, 0x299f31d0},
-       {0x4dfccaba, 0x190a87f0, 0xc47362ba, 0xb6b5242a}},
-  };
-  for (const Kat& k : kats) {
-    uint32_t out[4];
-    engine::philox4x32_rounds<7>(k.ctr, k.key, out);
-    for (int i = 0; i < 4; i++) EXPECT_EQ(out[i], k.expect[i]) << "lane " << i;
+    engine::philox4x32_10_full(inputs[v].ctr, inputs[v].key, out);
+    for (int i = 0; i < 4; i++) EXPECT_EQ(out[i], ten[v][i]) << "10 rounds, vector " << v << ", lane " << i;
+    engine::philox4x32_rounds<7>(inputs[v].ctr, inputs[v].key, out);
+    for (int i = 0; i < 4; i++) EXPECT_EQ(out[i], seven[v][i]) << "7 rounds, vector " << v << ", lane " << i;
   }
   // dropout_block is that generator at counter (block, 0) keyed by the seed.
   const uint32_t ctr[4] = {5, 0, 0, 0}, key[2] = {42, 0};
