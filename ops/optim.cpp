@@ -185,15 +185,23 @@ Tensor squared_norms(const std::vector<Tensor>& xs) {
   return out;
 }
 
+namespace {
+// The gradients of `params` that exist, contiguous (what grad_norm and clip_coefficient sum).
+std::vector<Tensor> present_grads(const char* op, const std::vector<Tensor>& params) {
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params) {
+    check_defined(op, "param", p);
+    if (p.grad().defined()) grads.push_back(contiguous(p.grad()));
+  }
+  return grads;
+}
+}  // namespace
+
 double grad_norm(const std::vector<Tensor>& params) {
   graph::NoGrad no_grad;
   engine::PhaseScope phase(engine::Phase::optimizer);
   OpScope scope("grad_norm");
-  std::vector<Tensor> grads;
-  for (const Tensor& p : params) {
-    check_defined("grad_norm", "param", p);
-    if (p.grad().defined()) grads.push_back(contiguous(p.grad()));
-  }
+  const std::vector<Tensor> grads = present_grads("grad_norm", params);
   if (grads.empty()) return 0.0;
   // One small tensor of per-grad sums, read once: a single device-to-host sync on cuda.
   double total = 0;
@@ -206,11 +214,7 @@ Tensor clip_coefficient(const std::vector<Tensor>& params, double max_norm) {
   engine::PhaseScope phase(engine::Phase::optimizer);
   OpScope scope("grad_norm");
   ENGINE_CHECK(max_norm > 0, "clip_coefficient: max_norm must be > 0, got ", max_norm);
-  std::vector<Tensor> grads;
-  for (const Tensor& p : params) {
-    check_defined("clip_coefficient", "param", p);
-    if (p.grad().defined()) grads.push_back(contiguous(p.grad()));
-  }
+  const std::vector<Tensor> grads = present_grads("clip_coefficient", params);
   if (grads.empty()) return Tensor();
   // The per-gradient sums, folded into element 0 in place: no block beyond grad_norm's.
   Tensor sums = squared_norms(grads);

@@ -36,7 +36,7 @@ struct ParamUpdate {
   double grad_scale = 1;      // the gradient is multiplied by this first (1 / the fp16 loss scale)
   // Or by element 0 of this f64 tensor on the parameter's device, a factor computed there (clip_coefficient) that
   // the update reads as it runs, so the host never waits for it; grad_scale is then 1.
-  Tensor scale_by;
+  Tensor scale_by{};
 };
 // The parameters one update op touches: any mix of dtypes and master copies, all on one device. Parameters
 // are independent, so the order of the list does not change any result.

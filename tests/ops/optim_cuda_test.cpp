@@ -296,7 +296,9 @@ TEST(OptimCuda, ClipCoefficientIsTheCpusAndTheUpdateReadsItOnTheGpu) {
     const Tensor coef = ops::clip_coefficient({q, s}, max_norm);
     EXPECT_EQ(coef.to_double()[0], host) << max_norm;
     EXPECT_NEAR(coef.to_double()[0], cpu, 1e-12) << max_norm;
-    if (max_norm == 1.0) EXPECT_LT(host, 1.0);
+    if (max_norm == 1.0) {
+      EXPECT_LT(host, 1.0);
+    }
   }
   // AdamW on the GPU: the factor read from device memory, or the same number passed from the host: the same bits.
   auto step = [&](bool on_device) {
