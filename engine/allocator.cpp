@@ -9,14 +9,43 @@ Allocator::Allocator(size_t capacity) : capacity_(capacity / kAlignment * kAlign
   if (capacity_ > 0) insert_free(0, capacity_);
 }
 
+namespace {
+constexpr size_t kMaxSpareNodes = 64;
+}
+
+void Allocator::put(OffsetMap& m, size_t key, size_t value) {
+  if (spare_entries_.empty()) {
+    m[key] = value;
+    return;
+  }
+  OffsetMap::node_type n = std::move(spare_entries_.back());
+  spare_entries_.pop_back();
+  n.key() = key;
+  n.mapped() = value;
+  m.insert(std::move(n));
+}
+
+void Allocator::take(OffsetMap& m, OffsetMap::iterator it) {
+  OffsetMap::node_type n = m.extract(it);
+  if (spare_entries_.size() < kMaxSpareNodes) spare_entries_.push_back(std::move(n));
+}
+
 void Allocator::insert_free(size_t offset, size_t size) {
-  free_by_offset_[offset] = size;
-  free_by_size_.insert({size, offset});
+  put(free_by_offset_, offset, size);
+  if (spare_sizes_.empty()) {
+    free_by_size_.insert({size, offset});
+    return;
+  }
+  SizeSet::node_type n = std::move(spare_sizes_.back());
+  spare_sizes_.pop_back();
+  n.value() = {size, offset};
+  free_by_size_.insert(std::move(n));
 }
 
 void Allocator::erase_free(size_t offset, size_t size) {
-  free_by_offset_.erase(offset);
-  free_by_size_.erase({size, offset});
+  take(free_by_offset_, free_by_offset_.find(offset));
+  SizeSet::node_type n = free_by_size_.extract({size, offset});
+  if (n && spare_sizes_.size() < kMaxSpareNodes) spare_sizes_.push_back(std::move(n));
 }
 
 std::optional<size_t> Allocator::allocate(size_t bytes) {
@@ -26,7 +55,7 @@ std::optional<size_t> Allocator::allocate(size_t bytes) {
   auto [block_size, offset] = *it;
   erase_free(offset, block_size);
   if (block_size > size) insert_free(offset + size, block_size - size);  // split: tail stays free
-  live_[offset] = size;
+  put(live_, offset, size);
   allocated_ += size;
   if (offset + size > high_water_) high_water_ = offset + size;
   return offset;
@@ -36,7 +65,7 @@ size_t Allocator::free(size_t offset) {
   auto it = live_.find(offset);
   ENGINE_CHECK(it != live_.end(), "allocator: free of offset ", offset, " which is not a live block");
   size_t size = it->second;
-  live_.erase(it);
+  take(live_, it);
   allocated_ -= size;
   size_t start = offset, end = offset + size;
   // Coalesce with the free neighbour after ...

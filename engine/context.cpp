@@ -1,6 +1,8 @@
 // context.cpp: the thread-local tagging context.
 #include "engine/context.h"
 
+#include <cstring>
+
 namespace engine {
 
 const char* phase_name(Phase p) {
@@ -23,19 +25,16 @@ Context& context() {
   return ctx;
 }
 
-std::string current_scope() {
-  std::string s;
-  for (const auto& piece : context().scopes) {
-    if (piece.empty()) continue;
-    if (!s.empty()) s += '.';
-    s += piece;
-  }
-  return s;
-}
+std::string current_scope() { return context().scopes.path(); }
 
 std::string current_owner() {
-  std::string s = current_scope();
-  if (context().op) s += std::string("/") + context().op;
+  const Context& c = context();
+  if (!c.op) return c.scopes.path();
+  std::string s;
+  s.reserve(c.scopes.path().size() + 1 + std::strlen(c.op));
+  s += c.scopes.path();
+  s += '/';
+  s += c.op;
   return s;
 }
 

@@ -22,9 +22,31 @@ enum class Category : uint8_t { param, grad, optimizer, activation, temp, worksp
 constexpr int kNumCategories = int(Category::kCount);
 const char* category_name(Category c);
 
+// The module path of the running code: pieces pushed and popped by MemoryScope (a node's backward sets its forward's
+// whole path as one piece), kept joined with '.' (empty pieces skipped) so that an allocation's owner is a copy of the
+// path, not a join of its pieces.
+class ScopeStack {
+ public:
+  void push(const std::string& piece) {
+    ends_.push_back(path_.size());
+    if (piece.empty()) return;
+    if (!path_.empty()) path_ += '.';
+    path_ += piece;
+  }
+  void pop() {
+    path_.resize(ends_.back());
+    ends_.pop_back();
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::vector<size_t> ends_;  // path_'s length before each push
+};
+
 struct Context {
   Phase phase = Phase::setup;
-  std::vector<std::string> scopes;  // module path pieces
+  ScopeStack scopes;
   const char* op = nullptr;          // op running now, or nullptr
   Category category = Category::temp;  // category of new blocks (CategoryScope changes it)
 };
@@ -35,8 +57,8 @@ std::string current_scope();  // "a.b.c"
 
 class MemoryScope {
  public:
-  explicit MemoryScope(std::string name) { context().scopes.push_back(std::move(name)); }
-  ~MemoryScope() { context().scopes.pop_back(); }
+  explicit MemoryScope(const std::string& name) { context().scopes.push(name); }
+  ~MemoryScope() { context().scopes.pop(); }
   MemoryScope(const MemoryScope&) = delete;
   MemoryScope& operator=(const MemoryScope&) = delete;
 };

@@ -55,14 +55,50 @@ void Ledger::on_free(int64_t id) {
   BlockInfo& b = it->second;
   live_[int(b.category)] -= b.rounded;
   live_total_ -= b.rounded;
-  b.free_seq = ++seq_;
+  FreedBlock f{b.id, b.alloc_seq, ++seq_, b.requested, b.rounded, b.offset, intern_owner(std::move(b.owner)),
+               -1,   b.category,  b.phase};
   if (detail_) {
-    b.free_phase = context().phase;
-    b.free_owner = current_owner();
+    details_.push_back({std::move(b.what), std::move(b.reason), current_owner(), context().phase});
+    f.detail = int32_t(details_.size() - 1);
   }
-  freed_.push_back(std::move(b));
+  freed_.push_back(f);
   live_map_.erase(it);
   if (freed_.size() > history_limit_) compact();
+}
+
+int32_t Ledger::intern_owner(std::string owner) {
+  auto it = owner_index_.find(owner);
+  if (it != owner_index_.end()) return it->second;
+  const int32_t id = int32_t(owners_.size());
+  owners_.push_back(owner);
+  owner_index_.emplace(std::move(owner), id);
+  return id;
+}
+
+BlockInfo Ledger::block_of(const FreedBlock& f) const {
+  BlockInfo b;
+  b.id = f.id;
+  b.category = f.category;
+  b.phase = f.phase;
+  b.owner = owners_[size_t(f.owner)];
+  b.requested = f.requested;
+  b.rounded = f.rounded;
+  b.offset = f.offset;
+  b.alloc_seq = f.alloc_seq;
+  b.free_seq = f.free_seq;
+  if (f.detail >= 0) {
+    const FreedDetail& d = details_[size_t(f.detail)];
+    b.what = d.what;
+    b.reason = d.reason;
+    b.free_owner = d.free_owner;
+    b.free_phase = d.free_phase;
+  }
+  return b;
+}
+
+void Ledger::clear_history() {
+  freed_.clear();
+  details_.clear();
 }
 
 void Ledger::retag(int64_t id, Category category) {
@@ -116,7 +152,7 @@ void Ledger::update_peak() {
 void Ledger::reset_peak() {
   materialized_peak_.clear();
   materialized_seq_ = -1;
-  freed_.clear();
+  clear_history();
   peak_ = live_;
   at_peak_ = live_;
   peak_total_ = live_total_;
@@ -148,8 +184,8 @@ std::vector<BlockInfo> Ledger::live_blocks() const {
 std::vector<BlockInfo> Ledger::peak_snapshot() const {
   if (materialized_seq_ == peak_seq_) return materialized_peak_;
   std::vector<BlockInfo> out;
-  for (const auto& b : freed_)
-    if (b.alloc_seq <= peak_seq_ && b.free_seq > peak_seq_) out.push_back(b);
+  for (const FreedBlock& f : freed_)
+    if (f.alloc_seq <= peak_seq_ && f.free_seq > peak_seq_) out.push_back(block_of(f));
   for (const auto& [id, b] : live_map_)
     if (b.alloc_seq <= peak_seq_) out.push_back(b);
   std::sort(out.begin(), out.end(), [](const BlockInfo& a, const BlockInfo& b) { return a.id < b.id; });
@@ -159,11 +195,13 @@ std::vector<BlockInfo> Ledger::peak_snapshot() const {
 void Ledger::compact() {
   materialized_peak_ = peak_snapshot();
   materialized_seq_ = peak_seq_;
-  freed_.clear();
+  clear_history();
 }
 
 std::vector<BlockInfo> Ledger::history() const {
-  std::vector<BlockInfo> out = freed_;
+  std::vector<BlockInfo> out;
+  out.reserve(freed_.size() + live_map_.size());
+  for (const FreedBlock& f : freed_) out.push_back(block_of(f));
   for (const auto& [id, b] : live_map_) out.push_back(b);
   std::sort(out.begin(), out.end(), [](const BlockInfo& a, const BlockInfo& b) { return a.id < b.id; });
   return out;

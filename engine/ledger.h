@@ -124,7 +124,25 @@ class Ledger {
 
  private:
   std::unordered_map<int64_t, BlockInfo> live_map_;
-  std::vector<BlockInfo> freed_;                // history of freed blocks since compaction
+  // A freed block of the history, holding no heap memory: its owner (and, with detail, its other strings) as an index
+  // into tables that keep each string once. (The history as BlockInfos, four strings each, was a third of the meta
+  // device's time: mtdnn's 300 steps took 2.2 s, 1.4 s without a history; 2026-12-04.)
+  struct FreedBlock {
+    int64_t id, alloc_seq, free_seq;
+    size_t requested, rounded, offset;
+    int32_t owner;   // owners_[owner]
+    int32_t detail;  // details_[detail], or -1 (detail off)
+    Category category;
+    Phase phase;
+  };
+  struct FreedDetail {
+    std::string what, reason, free_owner;
+    Phase free_phase;
+  };
+  std::vector<FreedBlock> freed_;  // history of freed blocks since compaction
+  std::vector<FreedDetail> details_;
+  std::vector<std::string> owners_;
+  std::unordered_map<std::string, int32_t> owner_index_;
   std::vector<BlockInfo> materialized_peak_;    // valid when materialized_seq_ == peak_seq_
   int64_t materialized_seq_ = -1;
   std::array<size_t, kNumCategories> live_{}, peak_{}, at_peak_{};
@@ -136,6 +154,9 @@ class Ledger {
 
   void update_peak();
   void compact();
+  void clear_history();
+  int32_t intern_owner(std::string owner);
+  BlockInfo block_of(const FreedBlock& f) const;
 };
 
 }  // namespace engine

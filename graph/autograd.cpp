@@ -268,7 +268,8 @@ class NodeContext {
  public:
   explicit NodeContext(const Node& node)
       : scopes_(std::move(engine::context().scopes)), op_(engine::context().op) {
-    engine::context().scopes = {node.scope};
+    engine::context().scopes = engine::ScopeStack();
+    engine::context().scopes.push(node.scope);
     engine::context().op = node.backward_name.c_str();
   }
   ~NodeContext() {
@@ -279,7 +280,7 @@ class NodeContext {
   NodeContext& operator=(const NodeContext&) = delete;
 
  private:
-  std::vector<std::string> scopes_;
+  engine::ScopeStack scopes_;
   const char* op_;
 };
 

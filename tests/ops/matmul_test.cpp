@@ -223,7 +223,9 @@ TEST(Matmul, WideUnalignedLinearRunsPaddedAndStaysExact) {
     std::vector<Tensor> in = inputs();
     Tensor y = padded ? ops::linear(in[0], in[1], in[2])
                       : ops::add(ops::matmul(in[0], ops::transpose(in[1], 0, 1)), in[2]);
-    if (padded) EXPECT_EQ(y.strides(), (Shape{3 * 1032, 1032, 1}));
+    if (padded) {
+      EXPECT_EQ(y.strides(), (Shape{3 * 1032, 1032, 1}));
+    }
     // Second order: the gradient of sum(y^2) wrt x, differentiated again wrt W.
     Tensor gx = graph::grad({ops::sum(ops::mul(y, y))}, {in[0]}, {}, /*create_graph=*/true)[0];
     std::vector<Tensor> out = graph::grad({ops::sum(ops::mul(gx, gx))}, {in[1], in[2]});
@@ -397,7 +399,9 @@ TEST(Matmul, LinearReluIsReluOfLinear) {
     std::vector<Tensor> got = graph::grad({fused}, inputs, {g}), want = graph::grad({separate}, inputs, {g});
     for (size_t i = 0; i < inputs.size(); i++) {
       ASSERT_EQ(got[i].defined(), want[i].defined()) << "input " << i;
-      if (want[i].defined()) EXPECT_EQ(got[i].to_double(), want[i].to_double()) << "input " << i;
+      if (want[i].defined()) {
+        EXPECT_EQ(got[i].to_double(), want[i].to_double()) << "input " << i;
+      }
     }
   }
   testutil::Fn f = [](const std::vector<Tensor>& in) {
