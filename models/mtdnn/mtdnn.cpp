@@ -170,6 +170,15 @@ int64_t Mtdnn::schedule_steps() const {
 
 int64_t Mtdnn::task_of_step(int64_t step) const {
   if (task_sizes_.size() == 1) return 0;
+  auto known = task_of_step_.find(step);
+  if (known != task_of_step_.end()) return known->second;
+  const int64_t task = draw_task_of_step(step);
+  if (task_of_step_.size() >= (size_t(1) << 16)) task_of_step_.clear();  // (a long run: bounded)
+  task_of_step_.emplace(step, task);
+  return task;
+}
+
+int64_t Mtdnn::draw_task_of_step(int64_t step) const {
   bool uniform = config_.task_sampling == "uniform";
   uint64_t total = 0;
   for (int64_t n : task_sizes_) total += uniform ? 1 : uint64_t(n);

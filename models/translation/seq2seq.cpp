@@ -2,6 +2,9 @@
 #include "models/translation/seq2seq.h"
 
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "graph/autograd.h"
 #include "ops/dropout.h"
@@ -68,6 +71,15 @@ std::vector<float> sinusoidal_positions(int64_t first, int64_t count, int64_t di
   return table;
 }
 
+std::shared_ptr<const std::vector<float>> shared_sinusoidal_positions(int64_t first, int64_t count, int64_t dim) {
+  static std::mutex lock;
+  static std::map<std::tuple<int64_t, int64_t, int64_t>, std::shared_ptr<const std::vector<float>>> tables;
+  std::lock_guard<std::mutex> guard(lock);
+  auto& table = tables[{first, count, dim}];
+  if (!table) table = std::make_shared<const std::vector<float>>(sinusoidal_positions(first, count, dim));
+  return table;
+}
+
 Tensor TokenEmbedding::forward(const Seq2SeqConfig& c, const Tensor& ids, int64_t first_position, int64_t lang,
                                bool training) const {
   int64_t T = ids.size(1);
@@ -85,8 +97,8 @@ Tensor TokenEmbedding::forward(const Seq2SeqConfig& c, const Tensor& ids, int64_
     engine::CategoryScope input(engine::Category::input);
     engine::MemoryScope s("embed_positions");
     // fairseq counts positions from padding_idx + 1.
-    if (sinusoid_table.empty()) sinusoid_table = sinusoidal_positions(c.padding_idx + 1, c.max_positions, c.dim);
-    const auto rows = sinusoid_table.begin() + first_position * c.dim;
+    if (!sinusoid_table) sinusoid_table = shared_sinusoidal_positions(c.padding_idx + 1, c.max_positions, c.dim);
+    const auto rows = sinusoid_table->begin() + first_position * c.dim;
     pos = ops::from_vector(std::vector<float>(rows, rows + T * c.dim), {T, c.dim}, x.dtype(),
                            ids.device_ptr());  // [T, C]
   }

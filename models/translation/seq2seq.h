@@ -73,11 +73,14 @@ struct TokenEmbedding {
   // Without learned positions: fairseq's sinusoidal rows for every position [max_positions, dim], computed on
   // the host at the first forward and kept (as fairseq's SinusoidalPositionalEmbedding keeps its weights), so
   // a step uploads its T rows instead of evaluating T x dim sines and cosines (a fifth of a meta probe).
-  mutable std::vector<float> sinusoid_table;
+  mutable std::shared_ptr<const std::vector<float>> sinusoid_table;
 };
 
 // fairseq's sinusoidal table rows for positions [first, first + count): [count, dim], half sin, half cos.
 std::vector<float> sinusoidal_positions(int64_t first, int64_t count, int64_t dim);
+// The same table, computed once per (first, count, dim) in the process and shared: every model of a max-batch
+// search builds the same one (its sines and cosines were 8% of `engine_bench lambda --device meta`).
+std::shared_ptr<const std::vector<float>> shared_sinusoidal_positions(int64_t first, int64_t count, int64_t dim);
 
 class Seq2SeqEncoder : public graph::Module {
  public:
