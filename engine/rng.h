@@ -47,21 +47,19 @@ ENGINE_HD void philox4x32_10_full(const uint32_t ctr[4], const uint32_t key[2], 
 }
 
 // The engine's use: key = seed, counter = (block, 0).
-ENGINE_HD void philox4x32_10(uint64_t seed, uint64_t block, uint32_t out[4]) {
+template <int R>
+ENGINE_HD void philox_block(uint64_t seed, uint64_t block, uint32_t out[4]) {
   const uint32_t ctr[4] = {uint32_t(block), uint32_t(block >> 32), 0u, 0u};
   const uint32_t key[2] = {uint32_t(seed), uint32_t(seed >> 32)};
-  philox4x32_rounds<10>(ctr, key, out);
+  philox4x32_rounds<R>(ctr, key, out);
 }
+ENGINE_HD void philox4x32_10(uint64_t seed, uint64_t block, uint32_t out[4]) { philox_block<10>(seed, block, out); }
 
 // Dropout's Philox block: the same counter and key with 7 rounds. Random123's authors found 7 the fewest rounds
 // of Philox-4x32 that pass all of TestU01's BigCrush (10 keeps a margin), and FlashAttention-2, PyTorch's flash
 // SDPA backend, draws its dropout with 7. A keep decision is one comparison, so on a GPU the rounds' integer
 // multiplies are what dropout costs (inside flash attention they bound the forward): 7 rounds cost 0.7 of 10.
-ENGINE_HD void dropout_block(uint64_t seed, uint64_t block, uint32_t out[4]) {
-  const uint32_t ctr[4] = {uint32_t(block), uint32_t(block >> 32), 0u, 0u};
-  const uint32_t key[2] = {uint32_t(seed), uint32_t(seed >> 32)};
-  philox4x32_rounds<7>(ctr, key, out);
-}
+ENGINE_HD void dropout_block(uint64_t seed, uint64_t block, uint32_t out[4]) { philox_block<7>(seed, block, out); }
 
 // One 32-bit Philox output as a uniform float in [0, 1) (its top 24 bits). Kernels that use all four lanes
 // of a block convert each with this, so they draw exactly what philox_uniform does.
