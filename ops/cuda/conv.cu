@@ -24,6 +24,8 @@ int wide_variant = kDefaultWideVariant;
 bool wgmma_on = true;
 WgShape wgmma_shape = WgShape::by_shape;
 bool tma_on = true;
+bool im2col_on = true;
+int64_t im2col_launches = 0;
 }  // namespace
 
 int igemm_wide_variant() { return wide_variant; }
@@ -42,6 +44,10 @@ WgShape igemm_wgmma_shape() { return wgmma_shape; }
 void set_igemm_wgmma_shape(WgShape s) { wgmma_shape = s; }
 bool igemm_tma() { return tma_on; }
 void set_igemm_tma(bool on) { tma_on = on; }
+bool igemm_im2col() { return im2col_on && tma_on; }
+void set_igemm_im2col(bool on) { im2col_on = on; }
+int64_t igemm_im2col_launches() { return im2col_launches; }
+void count_igemm_im2col_launch() { im2col_launches++; }
 
 }  // namespace conv
 

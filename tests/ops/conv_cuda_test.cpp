@@ -255,8 +255,9 @@ std::vector<Case> sweep() {
 
 // Runs body once per tensor-core kernel family: the mma.sync kernels with each 128 x 128 tile variant (warps of
 // 64 x 32, of 64 x 64), then the wgmma kernels where the build and the device have them, with each tile shape
-// (128 x 128, 128 x 256, 256 x 128; the forward's and data gradient's weights by the bulk tensor copy) and once with
-// the weights by cp.async (16-bit types; f32 runs its TF32 kernels again); the defaults after.
+// (128 x 128, 128 x 256, 256 x 128; the forward's and data gradient's weights by the bulk tensor copy, the forward's x
+// by the im2col copy where it applies), once with the forward's x by cp.async, and once with the weights by cp.async
+// (16-bit types; f32 runs its TF32 kernels again); the defaults after.
 template <typename F>
 void for_each_igemm_kernel(F&& body) {
   ops::cuda::conv::set_igemm_wgmma(false);
@@ -273,6 +274,12 @@ void for_each_igemm_kernel(F&& body) {
       SCOPED_TRACE(engine::str("wgmma, tile shape ", int(s)));
       ops::cuda::conv::set_igemm_wgmma_shape(s);
       body();
+    }
+    {
+      SCOPED_TRACE("wgmma, tile by shape, x by cp.async (no im2col bulk copies)");
+      ops::cuda::conv::set_igemm_im2col(false);
+      body();
+      ops::cuda::conv::set_igemm_im2col(true);
     }
     {
       SCOPED_TRACE("wgmma, 128 x 128 tiles, weights by cp.async");
@@ -406,6 +413,31 @@ TEST(ConvCuda, WideTilesMatchCpu) {
   check_case({4, 64, 66, 72, 72, 3, 3, params(1, 1)}, DType::f32);
 }
 
+// The Hopper forward and weight gradient whose x tiles come by the im2col bulk tensor copy (one group, Cin a multiple
+// of 64, Cout > 64): tiles across images and past the last one, partial tiles past Cout, stride 2, dilation, no
+// padding, 5x5 and 7x7 filters, several 64-channel blocks per tap, split-K pixel ranges; each of the three tile shapes
+// (for_each_igemm_kernel). They must run where the build and the device have wgmma.
+TEST(ConvCuda, Im2colKernelsMatchCpu) {
+  const std::vector<Case> cases = {
+      {3, 9, 7, 64, 256, 3, 3, params(1, 1)},       // 189 pixels: a tile spans three images and runs past them
+      {2, 20, 19, 128, 200, 3, 3, params(1, 1)},    // Cout 200: a partial 256-wide tile
+      {1, 17, 21, 64, 136, 3, 3, params(2, 1)},     // stride 2
+      {1, 19, 20, 64, 136, 3, 3, params(1, 6, 6)},  // dilation 6 (DeepLab's ASPP-like)
+      {1, 11, 13, 64, 136, 3, 3, params(2, 0)},     // no padding
+      {1, 15, 14, 128, 144, 5, 5, params(1, 2)},    // 5x5
+      {2, 23, 25, 192, 128, 7, 7, params(2, 3)},    // 7x7 stride 2, three channel blocks per tap
+      {4, 48, 60, 128, 264, 3, 3, params(1, 1)},    // wide: 128 x 256 tiles by shape
+  };
+  const int64_t before = ops::cuda::conv::igemm_im2col_launches();
+  for_each_igemm_kernel([&] {
+    for (const Case& c : cases) check_case(c, DType::bf16);
+    check_case(cases[0], DType::f16);
+  });
+  if (ops::cuda::conv::igemm_wgmma_available()) {
+    EXPECT_GT(ops::cuda::conv::igemm_im2col_launches(), before) << "the im2col kernels never ran";
+  }
+}
+
 // f64 on the geometries whose paths take it (generic, depthwise, gemm).
 TEST(ConvCuda, Float64MatchesCpu) {
   const std::vector<Case> cases = {{2, 7, 9, 16, 24, 1, 1, params(1, 0)},
@@ -480,11 +512,11 @@ TEST(ConvCuda, WeightGradientIsDeterministic) {
 // TFLOP/s of each pass on ResNet-101 / Darknet-53 layer shapes (tools/bench/conv_torch.py times cuDNN on the same
 // list): bf16 with the wgmma kernels (where the build and device have them; tile by the shape, then 128 x 128,
 // 128 x 256 and 256 x 128 forced, then by the shape with the forward's weights by cp.async instead of the bulk tensor
-// copy: "cpa") and with the mma.sync kernels' 128 x 128
-// tile variants (v0: warps of 64 x 32, v1: 64 x 64), f32 on TF32 tensor cores (allow_tf32, each kernel's default
-// tile: v1 forward and weight gradient, v0 data gradient) on every shape, and true fp32 (CUDA cores, or cuBLASLt for
-// 1x1) on the first three and Darknet's. One row per run, then a table side by side (bf16 wgmma, bf16 v0, tf32,
-// fp32).
+// copy: "cpa", then with the forward's x by cp.async and its weights by the bulk copy: "tmab") and with the mma.sync
+// kernels' 128 x 128 tile variants (v0: warps of 64 x 32, v1: 64 x 64), f32 on TF32 tensor cores (allow_tf32, each
+// kernel's default tile: v1 forward and weight gradient, v0 data gradient) on every shape, and true fp32 (CUDA cores,
+// or cuBLASLt for 1x1) on the first three and Darknet's. One row per run, then a table side by side (bf16 wgmma,
+// bf16 v0, tf32, fp32).
 TEST(ConvCudaPerf, DISABLED_TFlops) {
   const std::vector<std::pair<const char*, Case>> shapes = {
       {"ResNet 3x3 64->64 128^2 N8", {8, 128, 128, 64, 64, 3, 3, params(1, 1)}},
@@ -508,6 +540,7 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
     bool all_shapes;  // else the first three and Darknet's
     ops::cuda::conv::WgShape wgmma_shape = ops::cuda::conv::WgShape::by_shape;
     bool tma = true;  // the wgmma forward's weight tiles by the bulk tensor copy
+    bool im2col = true;  // the wgmma forward's x tiles by the im2col bulk copy where it applies
   };
   using ops::cuda::conv::WgShape;
   const Run runs[] = {{"bf16/wg", DType::bf16, -1, true, false, true},
@@ -515,6 +548,7 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
                       {"bf16/w256", DType::bf16, -1, true, false, true, WgShape::m128n256},
                       {"bf16/m256", DType::bf16, -1, true, false, true, WgShape::m256n128},
                       {"bf16/cpa", DType::bf16, -1, true, false, true, WgShape::by_shape, false},
+                      {"bf16/tmab", DType::bf16, -1, true, false, true, WgShape::by_shape, true, false},
                       {"bf16/v0", DType::bf16, 0, false, false, true},
                       {"bf16/v1", DType::bf16, 1, false, false, true},
                       {"tf32", DType::f32, -1, true, true, true},
@@ -533,6 +567,7 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
     ops::cuda::conv::set_igemm_wgmma(r.wgmma);
     ops::cuda::conv::set_igemm_wgmma_shape(r.wgmma_shape);
     ops::cuda::conv::set_igemm_tma(r.tma);
+    ops::cuda::conv::set_igemm_im2col(r.im2col);
     if (r.wgmma && r.dtype != DType::f32 && !ops::cuda::conv::igemm_wgmma_available()) continue;
     for (size_t s = 0; s < shapes.size(); s++) {
       if (!r.all_shapes && std::find(fp32_shapes.begin(), fp32_shapes.end(), s) == fp32_shapes.end()) continue;
@@ -565,6 +600,7 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   ops::cuda::conv::set_igemm_wgmma(true);
   ops::cuda::conv::set_igemm_wgmma_shape(WgShape::by_shape);
   ops::cuda::conv::set_igemm_tma(true);
+  ops::cuda::conv::set_igemm_im2col(true);
   std::printf("\nTFLOP/s fwd/data/weight %-10s %-20s %-20s %-20s %-20s\n", "", "bf16 (wgmma)", "bf16 (v0)", "tf32",
               "fp32");
   auto cell = [&](size_t s, const char* type) {
