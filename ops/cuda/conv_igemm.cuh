@@ -679,28 +679,37 @@ CUtensorMap k128_tile_map(const void* base, int64_t rows, int64_t k, int box_row
   return swizzle128_map<T>(base, 2, dims, strides, box);
 }
 
-// The im2col map of an NHWC activation x[N, H, W, C] (16-bit T) for the forward's A tiles: boxes of 64 channels x
-// `pixels` output pixels into 128-byte rows with the 128-byte swizzle. The bounding box of a pixel's first tap runs
-// from -pad to (H or W) - 1 + pad - dilation (K - 1), traversed `stride` apart, so it holds exactly Ho x Wo positions
-// (the convolution's output size; CUTLASS's make_im2col_tma_copy_desc uses the same corners). False when the
-// geometry is outside what the copy can express (the corners of a 4-dimensional map within [-128, 127], the taps'
-// offsets within [0, 255]) or the driver refuses it: the caller takes another kernel.
+// The im2col map of an NHWC tensor [n, h, w, c] (16-bit T) for boxes of 64 channels x `pixels` output pixels into
+// 128-byte rows with the 128-byte swizzle, for a filter reaching `span` = dilation (K - 1) pixels past its first tap
+// with padding `pad` and stride `stride` (per dimension, w first). The bounding box of a pixel's first tap runs from
+// -pad to (h or w) - 1 + pad - span, traversed `stride` apart, so it holds exactly the output's positions (CUTLASS's
+// make_im2col_tma_copy_desc uses the same corners). False when the geometry is outside what the copy can express
+// (the corners of a 4-dimensional map within [-128, 127], the taps' offsets within [0, 255], strides up to 8) or the
+// driver refuses it: the caller takes another kernel.
+struct Im2colDims {
+  int n, h, w, c;
+  int pad_h, pad_w, span_h, span_w, stride_h, stride_w;
+};
 template <typename T>
-bool im2col_map(CUtensorMap* map, const void* x, const Dims& d, int pixels) {
-  const int lower_w = -d.pw, lower_h = -d.ph;
-  const int upper_w = d.pw - d.dw * (d.kw - 1), upper_h = d.ph - d.dh * (d.kh - 1);
-  for (int c : {lower_w, lower_h, upper_w, upper_h})
+bool im2col_map(CUtensorMap* map, const void* base, const Im2colDims& g, int pixels) {
+  const int lower[2] = {-g.pad_w, -g.pad_h}, upper[2] = {g.pad_w - g.span_w, g.pad_h - g.span_h};
+  for (int c : {lower[0], lower[1], upper[0], upper[1]})
     if (c < -128 || c > 127) return false;
-  if (d.dw * (d.kw - 1) > 255 || d.dh * (d.kh - 1) > 255 || d.sw > 8 || d.sh > 8) return false;
+  if (g.span_w > 255 || g.span_h > 255 || g.stride_w > 8 || g.stride_h > 8) return false;
   static const auto encode = driver_function<PFN_cuTensorMapEncodeIm2col_v12000>("cuTensorMapEncodeIm2col");
   const cuuint64_t es = sizeof(T);
-  const cuuint64_t dims[4] = {cuuint64_t(d.cin), cuuint64_t(d.w), cuuint64_t(d.h), cuuint64_t(d.n)};
-  const cuuint64_t strides[3] = {es * d.cin, es * d.cin * d.w, es * d.cin * d.w * d.h};
-  const int lower[2] = {lower_w, lower_h}, upper[2] = {upper_w, upper_h};
-  const cuuint32_t elem_strides[4] = {1, cuuint32_t(d.sw), cuuint32_t(d.sh), 1};
-  return encode(map, tensor_map_type<T>, 4, const_cast<void*>(x), dims, strides, lower, upper, 64, cuuint32_t(pixels),
-                elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+  const cuuint64_t dims[4] = {cuuint64_t(g.c), cuuint64_t(g.w), cuuint64_t(g.h), cuuint64_t(g.n)};
+  const cuuint64_t strides[3] = {es * g.c, es * g.c * g.w, es * g.c * g.w * g.h};
+  const cuuint32_t elem_strides[4] = {1, cuuint32_t(g.stride_w), cuuint32_t(g.stride_h), 1};
+  return encode(map, tensor_map_type<T>, 4, const_cast<void*>(base), dims, strides, lower, upper, 64,
+                cuuint32_t(pixels), elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+// The forward's and the weight gradient's map: x under the convolution itself.
+template <typename T>
+bool x_im2col_map(CUtensorMap* map, const void* x, const Dims& d, int pixels) {
+  return im2col_map<T>(map, x, {d.n, d.h, d.w, d.cin, d.ph, d.pw, d.dh * (d.kh - 1), d.dw * (d.kw - 1), d.sh, d.sw},
+                       pixels);
 }
 
 // f(Cfg{}) with the warp-specialized TMA tile of shape s: 4 stages of 48 KB, or 6 of 32 KB for 128 x 128.

@@ -168,6 +168,76 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #endif
 }
 
+// The weight as [Cout][KH*KW][Cin/g] in boxes of 64 input channels x one tap x 64 output channels: a box is one
+// MN-major panel of a [k][n] B tile (k = 64 output channels of a tap, n = 64 input channels).
+template <typename T>
+CUtensorMap weight_taps_map(const void* w, const Dims& d) {
+  const int taps = d.kh * d.kw;
+  const cuuint64_t dims[3] = {cuuint64_t(d.cg), cuuint64_t(taps), cuuint64_t(d.cout)};
+  const cuuint64_t strides[2] = {cuuint64_t(d.cg) * 2, cuuint64_t(taps) * d.cg * 2};
+  const cuuint32_t box[3] = {64, 1, 64};
+  return swizzle128_map<T>(w, 3, dims, strides, box);
+}
+
+// The Hopper data gradient of a stride-1 convolution of one group whose Cout is a multiple of 64
+// (tma_ws_gemm_tile; A K-major, B MN-major): dx[n, h, w] = sum over taps t of dy[n, h + p_h - kh d_h, w + p_w - kw d_w]
+// w[t], a convolution of dy with padding span - p (span = d (K - 1)) whose tap t sits at offset span - kh d (as
+// im2col offsets: never negative). K-slice kt is tap kt / (Cout / 64) and output channels 64 (kt % (Cout / 64)) ..:
+// A is one im2col copy of dy (the block's BM dx pixels), B's 64-column panels the weight's boxes of that tap
+// (weight_taps_map). Only the producer lane computes coordinates.
+template <typename Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    data_im2col_kernel(const FastDims f, T* __restrict__ dx, int n_tiles, const __grid_constant__ CUtensorMap dymap,
+                       const __grid_constant__ CUtensorMap wmap) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) uint16_t smem[];
+  const Dims& d = f.d;
+  const int M = d.n * d.h * d.w, K = d.kh * d.kw * d.cout, cblocks = d.cout / 64;
+  const int m0 = int(blockIdx.x) / n_tiles * Cfg::BM, n0 = int(blockIdx.x) % n_tiles * Cfg::BN;
+  const int span_h = d.dh * (d.kh - 1), span_w = d.dw * (d.kw - 1);
+  int t, w, n, h;  // the tile's first dx pixel
+  f.w.divmod(m0, t, w);
+  f.h.divmod(t, n, h);
+  const int w0 = w - (span_w - d.pw), h0 = h - (span_h - d.ph);  // its first tap's dy coordinate
+  auto produce = [&](int kt, uint32_t a, uint32_t b, uint32_t bar) {
+    const int tap = kt / cblocks, cb = kt - tap * cblocks;
+    int kh, kwi;
+    f.kw.divmod(tap, kh, kwi);
+    wgmma::tma_load_im2col_4d(a, &dymap, cb * 64, w0, h0, n, uint16_t(span_w - kwi * d.dw),
+                              uint16_t(span_h - kh * d.dh), bar);
+#pragma unroll
+    for (int j = 0; j < Cfg::BN / 64; j++)
+      wgmma::tma_load_3d(b + j * kPanelBytes, &wmap, n0 + 64 * j, tap, cb * 64, bar);
+  };
+  tma_ws_gemm_tile<Cfg, T, false, true>(produce, K / 64, smem, [&](int r, int c, float v0, float v1) {
+    const int m = m0 + r, ci = n0 + c;
+    if (m >= M || ci >= d.cin) return;
+    store_pair(dx + int64_t(m) * d.cin + ci, v0, v1);
+  });
+#endif
+}
+
+// False (nothing launched) when the im2col map cannot describe the geometry.
+template <typename Cfg, typename T>
+bool launch_data_im2col(const Dims& d, const void* dy, const void* w, void* dx) {
+  const int span_h = d.dh * (d.kh - 1), span_w = d.dw * (d.kw - 1);
+  CUtensorMap dymap;
+  if (!im2col_map<T>(&dymap, dy, {d.n, d.ho, d.wo, d.cout, span_h - d.ph, span_w - d.pw, span_h, span_w, 1, 1},
+                     Cfg::BM))
+    return false;
+  const CUtensorMap wmap = weight_taps_map<T>(w, d);
+  auto kernel = data_im2col_kernel<Cfg, T>;
+  static const bool configured = set_smem_limit(kernel, Cfg::kSmemBytes);
+  (void)configured;
+  const int64_t M = int64_t(d.n) * d.h * d.w;
+  const int m_tiles = int((M + Cfg::BM - 1) / Cfg::BM), n_tiles = (d.cin + Cfg::BN - 1) / Cfg::BN;
+  kernel<<<unsigned(int64_t(m_tiles) * n_tiles), Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
+      FastDims(d), static_cast<T*>(dx), n_tiles, dymap, wmap);
+  ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_data (implicit GEMM, im2col bulk copies)");
+  count_igemm_im2col_launch();
+  return true;
+}
+
 template <typename Cfg, typename T, bool kGather>
 void launch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
   auto kernel = phase_kernel<Cfg, T, kGather>;
@@ -177,13 +247,7 @@ void launch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
   const int m_tiles = int((M + Cfg::BM - 1) / Cfg::BM), n_tiles = (d.cg + Cfg::BN - 1) / Cfg::BN;
   const dim3 grid(unsigned(int64_t(m_tiles) * n_tiles), unsigned(d.groups), unsigned(d.sh * d.sw));
   CUtensorMap tmap{};
-  if constexpr (Cfg::kTma && !kGather) {
-    const int taps = d.kh * d.kw;
-    const cuuint64_t dims[3] = {cuuint64_t(d.cg), cuuint64_t(taps), cuuint64_t(d.cout)};
-    const cuuint64_t strides[2] = {cuuint64_t(d.cg) * 2, cuuint64_t(taps) * d.cg * 2};
-    const cuuint32_t box[3] = {64, 1, 64};
-    tmap = swizzle128_map<T>(w, 3, dims, strides, box);
-  }
+  if constexpr (Cfg::kTma && !kGather) tmap = weight_taps_map<T>(w, d);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
       FastDims(d), static_cast<const typename Cfg::Elem*>(dy), static_cast<const typename Cfg::Elem*>(w),
       static_cast<T*>(dx), n_tiles, tmap);
@@ -196,6 +260,11 @@ void dispatch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
   if constexpr (!std::is_same_v<T, float>) {
     if (igemm_wgmma() && d.cg > 64) {
       const WgShape shape = wgmma_shape(M, d.cg, d.groups);
+      if (!kGather && igemm_im2col() && d.sh == 1 && d.sw == 1 && d.groups == 1 && d.cout % 64 == 0) {
+        bool launched = false;
+        with_tma_ws_tile(shape, [&](auto cfg) { launched = launch_data_im2col<decltype(cfg), T>(d, dy, w, dx); });
+        if (launched) return;
+      }
       auto launch = [&](auto cfg) { launch_phases<decltype(cfg), T, kGather>(d, dy, w, dx); };
       if (!kGather && igemm_tma() && d.coutg % 64 == 0) with_wgmma_tile<true>(shape, launch);
       else with_wgmma_tile(shape, launch);

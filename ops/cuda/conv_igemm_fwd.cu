@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 template <typename Cfg, typename T>
 bool launch_forward_im2col(const Dims& d, const void* x, const void* w, const void* bias, void* y) {
   CUtensorMap xmap;
-  if (!im2col_map<T>(&xmap, x, d, Cfg::BM)) return false;
+  if (!x_im2col_map<T>(&xmap, x, d, Cfg::BM)) return false;
   const CUtensorMap wmap = k128_tile_map<T>(w, d.cout, int64_t(d.kh) * d.kw * d.cin, Cfg::BN);
   auto kernel = forward_im2col_kernel<Cfg, T>;
   static const bool configured = set_smem_limit(kernel, Cfg::kSmemBytes);

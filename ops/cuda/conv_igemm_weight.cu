@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 template <typename Cfg, typename T, typename Out>
 bool launch_weight_im2col(const Dims& d, const void* x, const void* dy, Out* out, int splits) {
   CUtensorMap xmap;
-  if (!im2col_map<T>(&xmap, x, d, Cfg::BK)) return false;
+  if (!x_im2col_map<T>(&xmap, x, d, Cfg::BK)) return false;
   const int64_t P = int64_t(d.n) * d.ho * d.wo;
   const CUtensorMap dymap = k128_tile_map<T>(dy, P, d.cout, Cfg::BK);  // [P, Cout] in boxes of 64 x 64
   auto kernel = weight_im2col_kernel<Cfg, T, Out>;

@@ -413,9 +413,10 @@ TEST(ConvCuda, WideTilesMatchCpu) {
   check_case({4, 64, 66, 72, 72, 3, 3, params(1, 1)}, DType::f32);
 }
 
-// The Hopper forward and weight gradient whose x tiles come by the im2col bulk tensor copy (one group, Cin a multiple
-// of 64, Cout > 64): tiles across images and past the last one, partial tiles past Cout, stride 2, dilation, no
-// padding, 5x5 and 7x7 filters, several 64-channel blocks per tap, split-K pixel ranges; each of the three tile shapes
+// The Hopper kernels whose activation tiles come by the im2col bulk tensor copy: the forward and weight gradient (x;
+// one group, Cin a multiple of 64, Cout > 64) and the stride-1 data gradient (dy; one group, Cout a multiple of 64,
+// Cin > 64): tiles across images and past the last one, partial tiles past Cout, stride 2, dilation, no padding,
+// 5x5 and 7x7 filters, several 64-channel blocks per tap, split-K pixel ranges; each of the three tile shapes
 // (for_each_igemm_kernel). They must run where the build and the device have wgmma.
 TEST(ConvCuda, Im2colKernelsMatchCpu) {
   const std::vector<Case> cases = {
@@ -427,6 +428,12 @@ TEST(ConvCuda, Im2colKernelsMatchCpu) {
       {1, 15, 14, 128, 144, 5, 5, params(1, 2)},    // 5x5
       {2, 23, 25, 192, 128, 7, 7, params(2, 3)},    // 7x7 stride 2, three channel blocks per tap
       {4, 48, 60, 128, 264, 3, 3, params(1, 1)},    // wide: 128 x 256 tiles by shape
+      // the data gradient's (stride 1, Cout a multiple of 64, Cin > 64): dy's im2col copy with padding span - p
+      {3, 9, 7, 136, 128, 3, 3, params(1, 1)},      // Cin past a 128-wide tile; dx tiles across images
+      {1, 19, 20, 72, 192, 3, 3, params(1, 6, 6)},  // dilated
+      {2, 15, 14, 200, 64, 5, 5, params(1, 2)},     // 5x5, one 64-channel block per tap
+      {1, 11, 13, 128, 128, 3, 3, params(1, 0)},    // no padding: dy's box reaches 2 pixels out
+      {1, 10, 12, 128, 192, 3, 3, params(1, 2)},    // padding past the filter's reach
   };
   const int64_t before = ops::cuda::conv::igemm_im2col_launches();
   for_each_igemm_kernel([&] {
