@@ -680,22 +680,22 @@ CUtensorMap k128_tile_map(const void* base, int64_t rows, int64_t k, int box_row
 }
 
 // The im2col map of an NHWC tensor [n, h, w, c] (16-bit T) for boxes of 64 channels x `pixels` output pixels into
-// 128-byte rows with the 128-byte swizzle, for a filter reaching `span` = dilation (K - 1) pixels past its first tap
-// with padding `pad` and stride `stride` (per dimension, w first). The bounding box of a pixel's first tap runs from
-// -pad to (h or w) - 1 + pad - span, traversed `stride` apart, so it holds exactly the output's positions (CUTLASS's
-// make_im2col_tma_copy_desc uses the same corners). False when the geometry is outside what the copy can express
-// (the corners of a 4-dimensional map within [-128, 127], the taps' offsets within [0, 255], strides up to 8) or the
-// driver refuses it: the caller takes another kernel.
+// 128-byte rows with the 128-byte swizzle. A pixel's first tap traverses the bounding box from `lower` to (h or w) - 1
+// + `upper`, `stride` apart (so the box holds (h + upper - lower - 1) / stride + 1 positions per dimension: the
+// output's size), and each copy reads its pixels at that position plus the copy's tap offsets, at most `max_off`
+// (zeros outside the tensor). False when the geometry is outside what the copy can express (the corners of a
+// 4-dimensional map within [-128, 127], the offsets within [0, 255], strides up to 8) or the driver refuses it: the
+// caller takes another kernel.
 struct Im2colDims {
   int n, h, w, c;
-  int pad_h, pad_w, span_h, span_w, stride_h, stride_w;
+  int lower_h, lower_w, upper_h, upper_w, max_off_h, max_off_w, stride_h, stride_w;
 };
 template <typename T>
 bool im2col_map(CUtensorMap* map, const void* base, const Im2colDims& g, int pixels) {
-  const int lower[2] = {-g.pad_w, -g.pad_h}, upper[2] = {g.pad_w - g.span_w, g.pad_h - g.span_h};
+  const int lower[2] = {g.lower_w, g.lower_h}, upper[2] = {g.upper_w, g.upper_h};
   for (int c : {lower[0], lower[1], upper[0], upper[1]})
     if (c < -128 || c > 127) return false;
-  if (g.span_w > 255 || g.span_h > 255 || g.stride_w > 8 || g.stride_h > 8) return false;
+  if (g.max_off_w > 255 || g.max_off_h > 255 || g.stride_w > 8 || g.stride_h > 8) return false;
   static const auto encode = driver_function<PFN_cuTensorMapEncodeIm2col_v12000>("cuTensorMapEncodeIm2col");
   const cuuint64_t es = sizeof(T);
   const cuuint64_t dims[4] = {cuuint64_t(g.c), cuuint64_t(g.w), cuuint64_t(g.h), cuuint64_t(g.n)};
@@ -705,10 +705,13 @@ bool im2col_map(CUtensorMap* map, const void* base, const Im2colDims& g, int pix
                 cuuint32_t(pixels), elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
-// The forward's and the weight gradient's map: x under the convolution itself.
+// The forward's and the weight gradient's map: x under the convolution itself, corners -pad and pad - span (span =
+// dilation (K - 1), the farthest tap's offset; CUTLASS's make_im2col_tma_copy_desc uses the same corners).
 template <typename T>
 bool x_im2col_map(CUtensorMap* map, const void* x, const Dims& d, int pixels) {
-  return im2col_map<T>(map, x, {d.n, d.h, d.w, d.cin, d.ph, d.pw, d.dh * (d.kh - 1), d.dw * (d.kw - 1), d.sh, d.sw},
+  const int span_h = d.dh * (d.kh - 1), span_w = d.dw * (d.kw - 1);
+  return im2col_map<T>(map, x,
+                       {d.n, d.h, d.w, d.cin, -d.ph, -d.pw, d.ph - span_h, d.pw - span_w, span_h, span_w, d.sh, d.sw},
                        pixels);
 }
 

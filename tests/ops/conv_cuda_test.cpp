@@ -414,8 +414,8 @@ TEST(ConvCuda, WideTilesMatchCpu) {
 }
 
 // The Hopper kernels whose activation tiles come by the im2col bulk tensor copy: the forward and weight gradient (x;
-// one group, Cin a multiple of 64, Cout > 64) and the stride-1 data gradient (dy; one group, Cout a multiple of 64,
-// Cin > 64): tiles across images and past the last one, partial tiles past Cout, stride 2, dilation, no padding,
+// one group, Cin a multiple of 64, Cout > 64) and the data gradient per stride phase (dy; one group, Cout a multiple of
+// 64, Cin > 64): tiles across images and past the last one, partial tiles past Cout, stride 2, dilation, no padding,
 // 5x5 and 7x7 filters, several 64-channel blocks per tap, split-K pixel ranges; each of the three tile shapes
 // (for_each_igemm_kernel). They must run where the build and the device have wgmma.
 TEST(ConvCuda, Im2colKernelsMatchCpu) {
@@ -434,6 +434,13 @@ TEST(ConvCuda, Im2colKernelsMatchCpu) {
       {2, 15, 14, 200, 64, 5, 5, params(1, 2)},     // 5x5, one 64-channel block per tap
       {1, 11, 13, 128, 128, 3, 3, params(1, 0)},    // no padding: dy's box reaches 2 pixels out
       {1, 10, 12, 128, 192, 3, 3, params(1, 2)},    // padding past the filter's reach
+      // ... per stride phase (one launch per phase, each its own dy map)
+      {1, 17, 21, 136, 64, 3, 3, params(2, 1)},     // phases of one and of two taps per dimension
+      {2, 23, 25, 72, 128, 7, 7, params(2, 3)},     // 7x7 stride 2
+      {1, 20, 19, 136, 128, 4, 4, params(2, 1)},    // an even filter (pix2pixHD's discriminators)
+      {2, 13, 11, 72, 64, 3, 3, params(3, 1)},      // stride 3: nine phases
+      {1, 15, 14, 72, 192, 5, 5, params(2, 2, 3)},  // dilation 3, stride 2
+      {1, 16, 15, 72, 64, 3, 3, params(2, 2, 2)},   // phases without taps: the cp.async kernel instead
   };
   const int64_t before = ops::cuda::conv::igemm_im2col_launches();
   for_each_igemm_kernel([&] {
