@@ -316,6 +316,28 @@ struct TmaB : std::false_type {};
 template <typename L>
 struct TmaB<L, std::void_t<decltype(L::kTmaB)>> : std::bool_constant<L::kTmaB> {};
 
+// One K-slice's wgmmas as one committed group: acc += A B over the stage's A tile at shared address sa (this
+// warpgroup's first m64 block; the next 8 KB further) and B tile at sb, K- or MN-major (kAKM / kBKN).
+template <typename Cfg, typename T, bool kAKM, bool kBKN>
+__device__ __forceinline__ void wgmma_slice(typename Cfg::Acc& acc, uint32_t sa, uint32_t sb) {
+#pragma unroll
+  for (int mi = 0; mi < Cfg::kMT; mi++) wgmma::fence_operands(acc[mi]);
+  wgmma::fence();
+#pragma unroll
+  for (int ks = 0; ks < Cfg::BK / 16; ks++) {
+    const uint64_t db = kBKN ? wgmma::desc_mn128(sb + 2048 * ks, kPanelBytes) : wgmma::desc_k128(sb + 32 * ks);
+#pragma unroll
+    for (int mi = 0; mi < Cfg::kMT; mi++) {
+      const uint32_t a = sa + mi * kPanelBytes;
+      const uint64_t da = kAKM ? wgmma::desc_mn128(a + 2048 * ks, kPanelBytes) : wgmma::desc_k128(a + 32 * ks);
+      wgmma::mma_m64k16<T, kAKM, kBKN>(acc[mi], da, db, std::integral_constant<int, Cfg::BN>{});
+    }
+  }
+  wgmma::commit();
+#pragma unroll
+  for (int mi = 0; mi < Cfg::kMT; mi++) wgmma::fence_operands(acc[mi]);
+}
+
 // Calls store(row, col, v0, v1) for each accumulator pair of this thread, wgmma tiles (wgmma.cuh's fragment: per
 // warp 16 rows, per 8 columns four values; warpgroup wg holds rows wg * BM / 2 ..).
 template <typename Cfg, typename Store>
@@ -384,22 +406,7 @@ __device__ __forceinline__ void wgmma_gemm_tile(const Loader& loader, int k_tile
     // next copies' addresses.
     const uint32_t sa = smem_addr(smem + (kt % kStages) * kStageElems) + a_off;
     const uint32_t sb = smem_addr(smem + (kt % kStages) * kStageElems + kAElems);
-#pragma unroll
-    for (int mi = 0; mi < kMT; mi++) wgmma::fence_operands(acc[mi]);
-    wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < Cfg::BK / 16; ks++) {
-      const uint64_t db = kBKN ? wgmma::desc_mn128(sb + 2048 * ks, kPanelBytes) : wgmma::desc_k128(sb + 32 * ks);
-#pragma unroll
-      for (int mi = 0; mi < kMT; mi++) {
-        const uint32_t a = sa + mi * kPanelBytes;
-        const uint64_t da = kAKM ? wgmma::desc_mn128(a + 2048 * ks, kPanelBytes) : wgmma::desc_k128(a + 32 * ks);
-        wgmma::mma_m64k16<T, kAKM, kBKN>(acc[mi], da, db, std::integral_constant<int, BN>{});
-      }
-    }
-    wgmma::commit();
-#pragma unroll
-    for (int mi = 0; mi < kMT; mi++) wgmma::fence_operands(acc[mi]);
+    wgmma_slice<Cfg, T, kAKM, kBKN>(acc, sa, sb);
     // The copies of slice kt + kAhead go to the stage slice kt - 2 used (neither kt - 1's nor kt's).
     if (kt + kAhead < k_tiles) load(kt + kAhead);
     cp_async_commit();
@@ -483,22 +490,7 @@ __device__ __forceinline__ void tma_ws_gemm_tile(Produce&& produce, int k_tiles,
     wgmma::mbar_wait(full + 8 * s, (kt / kStages) & 1);
     const uint32_t sa = tiles + uint32_t(s * kStageElems * 2) + a_off;
     const uint32_t sb = tiles + uint32_t(s * kStageElems * 2 + kAElems * 2);
-#pragma unroll
-    for (int mi = 0; mi < kMT; mi++) wgmma::fence_operands(acc[mi]);
-    wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < Cfg::BK / 16; ks++) {
-      const uint64_t db = kBKN ? wgmma::desc_mn128(sb + 2048 * ks, kPanelBytes) : wgmma::desc_k128(sb + 32 * ks);
-#pragma unroll
-      for (int mi = 0; mi < kMT; mi++) {
-        const uint32_t a = sa + mi * kPanelBytes;
-        const uint64_t da = kAKM ? wgmma::desc_mn128(a + 2048 * ks, kPanelBytes) : wgmma::desc_k128(a + 32 * ks);
-        wgmma::mma_m64k16<T, kAKM, kBKN>(acc[mi], da, db, std::integral_constant<int, BN>{});
-      }
-    }
-    wgmma::commit();
-#pragma unroll
-    for (int mi = 0; mi < kMT; mi++) wgmma::fence_operands(acc[mi]);
+    wgmma_slice<Cfg, T, kAKM, kBKN>(acc, sa, sb);
     wgmma::wait<1>();  // slice kt - 1's wgmmas are done: its stage goes back to the producer
     if (kt > 0 && lane == 0) wgmma::mbar_arrive(empty + 8 * ((kt - 1) % kStages));
   }
@@ -710,17 +702,19 @@ bool im2col_map(CUtensorMap* map, const void* base, const Im2colDims& g, int pix
 template <typename T>
 bool x_im2col_map(CUtensorMap* map, const void* x, const Dims& d, int pixels) {
   const int span_h = d.dh * (d.kh - 1), span_w = d.dw * (d.kw - 1);
-  return im2col_map<T>(map, x,
-                       {d.n, d.h, d.w, d.cin, -d.ph, -d.pw, d.ph - span_h, d.pw - span_w, span_h, span_w, d.sh, d.sw},
-                       pixels);
+  return im2col_map<T>(
+      map, x, {d.n, d.h, d.w, d.cin, -d.ph, -d.pw, d.ph - span_h, d.pw - span_w, span_h, span_w, d.sh, d.sw}, pixels);
 }
 
 // f(Cfg{}) with the warp-specialized TMA tile of shape s: 4 stages of 48 KB, or 6 of 32 KB for 128 x 128.
 template <typename F>
 void with_tma_ws_tile(WgShape s, F&& f) {
-  if (s == WgShape::m128n256) f(TmaWsTile<128, 256, 4>{});
-  else if (s == WgShape::m256n128) f(TmaWsTile<256, 128, 4>{});
-  else f(TmaWsTile<128, 128, 6>{});
+  if (s == WgShape::m128n256)
+    f(TmaWsTile<128, 256, 4>{});
+  else if (s == WgShape::m256n128)
+    f(TmaWsTile<256, 128, 4>{});
+  else
+    f(TmaWsTile<128, 128, 6>{});
 }
 
 constexpr int kFarAway = -(1 << 29);  // a coordinate base that puts every tap outside the image

@@ -193,10 +193,10 @@ CUtensorMap weight_taps_map(const void* w, const Dims& d) {
 // boxes of that tap (weight_taps_map). A stride-1 convolution is one phase of every tap. Only the producer lane
 // computes coordinates.
 struct Im2colPhase {
-  int rh, rw;                           // the phase
+  int rh, rw;                            // the phase
   int kh0, nh, step_h, kw0, nw, step_w;  // its valid taps
-  int lower_h, lower_w;                 // off(kh_last), off(kw_last)
-  FastDiv hp, wp;                       // its dx grid
+  int lower_h, lower_w;                  // off(kh_last), off(kw_last)
+  FastDiv hp, wp;                        // its dx grid
 };
 
 // The phase's valid taps, or false when a dimension has none (dx of that phase is all zeros: the caller takes the
@@ -227,8 +227,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int v = kt / cblocks, cb = kt - v * cblocks, vh = v / ph.nw, vw = v - vh * ph.nw;
     const int kh = ph.kh0 + vh * ph.step_h, kwi = ph.kw0 + vw * ph.step_w;
     const int oh = (kh_last - kh) * d.dh / d.sh, ow = (kw_last - kwi) * d.dw / d.sw;
-    wgmma::tma_load_im2col_4d(a, &dymap, cb * 64, ph.lower_w + j0, ph.lower_h + i0, n, uint16_t(ow), uint16_t(oh),
-                              bar);
+    wgmma::tma_load_im2col_4d(a, &dymap, cb * 64, ph.lower_w + j0, ph.lower_h + i0, n, uint16_t(ow), uint16_t(oh), bar);
 #pragma unroll
     for (int j = 0; j < Cfg::BN / 64; j++)
       wgmma::tma_load_3d(b + j * kPanelBytes, &wmap, n0 + 64 * j, kh * d.kw + kwi, cb * 64, bar);

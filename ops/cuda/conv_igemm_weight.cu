@@ -205,9 +205,7 @@ void dispatch_weight(const Dims& d, const void* x, const void* dy, void* dw, flo
         });
         if (launched) return;
       }
-      with_wgmma_tile(shape, [&](auto cfg) {
-        dispatch_out<decltype(cfg), T, kGather>(d, x, dy, dw, ws, splits);
-      });
+      with_wgmma_tile(shape, [&](auto cfg) { dispatch_out<decltype(cfg), T, kGather>(d, x, dy, dw, ws, splits); });
       return;
     }
   }
