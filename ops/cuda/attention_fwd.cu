@@ -316,18 +316,25 @@ int default_variant(const FlashArgs& a) { return a.D == 64 ? (a.causal ? 2 : 0) 
 
 }  // namespace
 
-int forward_tensor_core_variants(int head_dim) { return head_dim == 64 || head_dim == 128 ? 3 : 0; }
+// Three mma.sync configurations per head dim, and on Hopper a fourth: the wgmma kernel (attention_fwd_wgmma.cu).
+constexpr int kWgmmaVariant = 3;
+int forward_tensor_core_variants(int head_dim) {
+  if (head_dim != 64 && head_dim != 128) return 0;
+  return forward_wgmma_available() ? kWgmmaVariant + 1 : kWgmmaVariant;
+}
 
 const char* forward_tensor_core_name(int head_dim, int variant) {
   static const char* d64[] = {"Br128 Bc64 4 warps", "Br128 Bc64 4 warps Q smem 3 blocks/SM",
                               "Br64 Bc64 4 warps 4 blocks/SM"};
   static const char* d128[] = {"Br128 Bc64 8 warps", "Br64 Bc64 4 warps", "Br128 Bc32 4 warps Q smem"};
+  if (variant == kWgmmaVariant) return "wgmma Br128 Bc64 2 warpgroups";
   if (variant < 0 || variant >= 3) variant = 0;
   return head_dim == 64 ? d64[variant] : d128[variant];
 }
 
 bool launch_forward_tensor_core(const FlashArgs& a, bool bf16, int variant) {
   if (a.D != a.Dv || (a.D != 64 && a.D != 128)) return false;
+  if (variant == kWgmmaVariant && launch_forward_wgmma(a, bf16)) return true;
   if (variant < 0 || variant >= 3) variant = default_variant(a);
   const bool full = a.D == 64 ? kFull64[variant] : kFull128[variant];
   if (!full && (!bf16 || a.dropout)) variant = default_variant(a);
