@@ -401,9 +401,10 @@ __device__ __forceinline__ void load_tile_async(uint16_t* tile, const uint16_t* 
 // the configuration does not exist for this head dim.
 bool launch_forward_tensor_core(const FlashArgs& a, bool bf16, int variant);
 // attention_fwd_wgmma.cu: the forward on Hopper's wgmma (a build for sm_90a on a compute capability 9.0 device; head
-// dim 64 or 128), launch_forward_tensor_core's last variant where available; false when it cannot run.
+// dim 64 or 128), launch_forward_tensor_core's last two variants where available (without and with the products of
+// consecutive key tiles overlapped); false when it cannot run.
 bool forward_wgmma_available();
-bool launch_forward_wgmma(const FlashArgs& a, bool bf16);
+bool launch_forward_wgmma(const FlashArgs& a, bool bf16, bool pipelined);
 bool launch_backward_tensor_core(const FlashArgs& a, bool bf16, int variant);
 int forward_tensor_core_variants(int head_dim);
 int backward_tensor_core_variants(int head_dim);

@@ -316,11 +316,12 @@ int default_variant(const FlashArgs& a) { return a.D == 64 ? (a.causal ? 2 : 0) 
 
 }  // namespace
 
-// Three mma.sync configurations per head dim, and on Hopper a fourth: the wgmma kernel (attention_fwd_wgmma.cu).
-constexpr int kWgmmaVariant = 3;
+// Three mma.sync configurations per head dim, and on Hopper two more: the wgmma kernels (attention_fwd_wgmma.cu),
+// without and with consecutive key tiles' products overlapped.
+constexpr int kWgmmaVariant = 3, kWgmmaPipelinedVariant = 4;
 int forward_tensor_core_variants(int head_dim) {
   if (head_dim != 64 && head_dim != 128) return 0;
-  return forward_wgmma_available() ? kWgmmaVariant + 1 : kWgmmaVariant;
+  return forward_wgmma_available() ? kWgmmaPipelinedVariant + 1 : kWgmmaVariant;
 }
 
 const char* forward_tensor_core_name(int head_dim, int variant) {
@@ -328,13 +329,16 @@ const char* forward_tensor_core_name(int head_dim, int variant) {
                               "Br64 Bc64 4 warps 4 blocks/SM"};
   static const char* d128[] = {"Br128 Bc64 8 warps", "Br64 Bc64 4 warps", "Br128 Bc32 4 warps Q smem"};
   if (variant == kWgmmaVariant) return "wgmma Br128 Bc64 2 warpgroups";
+  if (variant == kWgmmaPipelinedVariant) return "wgmma Br128 Bc64 2 warpgroups, tiles overlapped";
   if (variant < 0 || variant >= 3) variant = 0;
   return head_dim == 64 ? d64[variant] : d128[variant];
 }
 
 bool launch_forward_tensor_core(const FlashArgs& a, bool bf16, int variant) {
   if (a.D != a.Dv || (a.D != 64 && a.D != 128)) return false;
-  if (variant == kWgmmaVariant && launch_forward_wgmma(a, bf16)) return true;
+  if ((variant == kWgmmaVariant || variant == kWgmmaPipelinedVariant) &&
+      launch_forward_wgmma(a, bf16, variant == kWgmmaPipelinedVariant))
+    return true;
   if (variant < 0 || variant >= 3) variant = default_variant(a);
   const bool full = a.D == 64 ? kFull64[variant] : kFull128[variant];
   if (!full && (!bf16 || a.dropout)) variant = default_variant(a);

@@ -11,9 +11,9 @@
 //     O += P V    wgmma m64nDk16 with P from registers (the S accumulators packed to 16 bits: acc_to_a) and V from
 //                 shared memory (MN-major: V's rows are keys of head-dim elements)
 // so no thread loads a fragment (no ldmatrix) and the tensor cores read Q, K and V straight from shared memory.
-// Shared memory: Q [Br, D] and two buffers of K and V [Bc, D], each as D / 64 panels of 64 columns (rows of 128
-// bytes, the 128-byte swizzle: wgmma.cuh's layout), 1024-byte aligned; the next tile's K and V load by cp.async while
-// this tile is computed, one block barrier per tile.
+// Shared memory: Q [Br, D] and two (three when pipelined, WgFwdConfig) buffers of K and V [Bc, D], each as D / 64
+// panels of 64 columns (rows of 128 bytes, the 128-byte swizzle: wgmma.cuh's layout), 1024-byte aligned; the next
+// tile's K and V load by cp.async while this tile is computed, one block barrier per tile.
 // Measured: not yet (written without a GPU; the attention tests run it as the forward's last variant).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -57,24 +57,41 @@ __device__ __forceinline__ void load_panels_async(uint16_t* tile, const uint16_t
 // kMinBlocks: blocks per SM the register allocation must allow. A block's two warpgroups meet at a barrier every key
 // tile, so they run their products and their softmax in step; a second block per SM is what overlaps one block's
 // softmax with the other's tensor-core work.
-template <int D_, int kMinBlocks_>
+// kMinBlocks: blocks per SM the register allocation must allow. kPipelined: the products of consecutive key tiles
+// overlap within a warpgroup (FlashAttention-3's intra-warpgroup pipelining): tile t's S = Q K^T and tile t - 1's
+// O += P V are issued together, and tile t's softmax runs while the tensor cores finish P V; K and V then need three
+// buffers (tile t + 1 loading, t computing, t - 1's V still read). Without it, the two warpgroups of a block meet at a
+// barrier every key tile and run their products and their softmax in step, and a second block per SM is what overlaps
+// one block's softmax with the other's tensor-core work.
+template <int D_, int kMinBlocks_, bool kPipelined_>
 struct WgFwdConfig {
   static constexpr int D = D_, Br = 128, Bc = 64, kThreads = 256, kMinBlocks = kMinBlocks_;
+  static constexpr bool kPipelined = kPipelined_;
+  static constexpr int kSlots = kPipelined ? 3 : 2;  // K and V buffers
   static constexpr int kQElems = Br * D, kKVElems = Bc * D;
-  static constexpr int kSmemBytes = (kQElems + 4 * kKVElems) * 2 + 1024;  // + the slack to align to 1024 bytes
+  static constexpr int kSmemBytes = (kQElems + 2 * kSlots * kKVElems) * 2 + 1024;  // + the slack to align to 1 KB
 };
+
+// Keeps the compiler from reusing registers an asynchronous wgmma still reads (its A fragment) until after the wait.
+template <int N>
+__device__ __forceinline__ void fence_fragments(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++) asm volatile("" : "+r"(r[i][j])::"memory");
+}
 
 template <typename Cfg, typename T, Drop kDrop>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_kernel(const FlashArgs a) {
 #if defined(ENGINE_WGMMA_DEVICE)
   constexpr bool kDropout = kDrop != Drop::none, shared_draw = kDrop == Drop::shared;
-  constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, kThreads = Cfg::kThreads;
+  constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, kThreads = Cfg::kThreads, kSlots = Cfg::kSlots;
   constexpr int NT = Bc / 8, DT = D / 8, KS = D / 16;
   extern __shared__ __align__(128) uint16_t smem_raw[];
   uint16_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023) / 2;
-  uint16_t* sQ = smem;                    // [Br, D] panels, later the output staging tile
-  uint16_t* sK = sQ + Cfg::kQElems;       // [2][Bc, D] panels
-  uint16_t* sV = sK + 2 * Cfg::kKVElems;  // [2][Bc, D] panels
+  uint16_t* sQ = smem;                         // [Br, D] panels, later the output staging tile
+  uint16_t* sK = sQ + Cfg::kQElems;            // [kSlots][Bc, D] panels
+  uint16_t* sV = sK + kSlots * Cfg::kKVElems;  // [kSlots][Bc, D] panels
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4, wg = warp / 4;
   const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);
@@ -89,12 +106,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
   int key_end = a.Lk;
   if (a.causal) key_end = max(0, min(a.Lk, q0 + Br + a.Lk - a.Lq));
   const KeyTiles tiles = key_tiles<Bc>(a, pad_row, key_end);
+  auto slot = [&](int t) { return (t - tiles.begin) % kSlots; };
+  auto load_kv = [&](int t) {  // tile t's K and V into its slot (nothing past the last tile)
+    if (t < tiles.end) {
+      load_panels_async<Bc, D, kThreads>(sK + slot(t) * Cfg::kKVElems, kh, a.ks.l, t * Bc, a.Lk);
+      load_panels_async<Bc, D, kThreads>(sV + slot(t) * Cfg::kKVElems, vh, a.vs.l, t * Bc, a.Lk);
+    }
+  };
+  // Tile t's K and V have landed, for every thread and for the tensor cores; every warpgroup is done with what it
+  // read before. Then tile t + 1's copies start.
+  auto tile_ready = [&](int t) {
+    cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    __syncthreads();
+    load_kv(t + 1);
+    cp_async_commit();
+  };
 
   load_panels_async<Br, D, kThreads>(sQ, qh, a.qs.l, q0, a.Lq);
-  if (tiles.begin < tiles.end) {
-    load_panels_async<Bc, D, kThreads>(sK, kh, a.ks.l, tiles.begin * Bc, a.Lk);
-    load_panels_async<Bc, D, kThreads>(sV, vh, a.vs.l, tiles.begin * Bc, a.Lk);
-  }
+  load_kv(tiles.begin);
   cp_async_commit();
 
   float o[D / 2];  // this thread's share of the warpgroup's [64, D] unnormalized output (wgmma.cuh's fragment)
@@ -104,30 +134,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
   // This warpgroup's Q rows: 64 rows of each panel, 8 KB into it.
   const uint32_t q_base = smem_addr(sQ) + uint32_t(wg * 64 * kPanel * 2);
 
-  for (int t = tiles.begin; t < tiles.end; t++) {
-    const int k0 = t * Bc, buf = (t - tiles.begin) & 1;
-    cp_async_wait<0>();          // K and V of tile t (and Q) have landed for this thread's copies
-    wgmma::fence_proxy_async();  // ... and are visible to the tensor cores' reads
-    __syncthreads();             // every thread's; and both warpgroups are done with tile t - 1's buffers
-    if (t + 1 < tiles.end) {
-      load_panels_async<Bc, D, kThreads>(sK + (buf ^ 1) * Cfg::kKVElems, kh, a.ks.l, k0 + Bc, a.Lk);
-      load_panels_async<Bc, D, kThreads>(sV + (buf ^ 1) * Cfg::kKVElems, vh, a.vs.l, k0 + Bc, a.Lk);
-    }
-    cp_async_commit();
-    const uint32_t k_base = smem_addr(sK + buf * Cfg::kKVElems), v_base = smem_addr(sV + buf * Cfg::kKVElems);
-
-    [[maybe_unused]] KeepBytes<NT / 2> keep;
+  // Dropout's keep bits of tile t (byte nt2: n-tiles 2 nt2, 2 nt2 + 1), drawn before its scores.
+  auto draw_keep = [&](int t, KeepBytes<NT / 2>& keep) {
     if constexpr (kDropout) {
 #pragma unroll
       for (int nt2 = 0; nt2 < NT / 2; nt2++) {
-        const int i = q0 + warp_row + g, j0 = k0 + nt2 * 16;
+        const int i = q0 + warp_row + g, j0 = t * Bc + nt2 * 16;
         keep.set(nt2, shared_draw ? dropout_keep_rows(a, bh, i, j0, lane)  // a block per 8 elements
                                   : dropout_keep_rows_each(a, bh, i, j0, lane));
       }
     }
-
-    // S = Q K^T: this warpgroup's [64, Bc]; s[4 nt + e] is attention_fwd.cu's s[0][nt][e].
-    float s[Bc / 2];
+  };
+  // S = Q K^T of tile t, issued as one group: this warpgroup's [64, Bc]; s[4 nt + e] is attention_fwd.cu's
+  // s[0][nt][e].
+  auto issue_s = [&](int t, float(&s)[Bc / 2]) {
+    const uint32_t k_base = smem_addr(sK + slot(t) * Cfg::kKVElems);
 #pragma unroll
     for (int i = 0; i < Bc / 2; i++) s[i] = 0.f;
     wgmma::fence_operands(s);
@@ -140,9 +161,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
       wgmma::mma_m64k16<T, 0, 0>(s, dq, dk, std::integral_constant<int, Bc>{});
     }
     wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_operands(s);
-
+  };
+  // O += P V of tile t, issued as one group: P's k16 step kk is n-tiles 2 kk, 2 kk + 1 of S; V's keys 16 kk .. are
+  // 2048 bytes into each panel.
+  auto issue_pv = [&](int t, uint32_t(&pa)[Bc / 16][4]) {
+    const uint32_t v_base = smem_addr(sV + slot(t) * Cfg::kKVElems);
+    wgmma::fence_operands(o);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; kk++)
+      wgmma::mma_m64k16_rs<T, 1>(o, pa[kk], wgmma::desc_mn128(v_base + uint32_t(kk * 2048), Bc * kPanel * 2),
+                                 std::integral_constant<int, D>{});
+    wgmma::commit();
+  };
+  // Tile t's scores (computed) into probabilities, masked, the running max and sum updated, dropout applied, packed
+  // to 16 bits as P V's A fragment (acc_to_a's packing); returns each row's rescaling alpha of the output (which the
+  // caller applies once no product writes it).
+  auto softmax = [&](int t, float(&s)[Bc / 2], const KeepBytes<NT / 2>& keep, uint32_t(&pa)[Bc / 16][4],
+                     float(&alpha)[2]) {
+    const int k0 = t * Bc;
     const bool need_mask =
         k0 + Bc > a.Lk || (pad_row && tiles.keys.padded_within(k0, Bc)) || (a.causal && k0 + Bc - 1 > q0 + a.Lk - a.Lq);
     if (need_mask) {
@@ -165,8 +202,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
             if (!col_ok[nt][e] || nt * 8 + e > last) s[4 * nt + 2 * half + e] = -INFINITY;
       }
     }
-
-    // Online softmax (attention_fwd.cu's): each row lives in the 4 lanes of a quad.
+    // Each row lives in the 4 lanes of a quad (attention_fwd.cu's online softmax).
 #pragma unroll
     for (int half = 0; half < 2; half++) {
       float mx = row_max[half];
@@ -175,7 +211,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float base = mx == -INFINITY ? 0.f : mx * a.scale_log2;
-      const float alpha = fast_exp2(row_max[half] * a.scale_log2 - base);
+      alpha[half] = fast_exp2(row_max[half] * a.scale_log2 - base);
       row_max[half] = mx;
       float sum = 0.f;
 #pragma unroll
@@ -186,24 +222,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
           s[4 * nt + 2 * half + e] = p;
           sum += p;
         }
-      row_sum[half] = row_sum[half] * alpha + sum;
-#pragma unroll
-      for (int dt = 0; dt < DT; dt++) {
-        o[4 * dt + 2 * half] *= alpha;
-        o[4 * dt + 2 * half + 1] *= alpha;
-      }
+      row_sum[half] = row_sum[half] * alpha[half] + sum;
     }
-
-    if constexpr (kDropout) {
+    if constexpr (kDropout) {  // after the row sum (l counts every probability), before P V
 #pragma unroll
       for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
           s[4 * nt + e] *= keep(nt / 2, row_keep_bit(nt % 2, e >> 1, e & 1)) ? a.keep_scale : 0.f;
     }
-
-    // O += P V: P's k16 step kk is n-tiles 2 kk, 2 kk + 1 of S; V's keys 16 kk .. are 2048 bytes into each panel.
-    uint32_t pa[Bc / 16][4];  // acc_to_a's packing of n-tiles 2 kk (lo) and 2 kk + 1 (hi)
 #pragma unroll
     for (int kk = 0; kk < Bc / 16; kk++) {
       pa[kk][0] = pack2<T>(s[8 * kk], s[8 * kk + 1]);
@@ -211,15 +238,71 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
       pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
       pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
     }
-    wgmma::fence_operands(o);
-    wgmma::fence();
+  };
+  auto rescale = [&](const float(&alpha)[2]) {
 #pragma unroll
-    for (int kk = 0; kk < Bc / 16; kk++)
-      wgmma::mma_m64k16_rs<T, 1>(o, pa[kk], wgmma::desc_mn128(v_base + uint32_t(kk * 2048), Bc * kPanel * 2),
-                                 std::integral_constant<int, D>{});
-    wgmma::commit();
-    wgmma::wait<0>();  // before the next tile rescales o, and before its K / V buffer is refilled
+    for (int dt = 0; dt < DT; dt++)
+#pragma unroll
+      for (int half = 0; half < 2; half++) {
+        o[4 * dt + 2 * half] *= alpha[half];
+        o[4 * dt + 2 * half + 1] *= alpha[half];
+      }
+  };
+
+  if constexpr (!Cfg::kPipelined) {
+    for (int t = tiles.begin; t < tiles.end; t++) {
+      tile_ready(t);
+      [[maybe_unused]] KeepBytes<NT / 2> keep;
+      draw_keep(t, keep);
+      float s[Bc / 2];
+      issue_s(t, s);
+      wgmma::wait<0>();
+      wgmma::fence_operands(s);
+      uint32_t pa[Bc / 16][4];
+      float alpha[2];
+      softmax(t, s, keep, pa, alpha);
+      rescale(alpha);
+      issue_pv(t, pa);
+      wgmma::wait<0>();  // before the next tile rescales o, and before its K / V buffer is refilled
+      wgmma::fence_operands(o);
+      fence_fragments(pa);
+    }
+  } else if (tiles.begin < tiles.end) {
+    uint32_t pa[Bc / 16][4];  // the previous tile's P, its P V not yet issued
+    {
+      tile_ready(tiles.begin);
+      [[maybe_unused]] KeepBytes<NT / 2> keep;
+      draw_keep(tiles.begin, keep);
+      float s[Bc / 2], alpha[2];
+      issue_s(tiles.begin, s);
+      wgmma::wait<0>();
+      wgmma::fence_operands(s);
+      softmax(tiles.begin, s, keep, pa, alpha);  // o is zero: nothing to rescale
+    }
+    for (int t = tiles.begin + 1; t < tiles.end; t++) {
+      tile_ready(t);  // (every warpgroup's P V of tile t - 2 is done: tile t + 1 may take its slot)
+      [[maybe_unused]] KeepBytes<NT / 2> keep;
+      draw_keep(t, keep);
+      float s[Bc / 2], alpha[2];
+      issue_s(t, s);        // group 1
+      issue_pv(t - 1, pa);  // group 2, over tile t - 1's V (its slot is not refilled before the next barrier)
+      wgmma::wait<1>();     // S of tile t is done (groups complete in order)
+      wgmma::fence_operands(s);
+      uint32_t pa_next[Bc / 16][4];
+      softmax(t, s, keep, pa_next, alpha);  // beside the tensor cores' P V
+      wgmma::wait<0>();
+      wgmma::fence_operands(o);
+      fence_fragments(pa);
+      rescale(alpha);
+#pragma unroll
+      for (int kk = 0; kk < Bc / 16; kk++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) pa[kk][j] = pa_next[kk][j];
+    }
+    issue_pv(tiles.end - 1, pa);
+    wgmma::wait<0>();
     wgmma::fence_operands(o);
+    fence_fragments(pa);
   }
 
   // out = O / l, lse = m * scale + log(l); a row that saw no key (l = 0): out 0, lse +inf (attention_fwd.cu's).
@@ -287,12 +370,19 @@ bool forward_wgmma_available() {
 #endif
 }
 
-bool launch_forward_wgmma(const FlashArgs& a, bool bf16) {
+bool launch_forward_wgmma(const FlashArgs& a, bool bf16, bool pipelined) {
   if (!forward_wgmma_available() || a.D != a.Dv || (a.D != 64 && a.D != 128)) return false;
-  if (a.D == 64)
-    run<WgFwdConfig<64, 2>>(a, bf16);
-  else
-    run<WgFwdConfig<128, 2>>(a, bf16);
+  if (a.D == 64) {
+    if (pipelined)
+      run<WgFwdConfig<64, 2, true>>(a, bf16);
+    else
+      run<WgFwdConfig<64, 2, false>>(a, bf16);
+  } else {
+    if (pipelined)
+      run<WgFwdConfig<128, 1, true>>(a, bf16);  // 129 KB of shared memory: one block per SM
+    else
+      run<WgFwdConfig<128, 2, false>>(a, bf16);
+  }
   return true;
 }
 

@@ -264,16 +264,20 @@ TEST(AttentionCuda, EveryTileConfigurationIsAccurate) {
   ops::cuda::set_flash_tuning({});
 }
 
-// The Hopper forward (ops/cuda/attention_fwd_wgmma.cu) on every tensor-core case of the list, dropout by shared and by
-// per-element draws included, in bf16 and f16: where the build and the device have wgmma, the forward's last variant.
+// The Hopper forwards (ops/cuda/attention_fwd_wgmma.cu, without and with overlapped tiles) on every tensor-core case of
+// the list, dropout by shared and by per-element draws included, in bf16 and f16: where the build and the device have
+// wgmma, the forward's variants 3 and 4.
 TEST(AttentionCuda, WgmmaForwardMatchesReference) {
-  const int nf64 = ops::cuda::flash_forward_variants(64);
-  if (nf64 < 4) GTEST_SKIP() << "no wgmma forward here (a build for sm_90a on a compute capability 9.0 device)";
+  if (ops::cuda::flash_forward_variants(64) < 5)
+    GTEST_SKIP() << "no wgmma forward here (a build for sm_90a on a compute capability 9.0 device)";
   uint64_t seed = 500;
-  ops::cuda::set_flash_tuning({nf64 - 1, -1});
-  for (const Case& c : cases()) {
-    if (c.layout == 2 || c.D != c.Dv || (c.D != 64 && c.D != 128)) continue;  // the generic path's cases
-    for (DType t : {DType::bf16, DType::f16}) check_case(c, t, seed++);
+  for (int variant : {3, 4}) {
+    SCOPED_TRACE(ops::cuda::flash_forward_variant_name(64, variant));
+    ops::cuda::set_flash_tuning({variant, -1});
+    for (const Case& c : cases()) {
+      if (c.layout == 2 || c.D != c.Dv || (c.D != 64 && c.D != 128)) continue;  // the generic path's cases
+      for (DType t : {DType::bf16, DType::f16}) check_case(c, t, seed++);
+    }
   }
   ops::cuda::set_flash_tuning({});
 }
