@@ -396,6 +396,23 @@ __device__ __forceinline__ void load_tile_async(uint16_t* tile, const uint16_t* 
   }
 }
 
+// The forward's output rows [q0, q0 + kRows) of head (b, h), staged in shared memory as a swizzled [kRows, D] tile of
+// 16-bit values, to a.out (rows a.outs.l apart), 16 bytes per store; rows at or past Lq are not written.
+template <int kRows, int D, int kThreads>
+__device__ __forceinline__ void store_output_tile(const uint16_t* staged, const FlashArgs& a, int b, int h, int q0) {
+  uint16_t* out = static_cast<uint16_t*>(a.out) + b * a.outs.b + h * a.outs.h;
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int it = 0; it < (kRows * kChunks + kThreads - 1) / kThreads; it++) {
+    const int c = it * kThreads + int(threadIdx.x);
+    if (c >= kRows * kChunks) break;
+    const int r = c / kChunks, ch = c % kChunks;
+    if (q0 + r < a.Lq)
+      *reinterpret_cast<uint4*>(out + int64_t(q0 + r) * a.outs.l + ch * 8) =
+          *reinterpret_cast<const uint4*>(staged + swizzle<D>(r, ch * 8));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Launchers of each file (host). `variant` < 0 picks the default configuration; each returns false when
 // the configuration does not exist for this head dim.

@@ -260,17 +260,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel
       if (tq == 0 && q0 + r < a.Lq) lse[q0 + r] = l > 0.f ? row_max[mt][half] * a.scale + logf(l) : INFINITY;
     }
   __syncthreads();
-  uint16_t* out = static_cast<uint16_t*>(a.out) + b * a.outs.b + h * a.outs.h;  // [Lq, D], rows outs.l apart
-  constexpr int kChunks = D / 8;
-#pragma unroll
-  for (int it = 0; it < (Br * kChunks + kThreads - 1) / kThreads; it++) {
-    const int c = it * kThreads + tid;
-    if (c >= Br * kChunks) break;
-    const int r = c / kChunks, ch = c % kChunks;
-    if (q0 + r < a.Lq)
-      *reinterpret_cast<uint4*>(out + int64_t(q0 + r) * a.outs.l + ch * 8) =
-          *reinterpret_cast<const uint4*>(sQ + swizzle<D>(r, ch * 8));
-  }
+  store_output_tile<Br, D, kThreads>(sQ, a, b, h, q0);
 #endif
 }
 
