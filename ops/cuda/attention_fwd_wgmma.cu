@@ -21,42 +21,12 @@
 #include <cmath>
 
 #include "engine/cuda/runtime.h"
-#include "ops/cuda/attention_common.cuh"
-#include "ops/cuda/wgmma.cuh"
+#include "ops/cuda/attention_wgmma.cuh"
 
 namespace ops::cuda::attn {
 
 namespace {
 
-constexpr int kPanel = 64;  // columns of a panel: 128 bytes of 16-bit elements
-
-// Element offset of 16-byte chunk `chunk` (of D / 8) of row `row` in a [rows, D] tile stored as panels.
-template <int kRows>
-__device__ __forceinline__ int panel_chunk(int row, int chunk) {
-  return (chunk >> 3) * (kRows * kPanel) + row * kPanel + (((chunk & 7) ^ (row & 7)) << 3);
-}
-
-// Rows [row0, row0 + kRows) of a [L, D] head (row stride in elements) into a panel tile, 16 bytes per cp.async;
-// rows at or past L become zeros.
-template <int kRows, int D, int kThreads>
-__device__ __forceinline__ void load_panels_async(uint16_t* tile, const uint16_t* head, int64_t row_stride, int row0,
-                                                  int L) {
-  constexpr int kChunks = D / 8, kRowStep = kThreads / kChunks;
-  static_assert(kThreads % kChunks == 0 && kRows % kRowStep == 0, "tile loader shape");
-  const int r0 = int(threadIdx.x) / kChunks, ch = int(threadIdx.x) % kChunks;
-  const uint16_t* src = head + int64_t(row0 + r0) * row_stride + ch * 8;
-  const int64_t step = int64_t(kRowStep) * row_stride;
-#pragma unroll
-  for (int it = 0; it < kRows / kRowStep; it++) {
-    const int r = r0 + it * kRowStep;
-    const bool valid = row0 + r < L;
-    cp_async16(smem_addr(tile + panel_chunk<kRows>(r, ch)), valid ? src + it * step : head, valid);
-  }
-}
-
-// kMinBlocks: blocks per SM the register allocation must allow. A block's two warpgroups meet at a barrier every key
-// tile, so they run their products and their softmax in step; a second block per SM is what overlaps one block's
-// softmax with the other's tensor-core work.
 // kMinBlocks: blocks per SM the register allocation must allow. kPipelined: the products of consecutive key tiles
 // overlap within a warpgroup (FlashAttention-3's intra-warpgroup pipelining): tile t's S = Q K^T and tile t - 1's
 // O += P V are issued together, and tile t's softmax runs while the tensor cores finish P V; K and V then need three
@@ -72,15 +42,6 @@ struct WgFwdConfig {
   static constexpr int kSmemBytes = (kQElems + 2 * kSlots * kKVElems) * 2 + 1024;  // + the slack to align to 1 KB
 };
 
-// Keeps the compiler from reusing registers an asynchronous wgmma still reads (its A fragment) until after the wait.
-template <int N>
-__device__ __forceinline__ void fence_fragments(uint32_t (&r)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; i++)
-#pragma unroll
-    for (int j = 0; j < 4; j++) asm volatile("" : "+r"(r[i][j])::"memory");
-}
-
 template <typename Cfg, typename T, Drop kDrop>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_kernel(const FlashArgs a) {
 #if defined(ENGINE_WGMMA_DEVICE)
@@ -88,7 +49,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
   constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, kThreads = Cfg::kThreads, kSlots = Cfg::kSlots;
   constexpr int NT = Bc / 8, DT = D / 8, KS = D / 16;
   extern __shared__ __align__(128) uint16_t smem_raw[];
-  uint16_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023) / 2;
+  uint16_t* smem = aligned_smem(smem_raw);
   uint16_t* sQ = smem;                         // [Br, D] panels, later the output staging tile
   uint16_t* sK = sQ + Cfg::kQElems;            // [kSlots][Bc, D] panels
   uint16_t* sV = sK + kSlots * Cfg::kKVElems;  // [kSlots][Bc, D] panels
@@ -132,18 +93,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
   for (int i = 0; i < D / 2; i++) o[i] = 0.f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};  // rows g, g + 8 of the warp
   // This warpgroup's Q rows: 64 rows of each panel, 8 KB into it.
-  const uint32_t q_base = smem_addr(sQ) + uint32_t(wg * 64 * kPanel * 2);
+  const uint32_t q_base = smem_addr(sQ) + uint32_t(wg * 64 * kPanelRowBytes);
 
   // Dropout's keep bits of tile t (byte nt2: n-tiles 2 nt2, 2 nt2 + 1), drawn before its scores.
   auto draw_keep = [&](int t, KeepBytes<NT / 2>& keep) {
-    if constexpr (kDropout) {
-#pragma unroll
-      for (int nt2 = 0; nt2 < NT / 2; nt2++) {
-        const int i = q0 + warp_row + g, j0 = t * Bc + nt2 * 16;
-        keep.set(nt2, shared_draw ? dropout_keep_rows(a, bh, i, j0, lane)  // a block per 8 elements
-                                  : dropout_keep_rows_each(a, bh, i, j0, lane));
-      }
-    }
+    if constexpr (kDropout) draw_keep_rows<shared_draw, NT>(a, bh, q0 + warp_row, t * Bc, lane, keep);
   };
   // S = Q K^T of tile t, issued as one group: this warpgroup's [64, Bc]; s[4 nt + e] is attention_fwd.cu's
   // s[0][nt][e].
@@ -153,13 +107,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
     for (int i = 0; i < Bc / 2; i++) s[i] = 0.f;
     wgmma::fence_operands(s);
     wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < KS; ks++) {
-      const uint32_t off = uint32_t((ks % 4) * 32);  // the k16 step within its panel
-      const uint64_t dq = wgmma::desc_k128(q_base + uint32_t((ks / 4) * Br * kPanel * 2) + off);
-      const uint64_t dk = wgmma::desc_k128(k_base + uint32_t((ks / 4) * Bc * kPanel * 2) + off);
-      wgmma::mma_m64k16<T, 0, 0>(s, dq, dk, std::integral_constant<int, Bc>{});
-    }
+    issue_kmajor<T, Bc, KS>(s, q_base, Br, k_base, Bc);
     wgmma::commit();
   };
   // O += P V of tile t, issued as one group: P's k16 step kk is n-tiles 2 kk, 2 kk + 1 of S; V's keys 16 kk .. are
@@ -168,10 +116,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
     const uint32_t v_base = smem_addr(sV + slot(t) * Cfg::kKVElems);
     wgmma::fence_operands(o);
     wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < Bc / 16; kk++)
-      wgmma::mma_m64k16_rs<T, 1>(o, pa[kk], wgmma::desc_mn128(v_base + uint32_t(kk * 2048), Bc * kPanel * 2),
-                                 std::integral_constant<int, D>{});
+    issue_rs<T, D>(o, pa, v_base, Bc);
     wgmma::commit();
   };
   // Tile t's scores (computed) into probabilities, masked, the running max and sum updated, dropout applied, packed
