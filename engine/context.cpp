@@ -1,6 +1,7 @@
 // context.cpp: the thread-local tagging context.
 #include "engine/context.h"
 
+#include <atomic>
 #include <cstring>
 
 namespace engine {
@@ -18,6 +19,11 @@ const char* phase_name(Phase p) {
       return "backward2";
     default: return "?";
   }
+}
+
+uint64_t ScopeStack::next_version() {
+  static std::atomic<uint64_t> last{0};
+  return ++last;
 }
 
 Context& context() {

@@ -24,11 +24,13 @@ const char* category_name(Category c);
 
 // The module path of the running code: pieces pushed and popped by MemoryScope (a node's backward sets its forward's
 // whole path as one piece), kept joined with '.' (empty pieces skipped) so that an allocation's owner is a copy of the
-// path, not a join of its pieces.
+// path, not a join of its pieces. Every push and pop draws a new version number, unique in the process: equal versions
+// mean the same path (the ledger remembers the owner it interned for a version and op).
 class ScopeStack {
  public:
   void push(const std::string& piece) {
     ends_.push_back(path_.size());
+    version_ = next_version();
     if (piece.empty()) return;
     if (!path_.empty()) path_ += '.';
     path_ += piece;
@@ -36,12 +38,16 @@ class ScopeStack {
   void pop() {
     path_.resize(ends_.back());
     ends_.pop_back();
+    version_ = next_version();
   }
   const std::string& path() const { return path_; }
+  uint64_t version() const { return version_; }
 
  private:
   std::string path_;
   std::vector<size_t> ends_;  // path_'s length before each push
+  uint64_t version_ = next_version();
+  static uint64_t next_version();
 };
 
 struct Context {

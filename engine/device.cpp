@@ -104,7 +104,7 @@ Device::Block Device::allocate(size_t bytes, Category category) {
   Block b;
   b.offset = *offset;
   b.bytes = bytes;
-  b.id = ledger_.on_alloc(*offset, bytes, Allocator::round_up(bytes), category, current_owner(), context().phase,
+  b.id = ledger_.on_alloc(*offset, bytes, Allocator::round_up(bytes), category, ledger_.owner_now(), context().phase,
                           ledger_.detail() ? allocation_description() : std::string());
   ledger_.note_high_water(allocator_.high_water());
   if (clock_on_) stamp(ledger_.sequence());

@@ -28,23 +28,14 @@ const char* category_name(Category c) {
   }
 }
 
-int64_t Ledger::on_alloc(size_t offset, size_t requested, size_t rounded, Category category, std::string owner,
-                         Phase phase, std::string what) {
-  BlockInfo b;
-  if (detail_) b.what = std::move(what);
-  b.id = next_id_++;
-  b.category = category;
-  b.phase = phase;
-  b.owner = std::move(owner);
-  b.requested = requested;
-  b.rounded = rounded;
-  b.offset = offset;
-  b.alloc_seq = ++seq_;
+int64_t Ledger::on_alloc(size_t offset, size_t requested, size_t rounded, Category category, int32_t owner, Phase phase,
+                         std::string what) {
+  const int64_t id = next_id_++;
+  live_map_.emplace(id, Record{id, ++seq_, -1, requested, rounded, offset, owner, -1, category, phase});
+  if (detail_) live_details_[id].what = std::move(what);
   live_[int(category)] += rounded;
   live_total_ += rounded;
   alloc_count_++;
-  int64_t id = b.id;
-  live_map_.emplace(id, std::move(b));
   update_peak();
   return id;
 }
@@ -52,48 +43,81 @@ int64_t Ledger::on_alloc(size_t offset, size_t requested, size_t rounded, Catego
 void Ledger::on_free(int64_t id) {
   auto it = live_map_.find(id);
   ENGINE_CHECK(it != live_map_.end(), "ledger: free of unknown block ", id);
-  BlockInfo& b = it->second;
-  live_[int(b.category)] -= b.rounded;
-  live_total_ -= b.rounded;
-  FreedBlock f{b.id, b.alloc_seq, ++seq_, b.requested, b.rounded, b.offset, intern_owner(std::move(b.owner)),
-               -1,   b.category,  b.phase};
-  if (detail_) {
-    details_.push_back({std::move(b.what), std::move(b.reason), current_owner(), context().phase});
-    f.detail = int32_t(details_.size() - 1);
-  }
-  freed_.push_back(f);
+  Record r = it->second;
   live_map_.erase(it);
+  live_[int(r.category)] -= r.rounded;
+  live_total_ -= r.rounded;
+  r.free_seq = ++seq_;
+  if (detail_) {
+    Detail d;
+    if (auto dit = live_details_.find(id); dit != live_details_.end()) {
+      d = std::move(dit->second);
+      live_details_.erase(dit);
+    }
+    d.free_owner = current_owner();
+    d.free_phase = context().phase;
+    details_.push_back(std::move(d));
+    r.detail = int32_t(details_.size() - 1);
+  }
+  freed_.push_back(r);
   if (freed_.size() > history_limit_) compact();
 }
 
-int32_t Ledger::intern_owner(std::string owner) {
+int32_t Ledger::intern_owner(const std::string& owner) {
   auto it = owner_index_.find(owner);
   if (it != owner_index_.end()) return it->second;
   const int32_t id = int32_t(owners_.size());
   owners_.push_back(owner);
-  owner_index_.emplace(std::move(owner), id);
+  owner_index_.emplace(owner, id);
   return id;
 }
 
-BlockInfo Ledger::block_of(const FreedBlock& f) const {
+int32_t Ledger::owner_now() {
+  const Context& c = context();
+  if (owner_now_ < 0 || c.scopes.version() != owner_version_ || c.op != owner_op_) {
+    owner_now_ = intern_owner(current_owner());
+    owner_version_ = c.scopes.version();
+    owner_op_ = c.op;
+  }
+  return owner_now_;
+}
+
+BlockInfo Ledger::block_of(const Record& r) const {
   BlockInfo b;
-  b.id = f.id;
-  b.category = f.category;
-  b.phase = f.phase;
-  b.owner = owners_[size_t(f.owner)];
-  b.requested = f.requested;
-  b.rounded = f.rounded;
-  b.offset = f.offset;
-  b.alloc_seq = f.alloc_seq;
-  b.free_seq = f.free_seq;
-  if (f.detail >= 0) {
-    const FreedDetail& d = details_[size_t(f.detail)];
-    b.what = d.what;
-    b.reason = d.reason;
-    b.free_owner = d.free_owner;
-    b.free_phase = d.free_phase;
+  b.id = r.id;
+  b.category = r.category;
+  b.phase = r.phase;
+  b.owner = owners_[size_t(r.owner)];
+  b.requested = r.requested;
+  b.rounded = r.rounded;
+  b.offset = r.offset;
+  b.alloc_seq = r.alloc_seq;
+  b.free_seq = r.free_seq;
+  const Detail* d = nullptr;
+  if (r.free_seq < 0) {
+    auto it = live_details_.find(r.id);
+    if (it != live_details_.end()) d = &it->second;
+  } else if (r.detail >= 0) {
+    d = &details_[size_t(r.detail)];
+  }
+  if (d) {
+    b.what = d->what;
+    b.reason = d->reason;
+    b.free_owner = d->free_owner;
+    b.free_phase = d->free_phase;
   }
   return b;
+}
+
+const Ledger::Record& Ledger::live(int64_t id, const char* what) const {
+  auto it = live_map_.find(id);
+  ENGINE_CHECK(it != live_map_.end(), "ledger: ", what, " of unknown block ", id);
+  return it->second;
+}
+Ledger::Record& Ledger::live(int64_t id, const char* what) {
+  auto it = live_map_.find(id);
+  ENGINE_CHECK(it != live_map_.end(), "ledger: ", what, " of unknown block ", id);
+  return it->second;
 }
 
 void Ledger::clear_history() {
@@ -102,42 +126,30 @@ void Ledger::clear_history() {
 }
 
 void Ledger::retag(int64_t id, Category category) {
-  auto it = live_map_.find(id);
-  ENGINE_CHECK(it != live_map_.end(), "ledger: retag of unknown block ", id);
-  BlockInfo& b = it->second;
-  if (b.category == category) return;
-  live_[int(b.category)] -= b.rounded;
-  b.category = category;
-  live_[int(category)] += b.rounded;
+  Record& r = live(id, "retag");
+  if (r.category == category) return;
+  live_[int(r.category)] -= r.rounded;
+  r.category = category;
+  live_[int(category)] += r.rounded;
   ++seq_;
   update_peak();
 }
 
 void Ledger::annotate(int64_t id, const std::string& reason) {
   if (!detail_) return;
-  auto it = live_map_.find(id);
-  ENGINE_CHECK(it != live_map_.end(), "ledger: annotate of unknown block ", id);
-  std::string& r = it->second.reason;
+  live(id, "annotate");
+  std::string& r = live_details_[id].reason;
   if (r.find(reason) == std::string::npos) r += (r.empty() ? "" : "; ") + reason;
 }
 
-Category Ledger::category(int64_t id) const {
-  auto it = live_map_.find(id);
-  ENGINE_CHECK(it != live_map_.end(), "ledger: category of unknown block ", id);
-  return it->second.category;
-}
+Category Ledger::category(int64_t id) const { return live(id, "category").category; }
 
 void Ledger::set_owner(int64_t id, std::string owner) {
-  auto it = live_map_.find(id);
-  ENGINE_CHECK(it != live_map_.end(), "ledger: set_owner of unknown block ", id);
-  it->second.owner = std::move(owner);
+  const int32_t index = intern_owner(owner);
+  live(id, "set_owner").owner = index;
 }
 
-const std::string& Ledger::owner(int64_t id) const {
-  auto it = live_map_.find(id);
-  ENGINE_CHECK(it != live_map_.end(), "ledger: owner of unknown block ", id);
-  return it->second.owner;
-}
+const std::string& Ledger::owner(int64_t id) const { return owners_[size_t(live(id, "owner").owner)]; }
 
 void Ledger::update_peak() {
   for (int c = 0; c < kNumCategories; c++) peak_[c] = std::max(peak_[c], live_[c]);
@@ -168,7 +180,7 @@ void Ledger::check() const {
   ENGINE_CHECK(sum == live_total_, "ledger invariant broken: category sums ", sum, " != live total ",
                live_total_);
   size_t blocks = 0;
-  for (const auto& [id, b] : live_map_) blocks += b.rounded;
+  for (const auto& [id, r] : live_map_) blocks += r.rounded;
   ENGINE_CHECK(blocks == live_total_, "ledger invariant broken: live blocks sum to ", blocks,
                " but live total is ", live_total_);
 }
@@ -176,7 +188,7 @@ void Ledger::check() const {
 std::vector<BlockInfo> Ledger::live_blocks() const {
   std::vector<BlockInfo> out;
   out.reserve(live_map_.size());
-  for (const auto& [id, b] : live_map_) out.push_back(b);
+  for (const auto& [id, r] : live_map_) out.push_back(block_of(r));
   std::sort(out.begin(), out.end(), [](const BlockInfo& a, const BlockInfo& b) { return a.id < b.id; });
   return out;
 }
@@ -184,10 +196,10 @@ std::vector<BlockInfo> Ledger::live_blocks() const {
 std::vector<BlockInfo> Ledger::peak_snapshot() const {
   if (materialized_seq_ == peak_seq_) return materialized_peak_;
   std::vector<BlockInfo> out;
-  for (const FreedBlock& f : freed_)
+  for (const Record& f : freed_)
     if (f.alloc_seq <= peak_seq_ && f.free_seq > peak_seq_) out.push_back(block_of(f));
-  for (const auto& [id, b] : live_map_)
-    if (b.alloc_seq <= peak_seq_) out.push_back(b);
+  for (const auto& [id, r] : live_map_)
+    if (r.alloc_seq <= peak_seq_) out.push_back(block_of(r));
   std::sort(out.begin(), out.end(), [](const BlockInfo& a, const BlockInfo& b) { return a.id < b.id; });
   return out;
 }
@@ -201,8 +213,8 @@ void Ledger::compact() {
 std::vector<BlockInfo> Ledger::history() const {
   std::vector<BlockInfo> out;
   out.reserve(freed_.size() + live_map_.size());
-  for (const FreedBlock& f : freed_) out.push_back(block_of(f));
-  for (const auto& [id, b] : live_map_) out.push_back(b);
+  for (const Record& f : freed_) out.push_back(block_of(f));
+  for (const auto& [id, r] : live_map_) out.push_back(block_of(r));
   std::sort(out.begin(), out.end(), [](const BlockInfo& a, const BlockInfo& b) { return a.id < b.id; });
   return out;
 }

@@ -23,6 +23,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -65,9 +66,19 @@ std::string owner_layer_type(const std::string& owner);
 
 class Ledger {
  public:
-  // Records a new block; returns its id.
-  int64_t on_alloc(size_t offset, size_t requested, size_t rounded, Category category, std::string owner, Phase phase,
+  // Records a new block; returns its id. The owner is an index of the ledger's owner table (owner_now, intern_owner)
+  // or, in the second form, the string itself.
+  int64_t on_alloc(size_t offset, size_t requested, size_t rounded, Category category, int32_t owner, Phase phase,
                    std::string what = "");
+  int64_t on_alloc(size_t offset, size_t requested, size_t rounded, Category category, const std::string& owner,
+                   Phase phase, std::string what = "") {
+    return on_alloc(offset, requested, rounded, category, intern_owner(owner), phase, std::move(what));
+  }
+  // The running code's owner (current_owner(): module path and op) in the owner table: joined and looked up once per
+  // path and op, not at every allocation.
+  int32_t owner_now();
+  // The index of `owner` in the owner table (added the first time).
+  int32_t intern_owner(const std::string& owner);
   void on_free(int64_t id);
   void retag(int64_t id, Category category);
   // Detail for explanations (off by default: it costs a string per block): BlockInfo::what, reason, free_*.
@@ -123,26 +134,33 @@ class Ledger {
   void set_history_limit(size_t n) { history_limit_ = n; }
 
  private:
-  std::unordered_map<int64_t, BlockInfo> live_map_;
-  // A freed block of the history, holding no heap memory: its owner (and, with detail, its other strings) as an index
-  // into tables that keep each string once. (The history as BlockInfos, four strings each, was a third of the meta
-  // device's time: mtdnn's 300 steps took 2.2 s, 1.4 s without a history; 2026-12-04.)
-  struct FreedBlock {
-    int64_t id, alloc_seq, free_seq;
+  // A block as the ledger keeps it, live or freed, holding no heap memory: its owner (and, with detail, its other
+  // strings) as an index into tables that keep each string once. (The history as BlockInfos, four strings each, was a
+  // third of the meta device's time in 2026-12-04's profile: mtdnn's 300 steps took 2.2 s, 1.4 s without a history.
+  // Live blocks then still kept their owner as a string: a copy of the module path per allocation, hashed again when
+  // it was freed.)
+  struct Record {
+    int64_t id, alloc_seq, free_seq;  // free_seq -1 while live
     size_t requested, rounded, offset;
     int32_t owner;   // owners_[owner]
-    int32_t detail;  // details_[detail], or -1 (detail off)
+    int32_t detail;  // freed: details_[detail], or -1 (detail off); live: -1 (live_details_ holds theirs)
     Category category;
     Phase phase;
   };
-  struct FreedDetail {
+  struct Detail {
     std::string what, reason, free_owner;
-    Phase free_phase;
+    Phase free_phase = Phase::setup;
   };
-  std::vector<FreedBlock> freed_;  // history of freed blocks since compaction
-  std::vector<FreedDetail> details_;
-  std::vector<std::string> owners_;
+  std::unordered_map<int64_t, Record> live_map_;
+  std::unordered_map<int64_t, Detail> live_details_;  // with detail on: the live blocks' what and reason
+  std::vector<Record> freed_;                         // history of freed blocks since compaction
+  std::vector<Detail> details_;
+  std::deque<std::string> owners_;  // (a deque: owner() hands out references that later owners must not move)
   std::unordered_map<std::string, int32_t> owner_index_;
+  // owner_now's last answer and the scope version and op it was for.
+  uint64_t owner_version_ = 0;
+  const char* owner_op_ = nullptr;
+  int32_t owner_now_ = -1;
   std::vector<BlockInfo> materialized_peak_;    // valid when materialized_seq_ == peak_seq_
   int64_t materialized_seq_ = -1;
   std::array<size_t, kNumCategories> live_{}, peak_{}, at_peak_{};
@@ -155,8 +173,9 @@ class Ledger {
   void update_peak();
   void compact();
   void clear_history();
-  int32_t intern_owner(std::string owner);
-  BlockInfo block_of(const FreedBlock& f) const;
+  BlockInfo block_of(const Record& r) const;
+  const Record& live(int64_t id, const char* what) const;  // a live block's record; `what` names the caller
+  Record& live(int64_t id, const char* what);
 };
 
 }  // namespace engine
