@@ -1,6 +1,8 @@
 // allocator.cpp: best fit with splitting and coalescing (see allocator.h for the design notes).
 #include "engine/allocator.h"
 
+#include <type_traits>
+
 #include "engine/error.h"
 
 namespace engine {
@@ -11,41 +13,42 @@ Allocator::Allocator(size_t capacity) : capacity_(capacity / kAlignment * kAlign
 
 namespace {
 constexpr size_t kMaxSpareNodes = 64;
-}
 
-void Allocator::put(OffsetMap& m, size_t key, size_t value) {
-  if (spare_entries_.empty()) {
-    m[key] = value;
+// Inserts `value` into `tree` (a std::map's (key, mapped) pair or a std::set's key) in a node from `spares` when
+// there is one.
+template <typename Tree, typename Value>
+void insert_reusing(Tree& tree, std::vector<typename Tree::node_type>& spares, const Value& value) {
+  if (spares.empty()) {
+    tree.insert(value);
     return;
   }
-  OffsetMap::node_type n = std::move(spare_entries_.back());
-  spare_entries_.pop_back();
-  n.key() = key;
-  n.mapped() = value;
-  m.insert(std::move(n));
+  typename Tree::node_type n = std::move(spares.back());
+  spares.pop_back();
+  if constexpr (std::is_same_v<typename Tree::key_type, typename Tree::value_type>) {
+    n.value() = value;
+  } else {
+    n.key() = value.first;
+    n.mapped() = value.second;
+  }
+  tree.insert(std::move(n));
 }
 
-void Allocator::take(OffsetMap& m, OffsetMap::iterator it) {
-  OffsetMap::node_type n = m.extract(it);
-  if (spare_entries_.size() < kMaxSpareNodes) spare_entries_.push_back(std::move(n));
+// Takes the entry at `it` out of `tree`, keeping its node in `spares` (up to kMaxSpareNodes).
+template <typename Tree>
+void erase_keeping(Tree& tree, std::vector<typename Tree::node_type>& spares, typename Tree::iterator it) {
+  typename Tree::node_type n = tree.extract(it);
+  if (spares.size() < kMaxSpareNodes) spares.push_back(std::move(n));
 }
+}  // namespace
 
 void Allocator::insert_free(size_t offset, size_t size) {
-  put(free_by_offset_, offset, size);
-  if (spare_sizes_.empty()) {
-    free_by_size_.insert({size, offset});
-    return;
-  }
-  SizeSet::node_type n = std::move(spare_sizes_.back());
-  spare_sizes_.pop_back();
-  n.value() = {size, offset};
-  free_by_size_.insert(std::move(n));
+  insert_reusing(free_by_offset_, spare_entries_, std::pair{offset, size});
+  insert_reusing(free_by_size_, spare_sizes_, std::pair{size, offset});
 }
 
 void Allocator::erase_free(size_t offset, size_t size) {
-  take(free_by_offset_, free_by_offset_.find(offset));
-  SizeSet::node_type n = free_by_size_.extract({size, offset});
-  if (n && spare_sizes_.size() < kMaxSpareNodes) spare_sizes_.push_back(std::move(n));
+  erase_keeping(free_by_offset_, spare_entries_, free_by_offset_.find(offset));
+  erase_keeping(free_by_size_, spare_sizes_, free_by_size_.find({size, offset}));
 }
 
 std::optional<size_t> Allocator::allocate(size_t bytes) {
@@ -55,7 +58,7 @@ std::optional<size_t> Allocator::allocate(size_t bytes) {
   auto [block_size, offset] = *it;
   erase_free(offset, block_size);
   if (block_size > size) insert_free(offset + size, block_size - size);  // split: tail stays free
-  put(live_, offset, size);
+  insert_reusing(live_, spare_entries_, std::pair{offset, size});
   allocated_ += size;
   if (offset + size > high_water_) high_water_ = offset + size;
   return offset;
@@ -65,7 +68,7 @@ size_t Allocator::free(size_t offset) {
   auto it = live_.find(offset);
   ENGINE_CHECK(it != live_.end(), "allocator: free of offset ", offset, " which is not a live block");
   size_t size = it->second;
-  take(live_, it);
+  erase_keeping(live_, spare_entries_, it);
   allocated_ -= size;
   size_t start = offset, end = offset + size;
   // Coalesce with the free neighbour after ...

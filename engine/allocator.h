@@ -63,8 +63,6 @@ class Allocator {
   std::vector<OffsetMap::node_type> spare_entries_;
   std::vector<SizeSet::node_type> spare_sizes_;
 
-  void put(OffsetMap& m, size_t key, size_t value);
-  void take(OffsetMap& m, OffsetMap::iterator it);
   void insert_free(size_t offset, size_t size);
   void erase_free(size_t offset, size_t size);
 };

@@ -72,6 +72,9 @@ int32_t Ledger::intern_owner(const std::string& owner) {
   return id;
 }
 
+// The cached answer holds while the scope version and the op pointer are the ones it was for: a version names one
+// path (ScopeStack), and an op name stays alive and unchanged while it is the context's op (string literals, or a
+// backward node's name for the node's run, which draws a version of its own).
 int32_t Ledger::owner_now() {
   const Context& c = context();
   if (owner_now_ < 0 || c.scopes.version() != owner_version_ || c.op != owner_op_) {
@@ -137,7 +140,7 @@ void Ledger::retag(int64_t id, Category category) {
 
 void Ledger::annotate(int64_t id, const std::string& reason) {
   if (!detail_) return;
-  live(id, "annotate");
+  live(id, "annotate");  // (the check that the block is live)
   std::string& r = live_details_[id].reason;
   if (r.find(reason) == std::string::npos) r += (r.empty() ? "" : "; ") + reason;
 }
