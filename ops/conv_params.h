@@ -46,9 +46,10 @@ struct ConvGeometry {
 // - Cin, for a spatial filter (its taps amortize the copy of x) when the zeros add at most a quarter to the
 //   reduction: pix2pixHD's discriminators take 39 channels (image and label map; their first 4x4 convolutions were
 //   850 of a 1340 ms fp32 step on the generic kernel) and its local enhancer 36; not 1x1 convolutions. The
-//   16-bit (and TF32) tensor-core kernels gather narrower inputs (the 3-channel stems) element by element, but the
-//   f32 SIMT kernels have no such variant, so in f32 every Cin is padded: YOLOv3's 3 -> 32 stem at 608^2 took
-//   63 ms of a 204 ms fp32 step on the generic kernel (its weight gradient, 0.08 TFLOP/s);
+//   16-bit tensor-core kernels gather narrower inputs (the 3-channel stems) element by element, but the f32 SIMT
+//   kernels have no such variant, so in f32 every Cin is padded (under TF32 too, whose kernels could gather: the
+//   copy is memory the meta device accounts, and the choice depends on the element size alone): YOLOv3's 3 -> 32
+//   stem at 608^2 took 63 ms of a 204 ms fp32 step on the generic kernel (its weight gradient, 0.08 TFLOP/s);
 // - Cout, always for 16-bit types and for f32 once Cin (padded) is a multiple of 4: the image generators' final
 //   3-channel layers (pix2pixHD's 7x7 32 -> 3 at 2048 x 1024 took 82 ms of a 190 ms bf16 step on the generic
 //   kernel).

@@ -297,8 +297,10 @@ void for_each_igemm_kernel(F&& body) {
 TEST(ConvCuda, WgmmaKernelsOnHopper) {
   testutil::cuda_device();
 #if defined(ENGINE_WGMMA)
-  if (engine::cuda::compute_capability() == 90) EXPECT_TRUE(ops::cuda::conv::igemm_wgmma_available());
-  else EXPECT_FALSE(ops::cuda::conv::igemm_wgmma_available());
+  if (engine::cuda::compute_capability() == 90)
+    EXPECT_TRUE(ops::cuda::conv::igemm_wgmma_available());
+  else
+    EXPECT_FALSE(ops::cuda::conv::igemm_wgmma_available());
 #else
   EXPECT_FALSE(ops::cuda::conv::igemm_wgmma_available());
 #endif
@@ -470,7 +472,7 @@ TEST(ConvCuda, PathChoice) {
   EXPECT_EQ(path({2, 12, 11, 24, 24, 3, 3, params(1, 1, 1, 24)}, DType::bf16), "depthwise");
   EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::bf16), "igemm");
   EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::f32), "simt");
-  EXPECT_EQ(path({2, 13, 11, 6, 24, 3, 3, params(1, 1)}, DType::f32), "generic");
+  EXPECT_EQ(path({2, 13, 11, 6, 24, 3, 3, params(1, 1)}, DType::f32), "simt_cin_padded");
   EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::f64), "generic");
   const Case stem{1, 31, 29, 3, 16, 7, 7, params(2, 3)};
   EXPECT_EQ(path(stem, DType::bf16), "igemm_gather");
@@ -482,22 +484,26 @@ TEST(ConvCuda, PathChoice) {
   EXPECT_EQ(path({2, 9, 8, 5, 6, 3, 3, params(1, 1)}, DType::bf16), "igemm_gather_cout_padded");
   EXPECT_EQ(path({1, 64, 32, 32, 3, 7, 7, params(1, 3)}, DType::bf16), "igemm_cout_padded");
   EXPECT_EQ(path({1, 64, 32, 32, 3, 7, 7, params(1, 3)}, DType::f32), "simt_cout_padded");
-  // Cin padded where the zeros add at most a quarter and the filter is spatial; f32 pads Cout once Cin is whole.
+  // Cin padded where the zeros add at most a quarter and the filter is spatial, in f32 always (its SIMT kernels do
+  // not gather); f32 pads Cout once Cin is whole.
   EXPECT_EQ(path({1, 64, 32, 30, 3, 7, 7, params(1, 3)}, DType::f32), "simt_cin_cout_padded");
   EXPECT_EQ(path({1, 64, 32, 39, 64, 4, 4, params(2, 1)}, DType::bf16), "igemm_cin_padded");
   EXPECT_EQ(path({1, 64, 32, 39, 64, 4, 4, params(2, 1)}, DType::f32), "simt_cin_padded");
   EXPECT_EQ(path({1, 64, 32, 36, 32, 7, 7, params(1, 3)}, DType::bf16), "igemm_cin_padded");
-  EXPECT_EQ(path({1, 64, 32, 36, 32, 7, 7, params(1, 3)}, DType::f32), "simt");           // 36: whole f32 vectors
-  EXPECT_EQ(path({1, 64, 32, 6, 24, 3, 3, params(1, 1)}, DType::f32), "generic");         // 6 -> 8: a third more
+  EXPECT_EQ(path({1, 64, 32, 36, 32, 7, 7, params(1, 3)}, DType::f32), "simt");          // 36: whole f32 vectors
+  EXPECT_EQ(path({1, 64, 32, 6, 24, 3, 3, params(1, 1)}, DType::bf16), "igemm_gather");  // 6 -> 8: a third more
+  EXPECT_EQ(path({1, 64, 32, 6, 24, 3, 3, params(1, 1)}, DType::f32), "simt_cin_padded");
+  EXPECT_EQ(path(stem, DType::f32), "simt_cin_padded");                                   // 3 -> 4
   EXPECT_EQ(path({1, 64, 32, 39, 64, 1, 1, params(2, 0)}, DType::bf16), "igemm_gather");  // 1x1: not padded
-  EXPECT_EQ(path({1, 9, 10, 12, 6, 3, 3, params(2, 1, 1, 3)}, DType::bf16), "generic");  // groups: not padded
+  EXPECT_EQ(path({1, 9, 10, 12, 6, 3, 3, params(2, 1, 1, 3)}, DType::bf16), "generic");   // groups: not padded
   {
     Tf32Scope tf32(true);
     EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::f32), "igemm_tf32");
     EXPECT_EQ(path({2, 13, 11, 12, 20, 3, 3, params(1, 1)}, DType::f32), "igemm_tf32");  // multiples of 4
-    EXPECT_EQ(path(stem, DType::f32), "igemm_gather_tf32");
-    EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::data, geometry(stem), DType::f32)), "igemm_gather_tf32");
-    EXPECT_EQ(path({2, 13, 11, 6, 24, 3, 3, params(1, 1)}, DType::f32), "igemm_gather_tf32");
+    // f32 pads Cin whether or not TF32 is on (the padding is memory the meta device accounts without knowing).
+    EXPECT_EQ(path(stem, DType::f32), "igemm_tf32_cin_padded");
+    EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::data, geometry(stem), DType::f32)), "igemm_tf32_cin_padded");
+    EXPECT_EQ(path({2, 13, 11, 6, 24, 3, 3, params(1, 1)}, DType::f32), "igemm_tf32_cin_padded");
     EXPECT_EQ(path({2, 13, 11, 16, 6, 3, 3, params(1, 1)}, DType::f32), "igemm_tf32_cout_padded");
     EXPECT_EQ(path({2, 12, 11, 24, 24, 3, 3, params(1, 1, 1, 24)}, DType::f32), "depthwise");  // CUDA cores
     EXPECT_EQ(path({2, 7, 9, 16, 24, 1, 1, params(1, 0)}, DType::f32), "gemm");                // cuBLASLt FAST_TF32
@@ -553,7 +559,7 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
     bool tf32;
     bool all_shapes;  // else the first three and Darknet's
     ops::cuda::conv::WgShape wgmma_shape = ops::cuda::conv::WgShape::by_shape;
-    bool tma = true;  // the wgmma forward's weight tiles by the bulk tensor copy
+    bool tma = true;     // the wgmma forward's weight tiles by the bulk tensor copy
     bool im2col = true;  // the wgmma forward's x tiles by the im2col bulk copy where it applies
   };
   using ops::cuda::conv::WgShape;
@@ -573,8 +579,8 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   // CONV_PERF_RUNS="bf16/wg,bf16/v0" times only those rows (a shorter call on the GPU machine).
   const char* only = std::getenv("CONV_PERF_RUNS");
   for (const Run& r : runs) {
-    if (only && !std::string(only).empty() && ("," + std::string(only) + ",").find("," + std::string(r.type) + ",") ==
-                                                  std::string::npos)
+    if (only && !std::string(only).empty() &&
+        ("," + std::string(only) + ",").find("," + std::string(r.type) + ",") == std::string::npos)
       continue;
     engine::cuda::set_allow_tf32(r.tf32);
     ops::cuda::conv::set_igemm_wide_variant(r.variant);
