@@ -201,6 +201,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_from_ds_wgmma_kernel(const F
   };
   if (tiles.begin < tiles.end) load(tiles.begin, 0);
   cp_async_commit();
+  // Causal: the dK dV pass wrote a key tile's dS only for the 64-row query tiles that see one of its keys, so a
+  // warpgroup stops at its own rows' limit (the block's is its last warpgroup's).
+  const int wg_end =
+      a.causal ? min(tiles.end, (max(0, min(a.Lk, q0 + wg * 64 + 64 + a.Lk - a.Lq)) + Bc - 1) / Bc) : tiles.end;
 
   float dq[DT][4];  // this warpgroup's [64 queries, D]
   zero(dq);
@@ -211,6 +215,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_from_ds_wgmma_kernel(const F
     __syncthreads();  // tile t landed; every warpgroup is done with the other buffer
     if (t + 1 < tiles.end) load(t + 1, buf ^ 1);
     cp_async_commit();
+    if (t >= wg_end) continue;  // (the same for the whole warpgroup)
     const uint32_t s_base = smem_addr(sS + buf * Cfg::kSElems) + uint32_t(wg * 64 * kPanelRowBytes);
     const uint32_t k_base = smem_addr(sK + buf * Cfg::kKElems);
     wgmma::fence_operands(flat(dq));

@@ -473,10 +473,12 @@ __device__ __forceinline__ void dkdv_scores_to_ds(const FlashArgs& a, float (&s)
 
 // dS [queries, keys] out, for the dQ pass: lane (g, tq) holds keys j (= g, g + 8) of queries i, i + 1; lanes g and
 // g ^ 1 swap a value so that each stores two neighbouring keys of one query (4-byte stores). Every query row of the
-// tile is written (zeros where masked or past Lq).
+// tile is written (zeros where masked or past Lq); a warp whose keys start past dS's columns (a block of keys that
+// overhangs Lk rounded up to 64) writes nothing.
 template <typename T, int NT>
 __device__ __forceinline__ void store_ds_transposed(const FlashArgs& a, int bh, int i0, int j0, int lane,
                                                     const float (&ds)[NT][4]) {
+  if (j0 >= a.ds_ld) return;  // (the whole warp: ds_ld is a multiple of 64, j0 of 16)
   const int g = lane / 4, tq = lane % 4;
   uint16_t* dsh = static_cast<uint16_t*>(a.ds) + int64_t(bh) * a.ds_rows * a.ds_ld;
   const bool odd = g & 1;
