@@ -160,9 +160,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(co
 
   // Causal: query i sees key k0 only from i = k0 - (Lk - Lq) on. A tile outside the batch row's unpadded keys sees
   // no query (attention_common.cuh's key_tiles): its dK and dV are zero, its dS columns are not written.
-  const UnpaddedKeys keys = unpadded_keys(pad_row, a.Lk);
-  const int m_first = a.causal ? max(0, k0 - (a.Lk - a.Lq)) / Br : 0;
-  const int m_end = k0 > keys.last || k0 + Bc <= keys.first ? m_first : (a.Lq + Br - 1) / Br;
+  const QueryTiles queries = query_tiles<Br>(a, pad_row, k0, Bc);
+  const int m_first = queries.first, m_end = queries.end;
   // Rows past Lq load as zeros (Q, dO, lse, delta): P = 1 there but dV, dK gain 1 * 0 and 0 * 0.
   auto load_query_tile = [&](int m, int buf) {
     load_tile_async<Br, D, kThreads>(sQ + buf * Br * D, qh, a.qs.l, m * Br, a.Lq);
@@ -407,8 +406,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dq_kernel(cons
       }
 
     // dS = P (dP Z - delta), masked where the tile needs it.
-    const bool need_mask =
-        k0 + Bc > a.Lk || (pad_row && tiles.keys.padded_within(k0, Bc)) || (a.causal && k0 + Bc - 1 > q0 + a.Lk - a.Lq);
+    const bool need_mask = tile_needs_mask<Bc>(a, tiles, pad_row, k0, q0);
     dq_scores_to_ds<kDropout>(a, s, dp, keep_bits, lse2, delta, need_mask, pad_row, q0 + warp_row, k0, lane);
 
     // dQ += dS K                                                                   [16, D] per warp

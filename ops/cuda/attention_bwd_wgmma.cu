@@ -85,9 +85,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_wgmma_ker
   cp_async_commit();
 
   // The query tiles that can see the block's keys (attention_bwd.cu's dK dV pass: causal limit, padded blocks none).
-  const UnpaddedKeys keys = unpadded_keys(pad_row, a.Lk);
-  const int m_first = a.causal ? max(0, k0 - (a.Lk - a.Lq)) / Br : 0;
-  const int m_end = k0 > keys.last || k0 + Bk <= keys.first ? m_first : (a.Lq + Br - 1) / Br;
+  const QueryTiles queries = query_tiles<Br>(a, pad_row, k0, Bk);
+  const int m_first = queries.first, m_end = queries.end;
   // Rows past Lq load as zeros (Q, dO, lse, delta): P = 1 there but dV, dK gain 1 * 0 and 0 * 0.
   auto load_query_tile = [&](int m, int buf) {
     load_panels_async<Br, D, kThreads>(sQ + buf * Cfg::kQElems, qh, a.qs.l, m * Br, a.Lq);
@@ -129,17 +128,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_wgmma_ker
 
     // S^T = K Q^T and dP^T = V dO^T                                     [64 keys, Br] per warpgroup
     float s[NT][4], dp[NT][4];
-    zero(s);
-    zero(dp);
-    wgmma::fence_operands(flat(s));
-    wgmma::fence_operands(flat(dp));
-    wgmma::fence();
-    issue_kmajor<T, Br, KS>(flat(s), k_base, Bk, q_base, Br);
-    issue_kmajor<T, Br, KS>(flat(dp), v_base, Bk, do_base, Br);
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_operands(flat(s));
-    wgmma::fence_operands(flat(dp));
+    two_products<T, Br, KS>(s, dp, k_base, v_base, Bk, q_base, do_base, Br);
 
     dkdv_scores_to_ds<kDropout>(a, s, dp, keep_bits, sLse + buf * Br, sDelta + buf * Br, key_ok, i0, k0 + warp_key,
                                 lane);
@@ -306,20 +295,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_wgmma_kernel(const FlashArgs
 
     // S = Q K^T, dP = dO V^T                                             [64 queries, Bc] per warpgroup
     float s[NT][4], dp[NT][4];
-    zero(s);
-    zero(dp);
-    wgmma::fence_operands(flat(s));
-    wgmma::fence_operands(flat(dp));
-    wgmma::fence();
-    issue_kmajor<T, Bc, KS>(flat(s), q_base, Br, k_base, Bc);
-    issue_kmajor<T, Bc, KS>(flat(dp), do_base, Br, v_base, Bc);
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_operands(flat(s));
-    wgmma::fence_operands(flat(dp));
+    two_products<T, Bc, KS>(s, dp, q_base, do_base, Br, k_base, v_base, Bc);
 
-    const bool need_mask =
-        k0 + Bc > a.Lk || (pad_row && tiles.keys.padded_within(k0, Bc)) || (a.causal && k0 + Bc - 1 > q0 + a.Lk - a.Lq);
+    const bool need_mask = tile_needs_mask<Bc>(a, tiles, pad_row, k0, q0);
     dq_scores_to_ds<kDropout>(a, s, dp, keep_bits, lse2, delta, need_mask, pad_row, q0 + warp_row, k0, lane);
 
     // dQ += dS K                                                         [64 queries, D] per warpgroup

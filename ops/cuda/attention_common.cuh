@@ -111,6 +111,42 @@ __device__ __forceinline__ KeyTiles key_tiles(const FlashArgs& a, const uint8_t*
   return {keys.first / Bc, min((key_end + Bc - 1) / Bc, (keys.last + Bc) / Bc), keys};
 }
 
+// Whether key tile [k0, k0 + Bc) needs masks for the query rows from q0 on: it reaches past Lk, holds padding inside
+// the row's unpadded range, or crosses the causal limit of row q0 (the block's first and most restricted row).
+template <int Bc>
+__device__ __forceinline__ bool tile_needs_mask(const FlashArgs& a, const KeyTiles& tiles, const uint8_t* pad_row,
+                                                int k0, int q0) {
+  return k0 + Bc > a.Lk || (pad_row && tiles.keys.padded_within(k0, Bc)) ||
+         (a.causal && k0 + Bc - 1 > q0 + a.Lk - a.Lq);
+}
+
+// The per-column half of the masks: whether each of a lane's score columns (keys k0 + 8 nt + 2 tq + e of its m16n8
+// fragments) exists and is not padding.
+template <int NT>
+__device__ __forceinline__ void key_columns_ok(const FlashArgs& a, const uint8_t* pad_row, int k0, int tq,
+                                               bool (&ok)[NT][2]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      const int j = k0 + nt * 8 + 2 * tq + e;
+      ok[nt][e] = j < a.Lk && !(pad_row && pad_row[j]);
+    }
+}
+
+// The query tiles [first, end) of Br rows that can see keys [k0, k0 + block_keys) (the dK dV passes): from the causal
+// limit's tile on, none when the keys are outside the batch row's unpadded ones (key_tiles skips the same tiles:
+// their dK and dV are zero, their dS columns unwritten). Every thread of the block must call it.
+struct QueryTiles {
+  int first, end;
+};
+template <int Br>
+__device__ __forceinline__ QueryTiles query_tiles(const FlashArgs& a, const uint8_t* pad_row, int k0, int block_keys) {
+  const UnpaddedKeys keys = unpadded_keys(pad_row, a.Lk);
+  const int first = a.causal ? max(0, k0 - (a.Lk - a.Lq)) / Br : 0;
+  return {first, k0 > keys.last || k0 + block_keys <= keys.first ? first : (a.Lq + Br - 1) / Br};
+}
+
 // Dropout keep test of the draw's element `flat` (engine/rng.h's 16-bit draw of element flat at a.offset).
 __device__ __forceinline__ bool dropout_keep(const FlashArgs& a, uint64_t flat) {
   return engine::dropout_bits(a.seed, a.offset, flat) >= a.keep_threshold;
@@ -541,13 +577,7 @@ __device__ __forceinline__ void dq_scores_to_ds(const FlashArgs& a, const float 
     bool col_ok[NT][2];
     int last[2];  // last visible nt * 8 + e of each of the lane's rows
     if constexpr (decltype(masked)::value) {
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const int j = k0 + nt * 8 + 2 * tq + e;
-          col_ok[nt][e] = j < a.Lk && !(pad_row && pad_row[j]);
-        }
+      key_columns_ok(a, pad_row, k0, tq, col_ok);
 #pragma unroll
       for (int half = 0; half < 2; half++)
         last[half] = a.causal ? row0 + g + half * 8 + a.Lk - a.Lq - k0 - 2 * tq : 0x7fffffff;

@@ -154,17 +154,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel
     }
     // Masks: -inf where query i does not see key j (key_visible, split into a per-column test shared by
     // the lane's rows and a per-row causal limit: two compares per score, on the tiles that need them).
-    const bool need_mask =
-        k0 + Bc > a.Lk || (pad_row && tiles.keys.padded_within(k0, Bc)) || (a.causal && k0 + Bc - 1 > q0 + a.Lk - a.Lq);
+    const bool need_mask = tile_needs_mask<Bc>(a, tiles, pad_row, k0, q0);
     if (need_mask) {
       bool col_ok[NT][2];
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const int j = k0 + nt * 8 + 2 * tq + e;
-          col_ok[nt][e] = j < a.Lk && !(pad_row && pad_row[j]);
-        }
+      key_columns_ok(a, pad_row, k0, tq, col_ok);
 #pragma unroll
       for (int mt = 0; mt < MT; mt++)
 #pragma unroll

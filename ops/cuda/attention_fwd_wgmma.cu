@@ -125,17 +125,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
   auto softmax = [&](int t, float(&s)[Bc / 2], const KeepBytes<NT / 2>& keep, uint32_t(&pa)[Bc / 16][4],
                      float(&alpha)[2]) {
     const int k0 = t * Bc;
-    const bool need_mask =
-        k0 + Bc > a.Lk || (pad_row && tiles.keys.padded_within(k0, Bc)) || (a.causal && k0 + Bc - 1 > q0 + a.Lk - a.Lq);
+    const bool need_mask = tile_needs_mask<Bc>(a, tiles, pad_row, k0, q0);
     if (need_mask) {
       bool col_ok[NT][2];
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const int j = k0 + nt * 8 + 2 * tq + e;
-          col_ok[nt][e] = j < a.Lk && !(pad_row && pad_row[j]);
-        }
+      key_columns_ok(a, pad_row, k0, tq, col_ok);
 #pragma unroll
       for (int half = 0; half < 2; half++) {
         const int i = q0 + warp_row + g + half * 8;
