@@ -45,8 +45,11 @@ struct ConvGeometry {
 // group and not a 1x1 GEMM (cuBLASLt takes any count):
 // - Cin, for a spatial filter (its taps amortize the copy of x) when the zeros add at most a quarter to the
 //   reduction: pix2pixHD's discriminators take 39 channels (image and label map; their first 4x4 convolutions were
-//   850 of a 1340 ms fp32 step on the generic kernel) and its local enhancer 36; not the 3-channel stems, which
-//   have gathering kernels, nor 1x1 convolutions;
+//   850 of a 1340 ms fp32 step on the generic kernel) and its local enhancer 36; not 1x1 convolutions. The
+//   16-bit tensor-core kernels gather narrower inputs (the 3-channel stems) element by element, but the f32 SIMT
+//   kernels have no such variant, so in f32 every Cin is padded (under TF32 too, whose kernels could gather: the
+//   copy is memory the meta device accounts, and the choice depends on the element size alone): YOLOv3's 3 -> 32
+//   stem at 608^2 took 63 ms of a 204 ms fp32 step on the generic kernel (its weight gradient, 0.08 TFLOP/s);
 // - Cout, always for 16-bit types and for f32 once Cin (padded) is a multiple of 4: the image generators' final
 //   3-channel layers (pix2pixHD's 7x7 32 -> 3 at 2048 x 1024 took 82 ms of a 190 ms bf16 step on the generic
 //   kernel).
@@ -58,7 +61,7 @@ inline ConvGeometry conv2d_padded(const ConvGeometry& g, int64_t elem_bytes) {
   ConvGeometry p = g;
   if (vec == 1 || g.p.groups != 1 || g.pointwise()) return p;
   auto up = [vec](int64_t c) { return (c + vec - 1) / vec * vec; };
-  if (g.kh * g.kw > 1 && g.cin % vec != 0 && 4 * up(g.cin) <= 5 * g.cin) p.cin = up(g.cin);
+  if (g.kh * g.kw > 1 && g.cin % vec != 0 && (4 * up(g.cin) <= 5 * g.cin || elem_bytes == 4)) p.cin = up(g.cin);
   if (g.cout % vec != 0 && (elem_bytes == 2 || p.cin % 4 == 0)) p.cout = up(g.cout);
   return p;
 }

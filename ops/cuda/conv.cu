@@ -5,6 +5,8 @@
 //   data     dx[NHW, Cin]  = dy[NHW, Cout] @ w[Cout, Cin]
 //   weight   dw[Cout, Cin] = dy[NHW, Cout]^T @ x[NHW, Cin]
 // The transposes are strided views: no copies.
+#include <cstdlib>
+#include <cstring>
 #include <set>
 #include <string>
 
@@ -24,6 +26,8 @@ int wide_variant = kDefaultWideVariant;
 bool wgmma_on = true;
 WgShape wgmma_shape = WgShape::by_shape;
 bool tma_on = true;
+int im2col_state = -1;  // 1 on, 0 off, -1 not yet read from the environment (igemm_im2col)
+int64_t im2col_launches = 0;
 }  // namespace
 
 int igemm_wide_variant() { return wide_variant; }
@@ -42,6 +46,21 @@ WgShape igemm_wgmma_shape() { return wgmma_shape; }
 void set_igemm_wgmma_shape(WgShape s) { wgmma_shape = s; }
 bool igemm_tma() { return tma_on; }
 void set_igemm_tma(bool on) { tma_on = on; }
+// On unless ENGINE_CONV_IM2COL=0 (read at the first convolution: a whole model's step without the im2col bulk copies,
+// for measuring) or a test switched it.
+bool igemm_im2col() {
+  if (im2col_state < 0) {
+    const char* s = std::getenv("ENGINE_CONV_IM2COL");
+    const bool unset = !s || !*s;
+    ENGINE_CHECK(unset || !std::strcmp(s, "0") || !std::strcmp(s, "1"), "ENGINE_CONV_IM2COL=\"", s,
+                 "\": expected 0 (the convolutions' cp.async kernels) or 1 (the im2col bulk copies, the default)");
+    im2col_state = unset || !std::strcmp(s, "1");
+  }
+  return im2col_state && tma_on;
+}
+void set_igemm_im2col(bool on) { im2col_state = on; }
+int64_t igemm_im2col_launches() { return im2col_launches; }
+void count_igemm_im2col_launch() { im2col_launches++; }
 
 }  // namespace conv
 

@@ -316,6 +316,43 @@ struct TmaB : std::false_type {};
 template <typename L>
 struct TmaB<L, std::void_t<decltype(L::kTmaB)>> : std::bool_constant<L::kTmaB> {};
 
+// One K-slice's wgmmas as one committed group: acc += A B over the stage's A tile at shared address sa (this
+// warpgroup's first m64 block; the next 8 KB further) and B tile at sb, K- or MN-major (kAKM / kBKN).
+template <typename Cfg, typename T, bool kAKM, bool kBKN>
+__device__ __forceinline__ void wgmma_slice(typename Cfg::Acc& acc, uint32_t sa, uint32_t sb) {
+#pragma unroll
+  for (int mi = 0; mi < Cfg::kMT; mi++) wgmma::fence_operands(acc[mi]);
+  wgmma::fence();
+#pragma unroll
+  for (int ks = 0; ks < Cfg::BK / 16; ks++) {
+    const uint64_t db = kBKN ? wgmma::desc_mn128(sb + 2048 * ks, kPanelBytes) : wgmma::desc_k128(sb + 32 * ks);
+#pragma unroll
+    for (int mi = 0; mi < Cfg::kMT; mi++) {
+      const uint32_t a = sa + mi * kPanelBytes;
+      const uint64_t da = kAKM ? wgmma::desc_mn128(a + 2048 * ks, kPanelBytes) : wgmma::desc_k128(a + 32 * ks);
+      wgmma::mma_m64k16<T, kAKM, kBKN>(acc[mi], da, db, std::integral_constant<int, Cfg::BN>{});
+    }
+  }
+  wgmma::commit();
+#pragma unroll
+  for (int mi = 0; mi < Cfg::kMT; mi++) wgmma::fence_operands(acc[mi]);
+}
+
+// Calls store(row, col, v0, v1) for each accumulator pair of this thread, wgmma tiles (wgmma.cuh's fragment: per
+// warp 16 rows, per 8 columns four values; warpgroup wg holds rows wg * BM / 2 ..).
+template <typename Cfg, typename Store>
+__device__ __forceinline__ void wgmma_for_each_pair(const typename Cfg::Acc& acc, Store&& store) {
+  const int lane = int(threadIdx.x % 32), g = lane / 4, tq = lane % 4;
+  const int row0 = int(threadIdx.x / 128) * Cfg::kMT * 64 + int(threadIdx.x / 32 % 4) * 16 + g;
+#pragma unroll
+  for (int mi = 0; mi < Cfg::kMT; mi++)
+#pragma unroll
+    for (int j = 0; j < Cfg::BN / 8; j++)
+#pragma unroll
+      for (int half = 0; half < 2; half++)
+        store(row0 + mi * 64 + half * 8, 8 * j + 2 * tq, acc[mi][4 * j + 2 * half], acc[mi][4 * j + 2 * half + 1]);
+}
+
 template <typename Cfg, typename T, bool kAKM, bool kBKN, typename Loader, typename Store>
 __device__ __forceinline__ void wgmma_gemm_tile(const Loader& loader, int k_tiles, uint16_t* smem_raw, Store&& store) {
   constexpr int kStages = Cfg::kStages, kAhead = kStages - 2;  // slices in flight ahead of the one computed
@@ -369,22 +406,7 @@ __device__ __forceinline__ void wgmma_gemm_tile(const Loader& loader, int k_tile
     // next copies' addresses.
     const uint32_t sa = smem_addr(smem + (kt % kStages) * kStageElems) + a_off;
     const uint32_t sb = smem_addr(smem + (kt % kStages) * kStageElems + kAElems);
-#pragma unroll
-    for (int mi = 0; mi < kMT; mi++) wgmma::fence_operands(acc[mi]);
-    wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < Cfg::BK / 16; ks++) {
-      const uint64_t db = kBKN ? wgmma::desc_mn128(sb + 2048 * ks, kPanelBytes) : wgmma::desc_k128(sb + 32 * ks);
-#pragma unroll
-      for (int mi = 0; mi < kMT; mi++) {
-        const uint32_t a = sa + mi * kPanelBytes;
-        const uint64_t da = kAKM ? wgmma::desc_mn128(a + 2048 * ks, kPanelBytes) : wgmma::desc_k128(a + 32 * ks);
-        wgmma::mma_m64k16<T, kAKM, kBKN>(acc[mi], da, db, std::integral_constant<int, BN>{});
-      }
-    }
-    wgmma::commit();
-#pragma unroll
-    for (int mi = 0; mi < kMT; mi++) wgmma::fence_operands(acc[mi]);
+    wgmma_slice<Cfg, T, kAKM, kBKN>(acc, sa, sb);
     // The copies of slice kt + kAhead go to the stage slice kt - 2 used (neither kt - 1's nor kt's).
     if (kt + kAhead < k_tiles) load(kt + kAhead);
     cp_async_commit();
@@ -394,16 +416,88 @@ __device__ __forceinline__ void wgmma_gemm_tile(const Loader& loader, int k_tile
 #pragma unroll
   for (int mi = 0; mi < kMT; mi++) wgmma::fence_operands(acc[mi]);
   cp_async_wait<0>();
-  // wgmma.cuh's fragment: per warp 16 rows, per 8 columns four values.
-  const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-  const int row0 = wg * kMT * 64 + int(threadIdx.x / 32 % 4) * 16 + g;
+  wgmma_for_each_pair<Cfg>(acc, store);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Hopper's warp-specialized main loop, both operands by the bulk tensor copy (TMA): A [m][k] and B [n][k] tiles of
+// 128-byte rows with the 128-byte swizzle, as in wgmma_gemm_tile. Warps 0-7 are two consumer warpgroups running the
+// wgmmas of a BM x BN tile (each BM / 2 rows); warp 8 is the producer, whose first lane issues slice kt's copies
+// (produce(kt, a, b, bar): shared addresses of the stage's A and B tiles, and the barrier the copies complete on) into
+// stage kt % kStages as soon as the consumers released it. A consumer warp releases a stage (one arrival on its
+// `empty` barrier) once the wgmmas that read it are done. The loop has no block barrier and the consumers compute no
+// addresses: the copies run up to kStages - 1 slices ahead of the tensor cores, whatever the consumers are doing.
+// (ncu of wgmma_gemm_tile, where every thread copies with cp.async: tensor pipe ~49%, latency-bound on the copies'
+// address arithmetic and the barrier per K-slice.)
+template <int BM_, int BN_, int kStages_>
+struct TmaWsTile {
+  using Elem = uint16_t;
+  static constexpr bool kTf32 = false, kWgmma = true;
+  static constexpr int kVec = 8, kU = 1;
+  static constexpr int BM = BM_, BN = BN_, BK = 64;
+  static constexpr int kMT = BM / 128;  // m64 blocks per consumer warpgroup
+  static constexpr int kStages = kStages_;
+  static constexpr int kConsumerWarps = 8, kThreads = 32 * kConsumerWarps + 32;  // + the producer warp
+  static constexpr int kAElems = BM * BK, kBElems = BN * BK;
+  static constexpr int kStageElems = kAElems + kBElems;
+  static constexpr uint32_t kStageTxBytes = uint32_t(kStageElems) * 2;  // what a stage's copies deliver
+  // The stages, the full and empty barriers (8 bytes each) and the slack to align to 1024 bytes.
+  static constexpr int kSmemBytes = kStages * kStageElems * 2 + 2 * kStages * 8 + 1024;
+  using Acc = float[kMT][BN / 2];
+  static_assert(BM == 128 || BM == 256, "a consumer warpgroup's rows are one or two m64 blocks");
+  static_assert(BN == 128 || BN == 256, "wgmma.cuh has n = 128 and 256");
+  static_assert(kSmemBytes <= 227 * 1024, "an SM has 227 KB of shared memory for a block");
+};
+
+// kAKM / kBKN: A is [k][m] / B is [k][n] in MN-major panels of 64 columns (wgmma_gemm_tile's kn_chunk layout: a
+// bulk copy of a box of 64 channels x 64 pixels is exactly one panel), else [m][k] / [n][k].
+template <typename Cfg, typename T, bool kAKM, bool kBKN, typename Produce, typename Store>
+__device__ __forceinline__ void tma_ws_gemm_tile(Produce&& produce, int k_tiles, uint16_t* smem_raw, Store&& store) {
+  constexpr int kStages = Cfg::kStages, kStageElems = Cfg::kStageElems, kAElems = Cfg::kAElems, BN = Cfg::BN;
+  constexpr int kMT = Cfg::kMT;
+  uint16_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023) / 2;  // the swizzle's period
+  const uint32_t tiles = smem_addr(smem), full = smem_addr(smem + kStages * kStageElems), empty = full + 8 * kStages;
+  const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; s++) {
+      wgmma::mbar_init(full + 8 * s, 1);                     // the producer's arrival (with the bytes it expects)
+      wgmma::mbar_init(empty + 8 * s, Cfg::kConsumerWarps);  // one arrival per consumer warp
+    }
+    wgmma::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (warp == Cfg::kConsumerWarps) {  // the producer
+    if (lane == 0) {
+      for (int kt = 0; kt < k_tiles; kt++) {
+        const int s = kt % kStages;
+        if (kt >= kStages) wgmma::mbar_wait(empty + 8 * s, (kt / kStages - 1) & 1);  // slice kt - kStages released
+        wgmma::mbar_expect_tx(full + 8 * s, Cfg::kStageTxBytes);
+        const uint32_t a = tiles + uint32_t(s * kStageElems * 2);
+        produce(kt, a, a + uint32_t(kAElems * 2), full + 8 * s);
+      }
+    }
+    return;
+  }
+  const int wg = warp / 4;
+  const uint32_t a_off = uint32_t(wg * kMT) * kPanelBytes;  // this warpgroup's rows: kMT m64 blocks of 8 KB
+  typename Cfg::Acc acc;
 #pragma unroll
   for (int mi = 0; mi < kMT; mi++)
 #pragma unroll
-    for (int j = 0; j < BN / 8; j++)
+    for (int i = 0; i < BN / 2; i++) acc[mi][i] = 0.f;
+  for (int kt = 0; kt < k_tiles; kt++) {
+    const int s = kt % kStages;
+    wgmma::mbar_wait(full + 8 * s, (kt / kStages) & 1);
+    const uint32_t sa = tiles + uint32_t(s * kStageElems * 2) + a_off;
+    const uint32_t sb = tiles + uint32_t(s * kStageElems * 2 + kAElems * 2);
+    wgmma_slice<Cfg, T, kAKM, kBKN>(acc, sa, sb);
+    wgmma::wait<1>();  // slice kt - 1's wgmmas are done: its stage goes back to the producer
+    if (kt > 0 && lane == 0) wgmma::mbar_arrive(empty + 8 * ((kt - 1) % kStages));
+  }
+  wgmma::wait<0>();
 #pragma unroll
-      for (int half = 0; half < 2; half++)
-        store(row0 + mi * 64 + half * 8, 8 * j + 2 * tq, acc[mi][4 * j + 2 * half], acc[mi][4 * j + 2 * half + 1]);
+  for (int mi = 0; mi < kMT; mi++) wgmma::fence_operands(acc[mi]);
+  wgmma_for_each_pair<Cfg>(acc, store);
 }
 
 // A block's tile of C = A B over k_tiles K-slices that loader.load(sA, sB, kt) copies (A is [k][m] when kAKM,
@@ -541,21 +635,26 @@ void with_wgmma_tile(WgShape s, F&& f) {
 // of boxes whose innermost extent is 64 elements (128 bytes) into tiles of 128-byte rows with the 128-byte swizzle
 // (tile_chunk's and kn_chunk's layout); boxes past the array read zeros. cuTensorMapEncodeTiled comes from the
 // driver through the runtime.
+// A CUDA 12.0 driver function, through the runtime (no driver library is linked).
+template <typename Fn>
+Fn driver_function(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  ENGINE_CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found));
+  ENGINE_CHECK(found == cudaDriverEntryPointSuccess && fn, "the CUDA driver has no ", name);
+  return reinterpret_cast<Fn>(fn);
+}
+template <typename T>
+constexpr CUtensorMapDataType tensor_map_type =
+    std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+
 template <typename T>
 CUtensorMap swizzle128_map(const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
                            const cuuint32_t* box) {
-  static const auto encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    ENGINE_CUDA_CHECK(
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
-    ENGINE_CHECK(found == cudaDriverEntryPointSuccess && fn, "the CUDA driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
+  static const auto encode = driver_function<PFN_cuTensorMapEncodeTiled_v12000>("cuTensorMapEncodeTiled");
   CUtensorMap map;
   const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUtensorMapDataType type =
-      std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMapDataType type = tensor_map_type<T>;
   const CUresult r = encode(&map, type, cuuint32_t(rank), const_cast<void*>(base), dims, strides, box, elem_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -570,6 +669,52 @@ CUtensorMap k128_tile_map(const void* base, int64_t rows, int64_t k, int box_row
   const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)}, strides[1] = {cuuint64_t(k) * 2};
   const cuuint32_t box[2] = {64, cuuint32_t(box_rows)};
   return swizzle128_map<T>(base, 2, dims, strides, box);
+}
+
+// The im2col map of an NHWC tensor [n, h, w, c] (16-bit T) for boxes of 64 channels x `pixels` output pixels into
+// 128-byte rows with the 128-byte swizzle. A pixel's first tap traverses the bounding box from `lower` to (h or w) - 1
+// + `upper`, `stride` apart (so the box holds (h + upper - lower - 1) / stride + 1 positions per dimension: the
+// output's size), and each copy reads its pixels at that position plus the copy's tap offsets, at most `max_off`
+// (zeros outside the tensor). False when the geometry is outside what the copy can express (the corners of a
+// 4-dimensional map within [-128, 127], the offsets within [0, 255], strides up to 8) or the driver refuses it: the
+// caller takes another kernel.
+struct Im2colDims {
+  int n, h, w, c;
+  int lower_h, lower_w, upper_h, upper_w, max_off_h, max_off_w, stride_h, stride_w;
+};
+template <typename T>
+bool im2col_map(CUtensorMap* map, const void* base, const Im2colDims& g, int pixels) {
+  const int lower[2] = {g.lower_w, g.lower_h}, upper[2] = {g.upper_w, g.upper_h};
+  for (int c : {lower[0], lower[1], upper[0], upper[1]})
+    if (c < -128 || c > 127) return false;
+  if (g.max_off_w > 255 || g.max_off_h > 255 || g.stride_w > 8 || g.stride_h > 8) return false;
+  static const auto encode = driver_function<PFN_cuTensorMapEncodeIm2col_v12000>("cuTensorMapEncodeIm2col");
+  const cuuint64_t es = sizeof(T);
+  const cuuint64_t dims[4] = {cuuint64_t(g.c), cuuint64_t(g.w), cuuint64_t(g.h), cuuint64_t(g.n)};
+  const cuuint64_t strides[3] = {es * g.c, es * g.c * g.w, es * g.c * g.w * g.h};
+  const cuuint32_t elem_strides[4] = {1, cuuint32_t(g.stride_w), cuuint32_t(g.stride_h), 1};
+  return encode(map, tensor_map_type<T>, 4, const_cast<void*>(base), dims, strides, lower, upper, 64,
+                cuuint32_t(pixels), elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+// The forward's and the weight gradient's map: x under the convolution itself, corners -pad and pad - span (span =
+// dilation (K - 1), the farthest tap's offset; CUTLASS's make_im2col_tma_copy_desc uses the same corners).
+template <typename T>
+bool x_im2col_map(CUtensorMap* map, const void* x, const Dims& d, int pixels) {
+  const int span_h = d.dh * (d.kh - 1), span_w = d.dw * (d.kw - 1);
+  return im2col_map<T>(
+      map, x, {d.n, d.h, d.w, d.cin, -d.ph, -d.pw, d.ph - span_h, d.pw - span_w, span_h, span_w, d.sh, d.sw}, pixels);
+}
+
+// f(Cfg{}) with the warp-specialized TMA tile of shape s: 4 stages of 48 KB, or 6 of 32 KB for 128 x 128.
+template <typename F>
+void with_tma_ws_tile(WgShape s, F&& f) {
+  if (s == WgShape::m128n256)
+    f(TmaWsTile<128, 256, 4>{});
+  else if (s == WgShape::m256n128)
+    f(TmaWsTile<256, 128, 4>{});
+  else
+    f(TmaWsTile<128, 128, 6>{});
 }
 
 constexpr int kFarAway = -(1 << 29);  // a coordinate base that puts every tap outside the image

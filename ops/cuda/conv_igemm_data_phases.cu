@@ -15,6 +15,9 @@
 // wgmma tiles of 128 x 128/256 by Cin/g as the forward does by Cout/g, the weight tiles copied by TMA when Cout/g
 // is a multiple of 64). Grid: (tiles of the largest phase, groups, phases); blocks past their phase's M return at
 // once. Bound: the tensor cores when K >= ~256.
+#include <numeric>
+#include <vector>
+
 #include "ops/cuda/conv_igemm.cuh"
 
 namespace ops::cuda::conv::igemm {
@@ -168,6 +171,127 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #endif
 }
 
+// The weight as [Cout][KH*KW][Cin/g] in boxes of 64 input channels x one tap x 64 output channels: a box is one
+// MN-major panel of a [k][n] B tile (k = 64 output channels of a tap, n = 64 input channels).
+template <typename T>
+CUtensorMap weight_taps_map(const void* w, const Dims& d) {
+  const int taps = d.kh * d.kw;
+  const cuuint64_t dims[3] = {cuuint64_t(d.cg), cuuint64_t(taps), cuuint64_t(d.cout)};
+  const cuuint64_t strides[2] = {cuuint64_t(d.cg) * 2, cuuint64_t(taps) * d.cg * 2};
+  const cuuint32_t box[3] = {64, 1, 64};
+  return swizzle128_map<T>(w, 3, dims, strides, box);
+}
+
+// The Hopper data gradient of a convolution of one group whose Cout is a multiple of 64, one launch per stride phase
+// (tma_ws_gemm_tile; A K-major, B MN-major). Phase (rh, rw) owns the dx pixels (rh + s_h i, rw + s_w j), i < hp,
+// j < wp, and its valid taps are kh = kh0, kh0 + step_h, .., kh_last (those with (rh + p_h - kh d_h) divisible by s_h;
+// an arithmetic progression of step s_h / gcd(d_h, s_h)), likewise in w. Tap kh reads dy row i + off(kh), off(kh) =
+// (rh + p_h - kh d_h) / s_h, so the phase is a stride-1 convolution of dy: dy's im2col map has its lower corner at
+// off(kh_last) (the smallest), the tap's im2col offset is off(kh) - off(kh_last) = (kh_last - kh) d_h / s_h >= 0, and
+// the upper corner makes the box hp x wp. K-slice kt is valid tap kt / (Cout / 64) and output channels 64 (kt % (Cout
+// / 64)) ..: A is one im2col copy of dy (the block's BM dx pixels of the phase), B's 64-column panels the weight's
+// boxes of that tap (weight_taps_map). A stride-1 convolution is one phase of every tap. Only the producer lane
+// computes coordinates.
+struct Im2colPhase {
+  int rh, rw;                            // the phase
+  int kh0, nh, step_h, kw0, nw, step_w;  // its valid taps
+  int lower_h, lower_w;                  // off(kh_last), off(kw_last)
+  FastDiv hp, wp;                        // its dx grid
+};
+
+// The phase's valid taps, or false when a dimension has none (dx of that phase is all zeros: the caller takes the
+// kernel that writes them).
+inline bool phase_taps(int r, int p, int dil, int s, int k, int& first, int& count, int& step) {
+  count = 0;
+  for (int t = 0; t < k; t++)
+    if ((r + p - t * dil) % s == 0 && count++ == 0) first = t;
+  step = s / std::gcd(dil, s);
+  return count > 0;
+}
+
+template <typename Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    data_im2col_kernel(const FastDims f, const Im2colPhase ph, T* __restrict__ dx, int n_tiles,
+                       const __grid_constant__ CUtensorMap dymap, const __grid_constant__ CUtensorMap wmap) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) uint16_t smem[];
+  const Dims& d = f.d;
+  const int hp = int(ph.hp.d), wp = int(ph.wp.d), M = d.n * hp * wp;
+  const int cblocks = d.cout / 64, k_tiles = ph.nh * ph.nw * cblocks;
+  const int m0 = int(blockIdx.x) / n_tiles * Cfg::BM, n0 = int(blockIdx.x) % n_tiles * Cfg::BN;
+  const int kh_last = ph.kh0 + (ph.nh - 1) * ph.step_h, kw_last = ph.kw0 + (ph.nw - 1) * ph.step_w;
+  int t, j0, n, i0;  // the tile's first dx pixel of the phase
+  ph.wp.divmod(m0, t, j0);
+  ph.hp.divmod(t, n, i0);
+  auto produce = [&](int kt, uint32_t a, uint32_t b, uint32_t bar) {
+    const int v = kt / cblocks, cb = kt - v * cblocks, vh = v / ph.nw, vw = v - vh * ph.nw;
+    const int kh = ph.kh0 + vh * ph.step_h, kwi = ph.kw0 + vw * ph.step_w;
+    const int oh = (kh_last - kh) * d.dh / d.sh, ow = (kw_last - kwi) * d.dw / d.sw;
+    wgmma::tma_load_im2col_4d(a, &dymap, cb * 64, ph.lower_w + j0, ph.lower_h + i0, n, uint16_t(ow), uint16_t(oh), bar);
+#pragma unroll
+    for (int j = 0; j < Cfg::BN / 64; j++)
+      wgmma::tma_load_3d(b + j * kPanelBytes, &wmap, n0 + 64 * j, kh * d.kw + kwi, cb * 64, bar);
+  };
+  tma_ws_gemm_tile<Cfg, T, false, true>(produce, k_tiles, smem, [&](int r, int c, float v0, float v1) {
+    const int m = m0 + r, ci = n0 + c;
+    if (m >= M || ci >= d.cin) return;
+    int q, j, nn, i;
+    ph.wp.divmod(m, q, j);
+    ph.hp.divmod(q, nn, i);
+    const int64_t pix = (int64_t(nn) * d.h + ph.rh + d.sh * i) * d.w + ph.rw + d.sw * j;
+    store_pair(dx + pix * d.cin + ci, v0, v1);
+  });
+#endif
+}
+
+// False (nothing launched) when a phase has no taps or the im2col map cannot describe a phase.
+template <typename Cfg, typename T>
+bool launch_data_im2col(const Dims& d, const void* dy, const void* w, void* dx) {
+  std::vector<std::pair<Im2colPhase, CUtensorMap>> phases;
+  for (int rh = 0; rh < d.sh; rh++)
+    for (int rw = 0; rw < d.sw; rw++) {
+      Im2colPhase ph{};
+      ph.rh = rh, ph.rw = rw;
+      if (!phase_taps(rh, d.ph, d.dh, d.sh, d.kh, ph.kh0, ph.nh, ph.step_h) ||
+          !phase_taps(rw, d.pw, d.dw, d.sw, d.kw, ph.kw0, ph.nw, ph.step_w))
+        return false;
+      const int kh_last = ph.kh0 + (ph.nh - 1) * ph.step_h, kw_last = ph.kw0 + (ph.nw - 1) * ph.step_w;
+      ph.lower_h = (rh + d.ph - kh_last * d.dh) / d.sh, ph.lower_w = (rw + d.pw - kw_last * d.dw) / d.sw;
+      const int hp = (d.h - rh + d.sh - 1) / d.sh, wp = (d.w - rw + d.sw - 1) / d.sw;
+      if (hp == 0 || wp == 0) continue;
+      ph.hp = FastDiv(hp), ph.wp = FastDiv(wp);
+      const Im2colDims g{d.n,
+                         d.ho,
+                         d.wo,
+                         d.cout,
+                         ph.lower_h,
+                         ph.lower_w,
+                         hp - d.ho + ph.lower_h,
+                         wp - d.wo + ph.lower_w,
+                         (kh_last - ph.kh0) * d.dh / d.sh,
+                         (kw_last - ph.kw0) * d.dw / d.sw,
+                         1,
+                         1};
+      CUtensorMap map;
+      if (!im2col_map<T>(&map, dy, g, Cfg::BM)) return false;
+      phases.push_back({ph, map});
+    }
+  const CUtensorMap wmap = weight_taps_map<T>(w, d);
+  auto kernel = data_im2col_kernel<Cfg, T>;
+  static const bool configured = set_smem_limit(kernel, Cfg::kSmemBytes);
+  (void)configured;
+  const int n_tiles = (d.cin + Cfg::BN - 1) / Cfg::BN;
+  for (const auto& [ph, map] : phases) {
+    const int64_t M = int64_t(d.n) * ph.hp.d * ph.wp.d;
+    const int m_tiles = int((M + Cfg::BM - 1) / Cfg::BM);
+    kernel<<<unsigned(int64_t(m_tiles) * n_tiles), Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
+        FastDims(d), ph, static_cast<T*>(dx), n_tiles, map, wmap);
+    ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_data (implicit GEMM per stride phase, im2col bulk copies)");
+  }
+  count_igemm_im2col_launch();
+  return true;
+}
+
 template <typename Cfg, typename T, bool kGather>
 void launch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
   auto kernel = phase_kernel<Cfg, T, kGather>;
@@ -177,13 +301,7 @@ void launch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
   const int m_tiles = int((M + Cfg::BM - 1) / Cfg::BM), n_tiles = (d.cg + Cfg::BN - 1) / Cfg::BN;
   const dim3 grid(unsigned(int64_t(m_tiles) * n_tiles), unsigned(d.groups), unsigned(d.sh * d.sw));
   CUtensorMap tmap{};
-  if constexpr (Cfg::kTma && !kGather) {
-    const int taps = d.kh * d.kw;
-    const cuuint64_t dims[3] = {cuuint64_t(d.cg), cuuint64_t(taps), cuuint64_t(d.cout)};
-    const cuuint64_t strides[2] = {cuuint64_t(d.cg) * 2, cuuint64_t(taps) * d.cg * 2};
-    const cuuint32_t box[3] = {64, 1, 64};
-    tmap = swizzle128_map<T>(w, 3, dims, strides, box);
-  }
+  if constexpr (Cfg::kTma && !kGather) tmap = weight_taps_map<T>(w, d);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
       FastDims(d), static_cast<const typename Cfg::Elem*>(dy), static_cast<const typename Cfg::Elem*>(w),
       static_cast<T*>(dx), n_tiles, tmap);
@@ -196,6 +314,11 @@ void dispatch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
   if constexpr (!std::is_same_v<T, float>) {
     if (igemm_wgmma() && d.cg > 64) {
       const WgShape shape = wgmma_shape(M, d.cg, d.groups);
+      if (!kGather && igemm_im2col() && d.groups == 1 && d.cout % 64 == 0) {
+        bool launched = false;
+        with_tma_ws_tile(shape, [&](auto cfg) { launched = launch_data_im2col<decltype(cfg), T>(d, dy, w, dx); });
+        if (launched) return;
+      }
       auto launch = [&](auto cfg) { launch_phases<decltype(cfg), T, kGather>(d, dy, w, dx); };
       if (!kGather && igemm_tma() && d.coutg % 64 == 0) with_wgmma_tile<true>(shape, launch);
       else with_wgmma_tile(shape, launch);

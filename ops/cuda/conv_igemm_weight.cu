@@ -124,6 +124,69 @@ void dispatch_out(const Dims& d, const void* x, const void* dy, void* dw, float*
   else launch_weight<Cfg, T, T, kGather>(d, x, dy, static_cast<T*>(dw), 1);
 }
 
+// The Hopper weight gradient for one group whose Cin is a multiple of 64 (tma_ws_gemm_tile, both operands MN-major):
+// K-slice kt is the 64 output pixels from p_begin + 64 kt; A's panels are boxes of dy [P, Cout] (64 channels x 64
+// pixels each), B's 64-column panel j is one im2col copy of x: tap (n0 + 64 j) / Cin, channels from (n0 + 64 j) % Cin,
+// at those 64 pixels. A split's pixel range is a multiple of 64, so no slice reads the next split's pixels; past the
+// last pixel both copies read zeros. Only the producer lane computes coordinates.
+template <typename Cfg, typename T, typename Out>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    weight_im2col_kernel(const FastDims f, Out* __restrict__ out, int n_tiles, int per_split,
+                         const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap dymap) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) uint16_t smem[];
+  const Dims& d = f.d;
+  const int P = d.n * d.ho * d.wo, KW = d.kh * d.kw * d.cin;  // GEMM K, and N (the filter length)
+  const int m0 = int(blockIdx.x) / n_tiles * Cfg::BM, n0 = int(blockIdx.x) % n_tiles * Cfg::BN;
+  const int split = int(blockIdx.z);
+  const int p_begin = min(P, split * per_split), p_end = min(P, p_begin + per_split);
+  auto produce = [&](int kt, uint32_t a, uint32_t b, uint32_t bar) {
+    const int p = p_begin + kt * Cfg::BK;
+#pragma unroll
+    for (int j = 0; j < Cfg::BM / 64; j++) wgmma::tma_load_2d(a + j * kPanelBytes, &dymap, m0 + 64 * j, p, bar);
+    int t, wo, n, ho;
+    f.wo.divmod(p, t, wo);
+    f.ho.divmod(t, n, ho);
+    const int wb = wo * d.sw - d.pw, hb = ho * d.sh - d.ph;
+#pragma unroll
+    for (int j = 0; j < Cfg::BN / 64; j++) {
+      int tap, ci, kh, kwi;
+      f.cg.divmod(n0 + 64 * j, tap, ci);
+      f.kw.divmod(tap, kh, kwi);
+      wgmma::tma_load_im2col_4d(b + j * kPanelBytes, &xmap, ci, wb, hb, n, uint16_t(kwi * d.dw), uint16_t(kh * d.dh),
+                                bar);
+    }
+  };
+  Out* o = out + int64_t(split) * d.cout * KW;
+  const int k_tiles = (p_end - p_begin + Cfg::BK - 1) / Cfg::BK;
+  tma_ws_gemm_tile<Cfg, T, true, true>(produce, k_tiles, smem, [&](int r, int c, float v0, float v1) {
+    const int m = m0 + r, n = n0 + c;
+    if (m >= d.cout || n >= KW) return;
+    store_pair(o + int64_t(m) * KW + n, v0, v1);
+  });
+#endif
+}
+
+// False (nothing launched) when the im2col map cannot describe the geometry.
+template <typename Cfg, typename T, typename Out>
+bool launch_weight_im2col(const Dims& d, const void* x, const void* dy, Out* out, int splits) {
+  CUtensorMap xmap;
+  if (!x_im2col_map<T>(&xmap, x, d, Cfg::BK)) return false;
+  const int64_t P = int64_t(d.n) * d.ho * d.wo;
+  const CUtensorMap dymap = k128_tile_map<T>(dy, P, d.cout, Cfg::BK);  // [P, Cout] in boxes of 64 x 64
+  auto kernel = weight_im2col_kernel<Cfg, T, Out>;
+  static const bool configured = set_smem_limit(kernel, Cfg::kSmemBytes);
+  (void)configured;
+  const int64_t per_split = ((P + splits - 1) / splits + Cfg::BK - 1) / Cfg::BK * Cfg::BK;
+  const int m_tiles = (d.cout + Cfg::BM - 1) / Cfg::BM, n_tiles = (d.kh * d.kw * d.cin + Cfg::BN - 1) / Cfg::BN;
+  const dim3 grid(unsigned(m_tiles * n_tiles), 1, unsigned(splits));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(FastDims(d), out, n_tiles, int(per_split),
+                                                                           xmap, dymap);
+  ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_weight (implicit GEMM, im2col bulk copies)");
+  count_igemm_im2col_launch();
+  return true;
+}
+
 // Cout/g <= 64: 64-row tiles (a 128-row tile would be half zeros). On Hopper, 16-bit types with Cout/g and the
 // filter length > 64 run wgmma tiles of 128 x 128/256 by the filter length (both operands in its M- and N-major
 // panels).
@@ -132,9 +195,17 @@ void dispatch_weight(const Dims& d, const void* x, const void* dy, void* dw, flo
   if constexpr (!std::is_same_v<T, float>) {
     const int n = d.kh * d.kw * d.cg;
     if (igemm_wgmma() && d.coutg > 64 && n > 64) {
-      with_wgmma_tile(wgmma_shape(d.coutg, n, int64_t(d.groups) * splits), [&](auto cfg) {
-        dispatch_out<decltype(cfg), T, kGather>(d, x, dy, dw, ws, splits);
-      });
+      const WgShape shape = wgmma_shape(d.coutg, n, int64_t(d.groups) * splits);
+      if (!kGather && igemm_im2col() && d.groups == 1 && d.cin % 64 == 0) {
+        bool launched = false;
+        with_tma_ws_tile(shape, [&](auto cfg) {
+          using Cfg = decltype(cfg);
+          launched = splits > 1 ? launch_weight_im2col<Cfg, T, float>(d, x, dy, ws, splits)
+                                : launch_weight_im2col<Cfg, T, T>(d, x, dy, static_cast<T*>(dw), 1);
+        });
+        if (launched) return;
+      }
+      with_wgmma_tile(shape, [&](auto cfg) { dispatch_out<decltype(cfg), T, kGather>(d, x, dy, dw, ws, splits); });
       return;
     }
   }

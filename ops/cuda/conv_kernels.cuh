@@ -58,6 +58,15 @@ void set_igemm_wgmma_shape(WgShape s);
 // cp.async (the data gradient when Cout/g is a multiple of 64): on by default; off for tests and benchmarks.
 bool igemm_tma();
 void set_igemm_tma(bool on);
+// Whether the wgmma convolutions of a single group copy their image operand by the im2col bulk tensor copy in the
+// warp-specialized kernels (forward and weight gradient with Cin a multiple of 64: conv_igemm_fwd.cu's
+// forward_im2col_kernel, conv_igemm_weight.cu's weight_im2col_kernel; the data gradient per stride phase with Cout a multiple of 64:
+// conv_igemm_data_phases.cu's) rather than by cp.async: on by default
+// (and only while igemm_tma is); off for tests and benchmarks, or for a whole process with ENGINE_CONV_IM2COL=0.
+bool igemm_im2col();
+void set_igemm_im2col(bool on);
+int64_t igemm_im2col_launches();  // how many times that kernel was launched (tests)
+void count_igemm_im2col_launch();
 
 // conv_igemm_*.cu: implicit GEMMs on tensor cores; t is bf16 or f16 (requires coutg % 8 == 0, and cg % 8 == 0
 // except the gathering variants), or f32, run on TF32 (requires coutg % 4 == 0, cg % 4 == 0

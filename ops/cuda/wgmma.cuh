@@ -116,6 +116,23 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// The im2col bulk tensor copy (a map made by cuTensorMapEncodeIm2col over an NHWC tensor, dims innermost first
+// C, W, H, N): pixelsPerColumn consecutive output pixels (W fastest, then H, then N, inside the map's bounding box,
+// `traversal strides` apart) of the channels c .. c + channelsPerPixel - 1, the pixel read at its coordinate plus
+// (off_w, off_h); pixels outside the tensor read zeros. (w, h, n) is the first pixel's coordinate at offset 0.
+__device__ __forceinline__ void tma_load_im2col_4d(uint32_t dst, const CUtensorMap* map, int c, int w, int h, int n,
+                                                   uint16_t off_w, uint16_t off_h, uint32_t bar) {
+  ENGINE_WGMMA_ASM(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+      "%5}], [%6], {%7, %8};\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(w), "r"(h), "r"(n), "r"(bar), "h"(off_w), "h"(off_h)
+      : "memory");
+}
+// One arrival on the barrier (its phase completes after `count` of them, mbar_init's).
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  ENGINE_WGMMA_ASM("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
 // Keeps the compiler from moving accesses to the accumulators across the asynchronous wgmma (CUTLASS's
 // warpgroup_fence_operand).
 template <int N>

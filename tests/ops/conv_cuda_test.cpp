@@ -255,8 +255,9 @@ std::vector<Case> sweep() {
 
 // Runs body once per tensor-core kernel family: the mma.sync kernels with each 128 x 128 tile variant (warps of
 // 64 x 32, of 64 x 64), then the wgmma kernels where the build and the device have them, with each tile shape
-// (128 x 128, 128 x 256, 256 x 128; the forward's and data gradient's weights by the bulk tensor copy) and once with
-// the weights by cp.async (16-bit types; f32 runs its TF32 kernels again); the defaults after.
+// (128 x 128, 128 x 256, 256 x 128; the forward's and data gradient's weights by the bulk tensor copy, the forward's x
+// by the im2col copy where it applies), once with the forward's x by cp.async, and once with the weights by cp.async
+// (16-bit types; f32 runs its TF32 kernels again); the defaults after.
 template <typename F>
 void for_each_igemm_kernel(F&& body) {
   ops::cuda::conv::set_igemm_wgmma(false);
@@ -275,6 +276,12 @@ void for_each_igemm_kernel(F&& body) {
       body();
     }
     {
+      SCOPED_TRACE("wgmma, tile by shape, x by cp.async (no im2col bulk copies)");
+      ops::cuda::conv::set_igemm_im2col(false);
+      body();
+      ops::cuda::conv::set_igemm_im2col(true);
+    }
+    {
       SCOPED_TRACE("wgmma, 128 x 128 tiles, weights by cp.async");
       ops::cuda::conv::set_igemm_wgmma_shape(WgShape::m128n128);
       ops::cuda::conv::set_igemm_tma(false);
@@ -290,8 +297,10 @@ void for_each_igemm_kernel(F&& body) {
 TEST(ConvCuda, WgmmaKernelsOnHopper) {
   testutil::cuda_device();
 #if defined(ENGINE_WGMMA)
-  if (engine::cuda::compute_capability() == 90) EXPECT_TRUE(ops::cuda::conv::igemm_wgmma_available());
-  else EXPECT_FALSE(ops::cuda::conv::igemm_wgmma_available());
+  if (engine::cuda::compute_capability() == 90)
+    EXPECT_TRUE(ops::cuda::conv::igemm_wgmma_available());
+  else
+    EXPECT_FALSE(ops::cuda::conv::igemm_wgmma_available());
 #else
   EXPECT_FALSE(ops::cuda::conv::igemm_wgmma_available());
 #endif
@@ -406,6 +415,45 @@ TEST(ConvCuda, WideTilesMatchCpu) {
   check_case({4, 64, 66, 72, 72, 3, 3, params(1, 1)}, DType::f32);
 }
 
+// The Hopper kernels whose activation tiles come by the im2col bulk tensor copy: the forward and weight gradient (x;
+// one group, Cin a multiple of 64, Cout > 64) and the data gradient per stride phase (dy; one group, Cout a multiple of
+// 64, Cin > 64): tiles across images and past the last one, partial tiles past Cout, stride 2, dilation, no padding,
+// 5x5 and 7x7 filters, several 64-channel blocks per tap, split-K pixel ranges; each of the three tile shapes
+// (for_each_igemm_kernel). They must run where the build and the device have wgmma.
+TEST(ConvCuda, Im2colKernelsMatchCpu) {
+  const std::vector<Case> cases = {
+      {3, 9, 7, 64, 256, 3, 3, params(1, 1)},       // 189 pixels: a tile spans three images and runs past them
+      {2, 20, 19, 128, 200, 3, 3, params(1, 1)},    // Cout 200: a partial 256-wide tile
+      {1, 17, 21, 64, 136, 3, 3, params(2, 1)},     // stride 2
+      {1, 19, 20, 64, 136, 3, 3, params(1, 6, 6)},  // dilation 6 (DeepLab's ASPP-like)
+      {1, 11, 13, 64, 136, 3, 3, params(2, 0)},     // no padding
+      {1, 15, 14, 128, 144, 5, 5, params(1, 2)},    // 5x5
+      {2, 23, 25, 192, 128, 7, 7, params(2, 3)},    // 7x7 stride 2, three channel blocks per tap
+      {4, 48, 60, 128, 264, 3, 3, params(1, 1)},    // wide: 128 x 256 tiles by shape
+      // the data gradient's (stride 1, Cout a multiple of 64, Cin > 64): dy's im2col copy with padding span - p
+      {3, 9, 7, 136, 128, 3, 3, params(1, 1)},      // Cin past a 128-wide tile; dx tiles across images
+      {1, 19, 20, 72, 192, 3, 3, params(1, 6, 6)},  // dilated
+      {2, 15, 14, 200, 64, 5, 5, params(1, 2)},     // 5x5, one 64-channel block per tap
+      {1, 11, 13, 128, 128, 3, 3, params(1, 0)},    // no padding: dy's box reaches 2 pixels out
+      {1, 10, 12, 128, 192, 3, 3, params(1, 2)},    // padding past the filter's reach
+      // ... per stride phase (one launch per phase, each its own dy map)
+      {1, 17, 21, 136, 64, 3, 3, params(2, 1)},     // phases of one and of two taps per dimension
+      {2, 23, 25, 72, 128, 7, 7, params(2, 3)},     // 7x7 stride 2
+      {1, 20, 19, 136, 128, 4, 4, params(2, 1)},    // an even filter (pix2pixHD's discriminators)
+      {2, 13, 11, 72, 64, 3, 3, params(3, 1)},      // stride 3: nine phases
+      {1, 15, 14, 72, 192, 5, 5, params(2, 2, 3)},  // dilation 3, stride 2
+      {1, 16, 15, 72, 64, 3, 3, params(2, 2, 2)},   // phases without taps: the cp.async kernel instead
+  };
+  const int64_t before = ops::cuda::conv::igemm_im2col_launches();
+  for_each_igemm_kernel([&] {
+    for (const Case& c : cases) check_case(c, DType::bf16);
+    check_case(cases[0], DType::f16);
+  });
+  if (ops::cuda::conv::igemm_wgmma_available()) {
+    EXPECT_GT(ops::cuda::conv::igemm_im2col_launches(), before) << "the im2col kernels never ran";
+  }
+}
+
 // f64 on the geometries whose paths take it (generic, depthwise, gemm).
 TEST(ConvCuda, Float64MatchesCpu) {
   const std::vector<Case> cases = {{2, 7, 9, 16, 24, 1, 1, params(1, 0)},
@@ -424,7 +472,7 @@ TEST(ConvCuda, PathChoice) {
   EXPECT_EQ(path({2, 12, 11, 24, 24, 3, 3, params(1, 1, 1, 24)}, DType::bf16), "depthwise");
   EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::bf16), "igemm");
   EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::f32), "simt");
-  EXPECT_EQ(path({2, 13, 11, 6, 24, 3, 3, params(1, 1)}, DType::f32), "generic");
+  EXPECT_EQ(path({2, 13, 11, 6, 24, 3, 3, params(1, 1)}, DType::f32), "simt_cin_padded");
   EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::f64), "generic");
   const Case stem{1, 31, 29, 3, 16, 7, 7, params(2, 3)};
   EXPECT_EQ(path(stem, DType::bf16), "igemm_gather");
@@ -436,22 +484,26 @@ TEST(ConvCuda, PathChoice) {
   EXPECT_EQ(path({2, 9, 8, 5, 6, 3, 3, params(1, 1)}, DType::bf16), "igemm_gather_cout_padded");
   EXPECT_EQ(path({1, 64, 32, 32, 3, 7, 7, params(1, 3)}, DType::bf16), "igemm_cout_padded");
   EXPECT_EQ(path({1, 64, 32, 32, 3, 7, 7, params(1, 3)}, DType::f32), "simt_cout_padded");
-  // Cin padded where the zeros add at most a quarter and the filter is spatial; f32 pads Cout once Cin is whole.
+  // Cin padded where the zeros add at most a quarter and the filter is spatial, in f32 always (its SIMT kernels do
+  // not gather); f32 pads Cout once Cin is whole.
   EXPECT_EQ(path({1, 64, 32, 30, 3, 7, 7, params(1, 3)}, DType::f32), "simt_cin_cout_padded");
   EXPECT_EQ(path({1, 64, 32, 39, 64, 4, 4, params(2, 1)}, DType::bf16), "igemm_cin_padded");
   EXPECT_EQ(path({1, 64, 32, 39, 64, 4, 4, params(2, 1)}, DType::f32), "simt_cin_padded");
   EXPECT_EQ(path({1, 64, 32, 36, 32, 7, 7, params(1, 3)}, DType::bf16), "igemm_cin_padded");
-  EXPECT_EQ(path({1, 64, 32, 36, 32, 7, 7, params(1, 3)}, DType::f32), "simt");           // 36: whole f32 vectors
-  EXPECT_EQ(path({1, 64, 32, 6, 24, 3, 3, params(1, 1)}, DType::f32), "generic");         // 6 -> 8: a third more
+  EXPECT_EQ(path({1, 64, 32, 36, 32, 7, 7, params(1, 3)}, DType::f32), "simt");          // 36: whole f32 vectors
+  EXPECT_EQ(path({1, 64, 32, 6, 24, 3, 3, params(1, 1)}, DType::bf16), "igemm_gather");  // 6 -> 8: a third more
+  EXPECT_EQ(path({1, 64, 32, 6, 24, 3, 3, params(1, 1)}, DType::f32), "simt_cin_padded");
+  EXPECT_EQ(path(stem, DType::f32), "simt_cin_padded");                                   // 3 -> 4
   EXPECT_EQ(path({1, 64, 32, 39, 64, 1, 1, params(2, 0)}, DType::bf16), "igemm_gather");  // 1x1: not padded
-  EXPECT_EQ(path({1, 9, 10, 12, 6, 3, 3, params(2, 1, 1, 3)}, DType::bf16), "generic");  // groups: not padded
+  EXPECT_EQ(path({1, 9, 10, 12, 6, 3, 3, params(2, 1, 1, 3)}, DType::bf16), "generic");   // groups: not padded
   {
     Tf32Scope tf32(true);
     EXPECT_EQ(path({2, 13, 11, 16, 24, 3, 3, params(1, 1)}, DType::f32), "igemm_tf32");
     EXPECT_EQ(path({2, 13, 11, 12, 20, 3, 3, params(1, 1)}, DType::f32), "igemm_tf32");  // multiples of 4
-    EXPECT_EQ(path(stem, DType::f32), "igemm_gather_tf32");
-    EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::data, geometry(stem), DType::f32)), "igemm_gather_tf32");
-    EXPECT_EQ(path({2, 13, 11, 6, 24, 3, 3, params(1, 1)}, DType::f32), "igemm_gather_tf32");
+    // f32 pads Cin whether or not TF32 is on (the padding is memory the meta device accounts without knowing).
+    EXPECT_EQ(path(stem, DType::f32), "igemm_tf32_cin_padded");
+    EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::data, geometry(stem), DType::f32)), "igemm_tf32_cin_padded");
+    EXPECT_EQ(path({2, 13, 11, 6, 24, 3, 3, params(1, 1)}, DType::f32), "igemm_tf32_cin_padded");
     EXPECT_EQ(path({2, 13, 11, 16, 6, 3, 3, params(1, 1)}, DType::f32), "igemm_tf32_cout_padded");
     EXPECT_EQ(path({2, 12, 11, 24, 24, 3, 3, params(1, 1, 1, 24)}, DType::f32), "depthwise");  // CUDA cores
     EXPECT_EQ(path({2, 7, 9, 16, 24, 1, 1, params(1, 0)}, DType::f32), "gemm");                // cuBLASLt FAST_TF32
@@ -480,11 +532,11 @@ TEST(ConvCuda, WeightGradientIsDeterministic) {
 // TFLOP/s of each pass on ResNet-101 / Darknet-53 layer shapes (tools/bench/conv_torch.py times cuDNN on the same
 // list): bf16 with the wgmma kernels (where the build and device have them; tile by the shape, then 128 x 128,
 // 128 x 256 and 256 x 128 forced, then by the shape with the forward's weights by cp.async instead of the bulk tensor
-// copy: "cpa") and with the mma.sync kernels' 128 x 128
-// tile variants (v0: warps of 64 x 32, v1: 64 x 64), f32 on TF32 tensor cores (allow_tf32, each kernel's default
-// tile: v1 forward and weight gradient, v0 data gradient) on every shape, and true fp32 (CUDA cores, or cuBLASLt for
-// 1x1) on the first three and Darknet's. One row per run, then a table side by side (bf16 wgmma, bf16 v0, tf32,
-// fp32).
+// copy: "cpa", then with the forward's x by cp.async and its weights by the bulk copy: "tmab") and with the mma.sync
+// kernels' 128 x 128 tile variants (v0: warps of 64 x 32, v1: 64 x 64), f32 on TF32 tensor cores (allow_tf32, each
+// kernel's default tile: v1 forward and weight gradient, v0 data gradient) on every shape, and true fp32 (CUDA cores,
+// or cuBLASLt for 1x1) on the first three and Darknet's. One row per run, then a table side by side (bf16 wgmma,
+// bf16 v0, tf32, fp32).
 TEST(ConvCudaPerf, DISABLED_TFlops) {
   const std::vector<std::pair<const char*, Case>> shapes = {
       {"ResNet 3x3 64->64 128^2 N8", {8, 128, 128, 64, 64, 3, 3, params(1, 1)}},
@@ -507,7 +559,8 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
     bool tf32;
     bool all_shapes;  // else the first three and Darknet's
     ops::cuda::conv::WgShape wgmma_shape = ops::cuda::conv::WgShape::by_shape;
-    bool tma = true;  // the wgmma forward's weight tiles by the bulk tensor copy
+    bool tma = true;     // the wgmma forward's weight tiles by the bulk tensor copy
+    bool im2col = true;  // the wgmma forward's x tiles by the im2col bulk copy where it applies
   };
   using ops::cuda::conv::WgShape;
   const Run runs[] = {{"bf16/wg", DType::bf16, -1, true, false, true},
@@ -515,6 +568,7 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
                       {"bf16/w256", DType::bf16, -1, true, false, true, WgShape::m128n256},
                       {"bf16/m256", DType::bf16, -1, true, false, true, WgShape::m256n128},
                       {"bf16/cpa", DType::bf16, -1, true, false, true, WgShape::by_shape, false},
+                      {"bf16/tmab", DType::bf16, -1, true, false, true, WgShape::by_shape, true, false},
                       {"bf16/v0", DType::bf16, 0, false, false, true},
                       {"bf16/v1", DType::bf16, 1, false, false, true},
                       {"tf32", DType::f32, -1, true, true, true},
@@ -525,14 +579,15 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   // CONV_PERF_RUNS="bf16/wg,bf16/v0" times only those rows (a shorter call on the GPU machine).
   const char* only = std::getenv("CONV_PERF_RUNS");
   for (const Run& r : runs) {
-    if (only && !std::string(only).empty() && ("," + std::string(only) + ",").find("," + std::string(r.type) + ",") ==
-                                                  std::string::npos)
+    if (only && !std::string(only).empty() &&
+        ("," + std::string(only) + ",").find("," + std::string(r.type) + ",") == std::string::npos)
       continue;
     engine::cuda::set_allow_tf32(r.tf32);
     ops::cuda::conv::set_igemm_wide_variant(r.variant);
     ops::cuda::conv::set_igemm_wgmma(r.wgmma);
     ops::cuda::conv::set_igemm_wgmma_shape(r.wgmma_shape);
     ops::cuda::conv::set_igemm_tma(r.tma);
+    ops::cuda::conv::set_igemm_im2col(r.im2col);
     if (r.wgmma && r.dtype != DType::f32 && !ops::cuda::conv::igemm_wgmma_available()) continue;
     for (size_t s = 0; s < shapes.size(); s++) {
       if (!r.all_shapes && std::find(fp32_shapes.begin(), fp32_shapes.end(), s) == fp32_shapes.end()) continue;
@@ -565,6 +620,7 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   ops::cuda::conv::set_igemm_wgmma(true);
   ops::cuda::conv::set_igemm_wgmma_shape(WgShape::by_shape);
   ops::cuda::conv::set_igemm_tma(true);
+  ops::cuda::conv::set_igemm_im2col(true);
   std::printf("\nTFLOP/s fwd/data/weight %-10s %-20s %-20s %-20s %-20s\n", "", "bf16 (wgmma)", "bf16 (v0)", "tf32",
               "fp32");
   auto cell = [&](size_t s, const char* type) {
