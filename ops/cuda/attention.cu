@@ -9,6 +9,8 @@
 #include "ops/cuda/attention.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "engine/cuda/runtime.h"
@@ -20,7 +22,24 @@ using engine::DType;
 
 namespace {
 
-FlashTuning g_tuning;
+// The tile configurations in use: the defaults, or ENGINE_FLASH_TUNING="F,B" (the forward's and the backward's
+// variant, -1 for the default; attention.h), read at the first call, so that a whole model's step can be measured
+// with a configuration that is not the default (tools/bench/flash_variants_gpu.sh).
+FlashTuning& tuning() {
+  static FlashTuning t = [] {
+    FlashTuning env;
+    const char* s = std::getenv("ENGINE_FLASH_TUNING");
+    if (!s || !*s) return env;
+    char comma = 0;
+    int end = 0;
+    ENGINE_CHECK(
+        std::sscanf(s, " %d %c %d %n", &env.forward, &comma, &env.backward, &end) == 3 && comma == ',' && s[end] == 0,
+        "ENGINE_FLASH_TUNING=\"", s, "\": expected the forward's and the backward's variant as F,B (e.g. 3,3; ",
+        "-1 for a default); unset it for the defaults");
+    return env;
+  }();
+  return t;
+}
 
 attn::Strides strides_of(const Tensor& t) {
   return {t.strides()[0], t.strides()[1], t.strides()[2], t.strides()[3]};
@@ -99,7 +118,7 @@ void flash_attention_forward(const cpu::FlashAttentionInputs& in, const FlashAtt
   a.lse = lse.data_ptr();
   if (int64_t(a.B) * a.H * a.Lq == 0) return;
   if (use_tensor_cores(in, params, {&out}) &&
-      attn::launch_forward_tensor_core(a, in.q.dtype() == DType::bf16, g_tuning.forward))
+      attn::launch_forward_tensor_core(a, in.q.dtype() == DType::bf16, tuning().forward))
     return;
   attn::launch_forward_generic(a, int(in.q.dtype()));
 }
@@ -135,12 +154,12 @@ void flash_attention_backward(const cpu::FlashAttentionInputs& in, const FlashAt
   if (int64_t(a.B) * a.H == 0) return;
   attn::launch_backward_delta(a, int(in.q.dtype()));
   if (use_tensor_cores(in, params, {&dout, &dq, &dk, &dv}) &&
-      attn::launch_backward_tensor_core(a, in.q.dtype() == DType::bf16, g_tuning.backward))
+      attn::launch_backward_tensor_core(a, in.q.dtype() == DType::bf16, tuning().backward))
     return;
   attn::launch_backward_generic(a, int(in.q.dtype()));
 }
 
-void set_flash_tuning(FlashTuning t) { g_tuning = t; }
+void set_flash_tuning(FlashTuning t) { tuning() = t; }
 int flash_forward_variants(int head_dim) { return attn::forward_tensor_core_variants(head_dim); }
 int flash_backward_variants(int head_dim) { return attn::backward_tensor_core_variants(head_dim); }
 std::string flash_forward_variant_name(int head_dim, int variant) {

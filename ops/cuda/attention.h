@@ -30,7 +30,8 @@ void flash_attention_backward(const cpu::FlashAttentionInputs& in, const FlashAt
                               const Tensor& dv);
 
 // Tuning hook for the benchmark (tests/ops/attention_cuda_test.cpp): the tile configuration the tensor-core
-// kernels use, -1 for the default. Returns how many configurations each pass has for head dim D.
+// kernels use, -1 for the default. Returns how many configurations each pass has for head dim D. A process starts
+// with ENGINE_FLASH_TUNING="F,B" when it is set (a model's step with other kernels than the defaults, for measuring).
 struct FlashTuning {
   int forward = -1;
   int backward = -1;

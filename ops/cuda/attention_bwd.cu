@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(co
   float* sLse = reinterpret_cast<float*>(sdO + 2 * Br * D);  // [2][Br]
   float* sDelta = sLse + 2 * Br;                              // [2][Br]
 
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
   const int k0 = int(blockIdx.x) * Bc;
   const int warp_key = warp * 16;
@@ -160,9 +160,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(co
 
   // Causal: query i sees key k0 only from i = k0 - (Lk - Lq) on. A tile outside the batch row's unpadded keys sees
   // no query (attention_common.cuh's key_tiles): its dK and dV are zero, its dS columns are not written.
-  const UnpaddedKeys keys = unpadded_keys(pad_row, a.Lk);
-  const int m_first = a.causal ? max(0, k0 - (a.Lk - a.Lq)) / Br : 0;
-  const int m_end = k0 > keys.last || k0 + Bc <= keys.first ? m_first : (a.Lq + Br - 1) / Br;
+  const QueryTiles queries = query_tiles<Br>(a, pad_row, k0, Bc);
+  const int m_first = queries.first, m_end = queries.end;
   // Rows past Lq load as zeros (Q, dO, lse, delta): P = 1 there but dV, dK gain 1 * 0 and 0 * 0.
   auto load_query_tile = [&](int m, int buf) {
     load_tile_async<Br, D, kThreads>(sQ + buf * Br * D, qh, a.qs.l, m * Br, a.Lq);
@@ -217,14 +216,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(co
 
     // Dropout's keep bits of this step (byte nt2: n-tiles 2 nt2, 2 nt2 + 1), drawn before the products.
     [[maybe_unused]] KeepBytes<NT / 2> keep_bits;
-    if constexpr (kDropout) {
-#pragma unroll
-      for (int nt2 = 0; nt2 < NT / 2; nt2++) {
-        const int i = i0 + nt2 * 16, j0 = k0 + warp_key;
-        keep_bits.set(nt2, shared_draw ? dropout_keep_cols(a, bh, i, j0, lane)  // a block per 8 elements
-                                       : dropout_keep_cols_each(a, bh, i, j0, lane));
-      }
-    }
+    if constexpr (kDropout) draw_keep_cols<shared_draw, NT>(a, bh, i0, k0 + warp_key, lane, keep_bits);
 
     // S^T = K Q^T and dP^T = V dO^T                                              [16 keys, Br] per warp
     float s[NT][4], dp[NT][4];
@@ -255,52 +247,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(co
       }
     }
 
-    // P^T, dS^T. Causal masking only where a key of the tile is past a query's diagonal (a second copy
-    // of the loop); keys past Lk or padded are zeroed per row (key_ok).
-    auto scores_to_ds = [&](auto causal_tile) {
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++) {
-        bool keep[4] = {true, true, true, true};
-        if constexpr (kDropout) {
-#pragma unroll
-          for (int e = 0; e < 4; e++) keep[e] = keep_bits(nt / 2, col_keep_bit(nt % 2, e >> 1, e & 1));
-        }
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int half = e >> 1, col = nt * 8 + 2 * tq + (e & 1);
-          float p = fast_exp2(s[nt][e] * a.scale_log2 - lse_t[col] * kLog2e);
-          bool visible = key_ok[half];
-          if constexpr (decltype(causal_tile)::value) {
-            // key j = k0 + warp_key + g + 8 half is past query i = i0 + col's diagonal
-            visible = visible && k0 + warp_key + g + half * 8 <= i0 + col + (a.Lk - a.Lq);
-          }
-          p = visible ? p : 0.f;
-          const float z = kDropout ? (keep[e] ? a.keep_scale : 0.f) : 1.f;
-          dp[nt][e] = p * (dp[nt][e] * z - delta_t[col]);  // dS^T
-          s[nt][e] = p * z;                                // (P Z)^T
-        }
-      }
-    };
-    if (a.causal && k0 + Bc - 1 > i0 + (a.Lk - a.Lq)) scores_to_ds(std::true_type{});
-    else scores_to_ds(std::false_type{});
-
-    // dS [queries, keys] out, for the dQ pass: lane (g, tq) holds keys j (= g, g + 8) of queries i, i + 1; lanes g
-    // and g ^ 1 swap a value so that each stores two neighbouring keys of one query (4-byte stores). Every row
-    // (query) of the tile and every column (key) of the block is written, zeros where masked or past Lq, Lk.
-    if constexpr (kWriteDs) {
-      uint16_t* dsh = static_cast<uint16_t*>(a.ds) + int64_t(bh) * a.ds_rows * a.ds_ld;
-      const bool odd = g & 1;
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-          const float lo = dp[nt][2 * half], hi = dp[nt][2 * half + 1];  // dS(i, j), dS(i + 1, j)
-          const float other = __shfl_xor_sync(0xffffffffu, odd ? lo : hi, 4);
-          const int i = i0 + nt * 8 + 2 * tq + (odd ? 1 : 0), j = k0 + warp_key + half * 8 + (g & ~1);
-          *reinterpret_cast<uint32_t*>(dsh + int64_t(i) * a.ds_ld + j) =
-              odd ? pack2<T>(other, hi) : pack2<T>(lo, other);
-        }
-    }
+    // P^T, dS^T (masked), and dS [queries, keys] out for the dQ pass.
+    dkdv_scores_to_ds<kDropout>(a, s, dp, keep_bits, lse_t, delta_t, key_ok, i0, k0 + warp_key, lane);
+    if constexpr (kWriteDs) store_ds_transposed<T>(a, bh, i0, k0 + warp_key, lane, dp);
 
     // dV += (P Z)^T dO, dK += dS^T Q                                              [16 keys, D] per warp
     const FragAddr<D> do_trans = frag_b_trans<D>(do_t, lane), q_trans = frag_b_trans<D>(q_t, lane);
@@ -323,21 +272,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_kernel(co
   }
   cp_async_wait<0>();
 
-  // dK = scale * sum dS^T Q; rows past Lk are not written.
-  uint16_t* dkh = static_cast<uint16_t*>(a.dk) + b * a.dks.b + h * a.dks.h;  // [Lk, D], rows dks.l apart
-  uint16_t* dvh = static_cast<uint16_t*>(a.dv) + b * a.dvs.b + h * a.dvs.h;
-#pragma unroll
-  for (int half = 0; half < 2; half++) {
-    const int j = k0 + warp_key + g + half * 8;
-    if (j >= a.Lk) continue;
-#pragma unroll
-    for (int dt = 0; dt < DT; dt++) {
-      const int col = dt * 8 + 2 * tq;
-      *reinterpret_cast<uint32_t*>(dkh + int64_t(j) * a.dks.l + col) =
-          pack2<T>(dk[dt][2 * half] * a.scale, dk[dt][2 * half + 1] * a.scale);
-      *reinterpret_cast<uint32_t*>(dvh + int64_t(j) * a.dvs.l + col) = pack2<T>(dv[dt][2 * half], dv[dt][2 * half + 1]);
-    }
-  }
+  store_dkdv<T>(a, b, h, k0 + warp_key, lane, dk, dv);
 #endif
 }
 
@@ -359,23 +294,6 @@ __device__ __forceinline__ void add_times_k(float (&dq)[DT][4], const FragAddr<D
       mma16816<T>(dq[2 * dt2], da, bk[0], bk[1]);
       mma16816<T>(dq[2 * dt2 + 1], da, bk[2], bk[3]);
     }
-  }
-}
-
-// A warp's dQ rows row0 .. row0 + 15 of head (b, h), times the scale; rows past Lq are not written.
-template <typename T, int DT>
-__device__ __forceinline__ void store_dq(const FlashArgs& a, int b, int h, int row0, int lane,
-                                         const float (&dq)[DT][4]) {
-  const int g = lane / 4, tq = lane % 4;
-  uint16_t* dqh = static_cast<uint16_t*>(a.dq) + b * a.dqs.b + h * a.dqs.h;  // [Lq, D], rows dqs.l apart
-#pragma unroll
-  for (int half = 0; half < 2; half++) {
-    const int i = row0 + g + half * 8;
-    if (i >= a.Lq) continue;
-#pragma unroll
-    for (int dt = 0; dt < DT; dt++)
-      *reinterpret_cast<uint32_t*>(dqh + int64_t(i) * a.dqs.l + dt * 8 + 2 * tq) =
-          pack2<T>(dq[dt][2 * half] * a.scale, dq[dt][2 * half + 1] * a.scale);
   }
 }
 
@@ -401,7 +319,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dq_kernel(cons
   uint16_t* sK = sdO + Br * D;      // [2][Bc, D]
   uint16_t* sV = sK + 2 * Bc * D;   // [2][Bc, D]
 
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
   const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);  // longest causal tiles first
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
   const int q0 = m_block * Br;
@@ -465,14 +383,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dq_kernel(cons
 
     // Dropout's keep bits of this tile (byte nt2: n-tiles 2 nt2, 2 nt2 + 1), drawn before the products.
     [[maybe_unused]] KeepBytes<NT / 2> keep_bits;
-    if constexpr (kDropout) {
-#pragma unroll
-      for (int nt2 = 0; nt2 < NT / 2; nt2++) {
-        const int i = q0 + warp_row + g, j0 = k0 + nt2 * 16;
-        keep_bits.set(nt2, shared_draw ? dropout_keep_rows(a, bh, i, j0, lane)  // a block per 8 elements
-                                       : dropout_keep_rows_each(a, bh, i, j0, lane));
-      }
-    }
+    if constexpr (kDropout) draw_keep_rows<shared_draw, NT>(a, bh, q0 + warp_row, k0, lane, keep_bits);
 
     // S = Q K^T, dP = dO V^T                                                     [16, Bc] per warp
     float s[NT][4], dp[NT][4];
@@ -494,47 +405,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dq_kernel(cons
         mma16816<T>(dp[2 * nt2 + 1], dof[ks], bv[2], bv[3]);
       }
 
-    // dS = P (dP Z - delta). Masks as the forward's (a per-column test and a per-row causal limit), in a
-    // second copy of the loop that only the tiles needing them run.
-    const bool need_mask =
-        k0 + Bc > a.Lk || (pad_row && tiles.keys.padded_within(k0, Bc)) || (a.causal && k0 + Bc - 1 > q0 + a.Lk - a.Lq);
-    auto scores_to_ds = [&](auto masked) {
-      bool col_ok[NT][2];
-      int last[2];  // last visible nt * 8 + e of each of the lane's rows
-      if constexpr (decltype(masked)::value) {
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-          for (int e = 0; e < 2; e++) {
-            const int j = k0 + nt * 8 + 2 * tq + e;
-            col_ok[nt][e] = j < a.Lk && !(pad_row && pad_row[j]);
-          }
-#pragma unroll
-        for (int half = 0; half < 2; half++)
-          last[half] = a.causal ? q0 + warp_row + g + half * 8 + a.Lk - a.Lq - k0 - 2 * tq : 0x7fffffff;
-      }
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++) {
-        bool keep[4] = {true, true, true, true};  // keep[2 half + e]
-        if constexpr (kDropout) {
-#pragma unroll
-          for (int e = 0; e < 4; e++) keep[e] = keep_bits(nt / 2, row_keep_bit(nt % 2, e >> 1, e & 1));
-        }
-#pragma unroll
-        for (int half = 0; half < 2; half++)
-#pragma unroll
-          for (int e = 0; e < 2; e++) {
-            float p = fast_exp2(s[nt][2 * half + e] * a.scale_log2 - lse2[half]);
-            if constexpr (decltype(masked)::value) {
-              if (!col_ok[nt][e] || nt * 8 + e > last[half]) p = 0.f;
-            }
-            const float z = kDropout ? (keep[2 * half + e] ? a.keep_scale : 0.f) : 1.f;
-            dp[nt][2 * half + e] = p * (dp[nt][2 * half + e] * z - delta[half]);
-          }
-      }
-    };
-    if (need_mask) scores_to_ds(std::true_type{});
-    else scores_to_ds(std::false_type{});
+    // dS = P (dP Z - delta), masked where the tile needs it.
+    const bool need_mask = tile_needs_mask<Bc>(a, tiles, pad_row, k0, q0);
+    dq_scores_to_ds<kDropout>(a, s, dp, keep_bits, lse2, delta, need_mask, pad_row, q0 + warp_row, k0, lane);
 
     // dQ += dS K                                                                   [16, D] per warp
     add_times_k<T, NT / 2>(dq, frag_b_trans<D>(k_t, lane),
@@ -703,20 +576,36 @@ void launch_backward_delta(const FlashArgs& a, int dtype) {
   });
 }
 
-int backward_tensor_core_variants(int head_dim) { return head_dim == 64 ? 3 : head_dim == 128 ? 2 : 0; }
+// The mma.sync configurations of each head dim; on Hopper two more follow them, the wgmma kernels
+// (attention_bwd_wgmma.cu) with one and two warpgroups per block, every dtype and dropout mode.
+namespace {
+int mma_sync_variants(int head_dim) { return head_dim == 64 ? 3 : head_dim == 128 ? 2 : 0; }
+}  // namespace
+
+int backward_tensor_core_variants(int head_dim) {
+  const int n = mma_sync_variants(head_dim);
+  return n > 0 && forward_wgmma_available() ? n + 2 : n;
+}
 
 const char* backward_tensor_core_name(int head_dim, int variant) {
   static const char* d64[] = {"dKdV Bc64 Br64 4w, dQ Br64 Bc64 4w", "dKdV Bc128 Br64 8w, dQ Br128 Bc64 8w",
                               "as 0, 3 blocks/SM"};
   static const char* d128[] = {"dKdV Bc128 Br32 8w, dQ Br64 Bc32 4w", "dKdV Bc64 Br64 4w, dQ Br128 Bc32 8w"};
-  if (variant < 0 || variant >= backward_tensor_core_variants(head_dim)) variant = 0;
+  static const char* wgmma[] = {"wgmma dKdV Bc64 Br64 1 warpgroup, dQ Br64 Bc64",
+                                "wgmma dKdV Bc128 Br64 2 warpgroups, dQ Br128 Bc64"};
+  const int n = mma_sync_variants(head_dim);
+  if (variant >= n && variant < backward_tensor_core_variants(head_dim)) return wgmma[variant - n];
+  if (variant < 0 || variant >= n) variant = 0;
   return head_dim == 64 ? d64[variant] : d128[variant];
 }
 
 bool launch_backward_tensor_core(const FlashArgs& a, bool bf16, int variant) {
   if (a.D != a.Dv || (a.D != 64 && a.D != 128)) return false;
+  const int n = mma_sync_variants(a.D);
+  if (variant >= n && variant < backward_tensor_core_variants(a.D) && launch_backward_wgmma(a, bf16, variant - n))
+    return true;
   const int default_variant = a.D == 64 ? 0 : 1;
-  if (variant < 0 || variant >= backward_tensor_core_variants(a.D) || !bf16 || a.dropout) variant = default_variant;
+  if (variant < 0 || variant >= n || !bf16 || a.dropout) variant = default_variant;
   if (a.D == 64) {
     if (variant == 1) run<Dkdv64_1, Dq64_1, false>(a, bf16);
     else if (variant == 2) run<Dkdv64_2, Dq64_2, false>(a, bf16);

@@ -111,6 +111,42 @@ __device__ __forceinline__ KeyTiles key_tiles(const FlashArgs& a, const uint8_t*
   return {keys.first / Bc, min((key_end + Bc - 1) / Bc, (keys.last + Bc) / Bc), keys};
 }
 
+// Whether key tile [k0, k0 + Bc) needs masks for the query rows from q0 on: it reaches past Lk, holds padding inside
+// the row's unpadded range, or crosses the causal limit of row q0 (the block's first and most restricted row).
+template <int Bc>
+__device__ __forceinline__ bool tile_needs_mask(const FlashArgs& a, const KeyTiles& tiles, const uint8_t* pad_row,
+                                                int k0, int q0) {
+  return k0 + Bc > a.Lk || (pad_row && tiles.keys.padded_within(k0, Bc)) ||
+         (a.causal && k0 + Bc - 1 > q0 + a.Lk - a.Lq);
+}
+
+// The per-column half of the masks: whether each of a lane's score columns (keys k0 + 8 nt + 2 tq + e of its m16n8
+// fragments) exists and is not padding.
+template <int NT>
+__device__ __forceinline__ void key_columns_ok(const FlashArgs& a, const uint8_t* pad_row, int k0, int tq,
+                                               bool (&ok)[NT][2]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      const int j = k0 + nt * 8 + 2 * tq + e;
+      ok[nt][e] = j < a.Lk && !(pad_row && pad_row[j]);
+    }
+}
+
+// The query tiles [first, end) of Br rows that can see keys [k0, k0 + block_keys) (the dK dV passes): from the causal
+// limit's tile on, none when the keys are outside the batch row's unpadded ones (key_tiles skips the same tiles:
+// their dK and dV are zero, their dS columns unwritten). Every thread of the block must call it.
+struct QueryTiles {
+  int first, end;
+};
+template <int Br>
+__device__ __forceinline__ QueryTiles query_tiles(const FlashArgs& a, const uint8_t* pad_row, int k0, int block_keys) {
+  const UnpaddedKeys keys = unpadded_keys(pad_row, a.Lk);
+  const int first = a.causal ? max(0, k0 - (a.Lk - a.Lq)) / Br : 0;
+  return {first, k0 > keys.last || k0 + block_keys <= keys.first ? first : (a.Lq + Br - 1) / Br};
+}
+
 // Dropout keep test of the draw's element `flat` (engine/rng.h's 16-bit draw of element flat at a.offset).
 __device__ __forceinline__ bool dropout_keep(const FlashArgs& a, uint64_t flat) {
   return engine::dropout_bits(a.seed, a.offset, flat) >= a.keep_threshold;
@@ -396,11 +432,212 @@ __device__ __forceinline__ void load_tile_async(uint16_t* tile, const uint16_t* 
   }
 }
 
+// The forward's output rows [q0, q0 + kRows) of head (b, h), staged in shared memory as a swizzled [kRows, D] tile of
+// 16-bit values, to a.out (rows a.outs.l apart), 16 bytes per store; rows at or past Lq are not written.
+template <int kRows, int D, int kThreads>
+__device__ __forceinline__ void store_output_tile(const uint16_t* staged, const FlashArgs& a, int b, int h, int q0) {
+  uint16_t* out = static_cast<uint16_t*>(a.out) + b * a.outs.b + h * a.outs.h;
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int it = 0; it < (kRows * kChunks + kThreads - 1) / kThreads; it++) {
+    const int c = it * kThreads + int(threadIdx.x);
+    if (c >= kRows * kChunks) break;
+    const int r = c / kChunks, ch = c % kChunks;
+    if (q0 + r < a.Lq)
+      *reinterpret_cast<uint4*>(out + int64_t(q0 + r) * a.outs.l + ch * 8) =
+          *reinterpret_cast<const uint4*>(staged + swizzle<D>(r, ch * 8));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The backward's per-warp steps, shared by attention_bwd.cu's mma.sync kernels and attention_bwd_wgmma.cu's wgmma
+// kernels (a warp's 16 rows of a wgmma accumulator are an mma.sync fragment: the same registers, the same code).
+//
+// dK dV passes hold a warp's transposed tile: 16 keys j0 + g + 8 half along its rows, NT * 8 queries
+// i0 + 8 nt + 2 tq + e along its columns (element e + 2 half of fragment nt).
+
+// Dropout's keep bits of the transposed tile (byte nt2: n-tiles 2 nt2, 2 nt2 + 1), drawn before its products.
+template <bool kSharedDraw, int NT>
+__device__ __forceinline__ void draw_keep_cols(const FlashArgs& a, int bh, int i0, int j0, int lane,
+                                               KeepBytes<NT / 2>& keep) {
+#pragma unroll
+  for (int nt2 = 0; nt2 < NT / 2; nt2++)
+    keep.set(nt2, kSharedDraw ? dropout_keep_cols(a, bh, i0 + nt2 * 16, j0, lane)  // a block per 8 elements
+                              : dropout_keep_cols_each(a, bh, i0 + nt2 * 16, j0, lane));
+}
+
+// S^T and dP^T into (P Z)^T (in s) and dS^T = P (dP Z - delta) (in dp), P = exp(S scale - lse) with the masks:
+// key_ok says whether each of the lane's keys is in range and unpadded; the causal limit is tested only where a key
+// of the warp's tile is past a query's diagonal (a second copy of the loop). lse_t, delta_t: the query tile's values
+// (lse in natural-log units).
+template <bool kDropout, int NT>
+__device__ __forceinline__ void dkdv_scores_to_ds(const FlashArgs& a, float (&s)[NT][4], float (&dp)[NT][4],
+                                                  const KeepBytes<NT / 2>& keep_bits, const float* lse_t,
+                                                  const float* delta_t, const bool (&key_ok)[2], int i0, int j0,
+                                                  int lane) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int g = lane / 4, tq = lane % 4;
+  auto body = [&](auto causal_tile) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      bool keep[4] = {true, true, true, true};
+      if constexpr (kDropout) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) keep[e] = keep_bits(nt / 2, col_keep_bit(nt % 2, e >> 1, e & 1));
+      }
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int half = e >> 1, col = nt * 8 + 2 * tq + (e & 1);
+        float p = fast_exp2(s[nt][e] * a.scale_log2 - lse_t[col] * kLog2e);
+        bool visible = key_ok[half];
+        if constexpr (decltype(causal_tile)::value) {
+          // key j = j0 + g + 8 half is past query i = i0 + col's diagonal
+          visible = visible && j0 + g + half * 8 <= i0 + col + (a.Lk - a.Lq);
+        }
+        p = visible ? p : 0.f;
+        const float z = kDropout ? (keep[e] ? a.keep_scale : 0.f) : 1.f;
+        dp[nt][e] = p * (dp[nt][e] * z - delta_t[col]);  // dS^T
+        s[nt][e] = p * z;                                // (P Z)^T
+      }
+    }
+  };
+  if (a.causal && j0 + 15 > i0 + (a.Lk - a.Lq))
+    body(std::true_type{});
+  else
+    body(std::false_type{});
+}
+
+// dS [queries, keys] out, for the dQ pass: lane (g, tq) holds keys j (= g, g + 8) of queries i, i + 1; lanes g and
+// g ^ 1 swap a value so that each stores two neighbouring keys of one query (4-byte stores). Every query row of the
+// tile is written (zeros where masked or past Lq); a warp whose keys start past dS's columns (a block of keys that
+// overhangs Lk rounded up to 64) writes nothing.
+template <typename T, int NT>
+__device__ __forceinline__ void store_ds_transposed(const FlashArgs& a, int bh, int i0, int j0, int lane,
+                                                    const float (&ds)[NT][4]) {
+  if (j0 >= a.ds_ld) return;  // (the whole warp: ds_ld is a multiple of 64, j0 of 16)
+  const int g = lane / 4, tq = lane % 4;
+  uint16_t* dsh = static_cast<uint16_t*>(a.ds) + int64_t(bh) * a.ds_rows * a.ds_ld;
+  const bool odd = g & 1;
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      const float lo = ds[nt][2 * half], hi = ds[nt][2 * half + 1];  // dS(i, j), dS(i + 1, j)
+      const float other = __shfl_xor_sync(0xffffffffu, odd ? lo : hi, 4);
+      const int i = i0 + nt * 8 + 2 * tq + (odd ? 1 : 0), j = j0 + half * 8 + (g & ~1);
+      *reinterpret_cast<uint32_t*>(dsh + int64_t(i) * a.ds_ld + j) = odd ? pack2<T>(other, hi) : pack2<T>(lo, other);
+    }
+}
+
+// A warp's dK = scale * dS^T Q and dV rows j0 .. j0 + 15 of head (b, h); rows past Lk are not written.
+template <typename T, int DT>
+__device__ __forceinline__ void store_dkdv(const FlashArgs& a, int b, int h, int j0, int lane, const float (&dk)[DT][4],
+                                           const float (&dv)[DT][4]) {
+  const int g = lane / 4, tq = lane % 4;
+  uint16_t* dkh = static_cast<uint16_t*>(a.dk) + b * a.dks.b + h * a.dks.h;  // [Lk, D], rows dks.l apart
+  uint16_t* dvh = static_cast<uint16_t*>(a.dv) + b * a.dvs.b + h * a.dvs.h;
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    const int j = j0 + g + half * 8;
+    if (j >= a.Lk) continue;
+#pragma unroll
+    for (int dt = 0; dt < DT; dt++) {
+      const int col = dt * 8 + 2 * tq;
+      *reinterpret_cast<uint32_t*>(dkh + int64_t(j) * a.dks.l + col) =
+          pack2<T>(dk[dt][2 * half] * a.scale, dk[dt][2 * half + 1] * a.scale);
+      *reinterpret_cast<uint32_t*>(dvh + int64_t(j) * a.dvs.l + col) = pack2<T>(dv[dt][2 * half], dv[dt][2 * half + 1]);
+    }
+  }
+}
+
+// dQ passes hold a warp's tile with queries along its rows (row0 + g + 8 half) and keys k0 + 8 nt + 2 tq + e along
+// its columns.
+
+// Dropout's keep bits of the tile (byte nt2: n-tiles 2 nt2, 2 nt2 + 1), drawn before its products.
+template <bool kSharedDraw, int NT>
+__device__ __forceinline__ void draw_keep_rows(const FlashArgs& a, int bh, int row0, int k0, int lane,
+                                               KeepBytes<NT / 2>& keep) {
+  const int i = row0 + lane / 4;
+#pragma unroll
+  for (int nt2 = 0; nt2 < NT / 2; nt2++)
+    keep.set(nt2, kSharedDraw ? dropout_keep_rows(a, bh, i, k0 + nt2 * 16, lane)  // a block per 8 elements
+                              : dropout_keep_rows_each(a, bh, i, k0 + nt2 * 16, lane));
+}
+
+// dS = P (dP Z - delta) into dp from S (in s) and dP, P = exp2(S scale log2e - lse2); lse2 (log2 units) and delta of
+// the lane's two rows. Masks as the forward's (a per-column test and a per-row causal limit), in a second copy of
+// the loop that only tiles with need_mask run.
+template <bool kDropout, int NT>
+__device__ __forceinline__ void dq_scores_to_ds(const FlashArgs& a, const float (&s)[NT][4], float (&dp)[NT][4],
+                                                const KeepBytes<NT / 2>& keep_bits, const float (&lse2)[2],
+                                                const float (&delta)[2], bool need_mask, const uint8_t* pad_row,
+                                                int row0, int k0, int lane) {
+  const int g = lane / 4, tq = lane % 4;
+  auto body = [&](auto masked) {
+    bool col_ok[NT][2];
+    int last[2];  // last visible nt * 8 + e of each of the lane's rows
+    if constexpr (decltype(masked)::value) {
+      key_columns_ok(a, pad_row, k0, tq, col_ok);
+#pragma unroll
+      for (int half = 0; half < 2; half++)
+        last[half] = a.causal ? row0 + g + half * 8 + a.Lk - a.Lq - k0 - 2 * tq : 0x7fffffff;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      bool keep[4] = {true, true, true, true};  // keep[2 half + e]
+      if constexpr (kDropout) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) keep[e] = keep_bits(nt / 2, row_keep_bit(nt % 2, e >> 1, e & 1));
+      }
+#pragma unroll
+      for (int half = 0; half < 2; half++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          float p = fast_exp2(s[nt][2 * half + e] * a.scale_log2 - lse2[half]);
+          if constexpr (decltype(masked)::value) {
+            if (!col_ok[nt][e] || nt * 8 + e > last[half]) p = 0.f;
+          }
+          const float z = kDropout ? (keep[2 * half + e] ? a.keep_scale : 0.f) : 1.f;
+          dp[nt][2 * half + e] = p * (dp[nt][2 * half + e] * z - delta[half]);
+        }
+    }
+  };
+  if (need_mask)
+    body(std::true_type{});
+  else
+    body(std::false_type{});
+}
+
+// A warp's dQ rows row0 .. row0 + 15 of head (b, h), times the scale; rows past Lq are not written.
+template <typename T, int DT>
+__device__ __forceinline__ void store_dq(const FlashArgs& a, int b, int h, int row0, int lane,
+                                         const float (&dq)[DT][4]) {
+  const int g = lane / 4, tq = lane % 4;
+  uint16_t* dqh = static_cast<uint16_t*>(a.dq) + b * a.dqs.b + h * a.dqs.h;  // [Lq, D], rows dqs.l apart
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    const int i = row0 + g + half * 8;
+    if (i >= a.Lq) continue;
+#pragma unroll
+    for (int dt = 0; dt < DT; dt++)
+      *reinterpret_cast<uint32_t*>(dqh + int64_t(i) * a.dqs.l + dt * 8 + 2 * tq) =
+          pack2<T>(dq[dt][2 * half] * a.scale, dq[dt][2 * half + 1] * a.scale);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Launchers of each file (host). `variant` < 0 picks the default configuration; each returns false when
 // the configuration does not exist for this head dim.
 bool launch_forward_tensor_core(const FlashArgs& a, bool bf16, int variant);
+// attention_fwd_wgmma.cu: the forward on Hopper's wgmma (a build for sm_90a on a compute capability 9.0 device; head
+// dim 64 or 128), launch_forward_tensor_core's last two variants where available (without and with the products of
+// consecutive key tiles overlapped); false when it cannot run.
+bool forward_wgmma_available();
+bool launch_forward_wgmma(const FlashArgs& a, bool bf16, bool pipelined);
 bool launch_backward_tensor_core(const FlashArgs& a, bool bf16, int variant);
+// attention_bwd_wgmma.cu: the backward on wgmma (where forward_wgmma_available; head dim 64 or 128), config 0 with a
+// warpgroup per block, 1 with two: launch_backward_tensor_core's last two variants there; false when it cannot run.
+bool launch_backward_wgmma(const FlashArgs& a, bool bf16, int config);
 int forward_tensor_core_variants(int head_dim);
 int backward_tensor_core_variants(int head_dim);
 const char* forward_tensor_core_name(int head_dim, int variant);

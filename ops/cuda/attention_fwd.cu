@@ -154,17 +154,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel
     }
     // Masks: -inf where query i does not see key j (key_visible, split into a per-column test shared by
     // the lane's rows and a per-row causal limit: two compares per score, on the tiles that need them).
-    const bool need_mask =
-        k0 + Bc > a.Lk || (pad_row && tiles.keys.padded_within(k0, Bc)) || (a.causal && k0 + Bc - 1 > q0 + a.Lk - a.Lq);
+    const bool need_mask = tile_needs_mask<Bc>(a, tiles, pad_row, k0, q0);
     if (need_mask) {
       bool col_ok[NT][2];
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const int j = k0 + nt * 8 + 2 * tq + e;
-          col_ok[nt][e] = j < a.Lk && !(pad_row && pad_row[j]);
-        }
+      key_columns_ok(a, pad_row, k0, tq, col_ok);
 #pragma unroll
       for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -260,17 +253,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel
       if (tq == 0 && q0 + r < a.Lq) lse[q0 + r] = l > 0.f ? row_max[mt][half] * a.scale + logf(l) : INFINITY;
     }
   __syncthreads();
-  uint16_t* out = static_cast<uint16_t*>(a.out) + b * a.outs.b + h * a.outs.h;  // [Lq, D], rows outs.l apart
-  constexpr int kChunks = D / 8;
-#pragma unroll
-  for (int it = 0; it < (Br * kChunks + kThreads - 1) / kThreads; it++) {
-    const int c = it * kThreads + tid;
-    if (c >= Br * kChunks) break;
-    const int r = c / kChunks, ch = c % kChunks;
-    if (q0 + r < a.Lq)
-      *reinterpret_cast<uint4*>(out + int64_t(q0 + r) * a.outs.l + ch * 8) =
-          *reinterpret_cast<const uint4*>(sQ + swizzle<D>(r, ch * 8));
-  }
+  store_output_tile<Br, D, kThreads>(sQ, a, b, h, q0);
 #endif
 }
 
@@ -316,18 +299,29 @@ int default_variant(const FlashArgs& a) { return a.D == 64 ? (a.causal ? 2 : 0) 
 
 }  // namespace
 
-int forward_tensor_core_variants(int head_dim) { return head_dim == 64 || head_dim == 128 ? 3 : 0; }
+// Three mma.sync configurations per head dim, and on Hopper two more: the wgmma kernels (attention_fwd_wgmma.cu),
+// without and with consecutive key tiles' products overlapped.
+constexpr int kWgmmaVariant = 3, kWgmmaPipelinedVariant = 4;
+int forward_tensor_core_variants(int head_dim) {
+  if (head_dim != 64 && head_dim != 128) return 0;
+  return forward_wgmma_available() ? kWgmmaPipelinedVariant + 1 : kWgmmaVariant;
+}
 
 const char* forward_tensor_core_name(int head_dim, int variant) {
   static const char* d64[] = {"Br128 Bc64 4 warps", "Br128 Bc64 4 warps Q smem 3 blocks/SM",
                               "Br64 Bc64 4 warps 4 blocks/SM"};
   static const char* d128[] = {"Br128 Bc64 8 warps", "Br64 Bc64 4 warps", "Br128 Bc32 4 warps Q smem"};
+  if (variant == kWgmmaVariant) return "wgmma Br128 Bc64 2 warpgroups";
+  if (variant == kWgmmaPipelinedVariant) return "wgmma Br128 Bc64 2 warpgroups, tiles overlapped";
   if (variant < 0 || variant >= 3) variant = 0;
   return head_dim == 64 ? d64[variant] : d128[variant];
 }
 
 bool launch_forward_tensor_core(const FlashArgs& a, bool bf16, int variant) {
   if (a.D != a.Dv || (a.D != 64 && a.D != 128)) return false;
+  if ((variant == kWgmmaVariant || variant == kWgmmaPipelinedVariant) &&
+      launch_forward_wgmma(a, bf16, variant == kWgmmaPipelinedVariant))
+    return true;
   if (variant < 0 || variant >= 3) variant = default_variant(a);
   const bool full = a.D == 64 ? kFull64[variant] : kFull128[variant];
   if (!full && (!bf16 || a.dropout)) variant = default_variant(a);

@@ -1,7 +1,7 @@
 // cuda/wgmma.cuh: Hopper's warpgroup matrix multiply-accumulate (wgmma.mma_async, sm_90a only) for the
 // tensor-core kernels: the shared-memory matrix descriptors, the ordering instructions, and
-// D[64 x N] += A[64 x 16] B[16 x N] (N = 128 or 256) with A and B in shared memory, 16-bit inputs, f32
-// accumulators.
+// D[64 x N] += A[64 x 16] B[16 x N] (N = 64, 128 or 256) with A and B in shared memory (or A in registers, N = 64 or
+// 128), 16-bit inputs, f32 accumulators.
 //
 // A warpgroup (4 consecutive warps, the first a multiple of 4) issues the instruction together; it runs
 // asynchronously on the tensor cores, reading A and B from shared memory through the "async proxy":
@@ -142,6 +142,16 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 }
 
 // The inline-assembly operand lists: asm needs its operands numbered literally.
+#define ENGINE_WGMMA_REGS_64                                                       \
+  "{"                                                                              \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "         \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+  "}"
+#define ENGINE_WGMMA_ACC_64                                                                                   \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
+      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
+      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 #define ENGINE_WGMMA_REGS_128 "{" \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
   "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
@@ -201,9 +211,33 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
                        : ACC                                                                                   \
                        : "l"(desc_a), "l"(desc_b), "n"(kTransA), "n"(kTransB));                                \
   }
+ENGINE_WGMMA_DEFINE(64, ENGINE_WGMMA_REGS_64, ENGINE_WGMMA_ACC_64, 32, 33, 34, 35)
 ENGINE_WGMMA_DEFINE(128, ENGINE_WGMMA_REGS_128, ENGINE_WGMMA_ACC_128, 64, 65, 66, 67)
 ENGINE_WGMMA_DEFINE(256, ENGINE_WGMMA_REGS_256, ENGINE_WGMMA_ACC_256, 128, 129, 130, 131)
 #undef ENGINE_WGMMA_DEFINE
+
+// D[64 x N] += A[64 x 16] B[16 x N] with A from registers: each warp of the warpgroup holds its 16 rows as
+// mma.sync's m16n8k16 A fragment (a[0..3]: rows g / g + 8, k 2tq (+ 8), two 16-bit values per register), so an
+// accumulator tile converted to 16-bit pairs (attention_common.cuh's acc_to_a) feeds the next product without shared
+// memory. B in shared memory as above (kTransB: MN-major).
+#define ENGINE_WGMMA_RS_DEFINE(N, REGS, ACC, A0, A1, A2, A3, B, TB)                                                    \
+  template <typename T, int kTransB>                                                                                   \
+  __device__ __forceinline__ void mma_m64k16_rs(float(&d)[N / 2], const uint32_t(&a)[4], uint64_t desc_b,              \
+                                                std::integral_constant<int, N>) {                                      \
+    if constexpr (std::is_same_v<T, __nv_bfloat16>)                                                                    \
+      ENGINE_WGMMA_ASM("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 " REGS ", {%" #A0 ", %" #A1 ", %" #A2 \
+                       ", %" #A3 "}, %" #B ", 1, 1, 1, %" #TB ";\n"                                                    \
+                       : ACC                                                                                           \
+                       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));                       \
+    else                                                                                                               \
+      ENGINE_WGMMA_ASM("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 " REGS ", {%" #A0 ", %" #A1 ", %" #A2   \
+                       ", %" #A3 "}, %" #B ", 1, 1, 1, %" #TB ";\n"                                                    \
+                       : ACC                                                                                           \
+                       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));                       \
+  }
+ENGINE_WGMMA_RS_DEFINE(64, ENGINE_WGMMA_REGS_64, ENGINE_WGMMA_ACC_64, 32, 33, 34, 35, 36, 37)
+ENGINE_WGMMA_RS_DEFINE(128, ENGINE_WGMMA_REGS_128, ENGINE_WGMMA_ACC_128, 64, 65, 66, 67, 68, 69)
+#undef ENGINE_WGMMA_RS_DEFINE
 #undef ENGINE_WGMMA_ASM
 
 }  // namespace ops::cuda::wgmma

@@ -264,6 +264,46 @@ TEST(AttentionCuda, EveryTileConfigurationIsAccurate) {
   ops::cuda::set_flash_tuning({});
 }
 
+// The Hopper forwards (ops/cuda/attention_fwd_wgmma.cu, without and with overlapped tiles) on every tensor-core case of
+// the list, dropout by shared and by per-element draws included, in bf16 and f16: where the build and the device have
+// wgmma, the forward's variants 3 and 4.
+TEST(AttentionCuda, WgmmaForwardMatchesReference) {
+  if (ops::cuda::flash_forward_variants(64) < 5)
+    GTEST_SKIP() << "no wgmma forward here (a build for sm_90a on a compute capability 9.0 device)";
+  uint64_t seed = 500;
+  for (int variant : {3, 4}) {
+    SCOPED_TRACE(ops::cuda::flash_forward_variant_name(64, variant));
+    ops::cuda::set_flash_tuning({variant, -1});
+    for (const Case& c : cases()) {
+      if (c.layout == 2 || c.D != c.Dv || (c.D != 64 && c.D != 128)) continue;  // the generic path's cases
+      for (DType t : {DType::bf16, DType::f16}) check_case(c, t, seed++);
+    }
+  }
+  ops::cuda::set_flash_tuning({});
+}
+
+// The Hopper backward (ops/cuda/attention_bwd_wgmma.cu, one and two warpgroups per block) on every tensor-core case of
+// the list (dS kept and dQ recomputed, masks, both ways of drawing dropout) in bf16 and f16: where the build and the
+// device have wgmma, the backward's last two variants of each head dim (named "wgmma ...").
+TEST(AttentionCuda, WgmmaBackwardMatchesReference) {
+  std::vector<std::pair<int, int>> wgmma;  // (head dim, variant)
+  for (int d : {64, 128})
+    for (int v = 0; v < ops::cuda::flash_backward_variants(d); v++)
+      if (ops::cuda::flash_backward_variant_name(d, v).rfind("wgmma", 0) == 0) wgmma.push_back({d, v});
+  if (wgmma.empty()) GTEST_SKIP() << "no wgmma backward here (a build for sm_90a on a compute capability 9.0 device)";
+  EXPECT_EQ(wgmma.size(), 4u) << "two wgmma configurations per head dim";
+  uint64_t seed = 600;
+  for (auto [d, variant] : wgmma) {
+    SCOPED_TRACE(engine::str("head dim ", d, ": ", ops::cuda::flash_backward_variant_name(d, variant)));
+    ops::cuda::set_flash_tuning({-1, variant});
+    for (const Case& c : cases()) {
+      if (c.layout == 2 || c.D != d || c.Dv != d) continue;  // the generic path's cases, the other head dim's
+      for (DType t : {DType::bf16, DType::f16}) check_case(c, t, seed++);
+    }
+  }
+  ops::cuda::set_flash_tuning({});
+}
+
 TEST(AttentionCuda, BackwardIsDeterministicAndUsesDlse) {
   // Two runs give the same bits (no atomics), and a gradient on lse enters through delta as on the cpu.
   for (DType t : {DType::bf16, DType::f32}) {

@@ -9,9 +9,14 @@
 #            backend, then its default), one call
 #   ab       a change measured before and after in one call: the attention kernel benchmark and the bert_base
 #            512 x 32 bf16 flash step of $BIN_BEFORE's and $BIN's binaries, then PyTorch's best setup
+#   variants the flash kernels' configurations: the attention kernel benchmark beside PyTorch's SDPA backends on the
+#            same shapes (tools/bench/sdpa_torch.py: cuDNN, FlashAttention-2, memory-efficient), then the bert_base
+#            512 x 32 bf16 flash step with each ENGINE_FLASH_TUNING="F,B" of $TUNINGS (ops/cuda/attention.h; default:
+#            the defaults, then the wgmma forwards 3 and 4 and backwards 3 and 4 of head dim 64)
 # Usage on the GPU machine (binaries built here for sm_90, carried in $BIN):
 #   BIN=.gpu OUT=$OUT tools/bench/transformer_gpu.sh profile|bench
 #   BIN_BEFORE=.gpu_before BIN=.gpu OUT=$OUT tools/bench/transformer_gpu.sh ab
+#   [TUNINGS="-1,-1 4,4"] BIN=.gpu OUT=$OUT tools/bench/transformer_gpu.sh variants
 set -uo pipefail
 BIN=${BIN:-build}
 OUT=${OUT:-/tmp/transformer_gpu}
@@ -67,6 +72,17 @@ ab)
   done
   timeout 200 python3 tools/bench/bert_torch.py --best --seq 512 --batch 32 --precision bf16 --steps 10 --warmup 3 \
     2>&1 | grep -E "^torch|rror" | tee "$OUT/torch_bert_base.log"
+  ;;
+variants)
+  timeout 200 "$BIN/engine_cuda_tests" --gtest_also_run_disabled_tests --gtest_filter='AttentionCudaBench*' \
+    > "$OUT/attention_bench.log" 2>&1
+  echo "== attention kernels"; grep -iE "tflop|ms " "$OUT/attention_bench.log" | head -80
+  echo "== PyTorch SDPA, same shapes"
+  timeout 200 python3 tools/bench/sdpa_torch.py 2>&1 | tee "$OUT/sdpa_torch.log"
+  for t in ${TUNINGS:--1,-1 3,-1 4,-1 -1,3 -1,4 4,4}; do
+    ENGINE_FLASH_TUNING=$t engine_step "bert_base (ENGINE_FLASH_TUNING=$t)" "$OUT/variants_bert_base_${t/,/_}.log" \
+      --model bert_base --seq 512 --batch 32 --precision bf16 --attention flash
+  done
   ;;
 bench)
   for cfg in "${CONFIGS[@]}"; do

@@ -1,0 +1,387 @@
+// cuda/attention_bwd_wgmma.cu: the flash attention backward's matrix products on Hopper's wgmma (sm_90a; bf16/f16,
+// head dim 64 or 128): attention_bwd.cu's three deterministic passes (delta, dK dV, dQ) with the same per-warp steps
+// (attention_common.cuh: masks, dropout, dS, the stores), the products issued by warpgroups from shared memory.
+//
+//   dK, dV   a block of kWG warpgroups, each owning 64 keys, walks the query tiles of Br = 64 rows that can see them:
+//                S^T = K Q^T, dP^T = V dO^T    wgmma m64n64k16, K / V (A) and Q / dO (B) K-major from shared memory
+//                dS^T, (P Z)^T                 in registers (dkdv_scores_to_ds), dS written out when kept
+//                dV += (P Z)^T dO              wgmma m64nDk16, A from registers (the accumulators packed to 16 bits),
+//                dK += dS^T Q                  dO / Q MN-major from shared memory (their rows are the k dimension)
+//   dQ       from the kept dS: a block of kWG warpgroups of 64 queries walks the 64-key tiles, dQ += dS K (dS K-major,
+//            K MN-major, both from shared memory); without it (long keys) the same block recomputes S = Q K^T and
+//            dP = dO V^T per key tile (Q, dO, K, V from shared memory), dS in registers, dQ += dS K with dS from
+//            registers.
+// Tiles are attention_common.cuh's panels (the 128-byte swizzle wgmma's descriptors describe), loaded by cp.async,
+// the next query (or key) tile's while this one is computed; one block barrier per tile. No atomics: the same inputs
+// give the same bits every run, as attention_bwd.cu's kernels (whose values these equal up to the order of the f32
+// sums inside a product).
+// Measured: not yet (written without a GPU; the attention tests run it as the backward's variants 3 and 4 where the
+// build and the device have wgmma).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "engine/cuda/runtime.h"
+#include "ops/cuda/attention_wgmma.cuh"
+
+namespace ops::cuda::attn {
+
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Accumulator fragments packed as the A operand of the next product (attention_common.cuh's acc_to_a).
+template <typename T, int NT>
+__device__ __forceinline__ void pack_a(const float (&x)[NT][4], uint32_t (&a)[NT / 2][4]) {
+#pragma unroll
+  for (int kk = 0; kk < NT / 2; kk++) acc_to_a<T>(x[2 * kk], x[2 * kk + 1], a[kk]);
+}
+
+template <int N>
+__device__ __forceinline__ void zero(float (&x)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; i++) x[i][0] = x[i][1] = x[i][2] = x[i][3] = 0.f;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// dK, dV
+
+template <int D_, int kWG_, int kMinBlocks_>
+struct WgDkdvConfig {
+  static constexpr int D = D_, Br = 64, Bk = 64 * kWG_, kThreads = 128 * kWG_, kMinBlocks = kMinBlocks_;
+  static constexpr int kKVElems = Bk * D, kQElems = Br * D;
+  static constexpr int kSmemBytes = (2 * kKVElems + 4 * kQElems) * 2 + 4 * Br * 4 + 1024;
+};
+
+template <typename Cfg, typename T, Drop kDrop, bool kWriteDs>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_wgmma_kernel(const FlashArgs a) {
+#if defined(ENGINE_WGMMA_DEVICE)
+  constexpr bool kDropout = kDrop != Drop::none, shared_draw = kDrop == Drop::shared;
+  constexpr int D = Cfg::D, Br = Cfg::Br, Bk = Cfg::Bk, kThreads = Cfg::kThreads;
+  constexpr int NT = Br / 8, DT = D / 8, KS = D / 16;
+  extern __shared__ __align__(128) uint16_t smem_raw[];
+  uint16_t* sK = aligned_smem(smem_raw);                           // [Bk, D] panels
+  uint16_t* sV = sK + Cfg::kKVElems;                               // [Bk, D] panels
+  uint16_t* sQ = sV + Cfg::kKVElems;                               // [2][Br, D] panels
+  uint16_t* sdO = sQ + 2 * Cfg::kQElems;                           // [2][Br, D] panels
+  float* sLse = reinterpret_cast<float*>(sdO + 2 * Cfg::kQElems);  // [2][Br]
+  float* sDelta = sLse + 2 * Br;                                   // [2][Br]
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, wg = warp / 4;
+  const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
+  const int k0 = int(blockIdx.x) * Bk;
+  const int warp_key = wg * 64 + (warp % 4) * 16;  // this warp's first key in the block
+  const uint16_t* qh = static_cast<const uint16_t*>(a.q) + b * a.qs.b + h * a.qs.h;
+  const uint16_t* kh = static_cast<const uint16_t*>(a.k) + b * a.ks.b + h * a.ks.h;
+  const uint16_t* vh = static_cast<const uint16_t*>(a.v) + b * a.vs.b + h * a.vs.h;
+  const uint16_t* doh = static_cast<const uint16_t*>(a.dout) + b * a.dos.b + h * a.dos.h;
+  const float* lse_h = static_cast<const float*>(a.lse) + int64_t(bh) * a.Lq;
+  const float* delta_h = static_cast<const float*>(a.delta) + int64_t(bh) * a.Lq;
+  const uint8_t* pad_row = a.pad ? a.pad + int64_t(b) * a.Lk : nullptr;
+
+  load_panels_async<Bk, D, kThreads>(sK, kh, a.ks.l, k0, a.Lk);
+  load_panels_async<Bk, D, kThreads>(sV, vh, a.vs.l, k0, a.Lk);
+  cp_async_commit();
+
+  // The query tiles that can see the block's keys (attention_bwd.cu's dK dV pass: causal limit, padded blocks none).
+  const QueryTiles queries = query_tiles<Br>(a, pad_row, k0, Bk);
+  const int m_first = queries.first, m_end = queries.end;
+  // Rows past Lq load as zeros (Q, dO, lse, delta): P = 1 there but dV, dK gain 1 * 0 and 0 * 0.
+  auto load_query_tile = [&](int m, int buf) {
+    load_panels_async<Br, D, kThreads>(sQ + buf * Cfg::kQElems, qh, a.qs.l, m * Br, a.Lq);
+    load_panels_async<Br, D, kThreads>(sdO + buf * Cfg::kQElems, doh, a.dos.l, m * Br, a.Lq);
+    for (int r = tid; r < Br; r += kThreads) {
+      const int i = m * Br + r;
+      const bool valid = i < a.Lq;
+      cp_async4(smem_addr(sLse + buf * Br + r), lse_h + (valid ? i : 0), valid);
+      cp_async4(smem_addr(sDelta + buf * Br + r), delta_h + (valid ? i : 0), valid);
+    }
+  };
+  if (m_first < m_end) load_query_tile(m_first, 0);
+  cp_async_commit();
+
+  bool key_ok[2];  // this lane's two keys (rows g and g + 8 of the warp's 16) are in range and not padding
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    const int j = k0 + warp_key + g + half * 8;
+    key_ok[half] = j < a.Lk && !(pad_row && pad_row[j]);
+  }
+
+  float dk[DT][4], dv[DT][4];  // this warpgroup's [64 keys, D]
+  zero(dk);
+  zero(dv);
+  const uint32_t k_base = smem_addr(sK) + uint32_t(wg * 64 * kPanelRowBytes);  // this warpgroup's 64 rows of each panel
+  const uint32_t v_base = smem_addr(sV) + uint32_t(wg * 64 * kPanelRowBytes);
+
+  for (int m = m_first; m < m_end; m++) {
+    const int buf = (m - m_first) & 1, i0 = m * Br;
+    cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    __syncthreads();  // tile m (and K, V) landed for every thread and the tensor cores; the other buffer is free
+    if (m + 1 < m_end) load_query_tile(m + 1, buf ^ 1);
+    cp_async_commit();
+    const uint32_t q_base = smem_addr(sQ + buf * Cfg::kQElems), do_base = smem_addr(sdO + buf * Cfg::kQElems);
+
+    [[maybe_unused]] KeepBytes<NT / 2> keep_bits;
+    if constexpr (kDropout) draw_keep_cols<shared_draw, NT>(a, bh, i0, k0 + warp_key, lane, keep_bits);
+
+    // S^T = K Q^T and dP^T = V dO^T                                     [64 keys, Br] per warpgroup
+    float s[NT][4], dp[NT][4];
+    two_products<T, Br, KS>(s, dp, k_base, v_base, Bk, q_base, do_base, Br);
+
+    dkdv_scores_to_ds<kDropout>(a, s, dp, keep_bits, sLse + buf * Br, sDelta + buf * Br, key_ok, i0, k0 + warp_key,
+                                lane);
+    if constexpr (kWriteDs) store_ds_transposed<T>(a, bh, i0, k0 + warp_key, lane, dp);
+
+    // dV += (P Z)^T dO, dK += dS^T Q                                     [64 keys, D] per warpgroup
+    uint32_t pa[NT / 2][4], da[NT / 2][4];
+    pack_a<T>(s, pa);
+    pack_a<T>(dp, da);
+    wgmma::fence_operands(flat(dv));
+    wgmma::fence_operands(flat(dk));
+    wgmma::fence();
+    issue_rs<T, D>(flat(dv), pa, do_base, Br);
+    issue_rs<T, D>(flat(dk), da, q_base, Br);
+    wgmma::commit();
+    wgmma::wait<0>();  // before the next tile's barrier lets this buffer be refilled
+    wgmma::fence_operands(flat(dv));
+    wgmma::fence_operands(flat(dk));
+    fence_fragments(pa);
+    fence_fragments(da);
+  }
+  cp_async_wait<0>();
+  store_dkdv<T>(a, b, h, k0 + warp_key, lane, dk, dv);
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------
+// dQ from the kept dS
+
+template <int D_, int kWG_>
+struct WgDqDsConfig {
+  static constexpr int D = D_, Br = 64 * kWG_, Bc = 64, kThreads = 128 * kWG_;
+  static constexpr int kSElems = Br * Bc, kKElems = Bc * D;
+  static constexpr int kSmemBytes = 2 * (kSElems + kKElems) * 2 + 1024;
+};
+
+template <typename Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads) dq_from_ds_wgmma_kernel(const FlashArgs a) {
+#if defined(ENGINE_WGMMA_DEVICE)
+  constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, kThreads = Cfg::kThreads, DT = D / 8;
+  extern __shared__ __align__(128) uint16_t smem_raw[];
+  uint16_t* sS = aligned_smem(smem_raw);  // [2][Br, Bc] panels (one panel: Bc = 64)
+  uint16_t* sK = sS + 2 * Cfg::kSElems;   // [2][Bc, D] panels
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
+  const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);  // longest causal tiles first
+  const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
+  const int q0 = m_block * Br, warp_row = wg * 64 + (warp % 4) * 16;
+  const uint16_t* kh = static_cast<const uint16_t*>(a.k) + b * a.ks.b + h * a.ks.h;
+  const uint16_t* dsh = static_cast<const uint16_t*>(a.ds) + int64_t(bh) * a.ds_rows * a.ds_ld;
+
+  // The key tiles the dK dV pass reached for these queries (the rest of dS is zero and unwritten).
+  int key_end = a.Lk;
+  if (a.causal) key_end = max(0, min(a.Lk, q0 + Br + a.Lk - a.Lq));
+  const KeyTiles tiles = key_tiles<Bc>(a, a.pad ? a.pad + int64_t(b) * a.Lk : nullptr, key_end);
+  auto load = [&](int t, int buf) {  // dS rows past ds_rows and K rows past Lk: zeros
+    load_panels_async<Br, Bc, kThreads>(sS + buf * Cfg::kSElems, dsh + t * Bc, a.ds_ld, q0, int(a.ds_rows));
+    load_panels_async<Bc, D, kThreads>(sK + buf * Cfg::kKElems, kh, a.ks.l, t * Bc, a.Lk);
+  };
+  if (tiles.begin < tiles.end) load(tiles.begin, 0);
+  cp_async_commit();
+  // Causal: the dK dV pass wrote a key tile's dS only for the 64-row query tiles that see one of its keys, so a
+  // warpgroup stops at its own rows' limit (the block's is its last warpgroup's).
+  const int wg_end =
+      a.causal ? min(tiles.end, (max(0, min(a.Lk, q0 + wg * 64 + 64 + a.Lk - a.Lq)) + Bc - 1) / Bc) : tiles.end;
+
+  float dq[DT][4];  // this warpgroup's [64 queries, D]
+  zero(dq);
+  for (int t = tiles.begin; t < tiles.end; t++) {
+    const int buf = (t - tiles.begin) & 1;
+    cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    __syncthreads();  // tile t landed; every warpgroup is done with the other buffer
+    if (t + 1 < tiles.end) load(t + 1, buf ^ 1);
+    cp_async_commit();
+    if (t >= wg_end) continue;  // (the same for the whole warpgroup)
+    const uint32_t s_base = smem_addr(sS + buf * Cfg::kSElems) + uint32_t(wg * 64 * kPanelRowBytes);
+    const uint32_t k_base = smem_addr(sK + buf * Cfg::kKElems);
+    wgmma::fence_operands(flat(dq));
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; kk++)
+      wgmma::mma_m64k16<T, 0, 1>(flat(dq), wgmma::desc_k128(s_base + uint32_t(kk * 32)),
+                                 wgmma::desc_mn128(k_base + uint32_t(kk * 2048), uint32_t(Bc * kPanelRowBytes)),
+                                 std::integral_constant<int, D>{});
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands(flat(dq));
+  }
+  cp_async_wait<0>();
+  store_dq<T>(a, b, h, q0 + warp_row, lane, dq);
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------
+// dQ recomputing S and dP (long keys: no dS kept)
+
+template <int D_, int kWG_>
+struct WgDqConfig {
+  static constexpr int D = D_, Br = 64 * kWG_, Bc = 64, kThreads = 128 * kWG_;
+  static constexpr int kQElems = Br * D, kKElems = Bc * D;
+  static constexpr int kSmemBytes = (2 * kQElems + 4 * kKElems) * 2 + 1024;
+};
+
+template <typename Cfg, typename T, Drop kDrop>
+__global__ void __launch_bounds__(Cfg::kThreads) dq_wgmma_kernel(const FlashArgs a) {
+#if defined(ENGINE_WGMMA_DEVICE)
+  constexpr bool kDropout = kDrop != Drop::none, shared_draw = kDrop == Drop::shared;
+  constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, kThreads = Cfg::kThreads;
+  constexpr int NT = Bc / 8, DT = D / 8, KS = D / 16;
+  extern __shared__ __align__(128) uint16_t smem_raw[];
+  uint16_t* sQ = aligned_smem(smem_raw);  // [Br, D] panels
+  uint16_t* sdO = sQ + Cfg::kQElems;      // [Br, D] panels
+  uint16_t* sK = sdO + Cfg::kQElems;      // [2][Bc, D] panels
+  uint16_t* sV = sK + 2 * Cfg::kKElems;   // [2][Bc, D] panels
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, wg = warp / 4;
+  const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);  // longest causal tiles first
+  const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
+  const int q0 = m_block * Br, warp_row = wg * 64 + (warp % 4) * 16;
+  const uint16_t* qh = static_cast<const uint16_t*>(a.q) + b * a.qs.b + h * a.qs.h;
+  const uint16_t* kh = static_cast<const uint16_t*>(a.k) + b * a.ks.b + h * a.ks.h;
+  const uint16_t* vh = static_cast<const uint16_t*>(a.v) + b * a.vs.b + h * a.vs.h;
+  const uint16_t* doh = static_cast<const uint16_t*>(a.dout) + b * a.dos.b + h * a.dos.h;
+  const uint8_t* pad_row = a.pad ? a.pad + int64_t(b) * a.Lk : nullptr;
+
+  int key_end = a.Lk;
+  if (a.causal) key_end = max(0, min(a.Lk, q0 + Br + a.Lk - a.Lq));
+  const KeyTiles tiles = key_tiles<Bc>(a, pad_row, key_end);  // causal and padded tiles skipped
+  auto load_kv = [&](int t, int buf) {
+    load_panels_async<Bc, D, kThreads>(sK + buf * Cfg::kKElems, kh, a.ks.l, t * Bc, a.Lk);
+    load_panels_async<Bc, D, kThreads>(sV + buf * Cfg::kKElems, vh, a.vs.l, t * Bc, a.Lk);
+  };
+  load_panels_async<Br, D, kThreads>(sQ, qh, a.qs.l, q0, a.Lq);
+  load_panels_async<Br, D, kThreads>(sdO, doh, a.dos.l, q0, a.Lq);
+  if (tiles.begin < tiles.end) load_kv(tiles.begin, 0);
+  cp_async_commit();
+
+  // This lane's two rows: lse (in log2 units) and delta. Rows past Lq: 0 (not written).
+  float lse2[2], delta[2];
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    const int i = q0 + warp_row + g + half * 8;
+    const bool valid = i < a.Lq;
+    lse2[half] = valid ? static_cast<const float*>(a.lse)[int64_t(bh) * a.Lq + i] * kLog2e : 0.f;
+    delta[half] = valid ? static_cast<const float*>(a.delta)[int64_t(bh) * a.Lq + i] : 0.f;
+  }
+  const uint32_t q_base = smem_addr(sQ) + uint32_t(wg * 64 * kPanelRowBytes);  // this warpgroup's 64 rows
+  const uint32_t do_base = smem_addr(sdO) + uint32_t(wg * 64 * kPanelRowBytes);
+
+  float dq[DT][4];  // this warpgroup's [64 queries, D]
+  zero(dq);
+  for (int t = tiles.begin; t < tiles.end; t++) {
+    const int buf = (t - tiles.begin) & 1, k0 = t * Bc;
+    cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    __syncthreads();  // tile t landed; every warpgroup is done with the other buffer
+    if (t + 1 < tiles.end) load_kv(t + 1, buf ^ 1);
+    cp_async_commit();
+    const uint32_t k_base = smem_addr(sK + buf * Cfg::kKElems), v_base = smem_addr(sV + buf * Cfg::kKElems);
+
+    [[maybe_unused]] KeepBytes<NT / 2> keep_bits;
+    if constexpr (kDropout) draw_keep_rows<shared_draw, NT>(a, bh, q0 + warp_row, k0, lane, keep_bits);
+
+    // S = Q K^T, dP = dO V^T                                             [64 queries, Bc] per warpgroup
+    float s[NT][4], dp[NT][4];
+    two_products<T, Bc, KS>(s, dp, q_base, do_base, Br, k_base, v_base, Bc);
+
+    const bool need_mask = tile_needs_mask<Bc>(a, tiles, pad_row, k0, q0);
+    dq_scores_to_ds<kDropout>(a, s, dp, keep_bits, lse2, delta, need_mask, pad_row, q0 + warp_row, k0, lane);
+
+    // dQ += dS K                                                         [64 queries, D] per warpgroup
+    uint32_t da[NT / 2][4];
+    pack_a<T>(dp, da);
+    wgmma::fence_operands(flat(dq));
+    wgmma::fence();
+    issue_rs<T, D>(flat(dq), da, k_base, Bc);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands(flat(dq));
+    fence_fragments(da);
+  }
+  cp_async_wait<0>();
+  store_dq<T>(a, b, h, q0 + warp_row, lane, dq);
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Launchers
+
+template <typename Kernel>
+void allow_smem(Kernel kernel, int bytes) {
+  ENGINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+template <typename DkdvCfg, int kDqWG, typename T, Drop kDrop>
+void launch(const FlashArgs& a) {
+  using DqDs = WgDqDsConfig<DkdvCfg::D, kDqWG>;
+  using Dq = WgDqConfig<DkdvCfg::D, kDqWG>;
+  const bool keep_ds = a.ds && a.Lq > 0 && a.Lk > 0;
+  auto dkdv = keep_ds ? dkdv_wgmma_kernel<DkdvCfg, T, kDrop, true> : dkdv_wgmma_kernel<DkdvCfg, T, kDrop, false>;
+  static const bool configured = [] {
+    allow_smem(dkdv_wgmma_kernel<DkdvCfg, T, kDrop, true>, DkdvCfg::kSmemBytes);
+    allow_smem(dkdv_wgmma_kernel<DkdvCfg, T, kDrop, false>, DkdvCfg::kSmemBytes);
+    allow_smem(dq_from_ds_wgmma_kernel<DqDs, T>, DqDs::kSmemBytes);
+    allow_smem(dq_wgmma_kernel<Dq, T, kDrop>, Dq::kSmemBytes);
+    return true;
+  }();
+  (void)configured;
+  if (a.Lk > 0) {  // (with Lq = 0: dK, dV zero)
+    const dim3 grid_kv(unsigned((a.Lk + DkdvCfg::Bk - 1) / DkdvCfg::Bk), unsigned(a.H), unsigned(a.B));
+    dkdv<<<grid_kv, DkdvCfg::kThreads, DkdvCfg::kSmemBytes, engine::cuda::stream()>>>(a);
+    ENGINE_CUDA_LAUNCH_CHECK("flash_attention_backward (wgmma dK dV)");
+  }
+  if (a.Lq == 0) return;
+  if (keep_ds) {
+    const dim3 grid_q(unsigned((a.Lq + DqDs::Br - 1) / DqDs::Br), unsigned(a.H), unsigned(a.B));
+    dq_from_ds_wgmma_kernel<DqDs, T><<<grid_q, DqDs::kThreads, DqDs::kSmemBytes, engine::cuda::stream()>>>(a);
+    ENGINE_CUDA_LAUNCH_CHECK("flash_attention_backward (wgmma dQ from dS)");
+  } else {
+    const dim3 grid_q(unsigned((a.Lq + Dq::Br - 1) / Dq::Br), unsigned(a.H), unsigned(a.B));
+    dq_wgmma_kernel<Dq, T, kDrop><<<grid_q, Dq::kThreads, Dq::kSmemBytes, engine::cuda::stream()>>>(a);
+    ENGINE_CUDA_LAUNCH_CHECK("flash_attention_backward (wgmma dQ)");
+  }
+}
+
+template <typename DkdvCfg, int kDqWG>
+void run(const FlashArgs& a, bool bf16) {
+  with_drop_mode(a, [&](auto drop) {
+    if (bf16)
+      launch<DkdvCfg, kDqWG, __nv_bfloat16, decltype(drop)::value>(a);
+    else
+      launch<DkdvCfg, kDqWG, __half, decltype(drop)::value>(a);
+  });
+}
+
+}  // namespace
+
+bool launch_backward_wgmma(const FlashArgs& a, bool bf16, int config) {
+  if (!forward_wgmma_available() || a.D != a.Dv || (a.D != 64 && a.D != 128)) return false;
+  // config 0: a warpgroup per block (64 keys in dK dV, 64 queries in dQ); 1: two (128 keys, 128 queries).
+  if (a.D == 64) {
+    if (config == 0)
+      run<WgDkdvConfig<64, 1, 2>, 1>(a, bf16);
+    else
+      run<WgDkdvConfig<64, 2, 1>, 2>(a, bf16);
+  } else {
+    if (config == 0)
+      run<WgDkdvConfig<128, 1, 1>, 1>(a, bf16);
+    else
+      run<WgDkdvConfig<128, 2, 1>, 2>(a, bf16);
+  }
+  return true;
+}
+
+}  // namespace ops::cuda::attn
