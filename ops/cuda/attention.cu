@@ -24,7 +24,7 @@ namespace {
 
 // The tile configurations in use: the defaults, or ENGINE_FLASH_TUNING="F,B" (the forward's and the backward's
 // variant, -1 for the default; attention.h), read at the first call, so that a whole model's step can be measured
-// with a configuration that is not the default (tools/bench/flash_variants_gpu.sh).
+// with a configuration that is not the default (tools/bench/transformer_gpu.sh variants).
 FlashTuning& tuning() {
   static FlashTuning t = [] {
     FlashTuning env;
