@@ -277,9 +277,9 @@ __device__ __forceinline__ void mma_sync_for_each_pair(const typename Cfg::Acc& 
 // kt - 2 used.
 // Measured on the H200 (2026-12-04, Darknet 3x3 128->256 152^2, bf16): 468 TFLOP/s forward against 327 for
 // the mma.sync loop; ncu: tensor pipe ~49%, L2 ~53%, 8 warps per SM issuing 1.4 instructions per cycle, so
-// latency-bound (copies and barrier) rather than bandwidth-bound. A warp-specialized version (a producer
-// warpgroup copying, two consumer warpgroups, mbarriers, setmaxnreg) ran slower (401): branch
-// exp/conv-wgmma-warp-specialized.
+// latency-bound (copies and barrier) rather than bandwidth-bound. A warp-specialized version with the same cp.async
+// copies (a producer warpgroup, two consumer warpgroups, mbarriers, setmaxnreg) ran slower (401): branch
+// exp/conv-wgmma-warp-specialized. With both operands by the bulk tensor copy it wins (tma_ws_gemm_tile below).
 template <int BM_, int BN_, int kStages_, bool kTma_ = false>
 struct WgTile {
   using Elem = uint16_t;
@@ -428,7 +428,8 @@ __device__ __forceinline__ void wgmma_gemm_tile(const Loader& loader, int k_tile
 // `empty` barrier) once the wgmmas that read it are done. The loop has no block barrier and the consumers compute no
 // addresses: the copies run up to kStages - 1 slices ahead of the tensor cores, whatever the consumers are doing.
 // (ncu of wgmma_gemm_tile, where every thread copies with cp.async: tensor pipe ~49%, latency-bound on the copies'
-// address arithmetic and the barrier per K-slice.)
+// address arithmetic and the barrier per K-slice.) Measured on the H200 (2026-12-05, ConvCudaPerf bf16, Darknet 3x3
+// 128->256 152^2): forward / data / weight 529 / 522 / 378 TFLOP/s against 493 / 324 / 261 with x by cp.async.
 template <int BM_, int BN_, int kStages_>
 struct TmaWsTile {
   using Elem = uint16_t;

@@ -60,9 +60,9 @@ bool igemm_tma();
 void set_igemm_tma(bool on);
 // Whether the wgmma convolutions of a single group copy their image operand by the im2col bulk tensor copy in the
 // warp-specialized kernels (forward and weight gradient with Cin a multiple of 64: conv_igemm_fwd.cu's
-// forward_im2col_kernel, conv_igemm_weight.cu's weight_im2col_kernel; the data gradient per stride phase with Cout a multiple of 64:
-// conv_igemm_data_phases.cu's) rather than by cp.async: on by default
-// (and only while igemm_tma is); off for tests and benchmarks, or for a whole process with ENGINE_CONV_IM2COL=0.
+// forward_im2col_kernel, conv_igemm_weight.cu's weight_im2col_kernel; the data gradient per stride phase with Cout a
+// multiple of 64: conv_igemm_data_phases.cu's) rather than by cp.async: on by default (and only while igemm_tma is);
+// off for tests and benchmarks, or for a whole process with ENGINE_CONV_IM2COL=0.
 bool igemm_im2col();
 void set_igemm_im2col(bool on);
 int64_t igemm_im2col_launches();  // how many times that kernel was launched (tests)
