@@ -59,14 +59,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
   const int q0 = m_block * Br;
   const int warp_row = wg * 64 + (warp % 4) * 16;  // first row of this warp in the tile
-  const uint16_t* qh = static_cast<const uint16_t*>(a.q) + b * a.qs.b + h * a.qs.h;
-  const uint16_t* kh = static_cast<const uint16_t*>(a.k) + b * a.ks.b + h * a.ks.h;
-  const uint16_t* vh = static_cast<const uint16_t*>(a.v) + b * a.vs.b + h * a.vs.h;
-  const uint8_t* pad_row = a.pad ? a.pad + int64_t(b) * a.Lk : nullptr;
+  const uint16_t* qh = head_rows(a.q, a.qs, b, h);
+  const uint16_t* kh = head_rows(a.k, a.ks, b, h);
+  const uint16_t* vh = head_rows(a.v, a.vs, b, h);
+  const uint8_t* pad_row = pad_row_of(a, b);
 
-  int key_end = a.Lk;
-  if (a.causal) key_end = max(0, min(a.Lk, q0 + Br + a.Lk - a.Lq));
-  const KeyTiles tiles = key_tiles<Bc>(a, pad_row, key_end);
+  const KeyTiles tiles = key_tiles<Bc>(a, pad_row, q0 + Br);
   auto slot = [&](int t) { return (t - tiles.begin) % kSlots; };
   auto load_kv = [&](int t) {  // tile t's K and V into its slot (nothing past the last tile)
     if (t < tiles.end) {
@@ -290,13 +288,7 @@ void run(const FlashArgs& a, bool bf16) {
 
 }  // namespace
 
-bool forward_wgmma_available() {
-#if defined(ENGINE_WGMMA)
-  return engine::cuda::compute_capability() == 90;
-#else
-  return false;
-#endif
-}
+bool forward_wgmma_available() { return wgmma::available(); }
 
 bool launch_forward_wgmma(const FlashArgs& a, bool bf16, bool pipelined) {
   if (!forward_wgmma_available() || a.D != a.Dv || (a.D != 64 && a.D != 128)) return false;
