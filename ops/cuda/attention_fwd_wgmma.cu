@@ -33,6 +33,11 @@ namespace {
 // buffers (tile t + 1 loading, t computing, t - 1's V still read). Without it, the two warpgroups of a block meet at a
 // barrier every key tile and run their products and their softmax in step, and a second block per SM is what overlaps
 // one block's softmax with the other's tensor-core work.
+// Measured (H200, 2026-12-05): the pipelined kernels ran slower (32x12x512x64: 268 against 279 TFLOP/s; at head dim
+// 128, one block per SM: 318 against 460), and ptxas says why: for every pipelined instantiation it reports C7513,
+// "wgmma.mma_async instructions are serialized due to non wgmma instructions defining input registers of a wgmma
+// between start and end of the pipeline stage" (P's registers for P V are written by the softmax while S's wgmmas
+// are in flight). The overlap needs P converted outside the stage (FlashAttention-3 keeps it in its own registers).
 template <int D_, int kMinBlocks_, bool kPipelined_>
 struct WgFwdConfig {
   static constexpr int D = D_, Br = 128, Bc = 64, kThreads = 256, kMinBlocks = kMinBlocks_;
