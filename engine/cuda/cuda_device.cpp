@@ -63,8 +63,28 @@ int select_rank_gpu() {
 
 cudaStream_t stream() { return g_stream; }
 cublasLtHandle_t cublaslt() { return g_cublaslt; }
-int multiprocessors() { return g_sms; }
-int compute_capability() { return g_cc; }
+// A kernel's choice may be asked before any device is made (a test run on its own): then the current GPU answers.
+namespace {
+void query_properties() {
+  int ordinal = 0, major = 0, minor = 0, sms = 0;
+  if (g_cc != 0 || cudaGetDevice(&ordinal) != cudaSuccess) return;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ordinal) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ordinal) != cudaSuccess)
+    return;
+  g_cc = major * 10 + minor;
+  g_sms = sms;
+}
+}  // namespace
+
+int multiprocessors() {
+  query_properties();
+  return g_sms;
+}
+int compute_capability() {
+  query_properties();
+  return g_cc;
+}
 void set_allow_tf32(bool on) { g_tf32 = on; }
 bool allow_tf32() { return g_tf32; }
 
@@ -228,8 +248,8 @@ std::shared_ptr<Device> create_cuda_device(size_t capacity) {
   ENGINE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
   size_t outside = total - free_bytes;
   if (capacity == 0) capacity = free_bytes > kLibraryReserve ? free_bytes - kLibraryReserve : 0;
-  ENGINE_CHECK(capacity <= free_bytes, "device cuda: an arena of ", format_bytes(capacity), " does not fit: ",
-               prop.name, " has ", format_bytes(free_bytes), " free of ", format_bytes(total), " (",
+  ENGINE_CHECK(capacity <= free_bytes, "device cuda: an arena of ", format_bytes(capacity),
+               " does not fit: ", prop.name, " has ", format_bytes(free_bytes), " free of ", format_bytes(total), " (",
                format_bytes(outside), " taken by the CUDA context and libraries); ask for less with --memory");
   void* base = nullptr;
   ENGINE_CUDA_CHECK(cudaMalloc(&base, capacity));

@@ -72,13 +72,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_wgmma_ker
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
   const int k0 = int(blockIdx.x) * Bk;
   const int warp_key = wg * 64 + (warp % 4) * 16;  // this warp's first key in the block
-  const uint16_t* qh = static_cast<const uint16_t*>(a.q) + b * a.qs.b + h * a.qs.h;
-  const uint16_t* kh = static_cast<const uint16_t*>(a.k) + b * a.ks.b + h * a.ks.h;
-  const uint16_t* vh = static_cast<const uint16_t*>(a.v) + b * a.vs.b + h * a.vs.h;
-  const uint16_t* doh = static_cast<const uint16_t*>(a.dout) + b * a.dos.b + h * a.dos.h;
+  const uint16_t* qh = head_rows(a.q, a.qs, b, h);
+  const uint16_t* kh = head_rows(a.k, a.ks, b, h);
+  const uint16_t* vh = head_rows(a.v, a.vs, b, h);
+  const uint16_t* doh = head_rows(a.dout, a.dos, b, h);
   const float* lse_h = static_cast<const float*>(a.lse) + int64_t(bh) * a.Lq;
   const float* delta_h = static_cast<const float*>(a.delta) + int64_t(bh) * a.Lq;
-  const uint8_t* pad_row = a.pad ? a.pad + int64_t(b) * a.Lk : nullptr;
+  const uint8_t* pad_row = pad_row_of(a, b);
 
   load_panels_async<Bk, D, kThreads>(sK, kh, a.ks.l, k0, a.Lk);
   load_panels_async<Bk, D, kThreads>(sV, vh, a.vs.l, k0, a.Lk);
@@ -177,13 +177,11 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_from_ds_wgmma_kernel(const F
   const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);  // longest causal tiles first
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
   const int q0 = m_block * Br, warp_row = wg * 64 + (warp % 4) * 16;
-  const uint16_t* kh = static_cast<const uint16_t*>(a.k) + b * a.ks.b + h * a.ks.h;
+  const uint16_t* kh = head_rows(a.k, a.ks, b, h);
   const uint16_t* dsh = static_cast<const uint16_t*>(a.ds) + int64_t(bh) * a.ds_rows * a.ds_ld;
 
   // The key tiles the dK dV pass reached for these queries (the rest of dS is zero and unwritten).
-  int key_end = a.Lk;
-  if (a.causal) key_end = max(0, min(a.Lk, q0 + Br + a.Lk - a.Lq));
-  const KeyTiles tiles = key_tiles<Bc>(a, a.pad ? a.pad + int64_t(b) * a.Lk : nullptr, key_end);
+  const KeyTiles tiles = key_tiles<Bc>(a, pad_row_of(a, b), q0 + Br);
   auto load = [&](int t, int buf) {  // dS rows past ds_rows and K rows past Lk: zeros
     load_panels_async<Br, Bc, kThreads>(sS + buf * Cfg::kSElems, dsh + t * Bc, a.ds_ld, q0, int(a.ds_rows));
     load_panels_async<Bc, D, kThreads>(sK + buf * Cfg::kKElems, kh, a.ks.l, t * Bc, a.Lk);
@@ -249,15 +247,13 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_wgmma_kernel(const FlashArgs
   const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);  // longest causal tiles first
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
   const int q0 = m_block * Br, warp_row = wg * 64 + (warp % 4) * 16;
-  const uint16_t* qh = static_cast<const uint16_t*>(a.q) + b * a.qs.b + h * a.qs.h;
-  const uint16_t* kh = static_cast<const uint16_t*>(a.k) + b * a.ks.b + h * a.ks.h;
-  const uint16_t* vh = static_cast<const uint16_t*>(a.v) + b * a.vs.b + h * a.vs.h;
-  const uint16_t* doh = static_cast<const uint16_t*>(a.dout) + b * a.dos.b + h * a.dos.h;
-  const uint8_t* pad_row = a.pad ? a.pad + int64_t(b) * a.Lk : nullptr;
+  const uint16_t* qh = head_rows(a.q, a.qs, b, h);
+  const uint16_t* kh = head_rows(a.k, a.ks, b, h);
+  const uint16_t* vh = head_rows(a.v, a.vs, b, h);
+  const uint16_t* doh = head_rows(a.dout, a.dos, b, h);
+  const uint8_t* pad_row = pad_row_of(a, b);
 
-  int key_end = a.Lk;
-  if (a.causal) key_end = max(0, min(a.Lk, q0 + Br + a.Lk - a.Lq));
-  const KeyTiles tiles = key_tiles<Bc>(a, pad_row, key_end);  // causal and padded tiles skipped
+  const KeyTiles tiles = key_tiles<Bc>(a, pad_row, q0 + Br);  // causal and padded tiles skipped
   auto load_kv = [&](int t, int buf) {
     load_panels_async<Bc, D, kThreads>(sK + buf * Cfg::kKElems, kh, a.ks.l, t * Bc, a.Lk);
     load_panels_async<Bc, D, kThreads>(sV + buf * Cfg::kKElems, vh, a.vs.l, t * Bc, a.Lk);

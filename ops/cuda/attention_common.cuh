@@ -94,8 +94,26 @@ __device__ __forceinline__ UnpaddedKeys unpadded_keys(const uint8_t* pad_row, in
   return {scan[0], scan[1], scan[2] == scan[1] - scan[0] + 1};
 }
 
-// The key tiles [begin, end) of Bc keys a query block walks (forward, dQ): up to key_end (Lk, or the causal limit
-// of the block's last row) and, with a padding mask, only from the first unpadded key's tile to the last's. A
+// The first row of batch row b, head h of a [B, H, L, D] operand with strides s, as elements of type T (the
+// tensor-core kernels read 16-bit elements as their bits).
+template <typename T = uint16_t>
+__device__ __forceinline__ const T* head_rows(const void* base, const Strides& s, int b, int h) {
+  return static_cast<const T*>(base) + b * s.b + h * s.h;
+}
+
+// Batch row b's padding mask over the keys, or nullptr without one.
+__device__ __forceinline__ const uint8_t* pad_row_of(const FlashArgs& a, int b) {
+  return a.pad ? a.pad + int64_t(b) * a.Lk : nullptr;
+}
+
+// How many keys the query rows before q_end may see: Lk, or with causal masking (bottom-right: query i sees keys up
+// to i + Lk - Lq) the limit of row q_end - 1.
+__device__ __forceinline__ int visible_keys(const FlashArgs& a, int q_end) {
+  return a.causal ? max(0, min(a.Lk, q_end + a.Lk - a.Lq)) : a.Lk;
+}
+
+// The key tiles [begin, end) of Bc keys the query block ending before row q_end walks (forward, dQ): up to its
+// visible keys and, with a padding mask, only from the first unpadded key's tile to the last's. A
 // padded key's score is -inf: its tile adds exactly nothing (the running max and sum unchanged, alpha = 1, P = 0;
 // dS = 0), so skipping it changes no bit, and a batch row of short sequences costs its length rather than Lk.
 // The dK dV pass skips the same key tiles (a tile outside [first, last]): their dK, dV are zero and their dS is
@@ -106,9 +124,9 @@ struct KeyTiles {
   UnpaddedKeys keys;
 };
 template <int Bc>
-__device__ __forceinline__ KeyTiles key_tiles(const FlashArgs& a, const uint8_t* pad_row, int key_end) {
+__device__ __forceinline__ KeyTiles key_tiles(const FlashArgs& a, const uint8_t* pad_row, int q_end) {
   const UnpaddedKeys keys = unpadded_keys(pad_row, a.Lk);
-  return {keys.first / Bc, min((key_end + Bc - 1) / Bc, (keys.last + Bc) / Bc), keys};
+  return {keys.first / Bc, min((visible_keys(a, q_end) + Bc - 1) / Bc, (keys.last + Bc) / Bc), keys};
 }
 
 // Whether key tile [k0, k0 + Bc) needs masks for the query rows from q0 on: it reaches past Lk, holds padding inside

@@ -33,6 +33,11 @@ namespace {
 // buffers (tile t + 1 loading, t computing, t - 1's V still read). Without it, the two warpgroups of a block meet at a
 // barrier every key tile and run their products and their softmax in step, and a second block per SM is what overlaps
 // one block's softmax with the other's tensor-core work.
+// Measured (H200, 2026-12-05): the pipelined kernels ran slower (32x12x512x64: 268 against 279 TFLOP/s; at head dim
+// 128, one block per SM: 318 against 460), and ptxas says why: for every pipelined instantiation it reports C7513,
+// "wgmma.mma_async instructions are serialized due to non wgmma instructions defining input registers of a wgmma
+// between start and end of the pipeline stage" (P's registers for P V are written by the softmax while S's wgmmas
+// are in flight). The overlap needs P converted outside the stage (FlashAttention-3 keeps it in its own registers).
 template <int D_, int kMinBlocks_, bool kPipelined_>
 struct WgFwdConfig {
   static constexpr int D = D_, Br = 128, Bc = 64, kThreads = 256, kMinBlocks = kMinBlocks_;
@@ -59,14 +64,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
   const int q0 = m_block * Br;
   const int warp_row = wg * 64 + (warp % 4) * 16;  // first row of this warp in the tile
-  const uint16_t* qh = static_cast<const uint16_t*>(a.q) + b * a.qs.b + h * a.qs.h;
-  const uint16_t* kh = static_cast<const uint16_t*>(a.k) + b * a.ks.b + h * a.ks.h;
-  const uint16_t* vh = static_cast<const uint16_t*>(a.v) + b * a.vs.b + h * a.vs.h;
-  const uint8_t* pad_row = a.pad ? a.pad + int64_t(b) * a.Lk : nullptr;
+  const uint16_t* qh = head_rows(a.q, a.qs, b, h);
+  const uint16_t* kh = head_rows(a.k, a.ks, b, h);
+  const uint16_t* vh = head_rows(a.v, a.vs, b, h);
+  const uint8_t* pad_row = pad_row_of(a, b);
 
-  int key_end = a.Lk;
-  if (a.causal) key_end = max(0, min(a.Lk, q0 + Br + a.Lk - a.Lq));
-  const KeyTiles tiles = key_tiles<Bc>(a, pad_row, key_end);
+  const KeyTiles tiles = key_tiles<Bc>(a, pad_row, q0 + Br);
   auto slot = [&](int t) { return (t - tiles.begin) % kSlots; };
   auto load_kv = [&](int t) {  // tile t's K and V into its slot (nothing past the last tile)
     if (t < tiles.end) {
@@ -290,13 +293,7 @@ void run(const FlashArgs& a, bool bf16) {
 
 }  // namespace
 
-bool forward_wgmma_available() {
-#if defined(ENGINE_WGMMA)
-  return engine::cuda::compute_capability() == 90;
-#else
-  return false;
-#endif
-}
+bool forward_wgmma_available() { return wgmma::available(); }
 
 bool launch_forward_wgmma(const FlashArgs& a, bool bf16, bool pipelined) {
   if (!forward_wgmma_available() || a.D != a.Dv || (a.D != 64 && a.D != 128)) return false;

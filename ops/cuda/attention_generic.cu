@@ -110,10 +110,10 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const FlashArgs a) {
 
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h, q0 = int(blockIdx.x) * kTile;
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-  const T* qh = static_cast<const T*>(a.q) + b * a.qs.b + h * a.qs.h;
-  const T* kh = static_cast<const T*>(a.k) + b * a.ks.b + h * a.ks.h;
-  const T* vh = static_cast<const T*>(a.v) + b * a.vs.b + h * a.vs.h;
-  const uint8_t* pad_row = a.pad ? a.pad + int64_t(b) * a.Lk : nullptr;
+  const T* qh = head_rows<T>(a.q, a.qs, b, h);
+  const T* kh = head_rows<T>(a.k, a.ks, b, h);
+  const T* vh = head_rows<T>(a.v, a.vs, b, h);
+  const uint8_t* pad_row = pad_row_of(a, b);
   const A scale = scale_of<A>(a), neg_inf = -INFINITY;
 
   load_tile<T, A>(sQ, qh, a.qs.l, a.qs.d, q0, a.Lq, D);
@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const FlashArgs a) {
     sL[threadIdx.x] = A(0);
   }
   const int rows = min(kTile, a.Lq - q0);
-  const int key_end = a.causal ? max(0, min(a.Lk, q0 + rows + a.Lk - a.Lq)) : a.Lk;
+  const int key_end = visible_keys(a, q0 + rows);
   for (int k0 = 0; k0 < key_end; k0 += kTile) {
     __syncthreads();  // the previous tile's accumulation is done with sK, sV, sP
     load_tile<T, A>(sK, kh, a.ks.l, a.ks.d, k0, a.Lk, D);
@@ -232,11 +232,11 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const FlashArgs a) {
   A* sDelta = sLse + kTile;                // [32]
 
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h, k0 = int(blockIdx.x) * kTile;
-  const T* qh = static_cast<const T*>(a.q) + b * a.qs.b + h * a.qs.h;
-  const T* kh = static_cast<const T*>(a.k) + b * a.ks.b + h * a.ks.h;
-  const T* vh = static_cast<const T*>(a.v) + b * a.vs.b + h * a.vs.h;
-  const T* doh = static_cast<const T*>(a.dout) + b * a.dos.b + h * a.dos.h;
-  const uint8_t* pad_row = a.pad ? a.pad + int64_t(b) * a.Lk : nullptr;
+  const T* qh = head_rows<T>(a.q, a.qs, b, h);
+  const T* kh = head_rows<T>(a.k, a.ks, b, h);
+  const T* vh = head_rows<T>(a.v, a.vs, b, h);
+  const T* doh = head_rows<T>(a.dout, a.dos, b, h);
+  const uint8_t* pad_row = pad_row_of(a, b);
 
   load_tile<T, A>(sK, kh, a.ks.l, a.ks.d, k0, a.Lk, D);
   load_tile<T, A>(sV, vh, a.vs.l, a.vs.d, k0, a.Lk, Dv);
@@ -285,11 +285,11 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const FlashArgs a) {
   A* sDelta = sLse + kTile;                // [32]
 
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h, q0 = int(blockIdx.x) * kTile;
-  const T* qh = static_cast<const T*>(a.q) + b * a.qs.b + h * a.qs.h;
-  const T* kh = static_cast<const T*>(a.k) + b * a.ks.b + h * a.ks.h;
-  const T* vh = static_cast<const T*>(a.v) + b * a.vs.b + h * a.vs.h;
-  const T* doh = static_cast<const T*>(a.dout) + b * a.dos.b + h * a.dos.h;
-  const uint8_t* pad_row = a.pad ? a.pad + int64_t(b) * a.Lk : nullptr;
+  const T* qh = head_rows<T>(a.q, a.qs, b, h);
+  const T* kh = head_rows<T>(a.k, a.ks, b, h);
+  const T* vh = head_rows<T>(a.v, a.vs, b, h);
+  const T* doh = head_rows<T>(a.dout, a.dos, b, h);
+  const uint8_t* pad_row = pad_row_of(a, b);
 
   load_tile<T, A>(sQ, qh, a.qs.l, a.qs.d, q0, a.Lq, D);
   load_tile<T, A>(sdO, doh, a.dos.l, a.dos.d, q0, a.Lq, Dv);
@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const FlashArgs a) {
   load_rows<A>(sDelta, a.delta, bh, a.Lq, q0);
   zero_tile<A>(sdQ, D);
   const int rows = min(kTile, a.Lq - q0);
-  const int key_end = a.causal ? max(0, min(a.Lk, q0 + rows + a.Lk - a.Lq)) : a.Lk;
+  const int key_end = visible_keys(a, q0 + rows);
   for (int k0 = 0; k0 < key_end; k0 += kTile) {
     __syncthreads();
     load_tile<T, A>(sK, kh, a.ks.l, a.ks.d, k0, a.Lk, D);

@@ -15,6 +15,7 @@
 #include "ops/cuda/conv_kernels.cuh"
 #include "ops/cuda/kernel_util.cuh"
 #include "ops/cuda/matmul.h"
+#include "ops/cuda/wgmma.cuh"
 
 namespace ops::cuda {
 
@@ -33,13 +34,7 @@ int64_t im2col_launches = 0;
 int igemm_wide_variant() { return wide_variant; }
 void set_igemm_wide_variant(int variant) { wide_variant = variant < 0 ? kDefaultWideVariant : variant; }
 
-bool igemm_wgmma_available() {
-#if defined(ENGINE_WGMMA)
-  return engine::cuda::compute_capability() == 90;
-#else
-  return false;
-#endif
-}
+bool igemm_wgmma_available() { return wgmma::available(); }
 bool igemm_wgmma() { return wgmma_on && igemm_wgmma_available(); }
 void set_igemm_wgmma(bool on) { wgmma_on = on; }
 WgShape igemm_wgmma_shape() { return wgmma_shape; }

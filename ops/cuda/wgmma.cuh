@@ -30,8 +30,7 @@
 //
 // ENGINE_WGMMA is defined by the Makefile when the build targets sm_90a (CUDA_ARCHS holds 90a); the instructions
 // exist only in that target's pass (__CUDA_ARCH_FEAT_SM90_ALL): in any other the functions below trap, and the
-// host chooses kernels that use them only on a compute capability 9.0 device of such a build
-// (conv_kernels.cuh's igemm_wgmma).
+// host chooses kernels that use them only on a compute capability 9.0 device of such a build (available()).
 #pragma once
 #include <cuda.h>  // CUtensorMap (the type only: no driver library is linked)
 #include <cuda_bf16.h>
@@ -40,11 +39,23 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "engine/cuda/runtime.h"
+
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define ENGINE_WGMMA_DEVICE 1
 #endif
 
 namespace ops::cuda::wgmma {
+
+// Whether kernels built on these instructions can run: the build targets sm_90a and the device is compute
+// capability 9.0 (the convolutions' igemm_wgmma_available and the attention's forward_wgmma_available ask this).
+inline bool available() {
+#if defined(ENGINE_WGMMA)
+  return engine::cuda::compute_capability() == 90;
+#else
+  return false;
+#endif
+}
 
 // The descriptor of a tile with the 128-byte swizzle starting at shared address `addr` (bytes): 8-row groups
 // 1024 bytes apart, `leading_bytes` between the MN-major panels (see above).
