@@ -648,10 +648,9 @@ __device__ __forceinline__ void store_dq(const FlashArgs& a, int b, int h, int r
 // the configuration does not exist for this head dim.
 bool launch_forward_tensor_core(const FlashArgs& a, bool bf16, int variant);
 // attention_fwd_wgmma.cu: the forward on Hopper's wgmma (a build for sm_90a on a compute capability 9.0 device; head
-// dim 64 or 128), launch_forward_tensor_core's last kForwardWgmmaConfigs variants where available: config 0 key tiles
-// of 64, 1 the same with the products of consecutive key tiles overlapped, 2 overlapped with key tiles of 128; false
-// when it cannot run.
-constexpr int kForwardWgmmaConfigs = 3;
+// dim 64 or 128), launch_forward_tensor_core's last kForwardWgmmaConfigs variants where available: config 0 plain,
+// 1 with the products of consecutive key tiles overlapped; false when it cannot run.
+constexpr int kForwardWgmmaConfigs = 2;
 bool forward_wgmma_available();
 bool launch_forward_wgmma(const FlashArgs& a, bool bf16, int config);
 bool launch_backward_tensor_core(const FlashArgs& a, bool bf16, int variant);

@@ -5,8 +5,8 @@
 // A block is two warpgroups (256 threads) and Br = 128 query rows, 64 per warpgroup; each warp holds 16 rows, so a
 // warp's share of the scores and of the output is exactly attention_fwd.cu's with one 16-row tile (kMT = 1), in the
 // same registers (wgmma's accumulator fragment is mma.sync's m16n8, wgmma.cuh), and the masks, the softmax and the
-// dropout are that file's code. Per key tile of Bc = 64 or 128 keys (WgFwdConfig):
-//     S = Q K^T   wgmma m64nBck16, Q and K from shared memory (K-major: Q's and K's rows of head-dim elements)
+// dropout are that file's code. Per key tile of Bc = 64 keys:
+//     S = Q K^T   wgmma m64n64k16, Q and K from shared memory (K-major: Q's and K's rows of head-dim elements)
 //     softmax     on the S accumulators in registers, as attention_fwd.cu
 //     O += P V    wgmma m64nDk16 with P from registers (the S accumulators packed to 16 bits: acc_to_a) and V from
 //                 shared memory (MN-major: V's rows are keys of head-dim elements)
@@ -14,8 +14,8 @@
 // Shared memory: Q [Br, D] and two (three when pipelined) buffers of K and V [Bc, D], each as D / 64 panels of 64
 // columns (rows of 128 bytes, the 128-byte swizzle: wgmma.cuh's layout), 1024-byte aligned; the next tile's K and V
 // load by cp.async while this tile is computed, one block barrier per tile.
-// Measured (H200, bf16, 2026-12-05, before the overlapped configurations' fix): config 0 279 TFLOP/s at 32x12x512x64,
-// 460 at 8x16x4096x128 (PyTorch's cuDNN SDPA: 291 and 634); BENCHMARKS.md has the latest figures.
+// Measured (bf16, 2026-12-05): 279 TFLOP/s at 32x12x512x64, 460 at 8x16x4096x128 on an H200 (PyTorch's cuDNN SDPA:
+// 291 and 634); 275 and 461 on an H100 (cuDNN 248 and 650).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -28,26 +28,27 @@ namespace ops::cuda::attn {
 
 namespace {
 
-// Bc: keys per tile (64 or 128; 128 halves the barriers, the row reductions and the softmax's bookkeeping per key, at
-// twice the score registers). kMinBlocks: blocks per SM the register allocation must allow. kPipelined: the products
-// of consecutive key tiles overlap within a warpgroup (FlashAttention-3's intra-warpgroup pipelining): tile t's
-// S = Q K^T and tile t - 1's O += P V are issued together, and tile t's softmax runs while the tensor cores finish
-// P V; K and V then need three buffers (tile t + 1 loading, t computing, t - 1's V still read). Without it, the two
-// warpgroups of a block meet at a barrier every key tile and run their products and their softmax in step, and a
-// second block per SM is what overlaps one block's softmax with the other's tensor-core work.
+// kMinBlocks: blocks per SM the register allocation must allow. kPipelined: the products of consecutive key tiles
+// overlap within a warpgroup (FlashAttention-3's intra-warpgroup pipelining): tile t's S = Q K^T and tile t - 1's
+// O += P V are issued together, and tile t's softmax runs while the tensor cores finish P V; K and V then need three
+// buffers (tile t + 1 loading, t computing, t - 1's V still read). Without it, the two warpgroups of a block meet at a
+// barrier every key tile and run their products and their softmax in step, and a second block per SM is what overlaps
+// one block's softmax with the other's tensor-core work.
 // The softmax works in S's own registers and P is packed to 16 bits only after P V of the previous tile is done: no
 // register a wgmma in flight reads is written before its wait. (Packing P into a second fragment array during the
-// overlap made ptxas serialize every wgmma of the kernel, its advisory C7513; H200, 2026-12-05: 268 against the plain
-// kernel's 279 TFLOP/s at 32x12x512x64. `make check-ptxas` now fails the build on such advisories.)
-template <int D_, int Bc_, int kMinBlocks_, bool kPipelined_>
+// overlap made ptxas serialize every wgmma of the kernel, its advisory C7513: 268 against the plain kernel's 279
+// TFLOP/s at 32x12x512x64, H200. `make check-ptxas` now fails the build on such advisories.)
+// Measured with that fixed (H100, bf16, 2026-12-05, BENCHMARKS.md): the overlap ties at head dim 64 (277 against 275
+// TFLOP/s at 32x12x512x64) and loses at 128 (358 against 461 at 8x16x4096x128: one block of two warpgroups per SM
+// against two blocks), so the plain kernel stays the default. Key tiles of 128 with the overlap (half the barriers
+// and row reductions per key, 225 KB of shared memory at head dim 128) lost at both: 206 and 403.
+template <int D_, int kMinBlocks_, bool kPipelined_>
 struct WgFwdConfig {
-  static constexpr int D = D_, Br = 128, Bc = Bc_, kThreads = 256, kMinBlocks = kMinBlocks_;
+  static constexpr int D = D_, Br = 128, Bc = 64, kThreads = 256, kMinBlocks = kMinBlocks_;
   static constexpr bool kPipelined = kPipelined_;
   static constexpr int kSlots = kPipelined ? 3 : 2;  // K and V buffers
   static constexpr int kQElems = Br * D, kKVElems = Bc * D;
   static constexpr int kSmemBytes = (kQElems + 2 * kSlots * kKVElems) * 2 + 1024;  // + the slack to align to 1 KB
-  static_assert(Bc == 64 || Bc == 128, "key tiles of 64 or 128");
-  static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block");
 };
 
 template <typename Cfg, typename T, Drop kDrop>
@@ -301,19 +302,18 @@ bool forward_wgmma_available() { return wgmma::available(); }
 bool launch_forward_wgmma(const FlashArgs& a, bool bf16, int config) {
   if (!forward_wgmma_available() || a.D != a.Dv || (a.D != 64 && a.D != 128)) return false;
   if (config < 0 || config >= kForwardWgmmaConfigs) return false;
-  // Shared memory at head dim 128: 97 KB (two blocks per SM), 129 KB and 225 KB (one).
+  // Shared memory at head dim 128: 97 KB (two blocks per SM) and 129 KB (one).
+  const bool pipelined = config == 1;
   if (a.D == 64) {
-    switch (config) {
-      case 0: run<WgFwdConfig<64, 64, 2, false>>(a, bf16); break;
-      case 1: run<WgFwdConfig<64, 64, 2, true>>(a, bf16); break;
-      default: run<WgFwdConfig<64, 128, 1, true>>(a, bf16); break;
-    }
+    if (pipelined)
+      run<WgFwdConfig<64, 2, true>>(a, bf16);
+    else
+      run<WgFwdConfig<64, 2, false>>(a, bf16);
   } else {
-    switch (config) {
-      case 0: run<WgFwdConfig<128, 64, 2, false>>(a, bf16); break;
-      case 1: run<WgFwdConfig<128, 64, 1, true>>(a, bf16); break;
-      default: run<WgFwdConfig<128, 128, 1, true>>(a, bf16); break;
-    }
+    if (pipelined)
+      run<WgFwdConfig<128, 1, true>>(a, bf16);
+    else
+      run<WgFwdConfig<128, 2, false>>(a, bf16);
   }
   return true;
 }
