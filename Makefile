@@ -6,6 +6,8 @@
 #                     then builds the example applications against an installed copy and runs them
 #   make install      the library, its headers and a pkg-config file under PREFIX (models/api.h: the public header)
 #   make test-cuda    the CUDA tests (GPU machine)
+#   make check-ptxas  fails when ptxas reports a "Potential Performance Loss" in any kernel file (make test runs it
+#                     with nvcc; each .cu's compiler messages are kept beside its object, build/**/*.cu.o.log)
 #   make test-sanitize the cpu suite under AddressSanitizer + UBSan (build-sanitize/)
 #   make fuzz         libFuzzer over every input reader (clang, build-fuzz/)
 #   make format       clang-format over the lines changed since main, and new files (.clang-format)
@@ -76,7 +78,7 @@ CUDA_TEST_CPP := $(wildcard tests/*/*_cuda_test.cpp) tests/test_main.cpp $(wildc
 CUDA_TEST_OBJ := $(CUDA_TEST_CPP:%.cpp=$(BUILD)/%.o)
 GTEST_LIBS    := -lgtest -lpthread
 
-.PHONY: all test test-cuda test-sanitize fuzz format run deps clean install examples
+.PHONY: all test test-cuda check-ptxas test-sanitize fuzz format run deps clean install examples
 .SECONDARY:
 # Build in parallel on every core unless the caller gave -j (use -j1 for readable errors).
 ifeq ($(filter -j%,$(MAKEFLAGS)),)
@@ -117,9 +119,10 @@ $(BUILD)/gen/lambda2020_csv.cpp: tools/data/lambda2020.csv
 $(BUILD)/gen/%.o: $(BUILD)/gen/%.cpp
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
+# The compiler's messages are shown and kept in $@.log for make check-ptxas.
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@ 2> $@.log; rc=$$?; cat $@.log >&2; exit $$rc
 
 $(GLOO_PLUGIN): engine/gloo/gloo_communicator.cpp | deps
 	@mkdir -p $(dir $@)
@@ -177,9 +180,23 @@ examples: $(EXAMPLES)
 # ---- programs -------------------------------------------------------------------------------------
 # With nvcc present, `make test` also builds (without running) the CUDA tests, so that CI compiles every CUDA
 # source, the tests included. It also builds and runs the example applications against an installed copy.
-test: deps $(BUILD)/engine_tests $(TOOLS) $(GLOO_PLUGIN) $(if $(filter 1,$(CUDA)),$(BUILD)/engine_cuda_tests)
+test: deps $(BUILD)/engine_tests $(TOOLS) $(GLOO_PLUGIN) $(if $(filter 1,$(CUDA)),$(BUILD)/engine_cuda_tests check-ptxas)
 	tools/run_tests.sh $(BUILD)/engine_tests $(TEST_ARGS)
 	$(MAKE) --no-print-directory examples
+
+# ptxas's "Potential Performance Loss" advisories are silent speed bugs: C7513 (wgmma serialized because a register
+# it reads is written inside its pipeline stage) cost the overlapped flash forward its whole overlap for a session.
+# Each kernel file's messages are in its object's .log (the rule above); this fails on any such advisory.
+CUDA_OBJ := $(LIB_CU:%.cu=$(BUILD)/%.cu.o)
+check-ptxas: $(CUDA_OBJ)
+	@bad=0; for o in $(CUDA_OBJ); do \
+	  n=$$(grep -c "Potential Performance Loss" $$o.log 2>/dev/null); \
+	  if [ "$${n:-0}" -gt 0 ]; then bad=1; \
+	    echo "$${o#$(BUILD)/}: ptxas reports a performance loss in $$n kernel(s) ($$o.log):"; \
+	    grep -m 2 "Potential Performance Loss" $$o.log; fi; \
+	done; \
+	[ $$bad = 0 ] || echo "fix the kernels above (a register a wgmma reads must not be written before its wait)"; \
+	exit $$bad
 
 # engine_train too: the multi-GPU tests (tests/tools/data_parallel_cuda_test.cpp) run it.
 test-cuda: deps $(BUILD)/engine_cuda_tests $(BUILD)/engine_train

@@ -297,20 +297,21 @@ int default_variant(const FlashArgs& a) { return a.D == 64 ? (a.causal ? 2 : 0) 
 
 }  // namespace
 
-// Three mma.sync configurations per head dim, and on Hopper two more: the wgmma kernels (attention_fwd_wgmma.cu),
-// without and with consecutive key tiles' products overlapped.
-constexpr int kWgmmaVariant = 3, kWgmmaPipelinedVariant = 4;
+// Three mma.sync configurations per head dim, and on Hopper kForwardWgmmaConfigs more: the wgmma kernels
+// (attention_fwd_wgmma.cu), variants kWgmmaVariant + config.
+constexpr int kWgmmaVariant = 3;
 int forward_tensor_core_variants(int head_dim) {
   if (head_dim != 64 && head_dim != 128) return 0;
-  return forward_wgmma_available() ? kWgmmaPipelinedVariant + 1 : kWgmmaVariant;
+  return forward_wgmma_available() ? kWgmmaVariant + kForwardWgmmaConfigs : kWgmmaVariant;
 }
 
 const char* forward_tensor_core_name(int head_dim, int variant) {
   static const char* d64[] = {"Br128 Bc64 4 warps", "Br128 Bc64 4 warps Q smem 3 blocks/SM",
                               "Br64 Bc64 4 warps 4 blocks/SM"};
   static const char* d128[] = {"Br128 Bc64 8 warps", "Br64 Bc64 4 warps", "Br128 Bc32 4 warps Q smem"};
-  if (variant == kWgmmaVariant) return "wgmma Br128 Bc64 2 warpgroups";
-  if (variant == kWgmmaPipelinedVariant) return "wgmma Br128 Bc64 2 warpgroups, tiles overlapped";
+  static const char* wgmma[kForwardWgmmaConfigs] = {"wgmma Br128 Bc64 2 warpgroups",
+                                                    "wgmma Br128 Bc64 2 warpgroups, tiles overlapped"};
+  if (variant >= kWgmmaVariant && variant < kWgmmaVariant + kForwardWgmmaConfigs) return wgmma[variant - kWgmmaVariant];
   if (variant < 0 || variant >= 3) variant = 0;
   return head_dim == 64 ? d64[variant] : d128[variant];
 }
@@ -318,12 +319,11 @@ const char* forward_tensor_core_name(int head_dim, int variant) {
 bool launch_forward_tensor_core(const FlashArgs& a, bool bf16, int variant) {
   if (a.D != a.Dv || (a.D != 64 && a.D != 128)) return false;
   // The default on Hopper: the wgmma kernel without overlapped tiles (H200, bf16, 2026-12-05: 279 against the best
-  // mma.sync's 235 TFLOP/s at 32x12x512x64, 460 against 308 at 8x16x4096x128; causal at least as fast).
+  // mma.sync's 235 TFLOP/s at 32x12x512x64, 460 against 308 at 8x16x4096x128; causal at least as fast; the overlapped
+  // one ties at head dim 64 and loses at 128: attention_fwd_wgmma.cu).
   if ((variant < 0 || variant >= forward_tensor_core_variants(a.D)) && forward_wgmma_available())
     variant = kWgmmaVariant;
-  if ((variant == kWgmmaVariant || variant == kWgmmaPipelinedVariant) &&
-      launch_forward_wgmma(a, bf16, variant == kWgmmaPipelinedVariant))
-    return true;
+  if (variant >= kWgmmaVariant && launch_forward_wgmma(a, bf16, variant - kWgmmaVariant)) return true;
   if (variant < 0 || variant >= 3) variant = default_variant(a);
   const bool full = a.D == 64 ? kFull64[variant] : kFull128[variant];
   if (!full && (!bf16 || a.dropout)) variant = default_variant(a);

@@ -11,10 +11,11 @@
 //     O += P V    wgmma m64nDk16 with P from registers (the S accumulators packed to 16 bits: acc_to_a) and V from
 //                 shared memory (MN-major: V's rows are keys of head-dim elements)
 // so no thread loads a fragment (no ldmatrix) and the tensor cores read Q, K and V straight from shared memory.
-// Shared memory: Q [Br, D] and two (three when pipelined, WgFwdConfig) buffers of K and V [Bc, D], each as D / 64
-// panels of 64 columns (rows of 128 bytes, the 128-byte swizzle: wgmma.cuh's layout), 1024-byte aligned; the next
-// tile's K and V load by cp.async while this tile is computed, one block barrier per tile.
-// Measured: not yet (written without a GPU; the attention tests run it as the forward's last variant).
+// Shared memory: Q [Br, D] and two (three when pipelined) buffers of K and V [Bc, D], each as D / 64 panels of 64
+// columns (rows of 128 bytes, the 128-byte swizzle: wgmma.cuh's layout), 1024-byte aligned; the next tile's K and V
+// load by cp.async while this tile is computed, one block barrier per tile.
+// Measured (bf16, 2026-12-05): 279 TFLOP/s at 32x12x512x64, 460 at 8x16x4096x128 on an H200 (PyTorch's cuDNN SDPA:
+// 291 and 634); 275 and 461 on an H100 (cuDNN 248 and 650).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -33,11 +34,14 @@ namespace {
 // buffers (tile t + 1 loading, t computing, t - 1's V still read). Without it, the two warpgroups of a block meet at a
 // barrier every key tile and run their products and their softmax in step, and a second block per SM is what overlaps
 // one block's softmax with the other's tensor-core work.
-// Measured (H200, 2026-12-05): the pipelined kernels ran slower (32x12x512x64: 268 against 279 TFLOP/s; at head dim
-// 128, one block per SM: 318 against 460), and ptxas says why: for every pipelined instantiation it reports C7513,
-// "wgmma.mma_async instructions are serialized due to non wgmma instructions defining input registers of a wgmma
-// between start and end of the pipeline stage" (P's registers for P V are written by the softmax while S's wgmmas
-// are in flight). The overlap needs P converted outside the stage (FlashAttention-3 keeps it in its own registers).
+// The softmax works in S's own registers and P is packed to 16 bits only after P V of the previous tile is done: no
+// register a wgmma in flight reads is written before its wait. (Packing P into a second fragment array during the
+// overlap made ptxas serialize every wgmma of the kernel, its advisory C7513: 268 against the plain kernel's 279
+// TFLOP/s at 32x12x512x64, H200. `make check-ptxas` now fails the build on such advisories.)
+// Measured with that fixed (H100, bf16, 2026-12-05, BENCHMARKS.md): the overlap ties at head dim 64 (277 against 275
+// TFLOP/s at 32x12x512x64) and loses at 128 (358 against 461 at 8x16x4096x128: one block of two warpgroups per SM
+// against two blocks), so the plain kernel stays the default. Key tiles of 128 with the overlap (half the barriers
+// and row reductions per key, 225 KB of shared memory at head dim 128) lost at both: 206 and 403.
 template <int D_, int kMinBlocks_, bool kPipelined_>
 struct WgFwdConfig {
   static constexpr int D = D_, Br = 128, Bc = 64, kThreads = 256, kMinBlocks = kMinBlocks_;
@@ -122,11 +126,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
     issue_rs<T, D>(o, pa, v_base, Bc);
     wgmma::commit();
   };
-  // Tile t's scores (computed) into probabilities, masked, the running max and sum updated, dropout applied, packed
-  // to 16 bits as P V's A fragment (acc_to_a's packing); returns each row's rescaling alpha of the output (which the
-  // caller applies once no product writes it).
-  auto softmax = [&](int t, float(&s)[Bc / 2], const KeepBytes<NT / 2>& keep, uint32_t(&pa)[Bc / 16][4],
-                     float(&alpha)[2]) {
+  // Tile t's scores (computed) into probabilities in place, masked, the running max and sum updated, dropout applied;
+  // returns each row's rescaling alpha of the output (which the caller applies once no product writes it).
+  auto softmax = [&](int t, float(&s)[Bc / 2], const KeepBytes<NT / 2>& keep, float(&alpha)[2]) {
     const int k0 = t * Bc;
     const bool need_mask = tile_needs_mask<Bc>(a, tiles, pad_row, k0, q0);
     if (need_mask) {
@@ -172,6 +174,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
         for (int e = 0; e < 4; e++)
           s[4 * nt + e] *= keep(nt / 2, row_keep_bit(nt % 2, e >> 1, e & 1)) ? a.keep_scale : 0.f;
     }
+  };
+  // P (the probabilities in S's registers) packed to 16 bits as P V's A fragment (acc_to_a's packing): P's k16 step kk
+  // is n-tiles 2 kk, 2 kk + 1 of S.
+  auto pack_p = [&](const float(&s)[Bc / 2], uint32_t(&pa)[Bc / 16][4]) {
 #pragma unroll
     for (int kk = 0; kk < Bc / 16; kk++) {
       pa[kk][0] = pack2<T>(s[8 * kk], s[8 * kk + 1]);
@@ -199,9 +205,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
       issue_s(t, s);
       wgmma::wait<0>();
       wgmma::fence_operands(s);
-      uint32_t pa[Bc / 16][4];
       float alpha[2];
-      softmax(t, s, keep, pa, alpha);
+      softmax(t, s, keep, alpha);
+      uint32_t pa[Bc / 16][4];
+      pack_p(s, pa);
       rescale(alpha);
       issue_pv(t, pa);
       wgmma::wait<0>();  // before the next tile rescales o, and before its K / V buffer is refilled
@@ -218,7 +225,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
       issue_s(tiles.begin, s);
       wgmma::wait<0>();
       wgmma::fence_operands(s);
-      softmax(tiles.begin, s, keep, pa, alpha);  // o is zero: nothing to rescale
+      softmax(tiles.begin, s, keep, alpha);  // o is zero: nothing to rescale
+      pack_p(s, pa);
     }
     for (int t = tiles.begin + 1; t < tiles.end; t++) {
       tile_ready(t);  // (every warpgroup's P V of tile t - 2 is done: tile t + 1 may take its slot)
@@ -229,16 +237,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
       issue_pv(t - 1, pa);  // group 2, over tile t - 1's V (its slot is not refilled before the next barrier)
       wgmma::wait<1>();     // S of tile t is done (groups complete in order)
       wgmma::fence_operands(s);
-      uint32_t pa_next[Bc / 16][4];
-      softmax(t, s, keep, pa_next, alpha);  // beside the tensor cores' P V
-      wgmma::wait<0>();
+      softmax(t, s, keep, alpha);  // beside the tensor cores' P V
+      wgmma::wait<0>();            // P V of tile t - 1 is done: o and pa are free
       wgmma::fence_operands(o);
       fence_fragments(pa);
       rescale(alpha);
-#pragma unroll
-      for (int kk = 0; kk < Bc / 16; kk++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) pa[kk][j] = pa_next[kk][j];
+      pack_p(s, pa);
     }
     issue_pv(tiles.end - 1, pa);
     wgmma::wait<0>();
@@ -295,8 +299,11 @@ void run(const FlashArgs& a, bool bf16) {
 
 bool forward_wgmma_available() { return wgmma::available(); }
 
-bool launch_forward_wgmma(const FlashArgs& a, bool bf16, bool pipelined) {
+bool launch_forward_wgmma(const FlashArgs& a, bool bf16, int config) {
   if (!forward_wgmma_available() || a.D != a.Dv || (a.D != 64 && a.D != 128)) return false;
+  if (config < 0 || config >= kForwardWgmmaConfigs) return false;
+  // Shared memory at head dim 128: 97 KB (two blocks per SM) and 129 KB (one).
+  const bool pipelined = config == 1;
   if (a.D == 64) {
     if (pipelined)
       run<WgFwdConfig<64, 2, true>>(a, bf16);
@@ -304,7 +311,7 @@ bool launch_forward_wgmma(const FlashArgs& a, bool bf16, bool pipelined) {
       run<WgFwdConfig<64, 2, false>>(a, bf16);
   } else {
     if (pipelined)
-      run<WgFwdConfig<128, 1, true>>(a, bf16);  // 129 KB of shared memory: one block per SM
+      run<WgFwdConfig<128, 1, true>>(a, bf16);
     else
       run<WgFwdConfig<128, 2, false>>(a, bf16);
   }
