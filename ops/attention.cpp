@@ -3,6 +3,8 @@
 #include "ops/attention.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "ops/cpu/attention.h"
@@ -198,12 +200,23 @@ namespace {
 // The dS buffer of flash's backward (ops/attention.h): [B*H, Lq, Lk] rounded up to 64 x 64, of q's type, when the
 // tensor-core kernels can keep dS (bf16/f16, D == Dv in {64, 128}) and it takes at most 8 times q's bytes; else
 // undefined. A function of the shapes alone, allocated on every device, so that meta holds what the GPU holds.
+// ENGINE_FLASH_KEEP_DS=0 in the environment keeps none (dQ recomputed at every length), on every device alike: for
+// measuring the two ways against each other (tools/bench/transformer_gpu.sh variants); read at each call.
+bool keep_ds_allowed() {
+  const char* s = std::getenv("ENGINE_FLASH_KEEP_DS");
+  if (!s || !*s) return true;
+  ENGINE_CHECK(!std::strcmp(s, "0") || !std::strcmp(s, "1"), "ENGINE_FLASH_KEEP_DS=\"", s,
+               "\": expected 0 (flash attention's backward recomputes dS for dQ) or 1 (it keeps dS for short keys, the "
+               "default); unset it for the default");
+  return *s == '1';
+}
+
 Tensor kept_ds(const Tensor& q, const Tensor& k, const Tensor& v) {
   const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), Lk = k.size(2), D = q.size(3);
   const bool tensor_cores =
       (q.dtype() == DType::bf16 || q.dtype() == DType::f16) && D == v.size(3) && (D == 64 || D == 128);
   const int64_t rows = (Lq + 63) / 64 * 64, cols = (Lk + 63) / 64 * 64;
-  if (!tensor_cores || Lq == 0 || Lk == 0 || rows * cols > 8 * Lq * D) return Tensor();
+  if (!tensor_cores || Lq == 0 || Lk == 0 || rows * cols > 8 * Lq * D || !keep_ds_allowed()) return Tensor();
   return new_empty(q, {B * H, rows, cols}, q.dtype());
 }
 

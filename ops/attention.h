@@ -14,7 +14,8 @@
 //          buffer of q's type (rounded up to 64) lives through the backward call, on every device alike (meta
 //          predicts it): the GPU's dK dV pass writes dS there and dQ = dS K reads it, instead of a third pass
 //          recomputing S, P and dS (ops/cuda/attention_bwd.cu). Still linear in the sequence length: at most 8
-//          times q's bytes, one layer at a time.
+//          times q's bytes, one layer at a time. ENGINE_FLASH_KEEP_DS=0 in the environment turns it off on every
+//          device (for measuring: dQ then always recomputes).
 //
 // Shapes: q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv] (any strides) -> out [B, H, Lq, Dv]: naive's
 // contiguous; flash's in the memory order of q (new_empty_in_layout_of: heads split from [B, L, C] rows give an

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <functional>
 #include <limits>
@@ -558,6 +559,11 @@ void bench_shape(int64_t B, int64_t H, int64_t L, int64_t D) {
              [&] { ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], Tensor(), p); });
     }
     ops::cuda::set_flash_tuning({});
+    // The default backward with dQ recomputed where it would keep dS (short keys: ops/attention.h).
+    setenv("ENGINE_FLASH_KEEP_DS", "0", 1);
+    report("bwd", "default, dS recomputed", 2.5 * fwd_flops,
+           [&] { ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], Tensor(), p); });
+    unsetenv("ENGINE_FLASH_KEEP_DS");
     std::fflush(stdout);
   }
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "engine/counters.h"
@@ -319,6 +320,20 @@ TEST(Attention, FlashBackwardKeepsDsOnlyForShortKeys) {
   EXPECT_EQ(ds_bytes_of_backward(DType::bf16, 512, 520, 64), 0u) << "more than 8 times q: dQ recomputed";
   EXPECT_EQ(ds_bytes_of_backward(DType::f32, 512, 512, 64), 0u) << "f32: no tensor cores";
   EXPECT_EQ(ds_bytes_of_backward(DType::bf16, 64, 64, 32), 0u) << "head dim 32: no tensor cores";
+  // ENGINE_FLASH_KEEP_DS=0 turns it off (on meta as on the GPU); a value other than 0 or 1 is an error naming it.
+  setenv("ENGINE_FLASH_KEEP_DS", "0", 1);
+  EXPECT_EQ(ds_bytes_of_backward(DType::bf16, 512, 512, 64), 0u) << "ENGINE_FLASH_KEEP_DS=0";
+  setenv("ENGINE_FLASH_KEEP_DS", "1", 1);
+  EXPECT_EQ(ds_bytes_of_backward(DType::bf16, 512, 512, 64), size_t(2 * 3 * 512 * 512 * 2))
+      << "ENGINE_FLASH_KEEP_DS=1";
+  setenv("ENGINE_FLASH_KEEP_DS", "no", 1);
+  try {
+    ds_bytes_of_backward(DType::bf16, 512, 512, 64);
+    ADD_FAILURE() << "ENGINE_FLASH_KEEP_DS=no accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("ENGINE_FLASH_KEEP_DS=\"no\""), std::string::npos) << e.what();
+  }
+  unsetenv("ENGINE_FLASH_KEEP_DS");
 }
 
 TEST(Attention, MetaAllocatesLikeCpu) {
