@@ -155,17 +155,52 @@ std::vector<Tensor> flash_attention_backward_composite(const Tensor& dout, const
 
 namespace {
 
-// The forward kernels: {out in q's layout, lse}. Inputs checked by the caller, params.scale resolved.
+// An on/off switch in the environment, read at each call (for measuring one way against the other, on every device
+// alike): unset, empty or 1 is on; 0 is off; anything else is an error naming the variable and what each value does.
+bool env_switch(const char* name, const char* off, const char* on) {
+  const char* s = std::getenv(name);
+  if (!s || !*s) return true;
+  ENGINE_CHECK(!std::strcmp(s, "0") || !std::strcmp(s, "1"), name, "=\"", s, "\": expected 0 (", off, ") or 1 (", on,
+               ", the default); unset it for the default");
+  return *s == '1';
+}
+
+// The short keys of a head, for which flash keeps what its backward would otherwise recompute (ops/attention.h): the
+// tensor-core kernels' types and head dims, and [Lq, Lk] rounded up to 64 x 64 at most 8 times q's [Lq, D]. A
+// function of the shapes alone, so that every device allocates the same buffers and meta holds what the GPU holds.
+bool short_keys(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const int64_t Lq = q.size(2), Lk = k.size(2), D = q.size(3);
+  const bool tensor_cores =
+      (q.dtype() == DType::bf16 || q.dtype() == DType::f16) && D == v.size(3) && (D == 64 || D == 128);
+  const int64_t rows = (Lq + 63) / 64 * 64, cols = (Lk + 63) / 64 * 64;
+  return tensor_cores && Lq > 0 && Lk > 0 && rows * cols <= 8 * Lq * D;
+}
+
+// The forward's dropout keep bits (ops/attention.h): [B, H, Lq, Lk rounded up to 64, over 8] u8 for short keys with
+// dropout whose draw's Philox blocks start on 8 keys (the offset a multiple of 4, Lk of 8), unless
+// ENGINE_FLASH_KEEP_DROPOUT=0; else undefined.
+Tensor kept_dropout_bits(const Tensor& q, const Tensor& k, const Tensor& v, const FlashAttentionParams& p) {
+  if (!(p.dropout_p > 0) || !short_keys(q, k, v) || k.size(2) % 8 != 0 || p.offset % 4 != 0) return Tensor();
+  if (!env_switch("ENGINE_FLASH_KEEP_DROPOUT", "flash attention's backward draws its dropout again",
+                  "the forward keeps its dropout decisions for short keys"))
+    return Tensor();
+  return new_empty(q, {q.size(0), q.size(1), q.size(2), (k.size(2) + 63) / 64 * 8}, DType::u8);
+}
+
+// The forward kernels: {out in q's layout, lse, keep bits or undefined}. Inputs checked by the caller, params.scale
+// resolved.
 std::vector<Tensor> flash_forward_kernels(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
                                           const FlashAttentionParams& params) {
   const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), Dv = v.size(3);
   Tensor out = new_empty_in_layout_of(q, {B, H, Lq, Dv}, q.dtype());       // [B, H, Lq, Dv] in q's layout
   Tensor lse = new_empty(q, {B, H, Lq}, accumulation_dtype(q.dtype()));    // [B, H, Lq]
-  run_kernel("flash_attention", out, [&] { cpu::flash_attention_forward({q, k, v, pad}, params, out, lse); },
-             CUDA_KERNEL(cuda::flash_attention_forward({q, k, v, pad}, params, out, lse)));
+  Tensor keep = kept_dropout_bits(q, k, v, params);                        // [B, H, Lq, W] or undefined
+  run_kernel("flash_attention", out, [&] { cpu::flash_attention_forward({q, k, v, pad}, params, out, lse, keep); },
+             CUDA_KERNEL(cuda::flash_attention_forward({q, k, v, pad}, params, out, lse, keep)));
   engine::count_op("flash_attention", attention_forward_flops(q, k, v, params.causal),
-                   double(q.nbytes() + k.nbytes() + v.nbytes() + out.nbytes() + lse.nbytes()));
-  return {out, lse};
+                   double(q.nbytes() + k.nbytes() + v.nbytes() + out.nbytes() + lse.nbytes() +
+                          (keep.defined() ? keep.nbytes() : 0)));
+  return {out, lse, keep};
 }
 
 void check_dropout_p(const char* op, double p) {
@@ -181,48 +216,36 @@ std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, co
   check_dropout_p("flash_attention", params.dropout_p);
   params.scale = resolve_scale(params.scale, q.size(3));
   Tensor pad = key_padding_mask.defined() ? contiguous(key_padding_mask) : Tensor();
-  std::vector<Tensor> out_lse = flash_forward_kernels(q, k, v, pad, params);
+  std::vector<Tensor> f = flash_forward_kernels(q, k, v, pad, params);  // out, lse, keep bits
   if (graph::any_requires_grad({q, k, v})) {
-    // Saved: q, k, v (inputs, alive anyway in a model), out and lse: O(L) bytes.
-    graph::record("flash_attention", {q, k, v}, out_lse, {q, k, v, out_lse[0], out_lse[1]},
+    // Saved: q, k, v (inputs, alive anyway in a model), out and lse: O(L) bytes; the keep bits when kept.
+    graph::record("flash_attention", {q, k, v}, {f[0], f[1]}, {q, k, v, f[0], f[1], f[2]},
                   [pad, params](Node& n, const Grads& g) -> Grads {
                     return flash_attention_backward(g[0], g[1], n.saved(0), n.saved(1), n.saved(2), n.saved(3),
-                                                    n.saved(4), pad, params);
+                                                    n.saved(4), pad, params, n.saved(5));
                   });
   }
-  return out_lse;
+  return f;
 }
 
 namespace {
 
 // The backward kernels, writing dq, dk and dv (allocated by the caller, any strides). Inputs checked by the
 // caller, params.scale resolved; pad contiguous or undefined.
-// The dS buffer of flash's backward (ops/attention.h): [B*H, Lq, Lk] rounded up to 64 x 64, of q's type, when the
-// tensor-core kernels can keep dS (bf16/f16, D == Dv in {64, 128}) and it takes at most 8 times q's bytes; else
-// undefined. A function of the shapes alone, allocated on every device, so that meta holds what the GPU holds.
-// ENGINE_FLASH_KEEP_DS=0 in the environment keeps none (dQ recomputed at every length), on every device alike: for
-// measuring the two ways against each other (tools/bench/transformer_gpu.sh variants); read at each call.
-bool keep_ds_allowed() {
-  const char* s = std::getenv("ENGINE_FLASH_KEEP_DS");
-  if (!s || !*s) return true;
-  ENGINE_CHECK(!std::strcmp(s, "0") || !std::strcmp(s, "1"), "ENGINE_FLASH_KEEP_DS=\"", s,
-               "\": expected 0 (flash attention's backward recomputes dS for dQ) or 1 (it keeps dS for short keys, the "
-               "default); unset it for the default");
-  return *s == '1';
-}
-
+// The dS buffer of flash's backward (ops/attention.h): [B*H, Lq, Lk] rounded up to 64 x 64, of q's type, for short
+// keys; else undefined. ENGINE_FLASH_KEEP_DS=0 in the environment keeps none (dQ recomputed at every length), on every
+// device alike: for measuring the two ways against each other (tools/bench/transformer_gpu.sh variants); read at
+// each call.
 Tensor kept_ds(const Tensor& q, const Tensor& k, const Tensor& v) {
-  const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), Lk = k.size(2), D = q.size(3);
-  const bool tensor_cores =
-      (q.dtype() == DType::bf16 || q.dtype() == DType::f16) && D == v.size(3) && (D == 64 || D == 128);
-  const int64_t rows = (Lq + 63) / 64 * 64, cols = (Lk + 63) / 64 * 64;
-  if (!tensor_cores || Lq == 0 || Lk == 0 || rows * cols > 8 * Lq * D || !keep_ds_allowed()) return Tensor();
-  return new_empty(q, {B * H, rows, cols}, q.dtype());
+  if (!short_keys(q, k, v) || !env_switch("ENGINE_FLASH_KEEP_DS", "flash attention's backward recomputes dS for dQ",
+                                          "it keeps dS for short keys"))
+    return Tensor();
+  return new_empty(q, {q.size(0) * q.size(1), (q.size(2) + 63) / 64 * 64, (k.size(2) + 63) / 64 * 64}, q.dtype());
 }
 
 void flash_backward_into(const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k, const Tensor& v,
                          const Tensor& out, const Tensor& lse, const Tensor& pad, const FlashAttentionParams& params,
-                         const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                         const Tensor& keep, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   const char* name = "flash_attention_backward";
   const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), Dv = v.size(3);
   const DType acc = accumulation_dtype(q.dtype());
@@ -236,7 +259,8 @@ void flash_backward_into(const Tensor& dout, const Tensor& dlse, const Tensor& q
         cpu::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, dq, dk, dv);
       },
       CUDA_KERNEL(
-          cuda::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, ds, dq, dk, dv)));
+          cuda::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, ds, keep, dq, dk,
+                                         dv)));
   // S recomputed, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q.
   double fwd = attention_forward_flops(q, k, v, params.causal);
   double flops = fwd * double(3 * q.size(3) + 2 * Dv) / double(q.size(3) + Dv);
@@ -250,7 +274,7 @@ void flash_backward_into(const Tensor& dout, const Tensor& dlse, const Tensor& q
 std::vector<Tensor> flash_attention_backward(const Tensor& dout, const Tensor& dlse, const Tensor& q,
                                              const Tensor& k, const Tensor& v, const Tensor& out,
                                              const Tensor& lse, const Tensor& key_padding_mask,
-                                             FlashAttentionParams params) {
+                                             FlashAttentionParams params, const Tensor& keep) {
   const char* name = "flash_attention_backward";
   OpScope scope(name);
   check_attention_inputs(name, q, k, v, key_padding_mask);
@@ -277,7 +301,15 @@ std::vector<Tensor> flash_attention_backward(const Tensor& dout, const Tensor& d
   Tensor dq = new_empty_in_layout_of(q, q.shape(), q.dtype());  // [B, H, Lq, D]
   Tensor dk = new_empty_in_layout_of(k, k.shape(), q.dtype());  // [B, H, Lk, D]
   Tensor dv = new_empty_in_layout_of(v, v.shape(), q.dtype());  // [B, H, Lk, Dv]
-  flash_backward_into(dout, dlse, q, k, v, out, lse, pad, params, dq, dk, dv);
+  if (keep.defined()) {
+    const Shape want{B, H, Lq, (k.size(2) + 63) / 64 * 8};
+    check_dtype(name, "keep", keep, DType::u8);
+    check_same_device(name, q, keep);
+    ENGINE_CHECK(keep.shape() == want && keep.is_contiguous(), name, ": keep must be the forward's keep bits, ",
+                 "contiguous ", engine::shape_str(want), ", got ", engine::shape_str(keep.shape()),
+                 ": pass flash_attention_forward's third result, or nothing");
+  }
+  flash_backward_into(dout, dlse, q, k, v, out, lse, pad, params, keep, dq, dk, dv);
   return {dq, dk, dv};
 }
 
@@ -346,13 +378,14 @@ Tensor attention_packed(const Tensor& qkv, int64_t heads, const Tensor& key_padd
   check_dropout_p("attention_packed", options.dropout_p);
   const FlashAttentionParams params = flash_params(options, q, k);
   Tensor pad = key_padding_mask.defined() ? contiguous(key_padding_mask) : Tensor();
-  std::vector<Tensor> out_lse = flash_forward_kernels(q, k, v, pad, params);
+  std::vector<Tensor> f = flash_forward_kernels(q, k, v, pad, params);  // out, lse, keep bits
   if (graph::any_requires_grad({x})) {
-    // Saved: qkv (alive anyway: the projection's output), out and lse, as the unpacked op saves q, k, v. lse is an
-    // output of the node (not returned), so that second derivatives see its dependence on qkv.
-    graph::record("flash_attention", {x}, out_lse, {x, out_lse[0], out_lse[1]},
+    // Saved: qkv (alive anyway: the projection's output), out and lse, as the unpacked op saves q, k, v, and the keep
+    // bits when kept. lse is an output of the node (not returned), so that second derivatives see its dependence on
+    // qkv.
+    graph::record("flash_attention", {x}, {f[0], f[1]}, {x, f[0], f[1], f[2]},
                   [pad, params, heads](Node& n, const Grads& g) -> Grads {
-                    Tensor x = n.saved(0), out = n.saved(1), lse = n.saved(2);
+                    Tensor x = n.saved(0), out = n.saved(1), lse = n.saved(2), keep = n.saved(3);
                     if (graph::any_requires_grad({g[0], x, out, lse})) {  // create_graph: engine ops throughout
                       std::vector<Tensor> d = flash_attention_backward(
                           g[0], g[1], packed_heads_op(x, 0, heads), packed_heads_op(x, 1, heads),
@@ -363,12 +396,13 @@ Tensor attention_packed(const Tensor& qkv, int64_t heads, const Tensor& key_padd
                     // One gradient for the packed input: the kernels write dq, dk, dv into its three parts.
                     Tensor dx = new_empty_in_layout_of(x, x.shape(), x.dtype());
                     flash_backward_into(g[0], g[1], packed_heads(x, 0, heads), packed_heads(x, 1, heads),
-                                        packed_heads(x, 2, heads), out, lse, pad, params, packed_heads(dx, 0, heads),
+                                        packed_heads(x, 2, heads), out, lse, pad, params, keep,
+                                        packed_heads(dx, 0, heads),
                                         packed_heads(dx, 1, heads), packed_heads(dx, 2, heads));
                     return {dx};
                   });
   }
-  return out_lse[0];
+  return f[0];
 }
 
 }  // namespace ops

@@ -16,6 +16,13 @@
 //          recomputing S, P and dS (ops/cuda/attention_bwd.cu). Still linear in the sequence length: at most 8
 //          times q's bytes, one layer at a time. ENGINE_FLASH_KEEP_DS=0 in the environment turns it off on every
 //          device (for measuring: dQ then always recomputes).
+//          With dropout, under the same short-key condition (and the draw's blocks aligned to 8 keys: Lk a multiple
+//          of 8), the forward also keeps its dropout decisions for backward instead of backward drawing them again:
+//          keep bits [B, H, Lq, W] u8, W = Lk rounded up to 64, over 8 (bit j % 8 of byte j / 8 = key j kept; at
+//          most half of q's bytes), saved with q, k, v, out and lse, on every device alike. Their values are the
+//          draw's (below), so keeping them changes no result: the GPU's Hopper backward reads them (the Philox rounds
+//          were ~15% of its time at BERT's shape), every other kernel draws again. Bits of pairs that are masked
+//          (causal, padding) may be left unwritten. ENGINE_FLASH_KEEP_DROPOUT=0 turns it off on every device.
 //
 // Shapes: q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv] (any strides) -> out [B, H, Lq, Dv]: naive's
 // contiguous; flash's in the memory order of q (new_empty_in_layout_of: heads split from [B, L, C] rows give an
@@ -91,17 +98,19 @@ struct FlashAttentionParams {
   uint64_t offset = 0;
 };
 
-// {out [B, H, Lq, Dv] (q's dtype), lse [B, H, Lq]}. lse is the log-sum-exp of each row of scaled, masked
+// {out [B, H, Lq, Dv] (q's dtype), lse [B, H, Lq], keep}. lse is the log-sum-exp of each row of scaled, masked
 // scores, in the accumulation type (f32, or f64 for f64 inputs so the f64 reference stays exact); +inf for
-// a fully masked row. Both outputs are differentiable (d lse / d s = the probabilities).
+// a fully masked row. Both are differentiable (d lse / d s = the probabilities). keep: the dropout keep bits when
+// the op keeps them (above), else undefined; for flash_attention_backward.
 std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                             const Tensor& key_padding_mask, FlashAttentionParams params);
 
 // {dq, dk, dv} from the gradients of out and lse (dlse may be undefined: zero). The FlashAttention-2
-// backward; computed with engine ops instead when a graph of it is needed (see above).
+// backward; computed with engine ops instead when a graph of it is needed (see above). keep: the forward's keep
+// bits, or undefined (the draw is then made again: the same values).
 std::vector<Tensor> flash_attention_backward(const Tensor& dout, const Tensor& dlse, const Tensor& q,
                                              const Tensor& k, const Tensor& v, const Tensor& out,
                                              const Tensor& lse, const Tensor& key_padding_mask,
-                                             FlashAttentionParams params);
+                                             FlashAttentionParams params, const Tensor& keep = Tensor());
 
 }  // namespace ops

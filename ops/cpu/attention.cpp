@@ -267,9 +267,28 @@ void backward_impl(const FlashAttentionInputs& in, const FlashAttentionParams& p
 
 }  // namespace
 
+// The dropout keep bits (ops/attention.h): bit j % 8 of byte j / 8 of row (b, h, i) is 1 iff element (b, h, i, j) of
+// the draw is kept, for every key j < Lk (the GPU's kernels may leave masked pairs' bits unwritten); bytes past Lk / 8
+// are 0.
+void write_keep_bits(const FlashAttentionInputs& in, const FlashAttentionParams& p, const Tensor& keep) {
+  const int64_t rows = keep.size(0) * keep.size(1) * keep.size(2), W = keep.size(3), Lk = in.k.size(2);
+  const uint32_t threshold = engine::dropout_rate(p.dropout_p).threshold;
+  uint8_t* bits = keep.data<uint8_t>();
+#pragma omp parallel for if (worth_threads(in))
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t byte = 0; byte < W; byte++) {
+      uint32_t v = 0;
+      for (int64_t j = 8 * byte; j < std::min(8 * byte + 8, Lk); j++)
+        v |= uint32_t(engine::dropout_bits(p.seed, p.offset, uint64_t(r) * uint64_t(Lk) + uint64_t(j)) >= threshold)
+             << (j % 8);
+      bits[r * W + byte] = uint8_t(v);
+    }
+}
+
 void flash_attention_forward(const FlashAttentionInputs& in, const FlashAttentionParams& params,
-                             const Tensor& out, const Tensor& lse) {
+                             const Tensor& out, const Tensor& lse, const Tensor& keep) {
   ENGINE_FLOAT_SWITCH(in.q.dtype(), T, { forward_impl<T>(in, params, out, lse); });
+  if (keep.defined()) write_keep_bits(in, params, keep);
 }
 
 void flash_attention_backward(const FlashAttentionInputs& in, const FlashAttentionParams& params,

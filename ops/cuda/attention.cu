@@ -111,23 +111,35 @@ attn::FlashArgs make_args(const cpu::FlashAttentionInputs& in, const FlashAttent
 }  // namespace
 
 void flash_attention_forward(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& params,
-                             const Tensor& out, const Tensor& lse) {
+                             const Tensor& out, const Tensor& lse, const Tensor& keep) {
   attn::FlashArgs a = make_args(in, params);
   a.out = out.data_ptr();
   a.outs = strides_of(out);
   a.lse = lse.data_ptr();
+  if (keep.defined()) {
+    a.keep_out = static_cast<uint8_t*>(keep.data_ptr());
+    a.keep_ld = int(keep.size(3));
+  }
   if (int64_t(a.B) * a.H * a.Lq == 0) return;
+  // The tensor-core kernels write the keep bits as they draw them when they share Philox blocks; else a kernel does.
   if (use_tensor_cores(in, params, {&out}) &&
-      attn::launch_forward_tensor_core(a, in.q.dtype() == DType::bf16, tuning().forward))
+      attn::launch_forward_tensor_core(a, in.q.dtype() == DType::bf16, tuning().forward)) {
+    if (a.keep_out && attn::drop_mode(a) != attn::Drop::shared) attn::launch_keep_bits(a);
     return;
+  }
   attn::launch_forward_generic(a, int(in.q.dtype()));
+  if (a.keep_out) attn::launch_keep_bits(a);
 }
 
 void flash_attention_backward(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& params,
                               const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
-                              const Tensor& delta, const Tensor& ds, const Tensor& dq, const Tensor& dk,
-                              const Tensor& dv) {
+                              const Tensor& delta, const Tensor& ds, const Tensor& keep, const Tensor& dq,
+                              const Tensor& dk, const Tensor& dv) {
   attn::FlashArgs a = make_args(in, params);
+  if (keep.defined()) {
+    a.keep_in = static_cast<const uint8_t*>(keep.data_ptr());
+    a.keep_ld = int(keep.size(3));
+  }
   a.o = out.data_ptr();
   a.os = strides_of(out);
   a.dout = dout.data_ptr();

@@ -18,17 +18,20 @@ namespace ops::cuda {
 
 using engine::Tensor;
 
-// out [B, H, Lq, Dv] with unit-stride rows; lse [B, H, Lq] (accumulation type) contiguous.
+// out [B, H, Lq, Dv] with unit-stride rows; lse [B, H, Lq] (accumulation type) contiguous; keep undefined or the
+// dropout keep bits (ops/attention.h), written for every visible pair: by the tensor-core kernels as they draw
+// (shared draws), else by a kernel of their own.
 void flash_attention_forward(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& params,
-                             const Tensor& out, const Tensor& lse);
+                             const Tensor& out, const Tensor& lse, const Tensor& keep);
 
 // dq, dk, dv with unit-stride rows; delta [B, H, Lq] (accumulation type) is scratch the op allocated, and so is
 // ds (undefined, or [B * H, Lq rounded up to 64, Lk rounded up to 64] of q's type: the tensor-core kernels then keep
-// dS there instead of recomputing it for dQ; other paths leave it unused).
+// dS there instead of recomputing it for dQ; other paths leave it unused). keep: undefined or the forward's keep
+// bits, which the Hopper kernels read instead of drawing (other paths draw again).
 void flash_attention_backward(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& params,
                               const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
-                              const Tensor& delta, const Tensor& ds, const Tensor& dq, const Tensor& dk,
-                              const Tensor& dv);
+                              const Tensor& delta, const Tensor& ds, const Tensor& keep, const Tensor& dq,
+                              const Tensor& dk, const Tensor& dv);
 
 // Tuning hook for the benchmark (tests/ops/attention_cuda_test.cpp): the tile configuration the tensor-core
 // kernels use, -1 for the default. Returns how many configurations each pass has for head dim D. A process starts

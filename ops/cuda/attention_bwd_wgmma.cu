@@ -4,9 +4,12 @@
 //
 //   dK, dV   a block of kWG warpgroups, each owning 64 keys, walks the query tiles of Br = 64 rows that can see them:
 //                S^T = K Q^T, dP^T = V dO^T    wgmma m64n64k16, K / V (A) and Q / dO (B) K-major from shared memory
-//                dS^T, (P Z)^T                 in registers (dkdv_scores_to_ds), dS written out when kept
+//                dS^T, (P Z)^T                 in registers (dkdv_scores_to_ds)
 //                dV += (P Z)^T dO              wgmma m64nDk16, A from registers (the accumulators packed to 16 bits),
 //                dK += dS^T Q                  dO / Q MN-major from shared memory (their rows are the k dimension)
+//                                              dS written out when kept, while these two run
+//            Dropout's decisions Z: the forward's keep bits when it kept them (Drop::bits: a tile's [Br, Bk / 8] bytes
+//            copied into shared memory with its Q and dO), else drawn again as the forward drew them.
 //   dQ       from the kept dS: a block of kWG warpgroups of 64 queries walks the 64-key tiles, dQ += dS K (dS K-major,
 //            K MN-major, both from shared memory); without it (long keys) the same block recomputes S = Q K^T and
 //            dP = dO V^T per key tile (Q, dO, K, V from shared memory), dS in registers, dQ += dS K with dS from
@@ -50,14 +53,15 @@ __device__ __forceinline__ void zero(float (&x)[N][4]) {
 template <int D_, int kWG_, int kMinBlocks_>
 struct WgDkdvConfig {
   static constexpr int D = D_, Br = 64, Bk = 64 * kWG_, kThreads = 128 * kWG_, kMinBlocks = kMinBlocks_;
-  static constexpr int kKVElems = Bk * D, kQElems = Br * D;
-  static constexpr int kSmemBytes = (2 * kKVElems + 4 * kQElems) * 2 + 4 * Br * 4 + 1024;
+  static constexpr int kKVElems = Bk * D, kQElems = Br * D, kKeepBytes = Br * Bk / 8;
+  static constexpr int kSmemBytes = (2 * kKVElems + 4 * kQElems) * 2 + 4 * Br * 4 + 2 * kKeepBytes + 1024;
 };
 
 template <typename Cfg, typename T, Drop kDrop, bool kWriteDs>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_wgmma_kernel(const FlashArgs a) {
 #if defined(ENGINE_WGMMA_DEVICE)
   constexpr bool kDropout = kDrop != Drop::none, shared_draw = kDrop == Drop::shared;
+  constexpr int kKeepLd = Cfg::Bk / 8;  // bytes of a tile's row of keep bits
   constexpr int D = Cfg::D, Br = Cfg::Br, Bk = Cfg::Bk, kThreads = Cfg::kThreads;
   constexpr int NT = Br / 8, DT = D / 8, KS = D / 16;
   extern __shared__ __align__(128) uint16_t smem_raw[];
@@ -67,6 +71,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_wgmma_ker
   uint16_t* sdO = sQ + 2 * Cfg::kQElems;                           // [2][Br, D] panels
   float* sLse = reinterpret_cast<float*>(sdO + 2 * Cfg::kQElems);  // [2][Br]
   float* sDelta = sLse + 2 * Br;                                   // [2][Br]
+  uint8_t* sKeep = reinterpret_cast<uint8_t*>(sDelta + 2 * Br);    // [2][Br, Bk / 8] keep bits (Drop::bits)
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, wg = warp / 4;
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
@@ -97,6 +102,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_wgmma_ker
       cp_async4(smem_addr(sLse + buf * Br + r), lse_h + (valid ? i : 0), valid);
       cp_async4(smem_addr(sDelta + buf * Br + r), delta_h + (valid ? i : 0), valid);
     }
+    if constexpr (kDrop == Drop::bits) {  // 8 bytes (64 keys) per copy; rows past Lq, keys past the row: zeros
+      const uint8_t* keep_h = a.keep_in + int64_t(bh) * a.Lq * a.keep_ld;
+      for (int c = tid; c < Br * kKeepLd / 8; c += kThreads) {
+        const int r = c / (kKeepLd / 8), col = k0 / 8 + c % (kKeepLd / 8) * 8, i = m * Br + r;
+        const bool valid = i < a.Lq && col < a.keep_ld;
+        cp_async8(smem_addr(sKeep + buf * Cfg::kKeepBytes + c * 8),
+                  keep_h + (valid ? int64_t(i) * a.keep_ld + col : 0), valid);
+      }
+    }
   };
   if (m_first < m_end) load_query_tile(m_first, 0);
   cp_async_commit();
@@ -124,7 +138,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_wgmma_ker
     const uint32_t q_base = smem_addr(sQ + buf * Cfg::kQElems), do_base = smem_addr(sdO + buf * Cfg::kQElems);
 
     [[maybe_unused]] KeepBytes<NT / 2> keep_bits;
-    if constexpr (kDropout) draw_keep_cols<shared_draw, NT>(a, bh, i0, k0 + warp_key, lane, keep_bits);
+    if constexpr (kDrop == Drop::bits) {  // the lane's byte of each 16 queries, gathered as draw_keep_cols does
+      const uint8_t* tile_keep = sKeep + buf * Cfg::kKeepBytes + (warp_key + keep_cols_key(lane)) / 8;
+#pragma unroll
+      for (int nt2 = 0; nt2 < NT / 2; nt2++)
+        keep_bits.set(nt2, keep_cols_from_byte(tile_keep[(nt2 * 16 + keep_cols_query(lane)) * kKeepLd], lane));
+    } else if constexpr (kDropout) {
+      draw_keep_cols<shared_draw, NT>(a, bh, i0, k0 + warp_key, lane, keep_bits);
+    }
 
     // S^T = K Q^T and dP^T = V dO^T                                     [64 keys, Br] per warpgroup
     float s[NT][4], dp[NT][4];
@@ -132,7 +153,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_wgmma_ker
 
     dkdv_scores_to_ds<kDropout>(a, s, dp, keep_bits, sLse + buf * Br, sDelta + buf * Br, key_ok, i0, k0 + warp_key,
                                 lane);
-    if constexpr (kWriteDs) store_ds_transposed<T>(a, bh, i0, k0 + warp_key, lane, dp);
 
     // dV += (P Z)^T dO, dK += dS^T Q                                     [64 keys, D] per warpgroup
     uint32_t pa[NT / 2][4], da[NT / 2][4];
@@ -144,6 +164,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_wgmma_ker
     issue_rs<T, D>(flat(dv), pa, do_base, Br);
     issue_rs<T, D>(flat(dk), da, q_base, Br);
     wgmma::commit();
+    if constexpr (kWriteDs) store_ds_transposed<T>(a, bh, i0, k0 + warp_key, lane, dp);  // while the products run
     wgmma::wait<0>();  // before the next tile's barrier lets this buffer be refilled
     wgmma::fence_operands(flat(dv));
     wgmma::fence_operands(flat(dk));
@@ -324,13 +345,14 @@ template <typename DkdvCfg, int kDqWG, typename T, Drop kDrop>
 void launch(const FlashArgs& a) {
   using DqDs = WgDqDsConfig<DkdvCfg::D, kDqWG>;
   using Dq = WgDqConfig<DkdvCfg::D, kDqWG>;
+  constexpr Drop kDqDrop = kDrop == Drop::bits ? Drop::shared : kDrop;  // (dQ recomputing draws: long keys keep none)
   const bool keep_ds = a.ds && a.Lq > 0 && a.Lk > 0;
   auto dkdv = keep_ds ? dkdv_wgmma_kernel<DkdvCfg, T, kDrop, true> : dkdv_wgmma_kernel<DkdvCfg, T, kDrop, false>;
   static const bool configured = [] {
     allow_smem(dkdv_wgmma_kernel<DkdvCfg, T, kDrop, true>, DkdvCfg::kSmemBytes);
     allow_smem(dkdv_wgmma_kernel<DkdvCfg, T, kDrop, false>, DkdvCfg::kSmemBytes);
     allow_smem(dq_from_ds_wgmma_kernel<DqDs, T>, DqDs::kSmemBytes);
-    allow_smem(dq_wgmma_kernel<Dq, T, kDrop>, Dq::kSmemBytes);
+    allow_smem(dq_wgmma_kernel<Dq, T, kDqDrop>, Dq::kSmemBytes);
     return true;
   }();
   (void)configured;
@@ -346,19 +368,24 @@ void launch(const FlashArgs& a) {
     ENGINE_CUDA_LAUNCH_CHECK("flash_attention_backward (wgmma dQ from dS)");
   } else {
     const dim3 grid_q(unsigned((a.Lq + Dq::Br - 1) / Dq::Br), unsigned(a.H), unsigned(a.B));
-    dq_wgmma_kernel<Dq, T, kDrop><<<grid_q, Dq::kThreads, Dq::kSmemBytes, engine::cuda::stream()>>>(a);
+    dq_wgmma_kernel<Dq, T, kDqDrop><<<grid_q, Dq::kThreads, Dq::kSmemBytes, engine::cuda::stream()>>>(a);
     ENGINE_CUDA_LAUNCH_CHECK("flash_attention_backward (wgmma dQ)");
   }
 }
 
 template <typename DkdvCfg, int kDqWG>
 void run(const FlashArgs& a, bool bf16) {
-  with_drop_mode(a, [&](auto drop) {
+  auto go = [&](auto drop) {
     if (bf16)
       launch<DkdvCfg, kDqWG, __nv_bfloat16, decltype(drop)::value>(a);
     else
       launch<DkdvCfg, kDqWG, __half, decltype(drop)::value>(a);
-  });
+  };
+  // The forward's keep bits, where it kept them (shared draws: ops/attention.cpp keeps them only then).
+  if (a.keep_in && drop_mode(a) == Drop::shared)
+    go(std::integral_constant<Drop, Drop::bits>{});
+  else
+    with_drop_mode(a, go);
 }
 
 }  // namespace

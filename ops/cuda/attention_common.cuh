@@ -55,6 +55,12 @@ struct FlashArgs {
   // dS kept (attention_bwd.cu): [B*H, ds_rows, ds_ld] of q's type, queries x keys, or nullptr (dQ recomputed)
   void* ds = nullptr;
   int64_t ds_rows = 0, ds_ld = 0;
+  // The dropout keep bits (ops/attention.h): [B*H, Lq, keep_ld] bytes, bit j % 8 of byte j / 8 = key j kept. The
+  // forward writes them (keep_out) as it draws; the Hopper backward reads them (keep_in) instead of drawing.
+  // nullptr when not kept.
+  uint8_t* keep_out = nullptr;
+  const uint8_t* keep_in = nullptr;
+  int keep_ld = 0;
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -205,7 +211,9 @@ __host__ __device__ __forceinline__ bool dropout_blocks_aligned(const FlashArgs&
 // How a tensor-core kernel draws its dropout: not at all, by shared draws (dropout_blocks_aligned), or each element
 // on its own. Each is a kernel of its own: compiled together, the per-element path's registers made the shared
 // path spill more (ptxas, bf16 forward at D = 64: 40 B of spill together, 20 B apart).
-enum class Drop { none, shared, each };
+// (A fourth mode, the forward's keep bits read instead of drawn, is the Hopper backward's alone:
+// attention_bwd_wgmma.cu's Drop::bits.)
+enum class Drop { none, shared, each, bits };
 inline Drop drop_mode(const FlashArgs& a) {
   return !a.dropout ? Drop::none : dropout_blocks_aligned(a) ? Drop::shared : Drop::each;
 }
@@ -243,10 +251,14 @@ __device__ __forceinline__ uint32_t low_pairs(uint32_t v) {
 // j0 + 8 t .. + 7, j0 a multiple of 8): this lane's elements are rows i and i + 8 (h = 0, 1) and keys
 // j0 + 8 t + 2 tq + e. The 4 lanes of a quad (tq = 0..3, one i) need the same 4 blocks (h, t): lane tq draws block
 // (h, t) = (tq & 1, tq >> 1) into byte tq, and two xor shuffles give every lane all four bytes. Returns the lane's 8
-// keep bits: element (t, h, e) is bit row_keep_bit(t, h, e).
+// keep bits: element (t, h, e) is bit row_keep_bit(t, h, e). With a.keep_out (the forward), each lane also writes
+// the byte it drew to the keep bits (rows past Lq and keys past Lk: none).
 __device__ __forceinline__ uint32_t dropout_keep_rows(const FlashArgs& a, int bh, int i, int j0, int lane) {
-  const int tq = lane & 3;
-  uint32_t v = dropout_keep_byte(a, dropout_index(a, bh, i + 8 * (tq & 1), j0 + 8 * (tq >> 1))) << (8 * tq);
+  const int tq = lane & 3, row = i + 8 * (tq & 1), key = j0 + 8 * (tq >> 1);
+  const uint32_t byte = dropout_keep_byte(a, dropout_index(a, bh, row, key));
+  if (a.keep_out && row < a.Lq && key < a.Lk)
+    a.keep_out[(int64_t(bh) * a.Lq + row) * a.keep_ld + key / 8] = uint8_t(byte);
+  uint32_t v = byte << (8 * tq);
   v |= __shfl_xor_sync(0xffffffffu, v, 1);
   v |= __shfl_xor_sync(0xffffffffu, v, 2);
   return low_pairs(v >> (2 * tq));  // keys 2 tq, 2 tq + 1 of each block
@@ -273,16 +285,22 @@ __device__ __forceinline__ uint32_t dropout_keep_rows_each(const FlashArgs& a, i
 // (t, h, e) (query i0 + 8 t + 2 tq + e, keys j0 + 8 h ..): lane g draws block (t, h, e) = (g >> 2, (g >> 1) & 1,
 // g & 1) into byte g & 3 of a word per t, xor shuffles over g ^ 1 and g ^ 2 gather a t's four bytes and one over
 // g ^ 4 fetches the other t's. Each lane keeps bit g (its key) of every byte: element (t, h, e) is bit
-// col_keep_bit(t, h, e) of the 8 bits returned.
-__device__ __forceinline__ uint32_t dropout_keep_cols(const FlashArgs& a, int bh, int i0, int j0, int lane) {
-  const int g = lane >> 2, tq = lane & 3;
-  const uint64_t flat = dropout_index(a, bh, i0 + 8 * (g >> 2) + 2 * tq + (g & 1), j0 + 8 * ((g >> 1) & 1));
-  uint32_t v = dropout_keep_byte(a, flat) << (8 * (g & 3));
+// col_keep_bit(t, h, e) of the 8 bits returned. keep_cols_from_byte gathers them from the lane's byte (keys
+// j0 + keep_cols_key(lane) .. + 7 of query i0 + keep_cols_query(lane)), drawn here or read from the keep bits.
+__device__ __forceinline__ int keep_cols_query(int lane) { return 8 * (lane >> 4) + 2 * (lane & 3) + ((lane >> 2) & 1); }
+__device__ __forceinline__ int keep_cols_key(int lane) { return 8 * ((lane >> 3) & 1); }
+__device__ __forceinline__ uint32_t keep_cols_from_byte(uint32_t byte, int lane) {
+  const int g = lane >> 2;
+  uint32_t v = byte << (8 * (g & 3));
   v |= __shfl_xor_sync(0xffffffffu, v, 4);
   v |= __shfl_xor_sync(0xffffffffu, v, 8);
   const uint32_t other = __shfl_xor_sync(0xffffffffu, v, 16);
   const uint32_t w0 = g < 4 ? v : other, w1 = g < 4 ? other : v;  // the blocks of t = 0 and t = 1
   return low_pairs(((w0 >> g) & 0x01010101u) | (((w1 >> g) & 0x01010101u) << 1));
+}
+__device__ __forceinline__ uint32_t dropout_keep_cols(const FlashArgs& a, int bh, int i0, int j0, int lane) {
+  return keep_cols_from_byte(
+      dropout_keep_byte(a, dropout_index(a, bh, i0 + keep_cols_query(lane), j0 + keep_cols_key(lane))), lane);
 }
 __host__ __device__ constexpr int col_keep_bit(int t, int h, int e) { return 2 * (2 * h + e) + t; }
 
@@ -333,6 +351,9 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
 }
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 8 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -665,6 +686,8 @@ const char* backward_tensor_core_name(int head_dim, int variant);
 void launch_backward_delta(const FlashArgs& a, int dtype);
 // The generic kernels; dtype is an engine::DType as int.
 void launch_forward_generic(const FlashArgs& a, int dtype);
+// The keep bits a.keep_out from the draw, by a kernel of their own (for the forwards that do not write them).
+void launch_keep_bits(const FlashArgs& a);
 void launch_backward_generic(const FlashArgs& a, int dtype);
 
 }  // namespace ops::cuda::attn

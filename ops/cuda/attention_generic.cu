@@ -351,6 +351,28 @@ void launch_forward_generic(const FlashArgs& a, int dtype) {
   });
 }
 
+namespace {
+
+// One byte of the keep bits per thread: keys 8 c .. 8 c + 7 of row r (every key below Lk, each drawn on its own).
+__global__ void keep_bits_kernel(const FlashArgs a, int64_t bytes) {
+  const int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= bytes) return;
+  const int64_t row = n / a.keep_ld, c = n % a.keep_ld;  // row (b H + h) Lq + i
+  uint32_t v = 0;
+  for (int e = 0; e < 8 && 8 * c + e < a.Lk; e++)
+    v |= uint32_t(dropout_keep(a, uint64_t(row) * uint64_t(a.Lk) + uint64_t(8 * c + e))) << e;
+  a.keep_out[n] = uint8_t(v);
+}
+
+}  // namespace
+
+void launch_keep_bits(const FlashArgs& a) {
+  const int64_t bytes = int64_t(a.B) * a.H * a.Lq * a.keep_ld;
+  if (bytes == 0) return;
+  keep_bits_kernel<<<unsigned((bytes + 255) / 256), 256, 0, engine::cuda::stream()>>>(a, bytes);
+  ENGINE_CUDA_LAUNCH_CHECK("flash_attention (keep bits)");
+}
+
 void launch_backward_generic(const FlashArgs& a, int dtype) {
   ENGINE_CUDA_FLOAT_SWITCH(engine::DType(dtype), T, {
     using A = acc_t<T>;

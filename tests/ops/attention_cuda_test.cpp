@@ -308,6 +308,71 @@ TEST(AttentionCuda, WgmmaBackwardMatchesReference) {
   ops::cuda::set_flash_tuning({});
 }
 
+// The forward's dropout keep bits (ops/attention.h) on the GPU: every forward configuration writes the draw's bits of
+// every visible pair (the cpu's, which tests/ops/attention_test.cpp checks against the draw's definition), the generic
+// path included, and a backward given them (the Hopper kernels read them) gives the bits of one that draws again.
+TEST(AttentionCuda, KeepBitsAreTheDrawAndChangeNoGradient) {
+  const std::vector<Case> keep_cases = {
+      {"dropout, shared draws", 2, 2, 77, 136, 64, 64, false, false, 0.2},
+      {"dropout + causal + padding, shared draws", 4, 2, 130, 128, 64, 64, true, true, 0.3},
+      {"head dim 128, dropout + padding", 3, 1, 70, 200, 128, 128, false, true, 0.1},
+      {"strided rows (generic path), dropout", 2, 2, 45, 72, 64, 64, false, true, 0.2, 2},
+  };
+  uint64_t seed = 900;
+  for (const Case& c : keep_cases) {
+    const DType t = DType::bf16;
+    SCOPED_TRACE(describe(c, t));
+    engine::manual_seed(seed++);
+    Inputs cpu{make_input(c, c.Lq, c.D, t), make_input(c, c.Lk, c.D, t), make_input(c, c.Lk, c.Dv, t),
+               ops::to(ops::randn({c.B, c.H, c.Lq, c.Dv}), t), padding_mask(c, nullptr)};
+    Inputs dev{on_device(c, cpu.q), on_device(c, cpu.k), on_device(c, cpu.v), ops::to_device(cpu.dout, gpu()),
+               padding_mask(c, gpu())};
+    const ops::FlashAttentionParams p = params_of(c);
+    const Tensor want = ops::flash_attention_forward(cpu.q, cpu.k, cpu.v, cpu.mask, p)[2];
+    ASSERT_TRUE(want.defined()) << "the case keeps its keep bits";
+    const std::vector<double> want_bytes = want.to_double(), pad = cpu.mask.defined() ? cpu.mask.to_double()
+                                                                                        : std::vector<double>();
+    const int64_t W = want.size(3);
+    const int variants = c.layout == 2 ? 1 : ops::cuda::flash_forward_variants(int(c.D));
+    for (int variant = 0; variant < variants; variant++) {
+      SCOPED_TRACE(c.layout == 2 ? std::string("generic") : ops::cuda::flash_forward_variant_name(int(c.D), variant));
+      ops::cuda::set_flash_tuning({variant, -1});
+      const std::vector<Tensor> f = ops::flash_attention_forward(dev.q, dev.k, dev.v, dev.mask, p);
+      ASSERT_TRUE(f[2].defined());
+      const std::vector<double> got = f[2].to_double();
+      int64_t wrong = 0;
+      for (int64_t b = 0; b < c.B; b++)
+        for (int64_t row = b * c.H * c.Lq; row < (b + 1) * c.H * c.Lq; row++)
+          for (int64_t j = 0; j < c.Lk; j++) {
+            const int64_t i = row % c.Lq;
+            if ((c.causal && j > i + c.Lk - c.Lq) || (!pad.empty() && pad[size_t(b * c.Lk + j)] != 0)) continue;
+            const size_t byte = size_t(row * W + j / 8);
+            wrong += ((uint32_t(got[byte]) ^ uint32_t(want_bytes[byte])) >> (j % 8)) & 1u;
+          }
+      EXPECT_EQ(wrong, 0) << "keep bits of visible pairs that differ from the cpu's";
+    }
+    ops::cuda::set_flash_tuning({});
+    // The backward with the keep bits and without them (drawn again), with each backward configuration.
+    const std::vector<Tensor> f = ops::flash_attention_forward(dev.q, dev.k, dev.v, dev.mask, p);
+    const int backward_variants = c.layout == 2 ? 1 : ops::cuda::flash_backward_variants(int(c.D));
+    for (int variant = 0; variant < backward_variants; variant++) {
+      SCOPED_TRACE(c.layout == 2 ? std::string("generic")
+                                 : ops::cuda::flash_backward_variant_name(int(c.D), variant));
+      ops::cuda::set_flash_tuning({-1, variant});
+      auto grads = [&](const Tensor& keep) {
+        std::vector<Tensor> g = ops::flash_attention_backward(dev.dout, Tensor(), dev.q, dev.k, dev.v, f[0], f[1],
+                                                              dev.mask, p, keep);
+        return std::vector<std::vector<double>>{g[0].to_double(), g[1].to_double(), g[2].to_double()};
+      };
+      const auto with = grads(f[2]), without = grads(Tensor());
+      EXPECT_EQ(with[0], without[0]) << "dq";
+      EXPECT_EQ(with[1], without[1]) << "dk";
+      EXPECT_EQ(with[2], without[2]) << "dv";
+    }
+    ops::cuda::set_flash_tuning({});
+  }
+}
+
 TEST(AttentionCuda, BackwardIsDeterministicAndUsesDlse) {
   // Two runs give the same bits (no atomics), and a gradient on lse enters through delta as on the cpu.
   for (DType t : {DType::bf16, DType::f32}) {
@@ -544,8 +609,11 @@ void bench_shape(int64_t B, int64_t H, int64_t L, int64_t D) {
     if (p.dropout_p > 0) {  // the alternative configurations are built without dropout: the defaults only
       ops::cuda::set_flash_tuning({});
       report("fwd", "default", fwd_flops, [&] { ops::flash_attention_forward(q, k, v, mask, p); });
-      report("bwd", "default", 2.5 * fwd_flops,
+      report("bwd", "default, dropout drawn again", 2.5 * fwd_flops,
              [&] { ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], mask, p); });
+      if (f[2].defined())  // the forward kept its keep bits (short keys: ops/attention.h), as a model's step does
+        report("bwd", "default, the forward's keep bits", 2.5 * fwd_flops,
+               [&] { ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], mask, p, f[2]); });
       continue;
     }
     for (int variant = 0; variant < ops::cuda::flash_forward_variants(int(D)); variant++) {

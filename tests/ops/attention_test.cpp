@@ -336,6 +336,57 @@ TEST(Attention, FlashBackwardKeepsDsOnlyForShortKeys) {
   unsetenv("ENGINE_FLASH_KEEP_DS");
 }
 
+TEST(Attention, FlashForwardKeepsDropoutDecisionsForShortKeys) {
+  // With dropout and short keys (those for which dS is kept), bf16/f16 and Lk a multiple of 8, the forward returns its
+  // keep bits [B, H, Lq, Lk rounded up to 64 / 8] u8 (ops/attention.h): bit j % 8 of byte j / 8 of row (b, h, i) is
+  // the draw's decision on element (b, h, i, j), tested here against the draw's definition (tests/util).
+  ops::FlashAttentionParams p;
+  p.dropout_p = 0.3;
+  p.seed = 0x5eed;
+  p.offset = 4096;
+  auto keep_of = [&](DType t, int64_t Lq, int64_t Lk, int64_t D, const ops::FlashAttentionParams& params) {
+    engine::manual_seed(3);
+    Tensor q = ops::to(ops::randn({2, 3, Lq, D}), t), k = ops::to(ops::randn({2, 3, Lk, D}), t);
+    Tensor v = ops::to(ops::randn({2, 3, Lk, D}), t);
+    return ops::flash_attention_forward(q, k, v, Tensor(), params)[2];
+  };
+  const int64_t Lq = 70, Lk = 136;
+  Tensor keep = keep_of(DType::bf16, Lq, Lk, 64, p);
+  ASSERT_TRUE(keep.defined());
+  EXPECT_EQ(keep.dtype(), DType::u8);
+  ASSERT_EQ(keep.shape(), (Shape{2, 3, Lq, 24})) << "136 keys rounded up to 192, 8 per byte";
+  const std::vector<double> bytes = keep.to_double();
+  int64_t wrong = 0, kept = 0;
+  for (int64_t row = 0; row < 2 * 3 * Lq; row++)
+    for (int64_t j = 0; j < 24 * 8; j++) {
+      const bool bit = (uint32_t(bytes[size_t(row * 24 + j / 8)]) >> (j % 8)) & 1u;
+      const bool want = j < Lk && testutil::dropout_keeps(p.seed, p.offset, uint64_t(row * Lk + j), p.dropout_p);
+      wrong += bit != want;
+      kept += bit;
+    }
+  EXPECT_EQ(wrong, 0) << "bits that differ from the draw (keys past Lk: 0)";
+  EXPECT_NEAR(double(kept) / double(2 * 3 * Lq * Lk), 0.7, 0.02);
+  EXPECT_TRUE(keep_of(DType::f16, 64, 1024, 128, p).defined()) << "head dim 128: 1024 keys are short";
+  EXPECT_FALSE(keep_of(DType::bf16, Lq, Lk, 64, {}).defined()) << "no dropout";
+  EXPECT_FALSE(keep_of(DType::f32, Lq, Lk, 64, p).defined()) << "f32: no tensor cores";
+  EXPECT_FALSE(keep_of(DType::bf16, Lq, 132, 64, p).defined()) << "Lk not a multiple of 8";
+  EXPECT_FALSE(keep_of(DType::bf16, 64, 520, 64, p).defined()) << "long keys (dQ recomputes)";
+  ops::FlashAttentionParams odd = p;
+  odd.offset = 4098;
+  EXPECT_FALSE(keep_of(DType::bf16, Lq, Lk, 64, odd).defined()) << "an offset that is not a multiple of 4";
+  // ENGINE_FLASH_KEEP_DROPOUT=0 turns it off (every device alike); a value other than 0 or 1 is an error naming it.
+  setenv("ENGINE_FLASH_KEEP_DROPOUT", "0", 1);
+  EXPECT_FALSE(keep_of(DType::bf16, Lq, Lk, 64, p).defined()) << "ENGINE_FLASH_KEEP_DROPOUT=0";
+  setenv("ENGINE_FLASH_KEEP_DROPOUT", "yes", 1);
+  try {
+    keep_of(DType::bf16, Lq, Lk, 64, p);
+    ADD_FAILURE() << "ENGINE_FLASH_KEEP_DROPOUT=yes accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("ENGINE_FLASH_KEEP_DROPOUT=\"yes\""), std::string::npos) << e.what();
+  }
+  unsetenv("ENGINE_FLASH_KEEP_DROPOUT");
+}
+
 TEST(Attention, MetaAllocatesLikeCpu) {
   for (AttentionAlgo algo : {AttentionAlgo::naive, AttentionAlgo::flash}) {
     SCOPED_TRACE(ops::attention_algo_name(algo));
@@ -352,6 +403,15 @@ TEST(Attention, MetaAllocatesLikeCpu) {
       graph::backward(ops::sum(ops::attention(q, k, v, mask, o)));
     });
   }
+  // bf16 at head dim 64 with dropout: the forward keeps its keep bits for backward and the backward keeps dS.
+  testutil::expect_meta_allocates_like_cpu([] {
+    engine::manual_seed(1);
+    Tensor qkv = ops::to(ops::rand({2, 16, 3 * 128}), DType::bf16).set_requires_grad(true);
+    AttentionOptions o;
+    o.algo = AttentionAlgo::flash;
+    o.dropout_p = 0.1;
+    graph::backward(ops::sum(ops::attention_packed(qkv, 2, Tensor(), o)));
+  });
 }
 
 TEST(Attention, FlopsCounted) {

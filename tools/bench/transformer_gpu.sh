@@ -12,8 +12,8 @@
 #   variants the flash kernels' configurations: the attention kernel benchmark beside PyTorch's SDPA backends on the
 #            same shapes (tools/bench/sdpa_torch.py: cuDNN, FlashAttention-2, memory-efficient), then the bert_base
 #            512 x 32 bf16 flash step with each ENGINE_FLASH_TUNING="F,B" of $TUNINGS (ops/cuda/attention.h; default:
-#            the defaults, then the overlapped wgmma forward 4), and once with ENGINE_FLASH_KEEP_DS=0 (dQ recomputed,
-#            ops/attention.h)
+#            the defaults, then the overlapped wgmma forward 4), once with ENGINE_FLASH_KEEP_DS=0 (dQ recomputed,
+#            ops/attention.h) and once with ENGINE_FLASH_KEEP_DROPOUT=0 (the backward draws dropout again)
 # Usage on the GPU machine (binaries built here for sm_90, carried in $BIN):
 #   BIN=.gpu OUT=$OUT tools/bench/transformer_gpu.sh profile|bench
 #   BIN_BEFORE=.gpu_before BIN=.gpu OUT=$OUT tools/bench/transformer_gpu.sh ab
@@ -86,6 +86,8 @@ variants)
   done
   ENGINE_FLASH_KEEP_DS=0 engine_step "bert_base (ENGINE_FLASH_KEEP_DS=0)" "$OUT/variants_bert_base_no_ds.log" \
     --model bert_base --seq 512 --batch 32 --precision bf16 --attention flash
+  ENGINE_FLASH_KEEP_DROPOUT=0 engine_step "bert_base (ENGINE_FLASH_KEEP_DROPOUT=0)" \
+    "$OUT/variants_bert_base_no_keep.log" --model bert_base --seq 512 --batch 32 --precision bf16 --attention flash
   ;;
 bench)
   for cfg in "${CONFIGS[@]}"; do
