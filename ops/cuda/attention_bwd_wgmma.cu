@@ -248,8 +248,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_from_ds_wgmma_kernel(const F
 template <int D_, int kWG_>
 struct WgDqConfig {
   static constexpr int D = D_, Br = 64 * kWG_, Bc = 64, kThreads = 128 * kWG_;
-  static constexpr int kQElems = Br * D, kKElems = Bc * D;
-  static constexpr int kSmemBytes = (2 * kQElems + 4 * kKElems) * 2 + 1024;
+  static constexpr int kQElems = Br * D, kKElems = Bc * D, kKeepBytes = Br * Bc / 8;
+  static constexpr int kSmemBytes = (2 * kQElems + 4 * kKElems) * 2 + 2 * kKeepBytes + 1024;
 };
 
 template <typename Cfg, typename T, Drop kDrop>
@@ -263,6 +263,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_wgmma_kernel(const FlashArgs
   uint16_t* sdO = sQ + Cfg::kQElems;      // [Br, D] panels
   uint16_t* sK = sdO + Cfg::kQElems;      // [2][Bc, D] panels
   uint16_t* sV = sK + 2 * Cfg::kKElems;   // [2][Bc, D] panels
+  uint8_t* sKeep = reinterpret_cast<uint8_t*>(sV + 2 * Cfg::kKElems);  // [2][Br, Bc / 8] keep bits (Drop::bits)
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, wg = warp / 4;
   const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);  // longest causal tiles first
@@ -278,6 +279,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_wgmma_kernel(const FlashArgs
   auto load_kv = [&](int t, int buf) {
     load_panels_async<Bc, D, kThreads>(sK + buf * Cfg::kKElems, kh, a.ks.l, t * Bc, a.Lk);
     load_panels_async<Bc, D, kThreads>(sV + buf * Cfg::kKElems, vh, a.vs.l, t * Bc, a.Lk);
+    if constexpr (kDrop == Drop::bits) {  // the tile's 8 bytes (64 keys) of each row; rows past Lq: zeros
+      const uint8_t* keep_h = a.keep_in + int64_t(bh) * a.Lq * a.keep_ld;
+      for (int r = tid; r < Br; r += kThreads) {
+        const bool valid = q0 + r < a.Lq;
+        cp_async8(smem_addr(sKeep + buf * Cfg::kKeepBytes + r * 8),
+                  keep_h + (valid ? int64_t(q0 + r) * a.keep_ld + t * 8 : 0), valid);
+      }
+    }
   };
   load_panels_async<Br, D, kThreads>(sQ, qh, a.qs.l, q0, a.Lq);
   load_panels_async<Br, D, kThreads>(sdO, doh, a.dos.l, q0, a.Lq);
@@ -308,7 +317,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_wgmma_kernel(const FlashArgs
     const uint32_t k_base = smem_addr(sK + buf * Cfg::kKElems), v_base = smem_addr(sV + buf * Cfg::kKElems);
 
     [[maybe_unused]] KeepBytes<NT / 2> keep_bits;
-    if constexpr (kDropout) draw_keep_rows<shared_draw, NT>(a, bh, q0 + warp_row, k0, lane, keep_bits);
+    if constexpr (kDrop == Drop::bits)
+      read_keep_rows<NT>(sKeep + buf * Cfg::kKeepBytes, Bc / 8, warp_row, 0, lane, keep_bits);
+    else if constexpr (kDropout)
+      draw_keep_rows<shared_draw, NT>(a, bh, q0 + warp_row, k0, lane, keep_bits);
 
     // S = Q K^T, dP = dO V^T                                             [64 queries, Bc] per warpgroup
     float s[NT][4], dp[NT][4];
@@ -345,14 +357,13 @@ template <typename DkdvCfg, int kDqWG, typename T, Drop kDrop>
 void launch(const FlashArgs& a) {
   using DqDs = WgDqDsConfig<DkdvCfg::D, kDqWG>;
   using Dq = WgDqConfig<DkdvCfg::D, kDqWG>;
-  constexpr Drop kDqDrop = kDrop == Drop::bits ? Drop::shared : kDrop;  // (dQ recomputing draws: long keys keep none)
   const bool keep_ds = a.ds && a.Lq > 0 && a.Lk > 0;
   auto dkdv = keep_ds ? dkdv_wgmma_kernel<DkdvCfg, T, kDrop, true> : dkdv_wgmma_kernel<DkdvCfg, T, kDrop, false>;
   static const bool configured = [] {
     allow_smem(dkdv_wgmma_kernel<DkdvCfg, T, kDrop, true>, DkdvCfg::kSmemBytes);
     allow_smem(dkdv_wgmma_kernel<DkdvCfg, T, kDrop, false>, DkdvCfg::kSmemBytes);
     allow_smem(dq_from_ds_wgmma_kernel<DqDs, T>, DqDs::kSmemBytes);
-    allow_smem(dq_wgmma_kernel<Dq, T, kDqDrop>, Dq::kSmemBytes);
+    allow_smem(dq_wgmma_kernel<Dq, T, kDrop>, Dq::kSmemBytes);
     return true;
   }();
   (void)configured;
@@ -368,7 +379,7 @@ void launch(const FlashArgs& a) {
     ENGINE_CUDA_LAUNCH_CHECK("flash_attention_backward (wgmma dQ from dS)");
   } else {
     const dim3 grid_q(unsigned((a.Lq + Dq::Br - 1) / Dq::Br), unsigned(a.H), unsigned(a.B));
-    dq_wgmma_kernel<Dq, T, kDqDrop><<<grid_q, Dq::kThreads, Dq::kSmemBytes, engine::cuda::stream()>>>(a);
+    dq_wgmma_kernel<Dq, T, kDrop><<<grid_q, Dq::kThreads, Dq::kSmemBytes, engine::cuda::stream()>>>(a);
     ENGINE_CUDA_LAUNCH_CHECK("flash_attention_backward (wgmma dQ)");
   }
 }

@@ -250,18 +250,19 @@ __device__ __forceinline__ uint32_t low_pairs(uint32_t v) {
 // Two neighbouring m16n8 accumulator tiles with queries along their rows (n-tiles nt + t, t = 0, 1, keys
 // j0 + 8 t .. + 7, j0 a multiple of 8): this lane's elements are rows i and i + 8 (h = 0, 1) and keys
 // j0 + 8 t + 2 tq + e. The 4 lanes of a quad (tq = 0..3, one i) need the same 4 blocks (h, t): lane tq draws block
-// (h, t) = (tq & 1, tq >> 1) into byte tq, and two xor shuffles give every lane all four bytes. Returns the lane's 8
-// keep bits: element (t, h, e) is bit row_keep_bit(t, h, e). With a.keep_out (the forward), each lane also writes
-// the byte it drew to the keep bits (rows past Lq and keys past Lk: none).
-__device__ __forceinline__ uint32_t dropout_keep_rows(const FlashArgs& a, int bh, int i, int j0, int lane) {
-  const int tq = lane & 3, row = i + 8 * (tq & 1), key = j0 + 8 * (tq >> 1);
-  const uint32_t byte = dropout_keep_byte(a, dropout_index(a, bh, row, key));
-  if (a.keep_out && row < a.Lq && key < a.Lk)
-    a.keep_out[(int64_t(bh) * a.Lq + row) * a.keep_ld + key / 8] = uint8_t(byte);
-  uint32_t v = byte << (8 * tq);
+// (h, t) = (tq & 1, tq >> 1) into byte tq, and two xor shuffles give every lane all four bytes (dropout_keep_quad).
+// The lane's 8 keep bits (keys 2 tq, 2 tq + 1 of each block) are then keep_rows_of(quad, tq): element (t, h, e) is
+// bit row_keep_bit(t, h, e).
+__device__ __forceinline__ uint32_t dropout_keep_quad(const FlashArgs& a, int bh, int i, int j0, int lane) {
+  const int tq = lane & 3;
+  uint32_t v = dropout_keep_byte(a, dropout_index(a, bh, i + 8 * (tq & 1), j0 + 8 * (tq >> 1))) << (8 * tq);
   v |= __shfl_xor_sync(0xffffffffu, v, 1);
   v |= __shfl_xor_sync(0xffffffffu, v, 2);
-  return low_pairs(v >> (2 * tq));  // keys 2 tq, 2 tq + 1 of each block
+  return v;
+}
+__device__ __forceinline__ uint32_t keep_rows_of(uint32_t quad, int tq) { return low_pairs(quad >> (2 * tq)); }
+__device__ __forceinline__ uint32_t dropout_keep_rows(const FlashArgs& a, int bh, int i, int j0, int lane) {
+  return keep_rows_of(dropout_keep_quad(a, bh, i, j0, lane), lane & 3);
 }
 __host__ __device__ constexpr int row_keep_bit(int t, int h, int e) { return 2 * (h + 2 * t) + e; }
 
@@ -592,15 +593,55 @@ __device__ __forceinline__ void store_dkdv(const FlashArgs& a, int b, int h, int
 // dQ passes hold a warp's tile with queries along its rows (row0 + g + 8 half) and keys k0 + 8 nt + 2 tq + e along
 // its columns.
 
-// Dropout's keep bits of the tile (byte nt2: n-tiles 2 nt2, 2 nt2 + 1), drawn before its products.
-template <bool kSharedDraw, int NT>
+// Dropout's keep bits of a warp's [16, 8 NT] tile at rows row0 .., keys k0 .. (bytes first .. first + NT / 2 of keep:
+// n-tiles 2 nt2, 2 nt2 + 1), drawn before its products. With shared draws and a.keep_out (the forward), the tile's
+// bytes are also written to the keep bits, NT bytes per row (keys k0 .. k0 + 8 NT; k0 a multiple of 8 NT): lanes
+// tq = 0, 1 of each quad write rows row0 + g + 8 tq (rows past Lq: none; bytes past the keep bits' rows: none).
+template <bool kSharedDraw, int NT, int N>
 __device__ __forceinline__ void draw_keep_rows(const FlashArgs& a, int bh, int row0, int k0, int lane,
-                                               KeepBytes<NT / 2>& keep) {
-  const int i = row0 + lane / 4;
+                                               KeepBytes<N>& keep, int first = 0) {
+  const int i = row0 + lane / 4, tq = lane & 3;
+  constexpr int kWords = (NT + 7) / 8;  // 8-byte words of a row's NT bytes (one 4-byte word when NT = 4)
+  [[maybe_unused]] uint64_t row_bytes[kWords] = {};  // row i + 8 (tq & 1): bytes (i.e. keys k0 + 8 b ..) b = 0 .. NT
 #pragma unroll
-  for (int nt2 = 0; nt2 < NT / 2; nt2++)
-    keep.set(nt2, kSharedDraw ? dropout_keep_rows(a, bh, i, k0 + nt2 * 16, lane)  // a block per 8 elements
-                              : dropout_keep_rows_each(a, bh, i, k0 + nt2 * 16, lane));
+  for (int nt2 = 0; nt2 < NT / 2; nt2++) {
+    if constexpr (kSharedDraw) {  // a block per 8 elements
+      const uint32_t quad = dropout_keep_quad(a, bh, i, k0 + nt2 * 16, lane);
+      keep.set(first + nt2, keep_rows_of(quad, tq));
+      const uint32_t two = __byte_perm(quad, 0, (tq & 1) ? 0x4431 : 0x4420);  // the row's bytes of blocks t = 0, 1
+      row_bytes[nt2 / 4] |= uint64_t(two) << (16 * (nt2 % 4));
+    } else {
+      keep.set(first + nt2, dropout_keep_rows_each(a, bh, i, k0 + nt2 * 16, lane));
+    }
+  }
+  if constexpr (kSharedDraw) {
+    const int row = i + 8 * tq;
+    if (a.keep_out && tq < 2 && row < a.Lq) {
+      uint8_t* out = a.keep_out + (int64_t(bh) * a.Lq + row) * a.keep_ld + k0 / 8;
+      if constexpr (NT == 4) {
+        *reinterpret_cast<uint32_t*>(out) = uint32_t(row_bytes[0]);
+      } else {
+#pragma unroll
+        for (int w = 0; w < kWords; w++)
+          if (k0 / 8 + 8 * w < a.keep_ld) reinterpret_cast<uint64_t*>(out)[w] = row_bytes[w];
+      }
+    }
+  }
+}
+
+// The same keep bits read from the forward's keep bits instead of drawn: `tile` is the [rows, NT] bytes of the
+// warp's block's keys in shared memory (row stride ld bytes, the warp's rows from `row`, keys from byte `col`).
+template <int NT, int N>
+__device__ __forceinline__ void read_keep_rows(const uint8_t* tile, int ld, int row, int col, int lane,
+                                               KeepBytes<N>& keep) {
+  const int g = lane >> 2, tq = lane & 3;
+  const uint8_t* r0 = tile + (row + g) * ld + col;
+#pragma unroll
+  for (int nt2 = 0; nt2 < NT / 2; nt2++) {  // rows i, i + 8: keys 16 nt2 .. (two bytes each)
+    const uint32_t lo = *reinterpret_cast<const uint16_t*>(r0 + 2 * nt2);
+    const uint32_t hi = *reinterpret_cast<const uint16_t*>(r0 + 8 * ld + 2 * nt2);
+    keep.set(nt2, keep_rows_of(__byte_perm(lo, hi, 0x5140), tq));  // dropout_keep_quad's order
+  }
 }
 
 // dS = P (dP Z - delta) into dp from S (in s) and dP, P = exp2(S scale log2e - lse2); lse2 (log2 units) and delta of

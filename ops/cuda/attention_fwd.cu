@@ -113,12 +113,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel
     if constexpr (kDropout) {
 #pragma unroll
       for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int nt2 = 0; nt2 < NT / 2; nt2++) {
-          const int i = q0 + warp_row + mt * 16 + g, j0 = k0 + nt2 * 16;
-          keep.set(mt * NT / 2 + nt2, shared_draw ? dropout_keep_rows(a, bh, i, j0, lane)  // a block per 8 elements
-                                                  : dropout_keep_rows_each(a, bh, i, j0, lane));
-        }
+        draw_keep_rows<shared_draw, NT>(a, bh, q0 + warp_row + mt * 16, k0, lane, keep, mt * NT / 2);
     }
 
     // S = Q K^T                                                                  [16*MT, Bc] per warp

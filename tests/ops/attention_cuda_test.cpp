@@ -364,10 +364,15 @@ TEST(AttentionCuda, KeepBitsAreTheDrawAndChangeNoGradient) {
                                                               dev.mask, p, keep);
         return std::vector<std::vector<double>>{g[0].to_double(), g[1].to_double(), g[2].to_double()};
       };
-      const auto with = grads(f[2]), without = grads(Tensor());
-      EXPECT_EQ(with[0], without[0]) << "dq";
-      EXPECT_EQ(with[1], without[1]) << "dk";
-      EXPECT_EQ(with[2], without[2]) << "dv";
+      for (const char* keep_ds : {"1", "0"}) {  // dS kept, and dQ recomputing it (which then reads them too)
+        SCOPED_TRACE(engine::str("ENGINE_FLASH_KEEP_DS=", keep_ds));
+        setenv("ENGINE_FLASH_KEEP_DS", keep_ds, 1);
+        const auto with = grads(f[2]), without = grads(Tensor());
+        EXPECT_EQ(with[0], without[0]) << "dq";
+        EXPECT_EQ(with[1], without[1]) << "dk";
+        EXPECT_EQ(with[2], without[2]) << "dv";
+      }
+      unsetenv("ENGINE_FLASH_KEEP_DS");
     }
     ops::cuda::set_flash_tuning({});
   }
@@ -611,9 +616,14 @@ void bench_shape(int64_t B, int64_t H, int64_t L, int64_t D) {
       report("fwd", "default", fwd_flops, [&] { ops::flash_attention_forward(q, k, v, mask, p); });
       report("bwd", "default, dropout drawn again", 2.5 * fwd_flops,
              [&] { ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], mask, p); });
-      if (f[2].defined())  // the forward kept its keep bits (short keys: ops/attention.h), as a model's step does
+      if (f[2].defined()) {  // the forward kept its keep bits (short keys: ops/attention.h), as a model's step does
         report("bwd", "default, the forward's keep bits", 2.5 * fwd_flops,
                [&] { ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], mask, p, f[2]); });
+        setenv("ENGINE_FLASH_KEEP_DS", "0", 1);
+        report("bwd", "keep bits, dS recomputed", 2.5 * fwd_flops,
+               [&] { ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], mask, p, f[2]); });
+        unsetenv("ENGINE_FLASH_KEEP_DS");
+      }
       continue;
     }
     for (int variant = 0; variant < ops::cuda::flash_forward_variants(int(D)); variant++) {
