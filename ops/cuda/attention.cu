@@ -121,12 +121,10 @@ void flash_attention_forward(const cpu::FlashAttentionInputs& in, const FlashAtt
     a.keep_ld = int(keep.size(3));
   }
   if (int64_t(a.B) * a.H * a.Lq == 0) return;
-  // The tensor-core kernels write the keep bits as they draw them when they share Philox blocks; else a kernel does.
+  // The keep bits: written by the Hopper forward as it draws them (shared draws), else by a kernel of their own.
   if (use_tensor_cores(in, params, {&out}) &&
-      attn::launch_forward_tensor_core(a, in.q.dtype() == DType::bf16, tuning().forward)) {
-    if (a.keep_out && attn::drop_mode(a) != attn::Drop::shared) attn::launch_keep_bits(a);
+      attn::launch_forward_tensor_core(a, in.q.dtype() == DType::bf16, tuning().forward))
     return;
-  }
   attn::launch_forward_generic(a, int(in.q.dtype()));
   if (a.keep_out) attn::launch_keep_bits(a);
 }

@@ -19,8 +19,8 @@ namespace ops::cuda {
 using engine::Tensor;
 
 // out [B, H, Lq, Dv] with unit-stride rows; lse [B, H, Lq] (accumulation type) contiguous; keep undefined or the
-// dropout keep bits (ops/attention.h), written for every visible pair: by the tensor-core kernels as they draw
-// (shared draws), else by a kernel of their own.
+// dropout keep bits (ops/attention.h), written for every visible pair: by the Hopper forward as it draws (shared
+// draws), else by a kernel of their own.
 void flash_attention_forward(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& params,
                              const Tensor& out, const Tensor& lse, const Tensor& keep);
 

@@ -211,8 +211,8 @@ __host__ __device__ __forceinline__ bool dropout_blocks_aligned(const FlashArgs&
 // How a tensor-core kernel draws its dropout: not at all, by shared draws (dropout_blocks_aligned), or each element
 // on its own. Each is a kernel of its own: compiled together, the per-element path's registers made the shared
 // path spill more (ptxas, bf16 forward at D = 64: 40 B of spill together, 20 B apart).
-// (A fourth mode, the forward's keep bits read instead of drawn, is the Hopper backward's alone:
-// attention_bwd_wgmma.cu's Drop::bits.)
+// A fourth mode, bits, is the Hopper kernels' alone: shared draws written to the keep bits a.keep_out (the forward,
+// attention_fwd_wgmma.cu) or read from a.keep_in instead of drawn (the backward, attention_bwd_wgmma.cu).
 enum class Drop { none, shared, each, bits };
 inline Drop drop_mode(const FlashArgs& a) {
   return !a.dropout ? Drop::none : dropout_blocks_aligned(a) ? Drop::shared : Drop::each;
@@ -288,7 +288,9 @@ __device__ __forceinline__ uint32_t dropout_keep_rows_each(const FlashArgs& a, i
 // g ^ 4 fetches the other t's. Each lane keeps bit g (its key) of every byte: element (t, h, e) is bit
 // col_keep_bit(t, h, e) of the 8 bits returned. keep_cols_from_byte gathers them from the lane's byte (keys
 // j0 + keep_cols_key(lane) .. + 7 of query i0 + keep_cols_query(lane)), drawn here or read from the keep bits.
-__device__ __forceinline__ int keep_cols_query(int lane) { return 8 * (lane >> 4) + 2 * (lane & 3) + ((lane >> 2) & 1); }
+__device__ __forceinline__ int keep_cols_query(int lane) {
+  return 8 * (lane >> 4) + 2 * (lane & 3) + ((lane >> 2) & 1);
+}
 __device__ __forceinline__ int keep_cols_key(int lane) { return 8 * ((lane >> 3) & 1); }
 __device__ __forceinline__ uint32_t keep_cols_from_byte(uint32_t byte, int lane) {
   const int g = lane >> 2;
@@ -594,12 +596,13 @@ __device__ __forceinline__ void store_dkdv(const FlashArgs& a, int b, int h, int
 // its columns.
 
 // Dropout's keep bits of a warp's [16, 8 NT] tile at rows row0 .., keys k0 .. (bytes first .. first + NT / 2 of keep:
-// n-tiles 2 nt2, 2 nt2 + 1), drawn before its products. With shared draws and a.keep_out (the forward), the tile's
-// bytes are also written to the keep bits, NT bytes per row (keys k0 .. k0 + 8 NT; k0 a multiple of 8 NT): lanes
+// n-tiles 2 nt2, 2 nt2 + 1), drawn before its products. kWrite (the Hopper forward's Drop::bits: shared draws), the
+// tile's bytes are also written to a.keep_out, NT bytes per row (keys k0 .. k0 + 8 NT; k0 a multiple of 8 NT): lanes
 // tq = 0, 1 of each quad write rows row0 + g + 8 tq (rows past Lq: none; bytes past the keep bits' rows: none).
-template <bool kSharedDraw, int NT, int N>
+template <bool kSharedDraw, int NT, bool kWrite = false, int N>
 __device__ __forceinline__ void draw_keep_rows(const FlashArgs& a, int bh, int row0, int k0, int lane,
                                                KeepBytes<N>& keep, int first = 0) {
+  static_assert(!kWrite || kSharedDraw, "the keep bits are written from shared draws");
   const int i = row0 + lane / 4, tq = lane & 3;
   constexpr int kWords = (NT + 7) / 8;  // 8-byte words of a row's NT bytes (one 4-byte word when NT = 4)
   [[maybe_unused]] uint64_t row_bytes[kWords] = {};  // row i + 8 (tq & 1): bytes (i.e. keys k0 + 8 b ..) b = 0 .. NT
@@ -608,15 +611,17 @@ __device__ __forceinline__ void draw_keep_rows(const FlashArgs& a, int bh, int r
     if constexpr (kSharedDraw) {  // a block per 8 elements
       const uint32_t quad = dropout_keep_quad(a, bh, i, k0 + nt2 * 16, lane);
       keep.set(first + nt2, keep_rows_of(quad, tq));
-      const uint32_t two = __byte_perm(quad, 0, (tq & 1) ? 0x4431 : 0x4420);  // the row's bytes of blocks t = 0, 1
-      row_bytes[nt2 / 4] |= uint64_t(two) << (16 * (nt2 % 4));
+      if constexpr (kWrite) {  // the row's bytes of blocks t = 0, 1
+        const uint32_t two = __byte_perm(quad, 0, (tq & 1) ? 0x4431 : 0x4420);
+        row_bytes[nt2 / 4] |= uint64_t(two) << (16 * (nt2 % 4));
+      }
     } else {
       keep.set(first + nt2, dropout_keep_rows_each(a, bh, i, k0 + nt2 * 16, lane));
     }
   }
-  if constexpr (kSharedDraw) {
+  if constexpr (kWrite) {
     const int row = i + 8 * tq;
-    if (a.keep_out && tq < 2 && row < a.Lq) {
+    if (tq < 2 && row < a.Lq) {
       uint8_t* out = a.keep_out + (int64_t(bh) * a.Lq + row) * a.keep_ld + k0 / 8;
       if constexpr (NT == 4) {
         *reinterpret_cast<uint32_t*>(out) = uint32_t(row_bytes[0]);
@@ -727,7 +732,8 @@ const char* backward_tensor_core_name(int head_dim, int variant);
 void launch_backward_delta(const FlashArgs& a, int dtype);
 // The generic kernels; dtype is an engine::DType as int.
 void launch_forward_generic(const FlashArgs& a, int dtype);
-// The keep bits a.keep_out from the draw, by a kernel of their own (for the forwards that do not write them).
+// The keep bits a.keep_out from the draw, by a kernel of their own (for the forwards that do not write them: all but
+// the Hopper forward with shared draws).
 void launch_keep_bits(const FlashArgs& a);
 void launch_backward_generic(const FlashArgs& a, int dtype);
 

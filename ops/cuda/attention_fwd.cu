@@ -319,6 +319,7 @@ bool launch_forward_tensor_core(const FlashArgs& a, bool bf16, int variant) {
   if ((variant < 0 || variant >= forward_tensor_core_variants(a.D)) && forward_wgmma_available())
     variant = kWgmmaVariant;
   if (variant >= kWgmmaVariant && launch_forward_wgmma(a, bf16, variant - kWgmmaVariant)) return true;
+  if (a.keep_out) launch_keep_bits(a);  // (these kernels do not write them)
   if (variant < 0 || variant >= 3) variant = default_variant(a);
   const bool full = a.D == 64 ? kFull64[variant] : kFull128[variant];
   if (!full && (!bf16 || a.dropout)) variant = default_variant(a);

@@ -54,7 +54,8 @@ struct WgFwdConfig {
 template <typename Cfg, typename T, Drop kDrop>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_kernel(const FlashArgs a) {
 #if defined(ENGINE_WGMMA_DEVICE)
-  constexpr bool kDropout = kDrop != Drop::none, shared_draw = kDrop == Drop::shared;
+  // Drop::bits: shared draws, also written to the keep bits (ops/attention.h)
+  constexpr bool kDropout = kDrop != Drop::none, shared_draw = kDrop == Drop::shared || kDrop == Drop::bits;
   constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, kThreads = Cfg::kThreads, kSlots = Cfg::kSlots;
   constexpr int NT = Bc / 8, DT = D / 8, KS = D / 16;
   extern __shared__ __align__(128) uint16_t smem_raw[];
@@ -104,7 +105,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
 
   // Dropout's keep bits of tile t (byte nt2: n-tiles 2 nt2, 2 nt2 + 1), drawn before its scores.
   auto draw_keep = [&](int t, KeepBytes<NT / 2>& keep) {
-    if constexpr (kDropout) draw_keep_rows<shared_draw, NT>(a, bh, q0 + warp_row, t * Bc, lane, keep);
+    if constexpr (kDropout)
+      draw_keep_rows<shared_draw, NT, kDrop == Drop::bits>(a, bh, q0 + warp_row, t * Bc, lane, keep);
   };
   // S = Q K^T of tile t, issued as one group: this warpgroup's [64, Bc]; s[4 nt + e] is attention_fwd.cu's
   // s[0][nt][e].
@@ -287,12 +289,19 @@ void launch(const FlashArgs& a) {
 
 template <typename Cfg>
 void run(const FlashArgs& a, bool bf16) {
-  with_drop_mode(a, [&](auto drop) {
+  auto go = [&](auto drop) {
     if (bf16)
       launch<Cfg, __nv_bfloat16, decltype(drop)::value>(a);
     else
       launch<Cfg, __half, decltype(drop)::value>(a);
-  });
+  };
+  // The keep bits written as they are drawn (shared draws; the op keeps them only then), else by their own kernel.
+  if (a.keep_out && drop_mode(a) == Drop::shared) {
+    go(std::integral_constant<Drop, Drop::bits>{});
+    return;
+  }
+  with_drop_mode(a, go);
+  if (a.keep_out) launch_keep_bits(a);
 }
 
 }  // namespace
