@@ -7,8 +7,9 @@
 //          Backward is autograd through those ops.
 //   flash  the engine's own op, a tiled FlashAttention-2 (Dao 2023): blocks of queries x blocks of keys with
 //          an online softmax; it saves only q, k, v, the output and the row log-sum-exp [B, H, Lq] (and, with
-//          dropout at short keys, its keep bits: below): activation memory linear in the sequence length. Backward recomputes the probabilities tile by
-//          tile from the log-sum-exp (ops/cpu/attention.cpp explains both passes). For a short key sequence
+//          dropout at short keys, its keep bits: below): activation memory linear in the sequence length.
+//          Backward recomputes the probabilities tile by tile from the log-sum-exp (ops/cpu/attention.cpp explains
+//          both passes). For a short key sequence
 //          backward also holds dS for a moment: with bf16/f16, D == Dv in {64, 128} and a head's [Lq, Lk] rounded
 //          up to 64 x 64 at most 8 times its q ([Lq, D]; Lk up to 8 D: BERT's 512 at head dim 64), a [B*H, Lq, Lk]
 //          buffer of q's type (rounded up to 64) lives through the backward call, on every device alike (meta
