@@ -176,15 +176,19 @@ bool short_keys(const Tensor& q, const Tensor& k, const Tensor& v) {
   return tensor_cores && Lq > 0 && Lk > 0 && rows * cols <= 8 * Lq * D;
 }
 
-// The forward's dropout keep bits (ops/attention.h): [B, H, Lq, Lk rounded up to 64, over 8] u8 for short keys with
-// dropout whose draw's Philox blocks start on 8 keys (the offset a multiple of 4, Lk of 8), unless
-// ENGINE_FLASH_KEEP_DROPOUT=0; else undefined.
+// The shape of the forward's dropout keep bits (ops/attention.h): [B, H, Lq, Lk rounded up to 64, over 8] bytes.
+Shape keep_bits_shape(const Tensor& q, const Tensor& k) {
+  return {q.size(0), q.size(1), q.size(2), (k.size(2) + 63) / 64 * 8};
+}
+
+// The keep bits, u8, for short keys with dropout whose draw's Philox blocks start on 8 keys (the offset a multiple of
+// 4, Lk of 8), unless ENGINE_FLASH_KEEP_DROPOUT=0; else undefined.
 Tensor kept_dropout_bits(const Tensor& q, const Tensor& k, const Tensor& v, const FlashAttentionParams& p) {
   if (!(p.dropout_p > 0) || !short_keys(q, k, v) || k.size(2) % 8 != 0 || p.offset % 4 != 0) return Tensor();
   if (!env_switch("ENGINE_FLASH_KEEP_DROPOUT", "flash attention's backward draws its dropout again",
                   "the forward keeps its dropout decisions for short keys"))
     return Tensor();
-  return new_empty(q, {q.size(0), q.size(1), q.size(2), (k.size(2) + 63) / 64 * 8}, DType::u8);
+  return new_empty(q, keep_bits_shape(q, k), DType::u8);
 }
 
 // The forward kernels: {out in q's layout, lse, keep bits or undefined}. Inputs checked by the caller, params.scale
@@ -302,7 +306,7 @@ std::vector<Tensor> flash_attention_backward(const Tensor& dout, const Tensor& d
   Tensor dk = new_empty_in_layout_of(k, k.shape(), q.dtype());  // [B, H, Lk, D]
   Tensor dv = new_empty_in_layout_of(v, v.shape(), q.dtype());  // [B, H, Lk, Dv]
   if (keep.defined()) {
-    const Shape want{B, H, Lq, (k.size(2) + 63) / 64 * 8};
+    const Shape want = keep_bits_shape(q, k);
     check_dtype(name, "keep", keep, DType::u8);
     check_same_device(name, q, keep);
     ENGINE_CHECK(keep.shape() == want && keep.is_contiguous(), name, ": keep must be the forward's keep bits, ",
