@@ -98,13 +98,23 @@ inline int64_t conv2d_weight_grad_splits(const ConvGeometry& g) {
     const int64_t room = std::max<int64_t>(1, (int64_t(8) << 20) / (4 * g.cout * g.kh * g.kw));
     return std::max<int64_t>(1, std::min<int64_t>({wanted, most, room, 256}));
   }
+  if (g.pointwise()) return 1;  // the GPU runs a 1x1 convolution as one cuBLASLt GEMM (ops/cuda/conv.cu): no pieces
+  // At most two waves of tiles (264: the workspace stays within 264 tiles of 128 x 128 f32, 17 MiB), each piece
+  // reducing >= 1024 pixels, at most 256 pieces; among those, the most pieces whose time in waves, ceil(tiles *
+  // splits / 132) / splits of one piece's, is within 5% of the least. Waves, because blocks of equal work finish
+  // together: 18 tiles in 15 pieces (270 blocks) took three waves of 132 where 14 pieces (252) take two, and the third
+  // held 6 blocks. The most pieces near the least time, because a layer of one or two tiles (the 3-channel stems: dw
+  // [32, 27] or [64, 147]) runs latency-bound gathering copies that want more than one block per SM (64 pieces left
+  // half the SMs idle and ran the Darknet stem's gradient at 2 TFLOP/s): it takes 256, not 132.
   const int64_t tiles = g.p.groups * ((g.cout_per_group() + 127) / 128) * ((g.gemm_k() + 127) / 128);
-  const int64_t wanted = (264 + tiles - 1) / tiles;              // about two waves of 132 SMs
-  const int64_t most = std::max<int64_t>(1, g.gemm_m() / 1024);  // each piece reduces >= 1024 pixels
-  // At most 256: a layer of one or two tiles (the 3-channel stems: dw [32, 27] or [64, 147]) gets a block per
-  // piece on every SM, which its latency-bound gathering copies need (64 pieces left half the SMs idle and ran
-  // the Darknet stem's gradient at 2 TFLOP/s). The workspace stays about 264 tiles of 128 x 128 f32 (17 MiB).
-  return std::max<int64_t>(1, std::min<int64_t>({wanted, most, 256}));
+  const int64_t most = std::min<int64_t>({std::max<int64_t>(1, 264 / tiles), g.gemm_m() / 1024, 256});
+  auto waves_per_piece = [&](int64_t s) { return double((tiles * s + 131) / 132) / double(s); };
+  double least = waves_per_piece(1);
+  for (int64_t s = 2; s <= most; s++) least = std::min(least, waves_per_piece(s));
+  int64_t splits = 1;
+  for (int64_t s = 2; s <= most; s++)
+    if (waves_per_piece(s) <= 1.05 * least) splits = s;
+  return splits;
 }
 
 }  // namespace ops
