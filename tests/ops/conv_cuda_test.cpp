@@ -576,8 +576,10 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   const std::vector<size_t> fp32_shapes = {0, 1, 2, 5};
   std::map<std::pair<size_t, std::string>, std::array<double, 3>> tflops;  // (shape, type) -> fwd/data/weight
   std::printf("%-34s %-7s %-44s %9s %9s %9s\n", "layer", "dtype", "paths fwd/data/weight", "fwd", "data", "weight");
-  // CONV_PERF_RUNS="bf16/wg,bf16/v0" times only those rows (a shorter call on the GPU machine).
+  // CONV_PERF_RUNS="bf16/wg,bf16/v0" times only those rows (a shorter call on the GPU machine); CONV_PERF_SHAPES=
+  // "Darknet" only the layers whose names contain it (one kernel under ncu).
   const char* only = std::getenv("CONV_PERF_RUNS");
+  const char* only_shapes = std::getenv("CONV_PERF_SHAPES");
   for (const Run& r : runs) {
     if (only && !std::string(only).empty() &&
         ("," + std::string(only) + ",").find("," + std::string(r.type) + ",") == std::string::npos)
@@ -592,6 +594,7 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
     for (size_t s = 0; s < shapes.size(); s++) {
       if (!r.all_shapes && std::find(fp32_shapes.begin(), fp32_shapes.end(), s) == fp32_shapes.end()) continue;
       const auto& [name, c] = shapes[s];
+      if (only_shapes && std::string(name).find(only_shapes) == std::string::npos) continue;
       const DType t = r.dtype;
       const bool slow = !r.tf32 && t == DType::f32;
       const int calls = slow ? 2 : kCalls, reps = slow ? 3 : 7;

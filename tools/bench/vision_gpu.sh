@@ -8,8 +8,12 @@
 #   3. yolov3 at 608x608 batch 8 in fp32, tf32 and bf16, beside tools/bench/yolov3_torch.py (the same step in PyTorch);
 #   4. parity: torchvision vs engine on the GPU, fp32, batch norm in training mode (tools/bench/deeplab_parity.py);
 #   5. max batch under a 24 GiB card's arena: torchvision (set_per_process_memory_fraction) vs the engine's meta answer.
+#   6. (ab, only when named) two builds of the engine side by side: the convolutions' bf16 and tf32 rows of each, then
+#      cuDNN, then yolov3 (bf16, fp32) and deeplabv3 (bf16) steps alternated before, after, before, after, then
+#      PyTorch's bf16 steps of both.
 # Usage on the GPU machine: BIN=.gpu OUT=$OUT tools/bench/vision_gpu.sh [conv] [models] [parity] [maxbatch]
-# (no argument: all four parts; name some to split the work over calls of the device's 10-minute limit).
+# [ab] (BIN_BEFORE=the other build for ab; no argument: the first four parts; name some to split the work over calls
+# of the device's 10-minute limit).
 set -uo pipefail
 PARTS=${*:-conv models parity maxbatch}
 want() { [[ " $PARTS " == *" $1 "* ]]; }
@@ -59,4 +63,28 @@ for p in fp32 bf16; do
   "$BIN/engine_train" --model deeplabv3 --size torchvision --precision "$p" --device meta --gpu titanrtx \
     --find-max-batch 2>&1 | grep -E "^max batch:"
 done
+fi
+if want ab; then
+echo "== A/B: $BIN_BEFORE (before) and $BIN (after)"
+for b in "$BIN_BEFORE" "$BIN"; do
+  CONV_PERF_RUNS=${CONV_PERF_RUNS:-bf16/wg,tf32} timeout 200 "$b/engine_cuda_tests" --gtest_also_run_disabled_tests \
+    --gtest_filter='ConvCudaPerf.DISABLED_TFlops' > "$OUT/conv_ab.log" 2>&1
+  echo "-- $b"; sed -n '/^TFLOP/,$p' "$OUT/conv_ab.log"
+done
+timeout 150 python3 tools/bench/conv_torch.py --types bf16,tf32 2>&1 | tee "$OUT/conv_cudnn.log"
+step() {  # binary, label, steps, engine_train flags
+  local b=$1 label=$2 n=$3; shift 3
+  timeout 150 "$b/engine_train" --device cuda --steps "$n" "$@" > "$OUT/ab_step.log" 2>&1
+  echo "$label $* | $(grep -E "^step ($((n - 2))|$((n - 1))|$n)/|rror" "$OUT/ab_step.log" | tr '\n' ' ')"
+}
+for round in 1 2; do
+  for b in "$BIN_BEFORE" "$BIN"; do
+    step "$b" "$b" 10 --model yolov3 --batch 8 --precision bf16
+    step "$b" "$b" 10 --model deeplabv3 --size torchvision --batch 8 --precision bf16
+    step "$b" "$b" 6 --model yolov3 --batch 8 --precision fp32
+  done
+done
+timeout 150 python3 tools/bench/yolov3_torch.py --batch 8 --precision bf16 2>&1 | grep -E "^torch yolov3 608|Error"
+timeout 150 python3 tools/bench/yolov3_torch.py --batch 8 --precision fp32 2>&1 | grep -E "^torch yolov3 608|Error"
+timeout 150 python3 tools/bench/deeplab_torch.py --batch 8 --precision bf16 2>&1 | grep -E "^torch|Error"
 fi
