@@ -28,7 +28,6 @@
 // (k = tq (+4), col = g (+8)) of an 8-row block, and chunk ^ ((r % 4) * 2 + (r / 4) % 2) puts the 32 lanes
 // of every such load in 32 different banks (with chunk ^ row % 8 they would take 16, 2 lanes each).
 #pragma once
-#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -280,7 +279,7 @@ __device__ __forceinline__ void mma_sync_for_each_pair(const typename Cfg::Acc& 
 // the mma.sync loop; ncu: tensor pipe ~49%, L2 ~53%, 8 warps per SM issuing 1.4 instructions per cycle, so
 // latency-bound (copies and barrier) rather than bandwidth-bound. A warp-specialized version with the same cp.async
 // copies (a producer warpgroup, two consumer warpgroups, mbarriers, setmaxnreg) ran slower (401): branch
-// exp/conv-wgmma-warp-specialized. With both operands by the bulk tensor copy it wins (tma_ws_gemm_tiles below).
+// exp/conv-wgmma-warp-specialized. With both operands by the bulk tensor copy it wins (tma_ws_gemm_tile below).
 template <int BM_, int BN_, int kStages_, bool kTma_ = false>
 struct WgTile {
   using Elem = uint16_t;
@@ -422,20 +421,15 @@ __device__ __forceinline__ void wgmma_gemm_tile(const Loader& loader, int k_tile
 
 // ---------------------------------------------------------------------------------------------------
 // Hopper's warp-specialized main loop, both operands by the bulk tensor copy (TMA): A [m][k] and B [n][k] tiles of
-// 128-byte rows with the 128-byte swizzle, as in wgmma_gemm_tile. Persistent: a launch has `tiles` work tiles (a
-// BM x BN tile of C and, for the weight gradient, a piece of its K) and min(tiles, SMs) blocks; block b computes
-// tiles b, b + gridDim.x, .. . Warps 0-7 are two consumer warpgroups running the wgmmas of a tile (each BM / 2 rows);
-// warp 8 is the producer, whose first lane issues each tile's K-slices' copies (work.produce(tile, kt, a, b, bar):
-// shared addresses of the stage's A and B tiles, and the barrier the copies complete on) into the next stage of the
-// ring as soon as the consumers released it. A consumer warp releases a stage (one arrival on its `empty` barrier)
-// once the wgmmas that read it are done, and the last stage of a tile before its epilogue (work.store(tile, row, col,
-// v0, v1) per accumulator pair), so the producer fills the ring with the next tile's slices while the consumers
-// store: a block's tiles follow one another without the pipeline's fill, the launch and the block's set-up between
-// them. The loop has no block barrier and the consumers compute no addresses.
+// 128-byte rows with the 128-byte swizzle, as in wgmma_gemm_tile. Warps 0-7 are two consumer warpgroups running the
+// wgmmas of a BM x BN tile (each BM / 2 rows); warp 8 is the producer, whose first lane issues slice kt's copies
+// (produce(kt, a, b, bar): shared addresses of the stage's A and B tiles, and the barrier the copies complete on) into
+// stage kt % kStages as soon as the consumers released it. A consumer warp releases a stage (one arrival on its
+// `empty` barrier) once the wgmmas that read it are done. The loop has no block barrier and the consumers compute no
+// addresses: the copies run up to kStages - 1 slices ahead of the tensor cores, whatever the consumers are doing.
 // (ncu of wgmma_gemm_tile, where every thread copies with cp.async: tensor pipe ~49%, latency-bound on the copies'
 // address arithmetic and the barrier per K-slice.) Measured on the H200 (2026-12-05, ConvCudaPerf bf16, Darknet 3x3
-// 128->256 152^2), a block per tile: forward / data / weight 529 / 522 / 378 TFLOP/s against 493 / 324 / 261 with x
-// by cp.async.
+// 128->256 152^2): forward / data / weight 529 / 522 / 378 TFLOP/s against 493 / 324 / 261 with x by cp.async.
 template <int BM_, int BN_, int kStages_>
 struct TmaWsTile {
   using Elem = uint16_t;
@@ -456,21 +450,14 @@ struct TmaWsTile {
   static_assert(kSmemBytes <= 227 * 1024, "an SM has 227 KB of shared memory for a block");
 };
 
-// The persistent launch's blocks: one per SM (a TmaWsTile block takes most of an SM's shared memory), at most one
-// per tile.
-inline unsigned tma_ws_blocks(int64_t tiles) {
-  return unsigned(std::min<int64_t>(tiles, engine::cuda::multiprocessors()));
-}
-
 // kAKM / kBKN: A is [k][m] / B is [k][n] in MN-major panels of 64 columns (wgmma_gemm_tile's kn_chunk layout: a
-// bulk copy of a box of 64 channels x 64 pixels is exactly one panel), else [m][k] / [n][k]. Work has
-// k_tiles(tile) (>= 0; a tile of none stores zeros), produce and store (above).
-template <typename Cfg, typename T, bool kAKM, bool kBKN, typename Work>
-__device__ __forceinline__ void tma_ws_gemm_tiles(const Work& work, int tiles, uint16_t* smem_raw) {
+// bulk copy of a box of 64 channels x 64 pixels is exactly one panel), else [m][k] / [n][k].
+template <typename Cfg, typename T, bool kAKM, bool kBKN, typename Produce, typename Store>
+__device__ __forceinline__ void tma_ws_gemm_tile(Produce&& produce, int k_tiles, uint16_t* smem_raw, Store&& store) {
   constexpr int kStages = Cfg::kStages, kStageElems = Cfg::kStageElems, kAElems = Cfg::kAElems, BN = Cfg::BN;
   constexpr int kMT = Cfg::kMT;
   uint16_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023) / 2;  // the swizzle's period
-  const uint32_t ring = smem_addr(smem), full = smem_addr(smem + kStages * kStageElems), empty = full + 8 * kStages;
+  const uint32_t tiles = smem_addr(smem), full = smem_addr(smem + kStages * kStageElems), empty = full + 8 * kStages;
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; s++) {
@@ -480,48 +467,38 @@ __device__ __forceinline__ void tma_ws_gemm_tiles(const Work& work, int tiles, u
     wgmma::fence_mbarrier_init();
   }
   __syncthreads();
-  // Slice number q of the block (counted over its tiles) uses stage q % kStages, in the ring's pass q / kStages.
   if (warp == Cfg::kConsumerWarps) {  // the producer
     if (lane == 0) {
-      int q = 0;
-      for (int tile = int(blockIdx.x); tile < tiles; tile += int(gridDim.x)) {
-        const int k_tiles = work.k_tiles(tile);
-        for (int kt = 0; kt < k_tiles; kt++, q++) {
-          const int s = q % kStages;
-          if (q >= kStages) wgmma::mbar_wait(empty + 8 * s, (q / kStages - 1) & 1);  // slice q - kStages released
-          wgmma::mbar_expect_tx(full + 8 * s, Cfg::kStageTxBytes);
-          const uint32_t a = ring + uint32_t(s * kStageElems * 2);
-          work.produce(tile, kt, a, a + uint32_t(kAElems * 2), full + 8 * s);
-        }
+      for (int kt = 0; kt < k_tiles; kt++) {
+        const int s = kt % kStages;
+        if (kt >= kStages) wgmma::mbar_wait(empty + 8 * s, (kt / kStages - 1) & 1);  // slice kt - kStages released
+        wgmma::mbar_expect_tx(full + 8 * s, Cfg::kStageTxBytes);
+        const uint32_t a = tiles + uint32_t(s * kStageElems * 2);
+        produce(kt, a, a + uint32_t(kAElems * 2), full + 8 * s);
       }
     }
     return;
   }
   const int wg = warp / 4;
   const uint32_t a_off = uint32_t(wg * kMT) * kPanelBytes;  // this warpgroup's rows: kMT m64 blocks of 8 KB
-  int q = 0;
-  for (int tile = int(blockIdx.x); tile < tiles; tile += int(gridDim.x)) {
-    const int k_tiles = work.k_tiles(tile);
-    typename Cfg::Acc acc;
+  typename Cfg::Acc acc;
 #pragma unroll
-    for (int mi = 0; mi < kMT; mi++)
+  for (int mi = 0; mi < kMT; mi++)
 #pragma unroll
-      for (int i = 0; i < BN / 2; i++) acc[mi][i] = 0.f;
-    for (int kt = 0; kt < k_tiles; kt++, q++) {
-      const int s = q % kStages;
-      wgmma::mbar_wait(full + 8 * s, (q / kStages) & 1);
-      const uint32_t sa = ring + uint32_t(s * kStageElems * 2) + a_off;
-      const uint32_t sb = ring + uint32_t(s * kStageElems * 2 + kAElems * 2);
-      wgmma_slice<Cfg, T, kAKM, kBKN>(acc, sa, sb);
-      wgmma::wait<1>();  // the previous slice's wgmmas are done: its stage goes back to the producer
-      if (kt > 0 && lane == 0) wgmma::mbar_arrive(empty + 8 * ((q - 1) % kStages));
-    }
-    wgmma::wait<0>();
-#pragma unroll
-    for (int mi = 0; mi < kMT; mi++) wgmma::fence_operands(acc[mi]);
-    if (k_tiles > 0 && lane == 0) wgmma::mbar_arrive(empty + 8 * ((q - 1) % kStages));  // the tile's last slice
-    wgmma_for_each_pair<Cfg>(acc, [&](int r, int c, float v0, float v1) { work.store(tile, r, c, v0, v1); });
+    for (int i = 0; i < BN / 2; i++) acc[mi][i] = 0.f;
+  for (int kt = 0; kt < k_tiles; kt++) {
+    const int s = kt % kStages;
+    wgmma::mbar_wait(full + 8 * s, (kt / kStages) & 1);
+    const uint32_t sa = tiles + uint32_t(s * kStageElems * 2) + a_off;
+    const uint32_t sb = tiles + uint32_t(s * kStageElems * 2 + kAElems * 2);
+    wgmma_slice<Cfg, T, kAKM, kBKN>(acc, sa, sb);
+    wgmma::wait<1>();  // slice kt - 1's wgmmas are done: its stage goes back to the producer
+    if (kt > 0 && lane == 0) wgmma::mbar_arrive(empty + 8 * ((kt - 1) % kStages));
   }
+  wgmma::wait<0>();
+#pragma unroll
+  for (int mi = 0; mi < kMT; mi++) wgmma::fence_operands(acc[mi]);
+  wgmma_for_each_pair<Cfg>(acc, store);
 }
 
 // A block's tile of C = A B over k_tiles K-slices that loader.load(sA, sB, kt) copies (A is [k][m] when kAKM,

@@ -183,8 +183,7 @@ CUtensorMap weight_taps_map(const void* w, const Dims& d) {
 }
 
 // The Hopper data gradient of a convolution of one group whose Cout is a multiple of 64, one launch per stride phase
-// (tma_ws_gemm_tiles; A K-major, B MN-major; tile t: the BM dx pixels of the phase from BM (t / n_tiles), the BN
-// input channels from BN (t % n_tiles)). Phase (rh, rw) owns the dx pixels (rh + s_h i, rw + s_w j), i < hp,
+// (tma_ws_gemm_tile; A K-major, B MN-major). Phase (rh, rw) owns the dx pixels (rh + s_h i, rw + s_w j), i < hp,
 // j < wp, and its valid taps are kh = kh0, kh0 + step_h, .., kh_last (those with (rh + p_h - kh d_h) divisible by s_h;
 // an arithmetic progression of step s_h / gcd(d_h, s_h)), likewise in w. Tap kh reads dy row i + off(kh), off(kh) =
 // (rh + p_h - kh d_h) / s_h, so the phase is a stride-1 convolution of dy: dy's im2col map has its lower corner at
@@ -211,48 +210,37 @@ inline bool phase_taps(int r, int p, int dil, int s, int k, int& first, int& cou
 }
 
 template <typename Cfg, typename T>
-struct DataIm2colWork {
-  FastDims f;
-  Im2colPhase ph;
-  T* dx;
-  int n_tiles;
-  const CUtensorMap* dymap;
-  const CUtensorMap* wmap;
-  __device__ int k_tiles(int) const { return ph.nh * ph.nw * (f.d.cout / 64); }
-  __device__ void produce(int tile, int kt, uint32_t a, uint32_t b, uint32_t bar) const {
-    const Dims& d = f.d;
-    const int m0 = tile / n_tiles * Cfg::BM, n0 = tile % n_tiles * Cfg::BN, cblocks = d.cout / 64;
-    const int kh_last = ph.kh0 + (ph.nh - 1) * ph.step_h, kw_last = ph.kw0 + (ph.nw - 1) * ph.step_w;
-    int t, j0, n, i0;  // the tile's first dx pixel of the phase
-    ph.wp.divmod(m0, t, j0);
-    ph.hp.divmod(t, n, i0);
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    data_im2col_kernel(const FastDims f, const Im2colPhase ph, T* __restrict__ dx, int n_tiles,
+                       const __grid_constant__ CUtensorMap dymap, const __grid_constant__ CUtensorMap wmap) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) uint16_t smem[];
+  const Dims& d = f.d;
+  const int hp = int(ph.hp.d), wp = int(ph.wp.d), M = d.n * hp * wp;
+  const int cblocks = d.cout / 64, k_tiles = ph.nh * ph.nw * cblocks;
+  const int m0 = int(blockIdx.x) / n_tiles * Cfg::BM, n0 = int(blockIdx.x) % n_tiles * Cfg::BN;
+  const int kh_last = ph.kh0 + (ph.nh - 1) * ph.step_h, kw_last = ph.kw0 + (ph.nw - 1) * ph.step_w;
+  int t, j0, n, i0;  // the tile's first dx pixel of the phase
+  ph.wp.divmod(m0, t, j0);
+  ph.hp.divmod(t, n, i0);
+  auto produce = [&](int kt, uint32_t a, uint32_t b, uint32_t bar) {
     const int v = kt / cblocks, cb = kt - v * cblocks, vh = v / ph.nw, vw = v - vh * ph.nw;
     const int kh = ph.kh0 + vh * ph.step_h, kwi = ph.kw0 + vw * ph.step_w;
     const int oh = (kh_last - kh) * d.dh / d.sh, ow = (kw_last - kwi) * d.dw / d.sw;
-    wgmma::tma_load_im2col_4d(a, dymap, cb * 64, ph.lower_w + j0, ph.lower_h + i0, n, uint16_t(ow), uint16_t(oh), bar);
+    wgmma::tma_load_im2col_4d(a, &dymap, cb * 64, ph.lower_w + j0, ph.lower_h + i0, n, uint16_t(ow), uint16_t(oh), bar);
 #pragma unroll
     for (int j = 0; j < Cfg::BN / 64; j++)
-      wgmma::tma_load_3d(b + j * kPanelBytes, wmap, n0 + 64 * j, kh * d.kw + kwi, cb * 64, bar);
-  }
-  __device__ void store(int tile, int r, int c, float v0, float v1) const {
-    const Dims& d = f.d;
-    const int m = tile / n_tiles * Cfg::BM + r, ci = tile % n_tiles * Cfg::BN + c;
-    if (m >= d.n * int(ph.hp.d) * int(ph.wp.d) || ci >= d.cin) return;
+      wgmma::tma_load_3d(b + j * kPanelBytes, &wmap, n0 + 64 * j, kh * d.kw + kwi, cb * 64, bar);
+  };
+  tma_ws_gemm_tile<Cfg, T, false, true>(produce, k_tiles, smem, [&](int r, int c, float v0, float v1) {
+    const int m = m0 + r, ci = n0 + c;
+    if (m >= M || ci >= d.cin) return;
     int q, j, nn, i;
     ph.wp.divmod(m, q, j);
     ph.hp.divmod(q, nn, i);
     const int64_t pix = (int64_t(nn) * d.h + ph.rh + d.sh * i) * d.w + ph.rw + d.sw * j;
     store_pair(dx + pix * d.cin + ci, v0, v1);
-  }
-};
-
-template <typename Cfg, typename T>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
-    data_im2col_kernel(const FastDims f, const Im2colPhase ph, T* __restrict__ dx, int n_tiles, int tiles,
-                       const __grid_constant__ CUtensorMap dymap, const __grid_constant__ CUtensorMap wmap) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ __align__(128) uint16_t smem[];
-  tma_ws_gemm_tiles<Cfg, T, false, true>(DataIm2colWork<Cfg, T>{f, ph, dx, n_tiles, &dymap, &wmap}, tiles, smem);
+  });
 #endif
 }
 
@@ -295,9 +283,9 @@ bool launch_data_im2col(const Dims& d, const void* dy, const void* w, void* dx) 
   const int n_tiles = (d.cin + Cfg::BN - 1) / Cfg::BN;
   for (const auto& [ph, map] : phases) {
     const int64_t M = int64_t(d.n) * ph.hp.d * ph.wp.d;
-    const int64_t tiles = (M + Cfg::BM - 1) / Cfg::BM * n_tiles;
-    kernel<<<tma_ws_blocks(tiles), Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
-        FastDims(d), ph, static_cast<T*>(dx), n_tiles, int(tiles), map, wmap);
+    const int m_tiles = int((M + Cfg::BM - 1) / Cfg::BM);
+    kernel<<<unsigned(int64_t(m_tiles) * n_tiles), Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
+        FastDims(d), ph, static_cast<T*>(dx), n_tiles, map, wmap);
     ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_data (implicit GEMM per stride phase, im2col bulk copies)");
   }
   count_igemm_im2col_launch();

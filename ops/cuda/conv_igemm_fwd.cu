@@ -163,49 +163,36 @@ void launch_forward(const Dims& d, const void* x, const void* w, const void* bia
   ENGINE_CUDA_LAUNCH_CHECK("conv2d (implicit GEMM forward)");
 }
 
-// The Hopper forward for one group whose Cin is a multiple of 64 (tma_ws_gemm_tiles): tile t is the BM output pixels
-// from BM (t / n_tiles) and the BN output channels from BN (t % n_tiles); its K-slice kt is tap kt / (Cin / 64) and
-// channels 64 (kt % (Cin / 64)) .., so the A tile is one im2col copy of x (the tile's pixels at that tap, zeros in the
-// padding and past the last image) and the B tile the weight's [BN][64] box at k = 64 kt (k128_tile_map, as the
-// cp.async kernels' TMA). Only the producer lane computes coordinates.
-template <typename Cfg, typename T>
-struct ForwardIm2colWork {
-  FastDims f;
-  const T* bias;
-  T* y;
-  int n_tiles;
-  const CUtensorMap* xmap;
-  const CUtensorMap* wmap;
-  __device__ int k_tiles(int) const { return f.d.kh * f.d.kw * f.d.cin / 64; }
-  __device__ void produce(int tile, int kt, uint32_t a, uint32_t b, uint32_t bar) const {
-    const Dims& d = f.d;
-    const int m0 = tile / n_tiles * Cfg::BM, n0 = tile % n_tiles * Cfg::BN, cblocks = d.cin / 64;
-    int t, wo, n, ho;  // the tile's first output pixel (the copy's rows past the last image read zeros)
-    f.wo.divmod(m0, t, wo);
-    f.ho.divmod(t, n, ho);
-    const int tap = kt / cblocks, cb = kt - tap * cblocks;
-    int kh, kwi;
-    f.kw.divmod(tap, kh, kwi);
-    wgmma::tma_load_im2col_4d(a, xmap, cb * 64, wo * d.sw - d.pw, ho * d.sh - d.ph, n, uint16_t(kwi * d.dw),
-                              uint16_t(kh * d.dh), bar);
-    wgmma::tma_load_2d(b, wmap, kt * 64, n0, bar);
-  }
-  __device__ void store(int tile, int r, int c, float v0, float v1) const {
-    const Dims& d = f.d;
-    const int m = tile / n_tiles * Cfg::BM + r, co = tile % n_tiles * Cfg::BN + c;
-    if (m >= d.n * d.ho * d.wo || co >= d.cout) return;
-    if (bias) v0 += to_float(bias[co]), v1 += to_float(bias[co + 1]);
-    store_pair(y + int64_t(m) * d.cout + co, v0, v1);
-  }
-};
-
+// The Hopper forward for one group whose Cin is a multiple of 64 (tma_ws_gemm_tile): K-slice kt is tap
+// kt / (Cin / 64) and channels 64 (kt % (Cin / 64)) .., so the A tile is one im2col copy of x (the block's BM output
+// pixels at that tap, zeros in the padding and past the last image) and the B tile the weight's [BN][64] box at
+// k = 64 kt (k128_tile_map, as the cp.async kernels' TMA). Only the producer lane computes coordinates.
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    forward_im2col_kernel(const FastDims f, const T* __restrict__ bias, T* __restrict__ y, int n_tiles, int tiles,
+    forward_im2col_kernel(const FastDims f, const T* __restrict__ bias, T* __restrict__ y, int n_tiles,
                           const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) uint16_t smem[];
-  tma_ws_gemm_tiles<Cfg, T, false, false>(ForwardIm2colWork<Cfg, T>{f, bias, y, n_tiles, &xmap, &wmap}, tiles, smem);
+  const Dims& d = f.d;
+  const int M = d.n * d.ho * d.wo, K = d.kh * d.kw * d.cin, cblocks = d.cin / 64;
+  const int m0 = int(blockIdx.x) / n_tiles * Cfg::BM, n0 = int(blockIdx.x) % n_tiles * Cfg::BN;
+  int t, wo, n, ho;  // the tile's first output pixel (the copy's rows past the last image read zeros)
+  f.wo.divmod(m0, t, wo);
+  f.ho.divmod(t, n, ho);
+  const int w0 = wo * d.sw - d.pw, h0 = ho * d.sh - d.ph;
+  auto produce = [&](int kt, uint32_t a, uint32_t b, uint32_t bar) {
+    const int tap = kt / cblocks, cb = kt - tap * cblocks;
+    int kh, kwi;
+    f.kw.divmod(tap, kh, kwi);
+    wgmma::tma_load_im2col_4d(a, &xmap, cb * 64, w0, h0, n, uint16_t(kwi * d.dw), uint16_t(kh * d.dh), bar);
+    wgmma::tma_load_2d(b, &wmap, kt * 64, n0, bar);
+  };
+  tma_ws_gemm_tile<Cfg, T, false, false>(produce, K / 64, smem, [&](int r, int c, float v0, float v1) {
+    const int m = m0 + r, co = n0 + c;
+    if (m >= M || co >= d.cout) return;
+    if (bias) v0 += to_float(bias[co]), v1 += to_float(bias[co + 1]);
+    store_pair(y + int64_t(m) * d.cout + co, v0, v1);
+  });
 #endif
 }
 
@@ -220,9 +207,8 @@ bool launch_forward_im2col(const Dims& d, const void* x, const void* w, const vo
   (void)configured;
   const int64_t M = int64_t(d.n) * d.ho * d.wo;
   const int m_tiles = int((M + Cfg::BM - 1) / Cfg::BM), n_tiles = (d.cout + Cfg::BN - 1) / Cfg::BN;
-  const int64_t tiles = int64_t(m_tiles) * n_tiles;
-  kernel<<<tma_ws_blocks(tiles), Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
-      FastDims(d), static_cast<const T*>(bias), static_cast<T*>(y), n_tiles, int(tiles), xmap, wmap);
+  kernel<<<unsigned(int64_t(m_tiles) * n_tiles), Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
+      FastDims(d), static_cast<const T*>(bias), static_cast<T*>(y), n_tiles, xmap, wmap);
   ENGINE_CUDA_LAUNCH_CHECK("conv2d (implicit GEMM forward, im2col bulk copies)");
   count_igemm_im2col_launch();
   return true;

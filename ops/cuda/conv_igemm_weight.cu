@@ -124,30 +124,26 @@ void dispatch_out(const Dims& d, const void* x, const void* dy, void* dw, float*
   else launch_weight<Cfg, T, T, kGather>(d, x, dy, static_cast<T*>(dw), 1);
 }
 
-// The Hopper weight gradient for one group whose Cin is a multiple of 64 (tma_ws_gemm_tiles, both operands MN-major):
-// tile t is piece t / mn_tiles of the pixels and tile t % mn_tiles of dw (rows from BM (that / n_tiles), columns from
-// BN (that % n_tiles)); its K-slice kt is the 64 output pixels from the piece's first + 64 kt; A's panels are boxes of
-// dy [P, Cout] (64 channels x 64 pixels each), B's 64-column panel j is one im2col copy of x: tap (n0 + 64 j) / Cin,
-// channels from (n0 + 64 j) % Cin, at those 64 pixels. A piece's pixel range is a multiple of 64, so no slice reads
-// the next piece's pixels; past the last pixel both copies read zeros. Only the producer lane computes coordinates.
+// The Hopper weight gradient for one group whose Cin is a multiple of 64 (tma_ws_gemm_tile, both operands MN-major):
+// K-slice kt is the 64 output pixels from p_begin + 64 kt; A's panels are boxes of dy [P, Cout] (64 channels x 64
+// pixels each), B's 64-column panel j is one im2col copy of x: tap (n0 + 64 j) / Cin, channels from (n0 + 64 j) % Cin,
+// at those 64 pixels. A split's pixel range is a multiple of 64, so no slice reads the next split's pixels; past the
+// last pixel both copies read zeros. Only the producer lane computes coordinates.
 template <typename Cfg, typename T, typename Out>
-struct WeightIm2colWork {
-  FastDims f;
-  Out* out;
-  int n_tiles, mn_tiles, per_split;
-  const CUtensorMap* xmap;
-  const CUtensorMap* dymap;
-  __device__ int p_begin(int tile) const { return min(f.d.n * f.d.ho * f.d.wo, tile / mn_tiles * per_split); }
-  __device__ int k_tiles(int tile) const {
-    const int P = f.d.n * f.d.ho * f.d.wo, p0 = p_begin(tile);
-    return (min(P, p0 + per_split) - p0 + Cfg::BK - 1) / Cfg::BK;
-  }
-  __device__ void produce(int tile, int kt, uint32_t a, uint32_t b, uint32_t bar) const {
-    const Dims& d = f.d;
-    const int mn = tile % mn_tiles, m0 = mn / n_tiles * Cfg::BM, n0 = mn % n_tiles * Cfg::BN;
-    const int p = p_begin(tile) + kt * Cfg::BK;
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    weight_im2col_kernel(const FastDims f, Out* __restrict__ out, int n_tiles, int per_split,
+                         const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap dymap) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) uint16_t smem[];
+  const Dims& d = f.d;
+  const int P = d.n * d.ho * d.wo, KW = d.kh * d.kw * d.cin;  // GEMM K, and N (the filter length)
+  const int m0 = int(blockIdx.x) / n_tiles * Cfg::BM, n0 = int(blockIdx.x) % n_tiles * Cfg::BN;
+  const int split = int(blockIdx.z);
+  const int p_begin = min(P, split * per_split), p_end = min(P, p_begin + per_split);
+  auto produce = [&](int kt, uint32_t a, uint32_t b, uint32_t bar) {
+    const int p = p_begin + kt * Cfg::BK;
 #pragma unroll
-    for (int j = 0; j < Cfg::BM / 64; j++) wgmma::tma_load_2d(a + j * kPanelBytes, dymap, m0 + 64 * j, p, bar);
+    for (int j = 0; j < Cfg::BM / 64; j++) wgmma::tma_load_2d(a + j * kPanelBytes, &dymap, m0 + 64 * j, p, bar);
     int t, wo, n, ho;
     f.wo.divmod(p, t, wo);
     f.ho.divmod(t, n, ho);
@@ -157,27 +153,17 @@ struct WeightIm2colWork {
       int tap, ci, kh, kwi;
       f.cg.divmod(n0 + 64 * j, tap, ci);
       f.kw.divmod(tap, kh, kwi);
-      wgmma::tma_load_im2col_4d(b + j * kPanelBytes, xmap, ci, wb, hb, n, uint16_t(kwi * d.dw), uint16_t(kh * d.dh),
+      wgmma::tma_load_im2col_4d(b + j * kPanelBytes, &xmap, ci, wb, hb, n, uint16_t(kwi * d.dw), uint16_t(kh * d.dh),
                                 bar);
     }
-  }
-  __device__ void store(int tile, int r, int c, float v0, float v1) const {
-    const Dims& d = f.d;
-    const int KW = d.kh * d.kw * d.cin, mn = tile % mn_tiles;
-    const int m = mn / n_tiles * Cfg::BM + r, n = mn % n_tiles * Cfg::BN + c;
+  };
+  Out* o = out + int64_t(split) * d.cout * KW;
+  const int k_tiles = (p_end - p_begin + Cfg::BK - 1) / Cfg::BK;
+  tma_ws_gemm_tile<Cfg, T, true, true>(produce, k_tiles, smem, [&](int r, int c, float v0, float v1) {
+    const int m = m0 + r, n = n0 + c;
     if (m >= d.cout || n >= KW) return;
-    store_pair(out + int64_t(tile / mn_tiles) * d.cout * KW + int64_t(m) * KW + n, v0, v1);
-  }
-};
-
-template <typename Cfg, typename T, typename Out>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
-    weight_im2col_kernel(const FastDims f, Out* __restrict__ out, int n_tiles, int mn_tiles, int per_split, int tiles,
-                         const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap dymap) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ __align__(128) uint16_t smem[];
-  tma_ws_gemm_tiles<Cfg, T, true, true>(
-      WeightIm2colWork<Cfg, T, Out>{f, out, n_tiles, mn_tiles, per_split, &xmap, &dymap}, tiles, smem);
+    store_pair(o + int64_t(m) * KW + n, v0, v1);
+  });
 #endif
 }
 
@@ -193,9 +179,9 @@ bool launch_weight_im2col(const Dims& d, const void* x, const void* dy, Out* out
   (void)configured;
   const int64_t per_split = ((P + splits - 1) / splits + Cfg::BK - 1) / Cfg::BK * Cfg::BK;
   const int m_tiles = (d.cout + Cfg::BM - 1) / Cfg::BM, n_tiles = (d.kh * d.kw * d.cin + Cfg::BN - 1) / Cfg::BN;
-  const int64_t tiles = int64_t(m_tiles) * n_tiles * splits;
-  kernel<<<tma_ws_blocks(tiles), Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
-      FastDims(d), out, n_tiles, m_tiles * n_tiles, int(per_split), int(tiles), xmap, dymap);
+  const dim3 grid(unsigned(m_tiles * n_tiles), 1, unsigned(splits));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(FastDims(d), out, n_tiles, int(per_split),
+                                                                           xmap, dymap);
   ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_weight (implicit GEMM, im2col bulk copies)");
   count_igemm_im2col_launch();
   return true;
