@@ -28,7 +28,17 @@ bool wgmma_on = true;
 WgShape wgmma_shape = WgShape::by_shape;
 bool tma_on = true;
 int im2col_state = -1;  // 1 on, 0 off, -1 not yet read from the environment (igemm_im2col)
+int multicast_state = -1;  // likewise (igemm_multicast)
 int64_t im2col_launches = 0;
+
+// 1 unless the environment variable `name` is 0 (1 when unset or 1; any other value is an error naming both).
+int env_switch(const char* name, const char* off, const char* on) {
+  const char* s = std::getenv(name);
+  const bool unset = !s || !*s;
+  ENGINE_CHECK(unset || !std::strcmp(s, "0") || !std::strcmp(s, "1"), name, "=\"", s, "\": expected 0 (", off,
+               ") or 1 (", on, ", the default)");
+  return unset || !std::strcmp(s, "1");
+}
 }  // namespace
 
 int igemm_wide_variant() { return wide_variant; }
@@ -44,16 +54,18 @@ void set_igemm_tma(bool on) { tma_on = on; }
 // On unless ENGINE_CONV_IM2COL=0 (read at the first convolution: a whole model's step without the im2col bulk copies,
 // for measuring) or a test switched it.
 bool igemm_im2col() {
-  if (im2col_state < 0) {
-    const char* s = std::getenv("ENGINE_CONV_IM2COL");
-    const bool unset = !s || !*s;
-    ENGINE_CHECK(unset || !std::strcmp(s, "0") || !std::strcmp(s, "1"), "ENGINE_CONV_IM2COL=\"", s,
-                 "\": expected 0 (the convolutions' cp.async kernels) or 1 (the im2col bulk copies, the default)");
-    im2col_state = unset || !std::strcmp(s, "1");
-  }
+  if (im2col_state < 0)
+    im2col_state = env_switch("ENGINE_CONV_IM2COL", "the convolutions' cp.async kernels", "the im2col bulk copies");
   return im2col_state && tma_on;
 }
 void set_igemm_im2col(bool on) { im2col_state = on; }
+// On unless ENGINE_CONV_MULTICAST=0 (read at the first convolution) or a test switched it.
+bool igemm_multicast() {
+  if (multicast_state < 0)
+    multicast_state = env_switch("ENGINE_CONV_MULTICAST", "a block per weight tile copy", "clusters of two blocks");
+  return multicast_state;
+}
+void set_igemm_multicast(bool on) { multicast_state = on; }
 int64_t igemm_im2col_launches() { return im2col_launches; }
 void count_igemm_im2col_launch() { im2col_launches++; }
 
