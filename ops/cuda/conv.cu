@@ -31,13 +31,14 @@ int im2col_state = -1;  // 1 on, 0 off, -1 not yet read from the environment (ig
 int multicast_state = -1;  // likewise (igemm_multicast)
 int64_t im2col_launches = 0;
 
-// 1 unless the environment variable `name` is 0 (1 when unset or 1; any other value is an error naming both).
-int env_switch(const char* name, const char* off, const char* on) {
+// `fallback` when the environment variable `name` is unset or empty, else its value: 0 (`off`) or 1 (`on`); any other
+// value is an error naming both.
+bool env_switch(const char* name, bool fallback, const char* off, const char* on) {
   const char* s = std::getenv(name);
-  const bool unset = !s || !*s;
-  ENGINE_CHECK(unset || !std::strcmp(s, "0") || !std::strcmp(s, "1"), name, "=\"", s, "\": expected 0 (", off,
-               ") or 1 (", on, ", the default)");
-  return unset || !std::strcmp(s, "1");
+  if (!s || !*s) return fallback;
+  ENGINE_CHECK(!std::strcmp(s, "0") || !std::strcmp(s, "1"), name, "=\"", s, "\": expected 0 (", off, ") or 1 (", on,
+               "); unset means ", fallback ? 1 : 0);
+  return !std::strcmp(s, "1");
 }
 }  // namespace
 
@@ -55,14 +56,17 @@ void set_igemm_tma(bool on) { tma_on = on; }
 // for measuring) or a test switched it.
 bool igemm_im2col() {
   if (im2col_state < 0)
-    im2col_state = env_switch("ENGINE_CONV_IM2COL", "the convolutions' cp.async kernels", "the im2col bulk copies");
+    im2col_state =
+        env_switch("ENGINE_CONV_IM2COL", true, "the convolutions' cp.async kernels", "the im2col bulk copies");
   return im2col_state && tma_on;
 }
 void set_igemm_im2col(bool on) { im2col_state = on; }
-// On unless ENGINE_CONV_MULTICAST=0 (read at the first convolution) or a test switched it.
+// Off unless ENGINE_CONV_MULTICAST=1 (read at the first convolution) or a test switched it: not yet measured faster
+// (conv_kernels.cuh says why).
 bool igemm_multicast() {
   if (multicast_state < 0)
-    multicast_state = env_switch("ENGINE_CONV_MULTICAST", "a block per weight tile copy", "clusters of two blocks");
+    multicast_state =
+        env_switch("ENGINE_CONV_MULTICAST", false, "a block per weight tile copy", "clusters of two blocks");
   return multicast_state;
 }
 void set_igemm_multicast(bool on) { multicast_state = on; }

@@ -150,6 +150,9 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 // peer may still arrive on its barriers); mbar_arrive_cluster one arrival on the barrier at the same shared address
 // in block `rank` of the cluster; the multicast copies deliver the box to the same shared address in every block
 // of the cluster whose bit is set in `mask`, completing the bytes on each one's barrier at address `bar`.
+// mbar_arrive_cluster keeps the arrival's default semantics (release at the block's scope): with .release.cluster
+// ptxas puts a memory barrier before it, which stalled the convolution's consumer warps half their cycles (ncu, H100,
+// 2026-12-05) and halved its speed; a consumer's arrival only says that its wgmmas finished reading the stage.
 __device__ __forceinline__ uint32_t cluster_rank() {
   uint32_t r = 0;
   ENGINE_WGMMA_ASM("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
@@ -162,7 +165,7 @@ __device__ __forceinline__ void cluster_sync() {
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
   ENGINE_WGMMA_ASM(
       "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar), "r"(rank)
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar), "r"(rank)
       : "memory");
 }
 __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map, int c0, int c1,
