@@ -3,10 +3,9 @@
 #include "ops/attention.h"
 
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 
+#include "engine/env.h"
 #include "ops/cpu/attention.h"
 #ifdef ENGINE_CUDA
 #include "ops/cuda/attention.h"
@@ -155,16 +154,6 @@ std::vector<Tensor> flash_attention_backward_composite(const Tensor& dout, const
 
 namespace {
 
-// An on/off switch in the environment, read at each call (for measuring one way against the other, on every device
-// alike): unset, empty or 1 is on; 0 is off; anything else is an error naming the variable and what each value does.
-bool env_switch(const char* name, const char* off, const char* on) {
-  const char* s = std::getenv(name);
-  if (!s || !*s) return true;
-  ENGINE_CHECK(!std::strcmp(s, "0") || !std::strcmp(s, "1"), name, "=\"", s, "\": expected 0 (", off, ") or 1 (", on,
-               ", the default); unset it for the default");
-  return *s == '1';
-}
-
 // The short keys of a head, for which flash keeps what its backward would otherwise recompute (ops/attention.h): the
 // tensor-core kernels' types and head dims, and [Lq, Lk] rounded up to 64 x 64 at most 8 times q's [Lq, D]. A
 // function of the shapes alone, so that every device allocates the same buffers and meta holds what the GPU holds.
@@ -185,8 +174,8 @@ Shape keep_bits_shape(const Tensor& q, const Tensor& k) {
 // 4, Lk of 8), unless ENGINE_FLASH_KEEP_DROPOUT=0; else undefined.
 Tensor kept_dropout_bits(const Tensor& q, const Tensor& k, const Tensor& v, const FlashAttentionParams& p) {
   if (!(p.dropout_p > 0) || !short_keys(q, k, v) || k.size(2) % 8 != 0 || p.offset % 4 != 0) return Tensor();
-  if (!env_switch("ENGINE_FLASH_KEEP_DROPOUT", "flash attention's backward draws its dropout again",
-                  "the forward keeps its dropout decisions for short keys"))
+  if (!engine::env_switch("ENGINE_FLASH_KEEP_DROPOUT", true, "flash attention's backward draws its dropout again",
+                          "the forward keeps its dropout decisions for short keys"))
     return Tensor();
   return new_empty(q, keep_bits_shape(q, k), DType::u8);
 }
@@ -241,8 +230,9 @@ namespace {
 // device alike: for measuring the two ways against each other (tools/bench/transformer_gpu.sh variants); read at
 // each call.
 Tensor kept_ds(const Tensor& q, const Tensor& k, const Tensor& v) {
-  if (!short_keys(q, k, v) || !env_switch("ENGINE_FLASH_KEEP_DS", "flash attention's backward recomputes dS for dQ",
-                                          "it keeps dS for short keys"))
+  if (!short_keys(q, k, v) || !engine::env_switch("ENGINE_FLASH_KEEP_DS", true,
+                                                  "flash attention's backward recomputes dS for dQ",
+                                                  "it keeps dS for short keys"))
     return Tensor();
   return new_empty(q, {q.size(0) * q.size(1), (q.size(2) + 63) / 64 * 64, (k.size(2) + 63) / 64 * 64}, q.dtype());
 }

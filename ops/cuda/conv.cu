@@ -5,12 +5,11 @@
 //   data     dx[NHW, Cin]  = dy[NHW, Cout] @ w[Cout, Cin]
 //   weight   dw[Cout, Cin] = dy[NHW, Cout]^T @ x[NHW, Cin]
 // The transposes are strided views: no copies.
-#include <cstdlib>
-#include <cstring>
 #include <set>
 #include <string>
 
 #include "engine/cuda/runtime.h"
+#include "engine/env.h"
 #include "ops/cuda/conv.h"
 #include "ops/cuda/conv_kernels.cuh"
 #include "ops/cuda/kernel_util.cuh"
@@ -31,15 +30,6 @@ int im2col_state = -1;  // 1 on, 0 off, -1 not yet read from the environment (ig
 int multicast_state = -1;  // likewise (igemm_multicast)
 int64_t im2col_launches = 0;
 
-// `fallback` when the environment variable `name` is unset or empty, else its value: 0 (`off`) or 1 (`on`); any other
-// value is an error naming both.
-bool env_switch(const char* name, bool fallback, const char* off, const char* on) {
-  const char* s = std::getenv(name);
-  if (!s || !*s) return fallback;
-  ENGINE_CHECK(!std::strcmp(s, "0") || !std::strcmp(s, "1"), name, "=\"", s, "\": expected 0 (", off, ") or 1 (", on,
-               "); unset means ", fallback ? 1 : 0);
-  return !std::strcmp(s, "1");
-}
 }  // namespace
 
 int igemm_wide_variant() { return wide_variant; }
@@ -57,7 +47,7 @@ void set_igemm_tma(bool on) { tma_on = on; }
 bool igemm_im2col() {
   if (im2col_state < 0)
     im2col_state =
-        env_switch("ENGINE_CONV_IM2COL", true, "the convolutions' cp.async kernels", "the im2col bulk copies");
+        engine::env_switch("ENGINE_CONV_IM2COL", true, "the convolutions' cp.async kernels", "the im2col bulk copies");
   return im2col_state && tma_on;
 }
 void set_igemm_im2col(bool on) { im2col_state = on; }
@@ -66,7 +56,7 @@ void set_igemm_im2col(bool on) { im2col_state = on; }
 bool igemm_multicast() {
   if (multicast_state < 0)
     multicast_state =
-        env_switch("ENGINE_CONV_MULTICAST", false, "a block per weight tile copy", "clusters of two blocks");
+        engine::env_switch("ENGINE_CONV_MULTICAST", false, "a block per weight tile copy", "clusters of two blocks");
   return multicast_state;
 }
 void set_igemm_multicast(bool on) { multicast_state = on; }

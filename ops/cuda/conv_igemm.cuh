@@ -430,6 +430,11 @@ __device__ __forceinline__ void wgmma_gemm_tile(const Loader& loader, int k_tile
 // (ncu of wgmma_gemm_tile, where every thread copies with cp.async: tensor pipe ~49%, latency-bound on the copies'
 // address arithmetic and the barrier per K-slice.) Measured on the H200 (2026-12-05, ConvCudaPerf bf16, Darknet 3x3
 // 128->256 152^2): forward / data / weight 529 / 522 / 378 TFLOP/s against 493 / 324 / 261 with x by cp.async.
+// What bounds it (ncu, H100, 2026-12-05, 128 x 128 tiles): tensor pipe active half the SMs' cycles, the consumers
+// waiting on the full barriers, the tiles out of L2 (94% hits) at ~5.3 TB/s; per FLOP the 128 x 256 tile beats
+// 128 x 128 by about the ratio of their bytes per FLOP, so the working hypothesis is L2-to-SM bandwidth, and the lever
+// fewer bytes per FLOP: kCluster = 2 (TMA multicast of B). Made persistent (a block per SM looping over tiles, the
+// next tile's copies during the epilogue) it gained nothing at 152^2 and lost 5-10% on small layers (BENCHMARKS.md).
 template <int BM_, int BN_, int kStages_, int kCluster_ = 1>
 struct TmaWsTile {
   using Elem = uint16_t;
