@@ -241,6 +241,23 @@ TEST(Conv, BackwardKernelsGradcheck) {
   testutil::expect_double_backward(weight, {x, dy});
 }
 
+TEST(Conv, WeightGradientPiecesFillWholeWavesOf132) {
+  // conv_params.h's rule: at most 264 tiles of 128 x 128 in the workspace, each piece >= 1024 pixels, and the most
+  // pieces within 5% of the least time in waves of 132 blocks. By hand: Darknet's 128 -> 256 3x3 at 152^2 x 8 has
+  // 2 x 9 tiles; 14 pieces make 252 blocks, two waves (15, the old rule's, made 270: a third wave of 6 blocks).
+  auto splits = [](int64_t n, int64_t h, int64_t cin, int64_t cout, int64_t k, int64_t stride) {
+    const Conv2dParams p = params(stride, k / 2, 1, 1);
+    return ops::conv2d_weight_grad_splits(ops::conv2d_geometry("test", {n, h, h, cin}, {cout, k, k, cin}, p));
+  };
+  EXPECT_EQ(splits(8, 152, 128, 256, 3, 1), 14);
+  EXPECT_EQ(splits(8, 152, 256, 512, 3, 2), 3) << "4 x 18 tiles: 3 pieces, 216 blocks in two waves (4: 288, three)";
+  EXPECT_EQ(splits(8, 76, 128, 256, 3, 2), 7) << "38^2 x 8 pixels allow 11 pieces; 7 make one wave of 126 blocks";
+  EXPECT_EQ(splits(8, 416, 8, 32, 3, 1), 256) << "one tile (a stem): the most pieces, 256, two waves less 8 blocks";
+  EXPECT_EQ(splits(8, 32, 1024, 256, 1, 1), 1) << "1x1: one cuBLASLt GEMM, no workspace";
+  EXPECT_EQ(splits(8, 19, 512, 1024, 3, 1), 1) << "8 x 36 tiles fill two waves and more alone";
+  EXPECT_EQ(splits(1, 16, 128, 128, 3, 1), 1) << "256 pixels: no piece of 1024";
+}
+
 TEST(Conv, MetaLedgerEqualsCpu) {
   // 2 * 32 * 32 output pixels: the weight gradient's split workspace (conv_params.h) is allocated too.
   ops::ConvGeometry big = ops::conv2d_geometry("test", {2, 32, 32, 4}, {8, 3, 3, 4}, params(1, 1, 1, 1));
