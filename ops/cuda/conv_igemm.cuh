@@ -425,7 +425,8 @@ __device__ __forceinline__ void wgmma_gemm_tile(const Loader& loader, int k_tile
 // wgmmas of a BM x BN tile (each BM / 2 rows); warp 8 is the producer, whose first lane issues slice kt's copies
 // (produce(kt, a, b, bar): shared addresses of the stage's A and B tiles, and the barrier the copies complete on) into
 // stage kt % kStages as soon as the consumers released it. A consumer warp releases a stage (one arrival on its
-// `empty` barrier) once the wgmmas that read it are done. The loop has no block barrier and the consumers compute no
+// `empty` barrier, and in clusters on the same barrier of every block of the cluster, whose producers copy into this
+// block's stage too) once the wgmmas that read it are done. The loop has no block barrier and the consumers compute no
 // addresses: the copies run up to kStages - 1 slices ahead of the tensor cores, whatever the consumers are doing.
 // (ncu of wgmma_gemm_tile, where every thread copies with cp.async: tensor pipe ~49%, latency-bound on the copies'
 // address arithmetic and the barrier per K-slice.) Measured on the H200 (2026-12-05, ConvCudaPerf bf16, Darknet 3x3
