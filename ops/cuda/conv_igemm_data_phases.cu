@@ -18,7 +18,7 @@
 #include <numeric>
 #include <vector>
 
-#include "ops/cuda/conv_igemm.cuh"
+#include "ops/cuda/conv_igemm_tma.cuh"
 
 namespace ops::cuda::conv::igemm {
 
@@ -229,18 +229,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int kh = ph.kh0 + vh * ph.step_h, kwi = ph.kw0 + vw * ph.step_w;
     const int oh = (kh_last - kh) * d.dh / d.sh, ow = (kw_last - kwi) * d.dw / d.sw;
     wgmma::tma_load_im2col_4d(a, &dymap, cb * 64, ph.lower_w + j0, ph.lower_h + i0, n, uint16_t(ow), uint16_t(oh), bar);
-    if constexpr (Cfg::kCluster > 1) {  // this block's share of the panels, into both blocks of the cluster
-      constexpr int kPanels = Cfg::BN / 64 / Cfg::kCluster;
-      const int r = int(wgmma::cluster_rank());
-#pragma unroll
-      for (int j = r * kPanels; j < (r + 1) * kPanels; j++)
-        wgmma::tma_load_3d_multicast(b + j * kPanelBytes, &wmap, n0 + 64 * j, kh * d.kw + kwi, cb * 64, bar,
-                                     uint16_t((1 << Cfg::kCluster) - 1));
-    } else {
-#pragma unroll
-      for (int j = 0; j < Cfg::BN / 64; j++)
-        wgmma::tma_load_3d(b + j * kPanelBytes, &wmap, n0 + 64 * j, kh * d.kw + kwi, cb * 64, bar);
-    }
+    tma_ws_load_b<Cfg, Cfg::BN / 64>([&](int j, uint16_t mask) {
+      wgmma::tma_load_3d(b + j * kPanelBytes, &wmap, n0 + 64 * j, kh * d.kw + kwi, cb * 64, bar, mask);
+    });
   };
   tma_ws_gemm_tile<Cfg, T, false, true>(produce, k_tiles, smem, [&](int r, int c, float v0, float v1) {
     const int m = m0 + r, ci = n0 + c;

@@ -14,7 +14,7 @@
 // (wgmma_shape; Cout/g = 64: the mma.sync 128 x 64 tile, H200 2026-12-04: 232 TFLOP/s vs 200-228 for wgmma's
 // 128 x 64), else the mma.sync tiles.
 // Bound: the tensor cores when K >= ~256 (3x3 and larger with >= 32 channels); else the x gather.
-#include "ops/cuda/conv_igemm.cuh"
+#include "ops/cuda/conv_igemm_tma.cuh"
 
 namespace ops::cuda::conv::igemm {
 
@@ -167,7 +167,7 @@ void launch_forward(const Dims& d, const void* x, const void* w, const void* bia
 // kt / (Cin / 64) and channels 64 (kt % (Cin / 64)) .., so the A tile is one im2col copy of x (the block's BM output
 // pixels at that tap, zeros in the padding and past the last image) and the B tile the weight's [BN][64] box at
 // k = 64 kt (k128_tile_map, as the cp.async kernels' TMA; in clusters each block copies its share of the rows into
-// both blocks, tma_ws_load_b_rows). Only the producer lane computes coordinates.
+// both blocks, tma_ws_load_b). Only the producer lane computes coordinates.
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     forward_im2col_kernel(const FastDims f, const T* __restrict__ bias, T* __restrict__ y, int n_tiles,
@@ -187,7 +187,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     int kh, kwi;
     f.kw.divmod(tap, kh, kwi);
     wgmma::tma_load_im2col_4d(a, &xmap, cb * 64, w0, h0, n, uint16_t(kwi * d.dw), uint16_t(kh * d.dh), bar);
-    tma_ws_load_b_rows<Cfg>(b, &wmap, kt * 64, n0, bar);
+    // The weight's rows n0 .. n0 + BN in kCluster boxes (the map's box: BN / kCluster rows of 64 k).
+    tma_ws_load_b<Cfg, Cfg::kCluster>([&](int j, uint16_t mask) {
+      constexpr int kRows = Cfg::BN / Cfg::kCluster;
+      wgmma::tma_load_2d(b + uint32_t(j * kRows * 128), &wmap, kt * 64, n0 + j * kRows, bar, mask);
+    });
   };
   tma_ws_gemm_tile<Cfg, T, false, false>(produce, K / 64, smem, [&](int r, int c, float v0, float v1) {
     const int m = m0 + r, co = n0 + c;

@@ -9,7 +9,7 @@
 // f32 partial tile to ws[split] and weight_grad_finalize adds them in split order (deterministic, no
 // atomics); with one split the tile is rounded to T and stored in dw directly.
 // Grid: (M-tiles x N-tiles, groups, splits). Bound: the tensor cores, once the splits fill the SMs.
-#include "ops/cuda/conv_igemm.cuh"
+#include "ops/cuda/conv_igemm_tma.cuh"
 
 namespace ops::cuda::conv::igemm {
 
