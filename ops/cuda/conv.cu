@@ -27,9 +27,7 @@ bool wgmma_on = true;
 WgShape wgmma_shape = WgShape::by_shape;
 bool tma_on = true;
 int im2col_state = -1;  // 1 on, 0 off, -1 not yet read from the environment (igemm_im2col)
-int multicast_state = -1;  // likewise (igemm_multicast)
 int64_t im2col_launches = 0;
-
 }  // namespace
 
 int igemm_wide_variant() { return wide_variant; }
@@ -51,15 +49,6 @@ bool igemm_im2col() {
   return im2col_state && tma_on;
 }
 void set_igemm_im2col(bool on) { im2col_state = on; }
-// Off unless ENGINE_CONV_MULTICAST=1 (read at the first convolution) or a test switched it: not yet measured faster
-// (conv_kernels.cuh says why).
-bool igemm_multicast() {
-  if (multicast_state < 0)
-    multicast_state =
-        engine::env_switch("ENGINE_CONV_MULTICAST", false, "a block per weight tile copy", "clusters of two blocks");
-  return multicast_state;
-}
-void set_igemm_multicast(bool on) { multicast_state = on; }
 int64_t igemm_im2col_launches() { return im2col_launches; }
 void count_igemm_im2col_launch() { im2col_launches++; }
 

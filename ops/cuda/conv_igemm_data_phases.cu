@@ -190,8 +190,8 @@ CUtensorMap weight_taps_map(const void* w, const Dims& d) {
 // off(kh_last) (the smallest), the tap's im2col offset is off(kh) - off(kh_last) = (kh_last - kh) d_h / s_h >= 0, and
 // the upper corner makes the box hp x wp. K-slice kt is valid tap kt / (Cout / 64) and output channels 64 (kt % (Cout
 // / 64)) ..: A is one im2col copy of dy (the block's BM dx pixels of the phase), B's 64-column panels the weight's
-// boxes of that tap (weight_taps_map; in clusters each block copies its share of the panels into both blocks). A
-// stride-1 convolution is one phase of every tap. Only the producer lane computes coordinates.
+// boxes of that tap (weight_taps_map). A stride-1 convolution is one phase of every tap. Only the producer lane
+// computes coordinates.
 struct Im2colPhase {
   int rh, rw;                            // the phase
   int kh0, nh, step_h, kw0, nw, step_w;  // its valid taps
@@ -218,8 +218,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const Dims& d = f.d;
   const int hp = int(ph.hp.d), wp = int(ph.wp.d), M = d.n * hp * wp;
   const int cblocks = d.cout / 64, k_tiles = ph.nh * ph.nw * cblocks;
-  const TmaWsTileIndex<Cfg> at(n_tiles);
-  const int m0 = at.m * Cfg::BM, n0 = at.n * Cfg::BN;
+  const int m0 = int(blockIdx.x) / n_tiles * Cfg::BM, n0 = int(blockIdx.x) % n_tiles * Cfg::BN;
   const int kh_last = ph.kh0 + (ph.nh - 1) * ph.step_h, kw_last = ph.kw0 + (ph.nw - 1) * ph.step_w;
   int t, j0, n, i0;  // the tile's first dx pixel of the phase
   ph.wp.divmod(m0, t, j0);
@@ -229,9 +228,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int kh = ph.kh0 + vh * ph.step_h, kwi = ph.kw0 + vw * ph.step_w;
     const int oh = (kh_last - kh) * d.dh / d.sh, ow = (kw_last - kwi) * d.dw / d.sw;
     wgmma::tma_load_im2col_4d(a, &dymap, cb * 64, ph.lower_w + j0, ph.lower_h + i0, n, uint16_t(ow), uint16_t(oh), bar);
-    tma_ws_load_b<Cfg, Cfg::BN / 64>([&](int j, uint16_t mask) {
-      wgmma::tma_load_3d(b + j * kPanelBytes, &wmap, n0 + 64 * j, kh * d.kw + kwi, cb * 64, bar, mask);
-    });
+#pragma unroll
+    for (int j = 0; j < Cfg::BN / 64; j++)
+      wgmma::tma_load_3d(b + j * kPanelBytes, &wmap, n0 + 64 * j, kh * d.kw + kwi, cb * 64, bar);
   };
   tma_ws_gemm_tile<Cfg, T, false, true>(produce, k_tiles, smem, [&](int r, int c, float v0, float v1) {
     const int m = m0 + r, ci = n0 + c;
@@ -285,8 +284,8 @@ bool launch_data_im2col(const Dims& d, const void* dy, const void* w, void* dx) 
   for (const auto& [ph, map] : phases) {
     const int64_t M = int64_t(d.n) * ph.hp.d * ph.wp.d;
     const int m_tiles = int((M + Cfg::BM - 1) / Cfg::BM);
-    launch_tma_ws<Cfg>(kernel, tma_ws_grid<Cfg>(m_tiles, n_tiles), FastDims(d), ph, static_cast<T*>(dx), n_tiles, map,
-                       wmap);
+    kernel<<<unsigned(int64_t(m_tiles) * n_tiles), Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
+        FastDims(d), ph, static_cast<T*>(dx), n_tiles, map, wmap);
     ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_data (implicit GEMM per stride phase, im2col bulk copies)");
   }
   count_igemm_im2col_launch();
@@ -317,8 +316,7 @@ void dispatch_phases(const Dims& d, const void* dy, const void* w, void* dx) {
       const WgShape shape = wgmma_shape(M, d.cg, d.groups);
       if (!kGather && igemm_im2col() && d.groups == 1 && d.cout % 64 == 0) {
         bool launched = false;
-        with_tma_ws_tile<true>(shape,
-                               [&](auto cfg) { launched = launch_data_im2col<decltype(cfg), T>(d, dy, w, dx); });
+        with_tma_ws_tile(shape, [&](auto cfg) { launched = launch_data_im2col<decltype(cfg), T>(d, dy, w, dx); });
         if (launched) return;
       }
       auto launch = [&](auto cfg) { launch_phases<decltype(cfg), T, kGather>(d, dy, w, dx); };

@@ -166,8 +166,7 @@ void launch_forward(const Dims& d, const void* x, const void* w, const void* bia
 // The Hopper forward for one group whose Cin is a multiple of 64 (tma_ws_gemm_tile): K-slice kt is tap
 // kt / (Cin / 64) and channels 64 (kt % (Cin / 64)) .., so the A tile is one im2col copy of x (the block's BM output
 // pixels at that tap, zeros in the padding and past the last image) and the B tile the weight's [BN][64] box at
-// k = 64 kt (k128_tile_map, as the cp.async kernels' TMA; in clusters each block copies its share of the rows into
-// both blocks, tma_ws_load_b). Only the producer lane computes coordinates.
+// k = 64 kt (k128_tile_map, as the cp.async kernels' TMA). Only the producer lane computes coordinates.
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     forward_im2col_kernel(const FastDims f, const T* __restrict__ bias, T* __restrict__ y, int n_tiles,
@@ -176,8 +175,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   extern __shared__ __align__(128) uint16_t smem[];
   const Dims& d = f.d;
   const int M = d.n * d.ho * d.wo, K = d.kh * d.kw * d.cin, cblocks = d.cin / 64;
-  const TmaWsTileIndex<Cfg> at(n_tiles);
-  const int m0 = at.m * Cfg::BM, n0 = at.n * Cfg::BN;
+  const int m0 = int(blockIdx.x) / n_tiles * Cfg::BM, n0 = int(blockIdx.x) % n_tiles * Cfg::BN;
   int t, wo, n, ho;  // the tile's first output pixel (the copy's rows past the last image read zeros)
   f.wo.divmod(m0, t, wo);
   f.ho.divmod(t, n, ho);
@@ -187,11 +185,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     int kh, kwi;
     f.kw.divmod(tap, kh, kwi);
     wgmma::tma_load_im2col_4d(a, &xmap, cb * 64, w0, h0, n, uint16_t(kwi * d.dw), uint16_t(kh * d.dh), bar);
-    // The weight's rows n0 .. n0 + BN in kCluster boxes (the map's box: BN / kCluster rows of 64 k).
-    tma_ws_load_b<Cfg, Cfg::kCluster>([&](int j, uint16_t mask) {
-      constexpr int kRows = Cfg::BN / Cfg::kCluster;
-      wgmma::tma_load_2d(b + uint32_t(j * kRows * 128), &wmap, kt * 64, n0 + j * kRows, bar, mask);
-    });
+    wgmma::tma_load_2d(b, &wmap, kt * 64, n0, bar);
   };
   tma_ws_gemm_tile<Cfg, T, false, false>(produce, K / 64, smem, [&](int r, int c, float v0, float v1) {
     const int m = m0 + r, co = n0 + c;
@@ -207,14 +201,14 @@ template <typename Cfg, typename T>
 bool launch_forward_im2col(const Dims& d, const void* x, const void* w, const void* bias, void* y) {
   CUtensorMap xmap;
   if (!x_im2col_map<T>(&xmap, x, d, Cfg::BM)) return false;
-  const CUtensorMap wmap = k128_tile_map<T>(w, d.cout, int64_t(d.kh) * d.kw * d.cin, Cfg::BN / Cfg::kCluster);
+  const CUtensorMap wmap = k128_tile_map<T>(w, d.cout, int64_t(d.kh) * d.kw * d.cin, Cfg::BN);
   auto kernel = forward_im2col_kernel<Cfg, T>;
   static const bool configured = set_smem_limit(kernel, Cfg::kSmemBytes);
   (void)configured;
   const int64_t M = int64_t(d.n) * d.ho * d.wo;
   const int m_tiles = int((M + Cfg::BM - 1) / Cfg::BM), n_tiles = (d.cout + Cfg::BN - 1) / Cfg::BN;
-  launch_tma_ws<Cfg>(kernel, tma_ws_grid<Cfg>(m_tiles, n_tiles), FastDims(d), static_cast<const T*>(bias),
-                     static_cast<T*>(y), n_tiles, xmap, wmap);
+  kernel<<<unsigned(int64_t(m_tiles) * n_tiles), Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
+      FastDims(d), static_cast<const T*>(bias), static_cast<T*>(y), n_tiles, xmap, wmap);
   ENGINE_CUDA_LAUNCH_CHECK("conv2d (implicit GEMM forward, im2col bulk copies)");
   count_igemm_im2col_launch();
   return true;
@@ -227,8 +221,8 @@ void dispatch_forward(const Dims& d, const void* x, const void* w, const void* b
       const WgShape shape = wgmma_shape(int64_t(d.n) * d.ho * d.wo, d.coutg, d.groups);
       if (!kGather && igemm_im2col() && d.groups == 1 && d.cin % 64 == 0) {
         bool launched = false;
-        with_tma_ws_tile<true>(shape,
-                               [&](auto cfg) { launched = launch_forward_im2col<decltype(cfg), T>(d, x, w, bias, y); });
+        with_tma_ws_tile(shape,
+                         [&](auto cfg) { launched = launch_forward_im2col<decltype(cfg), T>(d, x, w, bias, y); });
         if (launched) return;
       }
       auto launch = [&](auto cfg) { launch_forward<decltype(cfg), T, kGather>(d, x, w, bias, y); };

@@ -198,7 +198,7 @@ void dispatch_weight(const Dims& d, const void* x, const void* dy, void* dw, flo
       const WgShape shape = wgmma_shape(d.coutg, n, int64_t(d.groups) * splits);
       if (!kGather && igemm_im2col() && d.groups == 1 && d.cin % 64 == 0) {
         bool launched = false;
-        with_tma_ws_tile<false>(shape, [&](auto cfg) {
+        with_tma_ws_tile(shape, [&](auto cfg) {
           using Cfg = decltype(cfg);
           launched = splits > 1 ? launch_weight_im2col<Cfg, T, float>(d, x, dy, ws, splits)
                                 : launch_weight_im2col<Cfg, T, T>(d, x, dy, static_cast<T*>(dw), 1);

@@ -67,14 +67,6 @@ bool igemm_im2col();
 void set_igemm_im2col(bool on);
 int64_t igemm_im2col_launches();  // how many times that kernel was launched (tests)
 void count_igemm_im2col_launch();
-// Whether those warp-specialized kernels of the forward and the data gradient run in clusters of two blocks that
-// share each weight tile's copy (TMA multicast: a third fewer bytes read from L2 per block at 128 x 256;
-// conv_igemm.cuh's TmaWsTile): off by default, on for tests and benchmarks, or for a whole process with
-// ENGINE_CONV_MULTICAST=1. Off because it is not yet measured faster: its first run (H100, 2026-12-05) halved the
-// kernels' speed through a memory barrier that ptxas put before each cross-block arrival (fixed: wgmma.cuh's
-// mbar_arrive_cluster); the fixed kernels have not run on a GPU yet.
-bool igemm_multicast();
-void set_igemm_multicast(bool on);
 
 // conv_igemm_*.cu: implicit GEMMs on tensor cores; t is bf16 or f16 (requires coutg % 8 == 0, and cg % 8 == 0
 // except the gathering variants), or f32, run on TF32 (requires coutg % 4 == 0, cg % 4 == 0

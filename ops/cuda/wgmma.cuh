@@ -111,37 +111,20 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
         : "memory");
   } while (!done);
 }
-// mask != 0: the multicast copy, the box delivered to the same shared address in every block of the cluster whose bit
-// is set in `mask`, completing its bytes on each one's barrier at address `bar` (cluster launches only).
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar,
-                                            uint16_t mask = 0) {
-  if (mask)
-    ENGINE_WGMMA_ASM(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
-        "[%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
-        : "memory");
-  else
-    ENGINE_WGMMA_ASM(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-        ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-        : "memory");
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  ENGINE_WGMMA_ASM(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
 }
 
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
-                                            uint32_t bar, uint16_t mask = 0) {
-  if (mask)
-    ENGINE_WGMMA_ASM(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
-        "[%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask)
-        : "memory");
-  else
-    ENGINE_WGMMA_ASM(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-        "[%5];\n" ::"r"(dst),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-        : "memory");
+                                            uint32_t bar) {
+  ENGINE_WGMMA_ASM(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
 }
 
 // The im2col bulk tensor copy (a map made by cuTensorMapEncodeIm2col over an NHWC tensor, dims innermost first
@@ -161,29 +144,6 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   ENGINE_WGMMA_ASM("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
-// Thread block clusters (a launch with a cluster dimension: its blocks run on SMs of one GPC and can reach each
-// other's shared memory): cluster_rank is this block's index in its cluster; cluster_sync a barrier of every thread
-// of every block of the cluster (after mbarrier inits a peer's copies complete on, and before a block exits while a
-// peer may still arrive on its barriers); mbar_arrive_cluster one arrival on the barrier at the same shared address
-// in block `rank` of the cluster (the multicast copies: tma_load_2d / 3d with a mask).
-// mbar_arrive_cluster keeps the arrival's default semantics (release at the block's scope): with .release.cluster
-// ptxas puts a memory barrier before it, which stalled the convolution's consumer warps half their cycles (ncu, H100,
-// 2026-12-05) and halved its speed; a consumer's arrival only says that its wgmmas finished reading the stage.
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r = 0;
-  ENGINE_WGMMA_ASM("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void cluster_sync() {
-  __syncwarp();  // the .aligned barrier wants the whole warp at one instruction
-  ENGINE_WGMMA_ASM("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
-  ENGINE_WGMMA_ASM(
-      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar), "r"(rank)
-      : "memory");
-}
 // Keeps the compiler from moving accesses to the accumulators across the asynchronous wgmma (CUTLASS's
 // warpgroup_fence_operand).
 template <int N>

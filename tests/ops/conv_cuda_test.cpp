@@ -256,9 +256,8 @@ std::vector<Case> sweep() {
 // Runs body once per tensor-core kernel family: the mma.sync kernels with each 128 x 128 tile variant (warps of
 // 64 x 32, of 64 x 64), then the wgmma kernels where the build and the device have them, with each tile shape
 // (128 x 128, 128 x 256, 256 x 128; the forward's and data gradient's weights by the bulk tensor copy, the forward's x
-// by the im2col copy where it applies), once with the other choice of clusters of two blocks sharing the weight tiles
-// (igemm_multicast), once with the forward's x by cp.async, and once with the weights by cp.async (16-bit types; f32
-// runs its TF32 kernels again); the defaults after.
+// by the im2col copy where it applies), once with the forward's x by cp.async, and once with the weights by cp.async
+// (16-bit types; f32 runs its TF32 kernels again); the defaults after.
 template <typename F>
 void for_each_igemm_kernel(F&& body) {
   ops::cuda::conv::set_igemm_wgmma(false);
@@ -275,14 +274,6 @@ void for_each_igemm_kernel(F&& body) {
       SCOPED_TRACE(engine::str("wgmma, tile shape ", int(s)));
       ops::cuda::conv::set_igemm_wgmma_shape(s);
       body();
-    }
-    {
-      const bool multicast = ops::cuda::conv::igemm_multicast();
-      SCOPED_TRACE(multicast ? "wgmma, tile by shape, no clusters (each block copies its whole weight tile)"
-                             : "wgmma, tile by shape, in clusters of two blocks sharing the weight tiles");
-      ops::cuda::conv::set_igemm_multicast(!multicast);
-      body();
-      ops::cuda::conv::set_igemm_multicast(multicast);
     }
     {
       SCOPED_TRACE("wgmma, tile by shape, x by cp.async (no im2col bulk copies)");
@@ -541,8 +532,7 @@ TEST(ConvCuda, WeightGradientIsDeterministic) {
 // TFLOP/s of each pass on ResNet-101 / Darknet-53 layer shapes (tools/bench/conv_torch.py times cuDNN on the same
 // list): bf16 with the wgmma kernels (where the build and device have them; tile by the shape, then 128 x 128,
 // 128 x 256 and 256 x 128 forced, then by the shape with the forward's weights by cp.async instead of the bulk tensor
-// copy: "cpa", then with the forward's x by cp.async and its weights by the bulk copy: "tmab", then with and
-// without the clusters sharing the weight tiles: "mc", "nomc") and with the mma.sync
+// copy: "cpa", then with the forward's x by cp.async and its weights by the bulk copy: "tmab") and with the mma.sync
 // kernels' 128 x 128 tile variants (v0: warps of 64 x 32, v1: 64 x 64), f32 on TF32 tensor cores (allow_tf32, each
 // kernel's default tile: v1 forward and weight gradient, v0 data gradient) on every shape, and true fp32 (CUDA cores,
 // or cuBLASLt for 1x1) on the first three and Darknet's. One row per run, then a table side by side (bf16 wgmma,
@@ -561,8 +551,8 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   constexpr int kCalls = 10;  // per timed run: the synchronization's cost spread over 10 launches
   const auto dev = testutil::cuda_device();
   struct Run {
-    const char* type;  // "bf16/wg", "bf16/w128", "bf16/w256", "bf16/m256", "bf16/cpa", "bf16/tmab", "bf16/mc",
-                       // "bf16/nomc", "bf16/v0", "bf16/v1", "tf32", "fp32"
+    const char* type;  // "bf16/wg", "bf16/w128", "bf16/w256", "bf16/m256", "bf16/cpa", "bf16/v0", "bf16/v1", "tf32",
+                       // "fp32"
     DType dtype;
     int variant;  // mma.sync 128 x 128 tile variant, -1 the default
     bool wgmma;   // the wgmma kernels where available (16-bit types)
@@ -571,7 +561,6 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
     ops::cuda::conv::WgShape wgmma_shape = ops::cuda::conv::WgShape::by_shape;
     bool tma = true;     // the wgmma forward's weight tiles by the bulk tensor copy
     bool im2col = true;  // the wgmma forward's x tiles by the im2col bulk copy where it applies
-    int multicast = -1;  // those kernels in clusters of two blocks sharing the weight tiles: 1, 0, or -1 the default
   };
   using ops::cuda::conv::WgShape;
   const Run runs[] = {{"bf16/wg", DType::bf16, -1, true, false, true},
@@ -580,8 +569,6 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
                       {"bf16/m256", DType::bf16, -1, true, false, true, WgShape::m256n128},
                       {"bf16/cpa", DType::bf16, -1, true, false, true, WgShape::by_shape, false},
                       {"bf16/tmab", DType::bf16, -1, true, false, true, WgShape::by_shape, true, false},
-                      {"bf16/mc", DType::bf16, -1, true, false, true, WgShape::by_shape, true, true, 1},
-                      {"bf16/nomc", DType::bf16, -1, true, false, true, WgShape::by_shape, true, true, 0},
                       {"bf16/v0", DType::bf16, 0, false, false, true},
                       {"bf16/v1", DType::bf16, 1, false, false, true},
                       {"tf32", DType::f32, -1, true, true, true},
@@ -593,7 +580,6 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   // "Darknet" only the layers whose names contain it (one kernel under ncu).
   const char* only = std::getenv("CONV_PERF_RUNS");
   const char* only_shapes = std::getenv("CONV_PERF_SHAPES");
-  const bool multicast_default = ops::cuda::conv::igemm_multicast();
   for (const Run& r : runs) {
     if (only && !std::string(only).empty() &&
         ("," + std::string(only) + ",").find("," + std::string(r.type) + ",") == std::string::npos)
@@ -604,7 +590,6 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
     ops::cuda::conv::set_igemm_wgmma_shape(r.wgmma_shape);
     ops::cuda::conv::set_igemm_tma(r.tma);
     ops::cuda::conv::set_igemm_im2col(r.im2col);
-    ops::cuda::conv::set_igemm_multicast(r.multicast < 0 ? multicast_default : r.multicast == 1);
     if (r.wgmma && r.dtype != DType::f32 && !ops::cuda::conv::igemm_wgmma_available()) continue;
     for (size_t s = 0; s < shapes.size(); s++) {
       if (!r.all_shapes && std::find(fp32_shapes.begin(), fp32_shapes.end(), s) == fp32_shapes.end()) continue;
@@ -639,7 +624,6 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
   ops::cuda::conv::set_igemm_wgmma_shape(WgShape::by_shape);
   ops::cuda::conv::set_igemm_tma(true);
   ops::cuda::conv::set_igemm_im2col(true);
-  ops::cuda::conv::set_igemm_multicast(multicast_default);
   std::printf("\nTFLOP/s fwd/data/weight %-10s %-20s %-20s %-20s %-20s\n", "", "bf16 (wgmma)", "bf16 (v0)", "tf32",
               "fp32");
   auto cell = [&](size_t s, const char* type) {

@@ -9,8 +9,8 @@
 #   4. parity: torchvision vs engine on the GPU, fp32, batch norm in training mode (tools/bench/deeplab_parity.py);
 #   5. max batch under a 24 GiB card's arena: torchvision (set_per_process_memory_fraction) vs the engine's meta answer.
 #   6. (ab, only when named) two builds of the engine side by side: the second's ConvCuda tests, the convolutions' bf16
-#      (with and without clusters where the build has them) and tf32 rows of each, then cuDNN, then yolov3 (bf16,
-#      fp32) and deeplabv3 (bf16) steps alternated before, after, before, after, then PyTorch's steps of the same.
+#      and tf32 rows of each, then cuDNN, then yolov3 (bf16, fp32) and deeplabv3 (bf16) steps alternated before,
+#      after, before, after, then PyTorch's steps of the same.
 # Usage on the GPU machine: BIN=.gpu OUT=$OUT tools/bench/vision_gpu.sh [conv] [models] [parity] [maxbatch]
 # [ab] (BIN_BEFORE=the other build for ab; no argument: the first four parts; name some to split the work over calls
 # of the device's 10-minute limit).
@@ -68,8 +68,8 @@ if want ab; then
 echo "== A/B: $BIN_BEFORE (before) and $BIN (after)"
 timeout 120 "$BIN/engine_cuda_tests" --gtest_filter='ConvCuda.*' > "$OUT/conv_tests.log" 2>&1
 echo "ConvCuda.* of $BIN: $(tail -1 "$OUT/conv_tests.log")"
-for b in "$BIN_BEFORE" "$BIN"; do  # bf16/mc: in clusters sharing the weight tiles (a row of builds since b729c0e)
-  CONV_PERF_RUNS=${CONV_PERF_RUNS:-bf16/wg,bf16/mc,tf32} timeout 200 "$b/engine_cuda_tests" \
+for b in "$BIN_BEFORE" "$BIN"; do
+  CONV_PERF_RUNS=${CONV_PERF_RUNS:-bf16/wg,tf32} timeout 200 "$b/engine_cuda_tests" \
     --gtest_also_run_disabled_tests --gtest_filter='ConvCudaPerf.DISABLED_TFlops' > "$OUT/conv_ab.log" 2>&1
   echo "-- $b"; grep -E " TFLOP/s \(" "$OUT/conv_ab.log" | sed 's/  */ /g'
 done
