@@ -22,7 +22,7 @@
 // Reading fragments: a k-step is 32 bytes of k (16 16-bit or 8 f32 elements), and the m16n8k8 TF32
 // fragments of a [m][k] / [n][k] tile are, byte for byte, those ldmatrix (b16) gives for m16n8k16 (each lane's
 // 32-bit register holds one f32 instead of a 16-bit pair: a0..a3 = rows 0-7/8-15 x k 0-3/4-7, b0/b1 = k 0-3/4-7),
-// so those tiles use the same ldmatrix code and the same swizzle (chunk ^ row % 8, attention_common.cuh's:
+// so those tiles use the same ldmatrix code and the same swizzle (chunk ^ row % 8, mma_sync.cuh's:
 // conflict-free). ldmatrix.trans would split the f32 words, so the [k][m] / [k][n] f32 tiles are read one
 // 32-bit word per lane (KMajorWords) and stored with another chunk permutation (tile_chunk): each lane reads
 // (k = tq (+4), col = g (+8)) of an 8-row block, and chunk ^ ((r % 4) * 2 + (r / 4) % 2) puts the 32 lanes
@@ -32,21 +32,11 @@
 #include <type_traits>
 
 #include "engine/cuda/runtime.h"
-#include "ops/cuda/attention_common.cuh"
+#include "ops/cuda/mma_sync.cuh"
 #include "ops/cuda/conv_kernels.cuh"
 #include "ops/cuda/wgmma.cuh"
 
 namespace ops::cuda::conv::igemm {
-
-using attn::cp_async16;
-using attn::cp_async_commit;
-using attn::cp_async_wait;
-using attn::FragAddr;
-using attn::ldmatrix_x4;
-using attn::ldmatrix_x4_trans;
-using attn::mma16816;
-using attn::smem_addr;
-using attn::swizzle;
 
 // A block's tile: BM x BN of C, K advancing BK per slice through kStages shared-memory stages. Warps
 // are laid out (BM / 64) x (BN / WN), each computing a 64 x WN sub-tile (4 x WN/8 MMA tiles; 64 or 128 f32
@@ -142,7 +132,7 @@ __device__ __forceinline__ void mma1688_tf32(float (&c)[4], const uint32_t (&a)[
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Fragment addresses (attention_common.cuh's lane mappings): A [m][k] as frag_a, A [k][m] with ldmatrix.trans
+// Fragment addresses (mma_sync.cuh's lane mappings): A [m][k] as frag_a, A [k][m] with ldmatrix.trans
 // as frag_b_rows' mapping (its four 8x8 matrices are (k 0-7, m 0-7), (k 0-7, m 8-15), (k 8-15, m 0-7),
 // (k 8-15, m 8-15), transposed into a0..a3), B [n][k] as frag_b_rows, B [k][n] as frag_b_trans. The [k][m] and
 // [k][n] mappings serve the 16-bit tiles only (TF32 reads those with KMajorWords).
@@ -437,7 +427,7 @@ __device__ __forceinline__ void gemm_tile(Loader& loader, int k_tiles, uint16_t*
 struct FastDiv {
   uint32_t d = 1, magic = 0, shift = 0;
   FastDiv() = default;
-  explicit FastDiv(int divisor) : d(uint32_t(divisor)) {
+  __host__ __device__ explicit FastDiv(int divisor) : d(uint32_t(divisor)) {
     while (shift < 32 && (uint32_t(1) << shift) < d) shift++;
     magic = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << shift) - d)) / d + 1);
   }
@@ -446,6 +436,27 @@ struct FastDiv {
   __device__ __forceinline__ void divmod(int n, int& q, int& r) const {
     q = div(n);
     r = n - q * int(d);
+  }
+};
+
+// The data gradient's stride phases, one filter dimension (k taps, dilation dil, padding p, stride s): the input
+// positions of residue r (mod s) receive gradient from the taps first, first + step, .. (count of them; step =
+// s / gcd(dil, s): those with r + p - t dil divisible by s), and input position r + s i reads, for its v-th valid
+// tap, the output position i + off - v doff (off = (r + p - first dil) / s, doff = step dil / s). count = 0: no
+// tap reaches those positions (their gradient is zero). Used by conv_igemm_data_phases.cu and conv_simt.cu.
+struct PhaseTaps {
+  int first = 0, count = 0, step = 1, off = 0, doff = 0;
+  __host__ __device__ PhaseTaps(int r, int p, int dil, int s, int k) {
+    for (int t = k - 1; t >= 0; t--)
+      if ((r + p - t * dil) % s == 0) first = t, count++;
+    int a = dil, b = s;  // gcd(dil, s)
+    while (b != 0) {
+      const int c = a % b;
+      a = b, b = c;
+    }
+    step = s / a;
+    off = (r + p - first * dil) / s;
+    doff = step * dil / s;
   }
 };
 
@@ -469,7 +480,7 @@ bool set_smem_limit(Kernel kernel, int bytes) {
 // Two floats stored as a pair of T (one 4-byte store) or kept as f32 (8 bytes).
 template <typename T>
 __device__ __forceinline__ void store_pair(T* p, float v0, float v1) {
-  *reinterpret_cast<uint32_t*>(p) = attn::pack2<T>(v0, v1);
+  *reinterpret_cast<uint32_t*>(p) = pack2<T>(v0, v1);
 }
 __device__ __forceinline__ void store_pair(float* p, float v0, float v1) { *reinterpret_cast<float2*>(p) = {v0, v1}; }
 

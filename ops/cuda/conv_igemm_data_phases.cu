@@ -15,7 +15,7 @@
 // wgmma tiles of 128 x 128/256 by Cin/g as the forward does by Cout/g, the weight tiles copied by TMA when Cout/g
 // is a multiple of 64). Grid: (tiles of the largest phase, groups, phases); blocks past their phase's M return at
 // once. Bound: the tensor cores when K >= ~256.
-#include <numeric>
+#include <algorithm>
 #include <vector>
 
 #include "ops/cuda/conv_igemm_tma.cuh"
@@ -182,8 +182,8 @@ CUtensorMap weight_taps_map(const void* w, const Dims& d) {
   return swizzle128_map<T>(w, 3, dims, strides, box);
 }
 
-// The Hopper data gradient of a convolution of one group whose Cout is a multiple of 64, one launch per stride phase
-// (tma_ws_gemm_tile; A K-major, B MN-major). Phase (rh, rw) owns the dx pixels (rh + s_h i, rw + s_w j), i < hp,
+// The Hopper data gradient of a convolution of one group whose Cout is a multiple of 64, its stride phases in one
+// launch (tma_ws_gemm_tile; A K-major, B MN-major). Phase (rh, rw) owns the dx pixels (rh + s_h i, rw + s_w j), i < hp,
 // j < wp, and its valid taps are kh = kh0, kh0 + step_h, .., kh_last (those with (rh + p_h - kh d_h) divisible by s_h;
 // an arithmetic progression of step s_h / gcd(d_h, s_h)), likewise in w. Tap kh reads dy row i + off(kh), off(kh) =
 // (rh + p_h - kh d_h) / s_h, so the phase is a stride-1 convolution of dy: dy's im2col map has its lower corner at
@@ -192,33 +192,41 @@ CUtensorMap weight_taps_map(const void* w, const Dims& d) {
 // / 64)) ..: A is one im2col copy of dy (the block's BM dx pixels of the phase), B's 64-column panels the weight's
 // boxes of that tap (weight_taps_map). A stride-1 convolution is one phase of every tap. Only the producer lane
 // computes coordinates.
+// The phases share one grid, those with the most taps first: a phase alone is often less than a wave (3x3 s2 with
+// 38^2 outputs x 8: 91 tiles of 128 x 128 per phase on 132 SMs) and its K short (the one-tap phase of a 256-channel
+// dy: 4 slices), so one launch per phase left the SMs idle in each launch's last wave; in one grid the short tiles
+// fill the long ones' tail.
 struct Im2colPhase {
   int rh, rw;                            // the phase
   int kh0, nh, step_h, kw0, nw, step_w;  // its valid taps
   int lower_h, lower_w;                  // off(kh_last), off(kw_last)
   FastDiv hp, wp;                        // its dx grid
 };
-
-// The phase's valid taps, or false when a dimension has none (dx of that phase is all zeros: the caller takes the
-// kernel that writes them).
-inline bool phase_taps(int r, int p, int dil, int s, int k, int& first, int& count, int& step) {
-  count = 0;
-  for (int t = 0; t < k; t++)
-    if ((r + p - t * dil) % s == 0 && count++ == 0) first = t;
-  step = s / std::gcd(dil, s);
-  return count > 0;
-}
+constexpr int kPhasesPerLaunch = 4;  // stride 2 x 2; larger strides take several launches
+struct Im2colPhases {
+  CUtensorMap dy[kPhasesPerLaunch];       // each phase's im2col map of dy
+  Im2colPhase ph[kPhasesPerLaunch];
+  int first_block[kPhasesPerLaunch + 1];  // phase p's blocks: first_block[p] .. first_block[p + 1] - 1
+  int count;
+};
 
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    data_im2col_kernel(const FastDims f, const Im2colPhase ph, T* __restrict__ dx, int n_tiles,
-                       const __grid_constant__ CUtensorMap dymap, const __grid_constant__ CUtensorMap wmap) {
+    data_im2col_kernel(const FastDims f, const __grid_constant__ Im2colPhases phases, T* __restrict__ dx, int n_tiles,
+                       const __grid_constant__ CUtensorMap wmap) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) uint16_t smem[];
   const Dims& d = f.d;
+  int p = 0;  // this block's phase
+#pragma unroll
+  for (int q = 1; q < kPhasesPerLaunch; q++)
+    if (q < phases.count && int(blockIdx.x) >= phases.first_block[q]) p = q;
+  const Im2colPhase& ph = phases.ph[p];
+  const CUtensorMap* dymap = &phases.dy[p];
+  const int block = int(blockIdx.x) - phases.first_block[p];
   const int hp = int(ph.hp.d), wp = int(ph.wp.d), M = d.n * hp * wp;
   const int cblocks = d.cout / 64, k_tiles = ph.nh * ph.nw * cblocks;
-  const int m0 = int(blockIdx.x) / n_tiles * Cfg::BM, n0 = int(blockIdx.x) % n_tiles * Cfg::BN;
+  const int m0 = block / n_tiles * Cfg::BM, n0 = block % n_tiles * Cfg::BN;
   const int kh_last = ph.kh0 + (ph.nh - 1) * ph.step_h, kw_last = ph.kw0 + (ph.nw - 1) * ph.step_w;
   int t, j0, n, i0;  // the tile's first dx pixel of the phase
   ph.wp.divmod(m0, t, j0);
@@ -227,7 +235,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int v = kt / cblocks, cb = kt - v * cblocks, vh = v / ph.nw, vw = v - vh * ph.nw;
     const int kh = ph.kh0 + vh * ph.step_h, kwi = ph.kw0 + vw * ph.step_w;
     const int oh = (kh_last - kh) * d.dh / d.sh, ow = (kw_last - kwi) * d.dw / d.sw;
-    wgmma::tma_load_im2col_4d(a, &dymap, cb * 64, ph.lower_w + j0, ph.lower_h + i0, n, uint16_t(ow), uint16_t(oh), bar);
+    wgmma::tma_load_im2col_4d(a, dymap, cb * 64, ph.lower_w + j0, ph.lower_h + i0, n, uint16_t(ow), uint16_t(oh), bar);
 #pragma unroll
     for (int j = 0; j < Cfg::BN / 64; j++)
       wgmma::tma_load_3d(b + j * kPanelBytes, &wmap, n0 + 64 * j, kh * d.kw + kwi, cb * 64, bar);
@@ -247,14 +255,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 // False (nothing launched) when a phase has no taps or the im2col map cannot describe a phase.
 template <typename Cfg, typename T>
 bool launch_data_im2col(const Dims& d, const void* dy, const void* w, void* dx) {
-  std::vector<std::pair<Im2colPhase, CUtensorMap>> phases;
+  struct Phase {
+    Im2colPhase ph;
+    CUtensorMap map;
+  };
+  std::vector<Phase> all;
   for (int rh = 0; rh < d.sh; rh++)
     for (int rw = 0; rw < d.sw; rw++) {
       Im2colPhase ph{};
       ph.rh = rh, ph.rw = rw;
-      if (!phase_taps(rh, d.ph, d.dh, d.sh, d.kh, ph.kh0, ph.nh, ph.step_h) ||
-          !phase_taps(rw, d.pw, d.dw, d.sw, d.kw, ph.kw0, ph.nw, ph.step_w))
-        return false;
+      const PhaseTaps th(rh, d.ph, d.dh, d.sh, d.kh), tw(rw, d.pw, d.dw, d.sw, d.kw);
+      if (th.count == 0 || tw.count == 0) return false;  // dx of the phase is zeros: the cp.async kernel writes them
+      ph.kh0 = th.first, ph.nh = th.count, ph.step_h = th.step;
+      ph.kw0 = tw.first, ph.nw = tw.count, ph.step_w = tw.step;
       const int kh_last = ph.kh0 + (ph.nh - 1) * ph.step_h, kw_last = ph.kw0 + (ph.nw - 1) * ph.step_w;
       ph.lower_h = (rh + d.ph - kh_last * d.dh) / d.sh, ph.lower_w = (rw + d.pw - kw_last * d.dw) / d.sw;
       const int hp = (d.h - rh + d.sh - 1) / d.sh, wp = (d.w - rw + d.sw - 1) / d.sw;
@@ -272,21 +285,31 @@ bool launch_data_im2col(const Dims& d, const void* dy, const void* w, void* dx) 
                          (kw_last - ph.kw0) * d.dw / d.sw,
                          1,
                          1};
-      CUtensorMap map;
-      if (!im2col_map<T>(&map, dy, g, Cfg::BM)) return false;
-      phases.push_back({ph, map});
+      Phase e{ph, {}};
+      if (!im2col_map<T>(&e.map, dy, g, Cfg::BM)) return false;
+      all.push_back(e);
     }
+  // The longest K first (a stable sort: equal phases in (rh, rw) order).
+  std::stable_sort(all.begin(), all.end(),
+                   [](const Phase& a, const Phase& b) { return a.ph.nh * a.ph.nw > b.ph.nh * b.ph.nw; });
   const CUtensorMap wmap = weight_taps_map<T>(w, d);
   auto kernel = data_im2col_kernel<Cfg, T>;
   static const bool configured = set_smem_limit(kernel, Cfg::kSmemBytes);
   (void)configured;
   const int n_tiles = (d.cin + Cfg::BN - 1) / Cfg::BN;
-  for (const auto& [ph, map] : phases) {
-    const int64_t M = int64_t(d.n) * ph.hp.d * ph.wp.d;
-    const int m_tiles = int((M + Cfg::BM - 1) / Cfg::BM);
-    kernel<<<unsigned(int64_t(m_tiles) * n_tiles), Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
-        FastDims(d), ph, static_cast<T*>(dx), n_tiles, map, wmap);
-    ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_data (implicit GEMM per stride phase, im2col bulk copies)");
+  for (size_t first = 0; first < all.size(); first += kPhasesPerLaunch) {
+    Im2colPhases phases{};
+    int64_t blocks = 0;
+    for (size_t i = first; i < std::min(all.size(), first + kPhasesPerLaunch); i++) {
+      const int q = phases.count++;
+      phases.ph[q] = all[i].ph, phases.dy[q] = all[i].map, phases.first_block[q] = int(blocks);
+      const int64_t M = int64_t(d.n) * all[i].ph.hp.d * all[i].ph.wp.d;
+      blocks += (M + Cfg::BM - 1) / Cfg::BM * n_tiles;
+    }
+    phases.first_block[phases.count] = int(blocks);
+    kernel<<<unsigned(blocks), Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(
+        FastDims(d), phases, static_cast<T*>(dx), n_tiles, wmap);
+    ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_data (implicit GEMM over the stride phases, im2col bulk copies)");
   }
   count_igemm_im2col_launch();
   return true;

@@ -2,8 +2,9 @@
 // precision), for channels per group that are multiples of 4 (16-byte float4 copies). The same GEMMs as
 // the tensor-core kernels (conv_igemm_*.cu):
 //   forward  M = N*Ho*Wo, N = Cout/g,        K = KH*KW*Cin/g   A = gathered x, B = w rows
-//   data     M = N*H*W,   N = Cin/g,         K = KH*KW*Cout/g  A = gathered dy (taps off the output grid
-//                                                              zero: stride > 1 wastes 1 - 1/s^2), B = w
+//   data     M = N*H*W,   N = Cin/g,         K = KH*KW*Cout/g  A = gathered dy, B = w; as one GEMM per stride
+//                                                              phase over only the taps that reach it (M and
+//                                                              K each ~1/s^2 of these; conv_igemm_data_phases.cu)
 //   weight   M = Cout/g,  N = KH*KW*Cin/g,   K = pixels        A = dy rows, B = gathered x; split-K into
 //                                                              the workspace as conv_igemm_weight.cu
 // Tiling: the classic SGEMM block: 256 threads (two blocks per SM: <= 128 registers, which costs the narrow
@@ -30,6 +31,7 @@ namespace {
 
 using igemm::FastDims;
 using igemm::FastDiv;
+using igemm::PhaseTaps;
 using igemm::kFarAway;
 
 constexpr int kBK = 8, kThreads = 256;
@@ -108,43 +110,46 @@ struct ForwardLoader {
   }
 };
 
-// Data gradient: A chunk c = dy gathered at dx pixel column c / 2, k c % 2 * 4.. (transposed); B chunk c = w at k
-// row c / (BN / 4), columns c % (BN / 4) * 4.. (input channels).
+// Data gradient, one stride phase (rh, rw) per blockIdx.z (PhaseTaps): the dx pixels (rh + s_h i, rw + s_w j) and
+// only the taps that reach them, k = (v, co) over the phase's valid taps v = (vh, vw) in (kh, kw) order, so that no
+// FMA multiplies a tap off the output grid (the all-taps GEMM spent 3/4 of a stride-2 layer's FMAs on zeros) and the
+// sums run in the same order as over every tap. A chunk c = dy gathered for phase pixel column c / 2, k c % 2 * 4..
+// (transposed); B chunk c = w at k row c / (BN / 4), columns c % (BN / 4) * 4.. (input channels).
 template <int BM, int BN>
 struct DataLoader {
   static constexpr int RA = chunks<BM>(), RB = chunks<BN>();
   const float* dy;
   const float* w;
-  FastDiv coutg, kw, sh, sw;
-  int K, dh, dw, ho, wo, cout, cg, taps;
+  FastDiv coutg, nw;                   // nw: the phase's valid taps per filter row
+  int K, ho, wo, cout;
+  int off_h, doff_h, off_w, doff_w;    // A: tap v = (vh, vw) reads dy at (i + off_h - vh doff_h, j + ..) (PhaseTaps)
+  int co_stride, tap0, tap_dh, tap_dw;  // B: w at b_base + co co_stride + tap0 + vh tap_dh + vw tap_dw
   int k_off;                           // A's k offset, 0 or 4
-  int a_base[RA], a_hp[RA], a_wp[RA];  // n*Ho*Wo*Cout + g*Coutg, h + p, w + p
-  int b_k[RB], b_ci[RB];               // B: k row, first input channel or -1
-  int b_row0;                          // g*Coutg
+  int a_base[RA], a_i[RA], a_j[RA];    // n*Ho*Wo*Cout + g*Coutg, the phase pixel's row and column
+  int b_k[RB], b_base[RB];             // B: k row; g*Coutg*taps*Cin/g + the first input channel, or -1
   float4 ra[RA], rb[RB];
   __device__ void load(int kt) {
     {
       const int k = kt * kBK + k_off;
-      int tap, co, kh, kwi;
-      coutg.divmod(min(k, K), tap, co);
-      kw.divmod(tap, kh, kwi);
+      int v, co, vh, vw;
+      coutg.divmod(min(k, K), v, co);
+      nw.divmod(v, vh, vw);
+      const int oh = off_h - vh * doff_h, ow = off_w - vw * doff_w;
 #pragma unroll
       for (int r = 0; r < RA; r++) {
-        int th = a_hp[r] - kh * dh, tw = a_wp[r] - kwi * dw, rh, rw;
-        bool ok = k < K && th >= 0 && tw >= 0;
-        sh.divmod(max(th, 0), th, rh);
-        sw.divmod(max(tw, 0), tw, rw);
-        ok = ok && rh == 0 && rw == 0 && th < ho && tw < wo;
+        const int th = a_i[r] + oh, tw = a_j[r] + ow;
+        const bool ok = k < K && unsigned(th) < unsigned(ho) && unsigned(tw) < unsigned(wo);
         ra[r] = load4(dy + (ok ? a_base[r] + (th * wo + tw) * cout + co : 0), ok);
       }
     }
 #pragma unroll
     for (int r = 0; r < RB; r++) {
       const int k = kt * kBK + b_k[r];
-      const bool ok = b_ci[r] >= 0 && k < K;
-      int tap, co;
-      coutg.divmod(min(k, K), tap, co);
-      rb[r] = load4(w + (ok ? ((b_row0 + co) * taps + tap) * cg + b_ci[r] : 0), ok);
+      const bool ok = b_base[r] >= 0 && k < K;
+      int v, co, vh, vw;
+      coutg.divmod(min(k, K), v, co);
+      nw.divmod(v, vh, vw);
+      rb[r] = load4(w + (ok ? b_base[r] + co * co_stride + tap0 + vh * tap_dh + vw * tap_dw : 0), ok);
     }
   }
   __device__ void store(Smem<BM, BN>& s, int buf) const {
@@ -291,42 +296,56 @@ __global__ void __launch_bounds__(kThreads, 2)
   });
 }
 
+// Grid: (tiles of the largest phase, groups, phases from phase0); blocks past their phase's pixels return at once.
 template <int BM, int BN>
 __global__ void __launch_bounds__(kThreads, 2)
     simt_data_kernel(const FastDims f, const float* __restrict__ dy, const float* __restrict__ w,
-                     float* __restrict__ dx, int n_tiles) {
+                     float* __restrict__ dx, int n_tiles, int phase0) {
   __shared__ __align__(16) Smem<BM, BN> s;
   const Dims& d = f.d;
-  const int M = d.n * d.h * d.w, K = d.kh * d.kw * d.coutg;
+  const int phase = phase0 + int(blockIdx.z), rh = phase / d.sw, rw = phase % d.sw;
+  const int hp = (d.h - rh + d.sh - 1) / d.sh, wp = (d.w - rw + d.sw - 1) / d.sw;  // the phase's dx grid
+  const int M = d.n * hp * wp;
   const int m0 = int(blockIdx.x) / n_tiles * BM, n0 = int(blockIdx.x) % n_tiles * BN, grp = int(blockIdx.y);
+  if (m0 >= M) return;
+  const PhaseTaps th(rh, d.ph, d.dh, d.sh, d.kh), tw(rw, d.pw, d.dw, d.sw, d.kw);
+  const FastDiv hpd(hp), wpd(wp);
   DataLoader<BM, BN> ld;
-  ld.dy = dy, ld.w = w, ld.coutg = f.coutg, ld.kw = f.kw, ld.sh = f.sh, ld.sw = f.sw, ld.K = K, ld.dh = d.dh;
-  ld.dw = d.dw, ld.ho = d.ho, ld.wo = d.wo, ld.cout = d.cout, ld.cg = d.cg, ld.taps = d.kh * d.kw;
+  ld.dy = dy, ld.w = w, ld.coutg = f.coutg, ld.nw = FastDiv(max(tw.count, 1));
+  ld.K = th.count * tw.count * d.coutg, ld.ho = d.ho, ld.wo = d.wo, ld.cout = d.cout;
+  ld.off_h = th.off, ld.doff_h = th.doff, ld.off_w = tw.off, ld.doff_w = tw.doff;
+  const int taps = d.kh * d.kw;
+  ld.co_stride = taps * d.cg, ld.tap0 = (th.first * d.kw + tw.first) * d.cg;
+  ld.tap_dh = th.step * d.kw * d.cg, ld.tap_dw = tw.step * d.cg;
   ld.k_off = (int(threadIdx.x) % 2) * 4;
 #pragma unroll
   for (int r = 0; r < ld.RA; r++) {
     const int m = m0 + chunk_of<BM>(r) / 2;
     if (m < M) {
-      int t, wx, n, hx;
-      f.w.divmod(m, t, wx);
-      f.h.divmod(t, n, hx);
-      ld.a_base[r] = n * d.ho * d.wo * d.cout + grp * d.coutg, ld.a_hp[r] = hx + d.ph, ld.a_wp[r] = wx + d.pw;
+      int t, j, n, i;
+      wpd.divmod(m, t, j);
+      hpd.divmod(t, n, i);
+      ld.a_base[r] = n * d.ho * d.wo * d.cout + grp * d.coutg, ld.a_i[r] = i, ld.a_j[r] = j;
     } else {
-      ld.a_base[r] = 0, ld.a_hp[r] = kFarAway, ld.a_wp[r] = kFarAway;
+      ld.a_base[r] = 0, ld.a_i[r] = kFarAway, ld.a_j[r] = kFarAway;
     }
   }
 #pragma unroll
   for (int r = 0; r < ld.RB; r++) {
     const int c = chunk_of<BN>(r), ci = n0 + c % (BN / 4) * 4;
     ld.b_k[r] = c / (BN / 4);
-    ld.b_ci[r] = has_chunk<BN>(r) && ci < d.cg ? ci : -1;
+    ld.b_base[r] = has_chunk<BN>(r) && ci < d.cg ? grp * d.coutg * taps * d.cg + ci : -1;
   }
-  ld.b_row0 = grp * d.coutg;
   float acc[8][8];
-  simt_mainloop(ld, (K + kBK - 1) / kBK, s, acc);
+  simt_mainloop(ld, (ld.K + kBK - 1) / kBK, s, acc);
   simt_epilogue<BM, BN>(acc, [&](int r, int c, float4 v) {
     const int mm = m0 + r, ci = n0 + c;
-    if (mm < M && ci < d.cg) *reinterpret_cast<float4*>(dx + int64_t(mm) * d.cin + grp * d.cg + ci) = v;
+    if (mm >= M || ci >= d.cg) return;
+    int t, j, n, i;
+    wpd.divmod(mm, t, j);
+    hpd.divmod(t, n, i);
+    const int64_t pix = (int64_t(n) * d.h + rh + d.sh * i) * d.w + rw + d.sw * j;
+    *reinterpret_cast<float4*>(dx + pix * d.cin + grp * d.cg + ci) = v;
   });
 }
 
@@ -419,13 +438,19 @@ void simt_forward(const Dims& d, const float* x, const float* w, const float* bi
 void simt_data(const Dims& d, const float* dy, const float* w, float* dx) {
   const int64_t M = int64_t(d.n) * d.h * d.w;
   if (M == 0 || d.cin == 0) return;
-  with_tile<false>(tile_for(M, d.cg, false), [&](auto bm, auto bn) {
+  const int64_t M0 = int64_t(d.n) * ((d.h + d.sh - 1) / d.sh) * ((d.w + d.sw - 1) / d.sw);  // phase (0, 0), the largest
+  const int phases = d.sh * d.sw;
+  with_tile<false>(tile_for(M0, d.cg, false), [&](auto bm, auto bn) {
     constexpr int BM = decltype(bm)::value, BN = decltype(bn)::value;
     const int n_tiles = (d.cg + BN - 1) / BN;
-    const dim3 grid(unsigned((M + BM - 1) / BM * n_tiles), unsigned(d.groups));
-    simt_data_kernel<BM, BN><<<grid, kThreads, 0, engine::cuda::stream()>>>(FastDims(d), dy, w, dx, n_tiles);
+    for (int phase0 = 0; phase0 < phases; phase0 += 65535) {  // the grid's z extent
+      const unsigned z = unsigned(std::min(65535, phases - phase0));
+      const dim3 grid(unsigned((M0 + BM - 1) / BM * n_tiles), unsigned(d.groups), z);
+      simt_data_kernel<BM, BN>
+          <<<grid, kThreads, 0, engine::cuda::stream()>>>(FastDims(d), dy, w, dx, n_tiles, phase0);
+    }
   });
-  ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_data (f32 implicit GEMM)");
+  ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_data (f32 implicit GEMM per stride phase)");
 }
 
 void simt_weight(const Dims& d, const float* x, const float* dy, float* dw, float* ws, int splits) {

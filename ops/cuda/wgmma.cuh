@@ -14,7 +14,7 @@
 //
 // Layout: each operand tile is rows (M for A, N for B) of 128 bytes of K (64 16-bit elements), 16-byte chunk c
 // of row r stored at chunk c ^ (r % 8) (the 128-byte swizzle; conv_igemm.cuh's tile_chunk and
-// attention_common.cuh's swizzle produce exactly this), the tile 1024-byte aligned. desc_k128 describes such a
+// mma_sync.cuh's swizzle produce exactly this), the tile 1024-byte aligned. desc_k128 describes such a
 // tile to the tensor cores (K-major, 128-byte swizzle: 8-row groups 1024 bytes apart); the k-th 16-element
 // step of a slice starts 32 k bytes further (the hardware applies the swizzle to the address it computes,
 // which is why the tile must be aligned to the swizzle's 1024-byte period).
@@ -229,7 +229,7 @@ ENGINE_WGMMA_DEFINE(256, ENGINE_WGMMA_REGS_256, ENGINE_WGMMA_ACC_256, 128, 129, 
 
 // D[64 x N] += A[64 x 16] B[16 x N] with A from registers: each warp of the warpgroup holds its 16 rows as
 // mma.sync's m16n8k16 A fragment (a[0..3]: rows g / g + 8, k 2tq (+ 8), two 16-bit values per register), so an
-// accumulator tile converted to 16-bit pairs (attention_common.cuh's acc_to_a) feeds the next product without shared
+// accumulator tile converted to 16-bit pairs (mma_sync.cuh's acc_to_a) feeds the next product without shared
 // memory. B in shared memory as above (kTransB: MN-major).
 #define ENGINE_WGMMA_RS_DEFINE(N, REGS, ACC, A0, A1, A2, A3, B, TB)                                                    \
   template <typename T, int kTransB>                                                                                   \

@@ -196,6 +196,7 @@ std::vector<Case> sweep() {
       {1, 12, 10, 24, 40, 3, 3, params(2, 1)},
       {2, 9, 8, 5, 6, 3, 3, params(1, 1)},
       {1, 11, 13, 8, 8, 3, 3, params(2, 0), false},
+      {2, 13, 11, 12, 8, 3, 3, params(3, 1)},  // stride 3: nine phases of unequal sizes
       // several tiles in M, N and K; K slices that straddle filter taps (136 % 64 != 0); partial tiles
       {2, 20, 19, 136, 200, 3, 3, params(1, 1)},
       {1, 17, 21, 72, 136, 3, 3, params(2, 1)},
@@ -436,11 +437,11 @@ TEST(ConvCuda, Im2colKernelsMatchCpu) {
       {2, 15, 14, 200, 64, 5, 5, params(1, 2)},     // 5x5, one 64-channel block per tap
       {1, 11, 13, 128, 128, 3, 3, params(1, 0)},    // no padding: dy's box reaches 2 pixels out
       {1, 10, 12, 128, 192, 3, 3, params(1, 2)},    // padding past the filter's reach
-      // ... per stride phase (one launch per phase, each its own dy map)
+      // ... per stride phase (up to four phases per launch, each its own dy map, the most taps first)
       {1, 17, 21, 136, 64, 3, 3, params(2, 1)},     // phases of one and of two taps per dimension
       {2, 23, 25, 72, 128, 7, 7, params(2, 3)},     // 7x7 stride 2
       {1, 20, 19, 136, 128, 4, 4, params(2, 1)},    // an even filter (pix2pixHD's discriminators)
-      {2, 13, 11, 72, 64, 3, 3, params(3, 1)},      // stride 3: nine phases
+      {2, 13, 11, 72, 64, 3, 3, params(3, 1)},      // stride 3: nine phases of unequal sizes, three launches
       {1, 15, 14, 72, 192, 5, 5, params(2, 2, 3)},  // dilation 3, stride 2
       {1, 16, 15, 72, 64, 3, 3, params(2, 2, 2)},   // phases without taps: the cp.async kernel instead
   };
@@ -535,8 +536,8 @@ TEST(ConvCuda, WeightGradientIsDeterministic) {
 // copy: "cpa", then with the forward's x by cp.async and its weights by the bulk copy: "tmab") and with the mma.sync
 // kernels' 128 x 128 tile variants (v0: warps of 64 x 32, v1: 64 x 64), f32 on TF32 tensor cores (allow_tf32, each
 // kernel's default tile: v1 forward and weight gradient, v0 data gradient) on every shape, and true fp32 (CUDA cores,
-// or cuBLASLt for 1x1) on the first three and Darknet's. One row per run, then a table side by side (bf16 wgmma,
-// bf16 v0, tf32, fp32).
+// or cuBLASLt for 1x1) on the first three, the stride-2 ones and Darknet's. One row per run, then a table side by
+// side (bf16 wgmma, bf16 v0, tf32, fp32).
 TEST(ConvCudaPerf, DISABLED_TFlops) {
   const std::vector<std::pair<const char*, Case>> shapes = {
       {"ResNet 3x3 64->64 128^2 N8", {8, 128, 128, 64, 64, 3, 3, params(1, 1)}},
@@ -573,7 +574,7 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
                       {"bf16/v1", DType::bf16, 1, false, false, true},
                       {"tf32", DType::f32, -1, true, true, true},
                       {"fp32", DType::f32, -1, true, false, false}};
-  const std::vector<size_t> fp32_shapes = {0, 1, 2, 5};
+  const std::vector<size_t> fp32_shapes = {0, 1, 2, 4, 5, 6};
   std::map<std::pair<size_t, std::string>, std::array<double, 3>> tflops;  // (shape, type) -> fwd/data/weight
   std::printf("%-34s %-7s %-44s %9s %9s %9s\n", "layer", "dtype", "paths fwd/data/weight", "fwd", "data", "weight");
   // CONV_PERF_RUNS="bf16/wg,bf16/v0" times only those rows (a shorter call on the GPU machine); CONV_PERF_SHAPES=
