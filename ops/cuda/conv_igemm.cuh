@@ -446,6 +446,7 @@ struct FastDiv {
 // tap reaches those positions (their gradient is zero). Used by conv_igemm_data_phases.cu and conv_simt.cu.
 struct PhaseTaps {
   int first = 0, count = 0, step = 1, off = 0, doff = 0;
+  PhaseTaps() = default;
   __host__ __device__ PhaseTaps(int r, int p, int dil, int s, int k) {
     for (int t = k - 1; t >= 0; t--)
       if ((r + p - t * dil) % s == 0) first = t, count++;
@@ -458,6 +459,8 @@ struct PhaseTaps {
     off = (r + p - first * dil) / s;
     doff = step * dil / s;
   }
+  __host__ __device__ int tap(int v) const { return first + v * step; }  // the v-th valid tap
+  __host__ __device__ int off_of(int v) const { return off - v * doff; }  // its output offset (the last's smallest)
 };
 
 // The geometry with fast divisors for the decodes the loaders do per K-slice.

@@ -28,7 +28,6 @@ constexpr int kMaxTaps = kMaxPhaseTaps;
 
 struct TapTable {
   int off_h[kMaxTaps], off_w[kMaxTaps], tap[kMaxTaps];
-  int count;
 };
 
 template <typename Cfg, bool kGather>
@@ -118,26 +117,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int grp = int(blockIdx.y), kt_all = d.kh * d.kw;
 
   // The phase's valid taps, in (kh, kw) order.
-  if (threadIdx.x < kt_all) {
-    const int t = int(threadIdx.x), kh = t / d.kw, kw = t % d.kw;
-    auto valid = [&](int u) {
-      return (rh + d.ph - (u / d.kw) * d.dh) % d.sh == 0 && (rw + d.pw - (u % d.kw) * d.dw) % d.sw == 0;
-    };
-    if (valid(t)) {
-      int idx = 0;
-      for (int u = 0; u < t; u++) idx += valid(u);
-      table.off_h[idx] = (rh + d.ph - kh * d.dh) / d.sh;
-      table.off_w[idx] = (rw + d.pw - kw * d.dw) / d.sw;
-      table.tap[idx] = t;
-    }
-    if (t == kt_all - 1) {
-      int n = 0;
-      for (int u = 0; u < kt_all; u++) n += valid(u);
-      table.count = n;
-    }
+  const PhaseTaps th(rh, d.ph, d.dh, d.sh, d.kh), tw(rw, d.pw, d.dw, d.sw, d.kw);
+  const int taps = th.count * tw.count;
+  if (int(threadIdx.x) < taps) {
+    const int vh = int(threadIdx.x) / tw.count, vw = int(threadIdx.x) % tw.count;
+    table.off_h[threadIdx.x] = th.off_of(vh);
+    table.off_w[threadIdx.x] = tw.off_of(vw);
+    table.tap[threadIdx.x] = th.tap(vh) * d.kw + tw.tap(vw);
   }
   __syncthreads();
-  const int K = table.count * d.coutg;
+  const int K = taps * d.coutg;
 
   using Loader = PhaseLoader<Cfg, kGather>;
   Loader ld;
@@ -197,10 +186,9 @@ CUtensorMap weight_taps_map(const void* w, const Dims& d) {
 // dy: 4 slices), so one launch per phase left the SMs idle in each launch's last wave; in one grid the short tiles
 // fill the long ones' tail.
 struct Im2colPhase {
-  int rh, rw;                            // the phase
-  int kh0, nh, step_h, kw0, nw, step_w;  // its valid taps
-  int lower_h, lower_w;                  // off(kh_last), off(kw_last)
-  FastDiv hp, wp;                        // its dx grid
+  int rh, rw;          // the phase
+  PhaseTaps th, tw;    // its valid taps
+  FastDiv hp, wp;      // its dx grid
 };
 constexpr int kPhasesPerLaunch = 4;  // stride 2 x 2; larger strides take several launches
 struct Im2colPhases {
@@ -225,20 +213,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const CUtensorMap* dymap = &phases.dy[p];
   const int block = int(blockIdx.x) - phases.first_block[p];
   const int hp = int(ph.hp.d), wp = int(ph.wp.d), M = d.n * hp * wp;
-  const int cblocks = d.cout / 64, k_tiles = ph.nh * ph.nw * cblocks;
+  const int cblocks = d.cout / 64, k_tiles = ph.th.count * ph.tw.count * cblocks;
   const int m0 = block / n_tiles * Cfg::BM, n0 = block % n_tiles * Cfg::BN;
-  const int kh_last = ph.kh0 + (ph.nh - 1) * ph.step_h, kw_last = ph.kw0 + (ph.nw - 1) * ph.step_w;
+  const int lower_h = ph.th.off_of(ph.th.count - 1), lower_w = ph.tw.off_of(ph.tw.count - 1);
   int t, j0, n, i0;  // the tile's first dx pixel of the phase
   ph.wp.divmod(m0, t, j0);
   ph.hp.divmod(t, n, i0);
   auto produce = [&](int kt, uint32_t a, uint32_t b, uint32_t bar) {
-    const int v = kt / cblocks, cb = kt - v * cblocks, vh = v / ph.nw, vw = v - vh * ph.nw;
-    const int kh = ph.kh0 + vh * ph.step_h, kwi = ph.kw0 + vw * ph.step_w;
-    const int oh = (kh_last - kh) * d.dh / d.sh, ow = (kw_last - kwi) * d.dw / d.sw;
-    wgmma::tma_load_im2col_4d(a, dymap, cb * 64, ph.lower_w + j0, ph.lower_h + i0, n, uint16_t(ow), uint16_t(oh), bar);
+    const int v = kt / cblocks, cb = kt - v * cblocks, vh = v / ph.tw.count, vw = v - vh * ph.tw.count;
+    const int oh = ph.th.off_of(vh) - lower_h, ow = ph.tw.off_of(vw) - lower_w;  // the tap's im2col offsets
+    wgmma::tma_load_im2col_4d(a, dymap, cb * 64, lower_w + j0, lower_h + i0, n, uint16_t(ow), uint16_t(oh), bar);
 #pragma unroll
     for (int j = 0; j < Cfg::BN / 64; j++)
-      wgmma::tma_load_3d(b + j * kPanelBytes, &wmap, n0 + 64 * j, kh * d.kw + kwi, cb * 64, bar);
+      wgmma::tma_load_3d(b + j * kPanelBytes, &wmap, n0 + 64 * j, ph.th.tap(vh) * d.kw + ph.tw.tap(vw), cb * 64, bar);
   };
   tma_ws_gemm_tile<Cfg, T, false, true>(produce, k_tiles, smem, [&](int r, int c, float v0, float v1) {
     const int m = m0 + r, ci = n0 + c;
@@ -264,12 +251,10 @@ bool launch_data_im2col(const Dims& d, const void* dy, const void* w, void* dx) 
     for (int rw = 0; rw < d.sw; rw++) {
       Im2colPhase ph{};
       ph.rh = rh, ph.rw = rw;
-      const PhaseTaps th(rh, d.ph, d.dh, d.sh, d.kh), tw(rw, d.pw, d.dw, d.sw, d.kw);
+      ph.th = PhaseTaps(rh, d.ph, d.dh, d.sh, d.kh), ph.tw = PhaseTaps(rw, d.pw, d.dw, d.sw, d.kw);
+      const PhaseTaps &th = ph.th, &tw = ph.tw;
       if (th.count == 0 || tw.count == 0) return false;  // dx of the phase is zeros: the cp.async kernel writes them
-      ph.kh0 = th.first, ph.nh = th.count, ph.step_h = th.step;
-      ph.kw0 = tw.first, ph.nw = tw.count, ph.step_w = tw.step;
-      const int kh_last = ph.kh0 + (ph.nh - 1) * ph.step_h, kw_last = ph.kw0 + (ph.nw - 1) * ph.step_w;
-      ph.lower_h = (rh + d.ph - kh_last * d.dh) / d.sh, ph.lower_w = (rw + d.pw - kw_last * d.dw) / d.sw;
+      const int lower_h = th.off_of(th.count - 1), lower_w = tw.off_of(tw.count - 1);  // the last taps' offsets
       const int hp = (d.h - rh + d.sh - 1) / d.sh, wp = (d.w - rw + d.sw - 1) / d.sw;
       if (hp == 0 || wp == 0) continue;
       ph.hp = FastDiv(hp), ph.wp = FastDiv(wp);
@@ -277,12 +262,12 @@ bool launch_data_im2col(const Dims& d, const void* dy, const void* w, void* dx) 
                          d.ho,
                          d.wo,
                          d.cout,
-                         ph.lower_h,
-                         ph.lower_w,
-                         hp - d.ho + ph.lower_h,
-                         wp - d.wo + ph.lower_w,
-                         (kh_last - ph.kh0) * d.dh / d.sh,
-                         (kw_last - ph.kw0) * d.dw / d.sw,
+                         lower_h,
+                         lower_w,
+                         hp - d.ho + lower_h,
+                         wp - d.wo + lower_w,
+                         th.off - lower_h,
+                         tw.off - lower_w,
                          1,
                          1};
       Phase e{ph, {}};
@@ -290,8 +275,8 @@ bool launch_data_im2col(const Dims& d, const void* dy, const void* w, void* dx) 
       all.push_back(e);
     }
   // The longest K first (a stable sort: equal phases in (rh, rw) order).
-  std::stable_sort(all.begin(), all.end(),
-                   [](const Phase& a, const Phase& b) { return a.ph.nh * a.ph.nw > b.ph.nh * b.ph.nw; });
+  auto taps = [](const Phase& e) { return e.ph.th.count * e.ph.tw.count; };
+  std::stable_sort(all.begin(), all.end(), [&](const Phase& a, const Phase& b) { return taps(a) > taps(b); });
   const CUtensorMap wmap = weight_taps_map<T>(w, d);
   auto kernel = data_im2col_kernel<Cfg, T>;
   static const bool configured = set_smem_limit(kernel, Cfg::kSmemBytes);
