@@ -97,4 +97,10 @@ f16::operator float() const {
   return f;
 }
 
+namespace {
+bool g_tf32 = false;
+}  // namespace
+void set_allow_tf32(bool on) { g_tf32 = on; }
+bool allow_tf32() { return g_tf32; }
+
 }  // namespace engine

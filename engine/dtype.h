@@ -17,6 +17,11 @@ const char* dtype_name(DType t);  // "f32", "bf16", ... (also the CLI spelling)
 bool is_floating(DType t);
 // The machine epsilon of a floating dtype (torch.finfo(dtype).eps: 2^-23 for f32, 2^-7 for bf16, ...).
 double dtype_epsilon(DType t);
+// TF32 for f32 products (--precision tf32: cuBLASLt's FAST_TF32, the convolutions' TF32 tensor-core kernels); off by
+// default (true fp32, as in 2020). Process-wide, and read on every device: which kernel (and workspace) a convolution
+// takes depends on it (ops/conv_params.h's conv2d_winograd), so meta must see the same switch as the GPU.
+void set_allow_tf32(bool on);
+bool allow_tf32();
 
 // ---------------------------------------------------------------------------------------------------
 struct bf16 {

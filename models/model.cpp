@@ -12,9 +12,6 @@
 #include "ops/elementwise.h"
 #include "ops/optimizer.h"
 #include "ops/view.h"
-#ifdef ENGINE_CUDA
-#include "engine/cuda/runtime.h"
-#endif
 
 namespace models {
 
@@ -25,9 +22,7 @@ void Model::set_precision(Precision p, bool keep_masters) {
   for (ops::Optimizer* o : optimizers())
     ENGINE_CHECK(o->step_count() == 0, "set_precision: the model has already taken a step");
   precision_ = p;
-#ifdef ENGINE_CUDA
-  engine::cuda::set_allow_tf32(p == Precision::tf32);  // process-wide: the last model built decides
-#endif
+  engine::set_allow_tf32(p == Precision::tf32);  // process-wide: the last model built decides
   if (compute_dtype() != engine::DType::f32)
     lower_parameters(module(), keep_masters ? optimizers() : std::vector<ops::Optimizer*>{}, compute_dtype());
 }

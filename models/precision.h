@@ -1,7 +1,7 @@
 // precision.h: --precision fp32 | tf32 | bf16 | fp16, the numeric recipe of a training step.
 //
 //   fp32  every tensor f32, GEMMs in true fp32 (what the 2020 frameworks ran by default).
-//   tf32  every tensor f32; cuBLASLt GEMMs with TF32 tensor-core inputs (engine::cuda::set_allow_tf32), f32
+//   tf32  every tensor f32; cuBLASLt GEMMs with TF32 tensor-core inputs (engine::set_allow_tf32), f32
 //         accumulate. On cpu and meta identical to fp32 (Eigen computes in f32; meta computes nothing).
 //   bf16  mixed precision: the parameters the model computes with, their gradients and every activation are
 //   fp16  bf16 (or f16); the optimizer keeps an f32 master copy of each weight (state "<name>.master",

@@ -59,6 +59,14 @@ Tensor channel_padding(const Tensor& t, const ConvGeometry& g) {
   return elems ? new_empty(t, {elems}) : Tensor();
 }
 
+// The GPU's Winograd workspace for this pass (conv_params.h's conv2d_winograd, of the geometry the GPU computes), on
+// every device so that meta predicts it; undefined when the pass takes another kernel.
+Tensor winograd_workspace(const Tensor& t, const ConvGeometry& g, ConvPass pass) {
+  const int64_t es = int64_t(engine::dtype_size(t.dtype()));
+  const WinogradPlan plan = conv2d_winograd(conv2d_padded(g, es), pass, es, engine::allow_tf32());
+  return plan.images ? new_empty(t, {plan.elems}, DType::f32) : Tensor();
+}
+
 // Floating, same dtype, same device as x.
 void check_operand(const char* op, const char* arg, const Tensor& x, const Tensor& t) {
   check_floating(op, arg, t);
@@ -111,10 +119,10 @@ Tensor conv2d_forward(const Tensor& x_in, const Tensor& weight_in, const Tensor&
   Tensor bias = bias_in.defined() ? contiguous(bias_in) : Tensor();
   Tensor y = new_empty(x, {g.n, g.ho, g.wo, g.cout});  // [N, Ho, Wo, Cout]
   y.device().workspace(kGemmWorkspaceBytes);  // the GPU's 1x1 convolutions are cuBLASLt GEMMs
-  Tensor pad = channel_padding(x, g);
+  Tensor pad = channel_padding(x, g), winograd = winograd_workspace(x, g, ConvPass::forward);
   run_kernel("conv2d", y, [&] { cpu::conv2d_forward(x, weight, bias, y, g); },
-             CUDA_KERNEL(cuda::conv2d_forward(x, weight, bias, y, g, pad)));
-  pad = Tensor();
+             CUDA_KERNEL(cuda::conv2d_forward(x, weight, bias, y, g, pad, winograd)));
+  pad = winograd = Tensor();
   engine::count_op("conv2d", conv_flops(g),
                    double(x.nbytes() + weight.nbytes() + (bias.defined() ? bias.nbytes() : 0) + y.nbytes()));
   if (graph::any_requires_grad({x, weight, bias})) {
@@ -141,10 +149,10 @@ Tensor conv2d_backward_data(const Tensor& dy_in, const Tensor& weight_in, const 
   Tensor dy = contiguous(dy_in), weight = contiguous(weight_in);  // dy may be a broadcast gradient
   Tensor dx = new_empty(dy, {g.n, g.h, g.w, g.cin});               // [N, H, W, Cin]
   dx.device().workspace(kGemmWorkspaceBytes);
-  Tensor pad = channel_padding(dy, g);
+  Tensor pad = channel_padding(dy, g), winograd = winograd_workspace(dy, g, ConvPass::data);
   run_kernel("conv2d_backward_data", dx, [&] { cpu::conv2d_backward_data(dy, weight, dx, g); },
-             CUDA_KERNEL(cuda::conv2d_backward_data(dy, weight, dx, g, pad)));
-  pad = Tensor();
+             CUDA_KERNEL(cuda::conv2d_backward_data(dy, weight, dx, g, pad, winograd)));
+  pad = winograd = Tensor();
   engine::count_op("conv2d_backward_data", conv_flops(g), double(dy.nbytes() + weight.nbytes() + dx.nbytes()));
   if (graph::any_requires_grad({dy, weight})) {
     Tensor save_dy = weight.requires_grad() ? dy : Tensor();
@@ -169,16 +177,16 @@ Tensor conv2d_backward_weight(const Tensor& x_in, const Tensor& dy_in, const Con
   Tensor x = contiguous(x_in), dy = contiguous(dy_in);
   Tensor dw = new_empty(x, {g.cout, g.kh, g.kw, g.cin_per_group()});  // [Cout, KH, KW, Cin/g]
   // The GPU's partial sums over pieces of the N*Ho*Wo pixels, allocated on every device (conv_params.h), for the
-  // geometry the GPU computes (its channels padded where conv2d_padded says).
-  Tensor pad = channel_padding(x, g);
+  // geometry the GPU computes (its channels padded where conv2d_padded says); none when Winograd runs.
+  Tensor pad = channel_padding(x, g), winograd = winograd_workspace(x, g, ConvPass::weight);
   const ConvGeometry gs = conv2d_padded(g, int64_t(engine::dtype_size(x.dtype())));
-  const int64_t splits = conv2d_weight_grad_splits(gs);
+  const int64_t splits = winograd.defined() ? 1 : conv2d_weight_grad_splits(gs);
   Tensor workspace;  // [splits, Cout, KH, KW, Cin/g] f32, freed with this op
   if (splits > 1) workspace = new_empty(x, {splits, gs.cout, gs.kh, gs.kw, gs.cin_per_group()}, DType::f32);
   dw.device().workspace(kGemmWorkspaceBytes);
   run_kernel("conv2d_backward_weight", dw, [&] { cpu::conv2d_backward_weight(x, dy, dw, workspace, g); },
-             CUDA_KERNEL(cuda::conv2d_backward_weight(x, dy, dw, workspace, g, pad)));
-  workspace = pad = Tensor();
+             CUDA_KERNEL(cuda::conv2d_backward_weight(x, dy, dw, workspace, g, pad, winograd)));
+  workspace = pad = winograd = Tensor();
   engine::count_op("conv2d_backward_weight", conv_flops(g), double(x.nbytes() + dy.nbytes() + dw.nbytes()));
   if (graph::any_requires_grad({x, dy})) {
     Tensor save_x = dy.requires_grad() ? x : Tensor();

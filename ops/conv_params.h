@@ -21,6 +21,9 @@ struct Conv2dParams {
   int64_t groups = 1;
 };
 
+// The three kernels of a convolution: y from x (forward), dx from dy (data gradient), dw from x and dy (weight).
+enum class ConvPass { forward, data, weight };
+
 // Every size a kernel needs, computed once from the operands' shapes.
 struct ConvGeometry {
   int64_t n = 0, h = 0, w = 0, cin = 0;  // input  [N, H, W, Cin]
@@ -115,6 +118,52 @@ inline int64_t conv2d_weight_grad_splits(const ConvGeometry& g) {
   for (int64_t s = 2; s <= most; s++)
     if (waves_per_piece(s) <= 1.05 * least) splits = s;
   return splits;
+}
+
+// Winograd's minimal filtering F(2x2, 3x3) (Lavin and Gray, 2015) for the GPU's true-fp32 3x3 convolutions: each
+// 2x2 block of outputs (a tile) takes 16 products per (input, output) channel pair instead of 36. The GPU transforms
+// 4x4 input patches (V = B^T d B), the filters (U = G g G^T) or the output gradient's tiles (A dY A^T), multiplies
+// 16 GEMMs (one per position of the 4x4 transform, over the channels) on cuBLASLt in true fp32, and transforms back
+// (ops/cuda/conv_winograd.cu). The data gradient is the forward convolution of dy with the filters turned by 180
+// degrees (padding 2 d - p); the weight gradient is sum over tiles of (A dY A^T) . V, taken back by G^T dU G.
+// Dilation d runs as d x d interleaved grids (a tile is 2 outputs d apart in each direction, its patch 4 inputs d
+// apart).
+// When: f32 without TF32 (TF32's tensor-core kernels are faster), one group, 3x3, stride 1, padding <= 2 d (the data
+// gradient's padding 2 d - p is not negative), both channel counts multiples of 4 (the transforms move float4s;
+// conv2d_padded makes them so in f32) and >= 64: the transforms move ~36 (Cin + Cout)
+// bytes per output pixel, so narrower layers are memory-bound and the direct SIMT kernel (conv_simt.cu) is faster.
+// The workspace (f32, allocated by the op on every device, so meta predicts it; the cpu leaves it unused) holds the
+// transformed filters [16, Cout, Cin] and, for a chunk of images, the transformed input [16, tiles, channels in]
+// and the products [16, tiles, channels out]; images go in chunks of equal size so that it stays under
+// kWinogradBytes (one image at least).
+constexpr int64_t kWinogradBytes = int64_t(256) << 20;
+
+// 2x2 tiles along one axis of an output of `out` positions with dilation d: each of the d interleaved grids in pairs.
+inline int64_t winograd_tiles(int64_t out, int64_t d) { return d * (((out + d - 1) / d + 1) / 2); }
+
+struct WinogradPlan {
+  int64_t tiles = 0;   // per image (tiles_h * tiles_w of the pass's output grid)
+  int64_t images = 0;  // per chunk; 0: the pass does not use Winograd
+  int64_t elems = 0;   // the workspace's f32 elements
+};
+
+// The pass's plan for a convolution of `elem_bytes` elements (the geometry the GPU computes: conv2d_padded's),
+// with TF32 allowed or not (engine::allow_tf32()).
+inline WinogradPlan conv2d_winograd(const ConvGeometry& g, ConvPass pass, int64_t elem_bytes, bool tf32) {
+  WinogradPlan plan;
+  const auto& p = g.p;
+  if (elem_bytes != 4 || tf32 || p.groups != 1 || g.kh != 3 || g.kw != 3 || p.stride_h != 1 || p.stride_w != 1 ||
+      p.pad_h > 2 * p.dilation_h || p.pad_w > 2 * p.dilation_w || g.cin < 64 || g.cout < 64 || g.cin % 4 != 0 ||
+      g.cout % 4 != 0 || g.n == 0)
+    return plan;
+  const bool data = pass == ConvPass::data;  // tiles over dx's grid
+  plan.tiles = winograd_tiles(data ? g.h : g.ho, p.dilation_h) * winograd_tiles(data ? g.w : g.wo, p.dilation_w);
+  const int64_t filters = 16 * g.cin * g.cout, per_image = 16 * plan.tiles * (g.cin + g.cout);
+  const int64_t room = std::max<int64_t>(1, (kWinogradBytes / 4 - filters) / per_image);  // images that fit
+  const int64_t chunks = (g.n + room - 1) / room;
+  plan.images = (g.n + chunks - 1) / chunks;
+  plan.elems = filters + plan.images * per_image;
+  return plan;
 }
 
 }  // namespace ops

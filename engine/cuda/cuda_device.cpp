@@ -23,7 +23,6 @@ cudaStream_t g_stream = nullptr;
 cublasLtHandle_t g_cublaslt = nullptr;
 int g_sms = 0;
 int g_cc = 0;  // compute capability, major * 10 + minor
-bool g_tf32 = false;
 }  // namespace
 
 void check(cudaError_t e, const char* what, const char* file, int line) {
@@ -85,8 +84,6 @@ int compute_capability() {
   query_properties();
   return g_cc;
 }
-void set_allow_tf32(bool on) { g_tf32 = on; }
-bool allow_tf32() { return g_tf32; }
 
 namespace {
 std::vector<void (*)()>& sync_checks() {

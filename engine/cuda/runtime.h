@@ -28,9 +28,6 @@ cudaStream_t stream();          // the engine's one stream
 cublasLtHandle_t cublaslt();    // created with the device
 int multiprocessors();          // SM count of the device
 int compute_capability();       // of the device: major * 10 + minor (90 for the H200)
-// TF32 for f32 GEMMs (--precision tf32); off by default (true fp32, as in 2020).
-void set_allow_tf32(bool on);
-bool allow_tf32();
 
 // Checks that wait for the stream (ops/cuda's out-of-range index records): `check` runs after every
 // synchronization of the engine's stream by the device (Device::synchronize, copies to and from the host) and

@@ -153,7 +153,7 @@ const char* kernel_path(ConvPass pass, const ConvGeometry& g, DType dtype) {
     if (g.cin_per_group() % 8 == 0) return "igemm";
     if (gather_ok) return "igemm_gather";
   }
-  if (dtype == DType::f32 && engine::cuda::allow_tf32() && fits_int32(g) && g.cout_per_group() % 4 == 0) {
+  if (dtype == DType::f32 && engine::allow_tf32() && fits_int32(g) && g.cout_per_group() % 4 == 0) {
     if (g.cin_per_group() % 4 == 0) return "igemm_tf32";
     if (gather_ok) return "igemm_gather_tf32";
   }
@@ -165,22 +165,24 @@ const char* kernel_path(ConvPass pass, const ConvGeometry& g, DType dtype) {
 }  // namespace
 
 const char* conv2d_path(ConvPass pass, const ConvGeometry& g, DType dtype) {
-  const ConvGeometry p = conv2d_padded(g, int64_t(engine::dtype_size(dtype)));
-  if (p.cin == g.cin && p.cout == g.cout) return kernel_path(pass, g, dtype);
+  const int64_t es = int64_t(engine::dtype_size(dtype));
+  const ConvGeometry p = conv2d_padded(g, es);
+  const bool winograd = conv2d_winograd(p, pass, es, engine::allow_tf32()).images > 0;
+  if (p.cin == g.cin && p.cout == g.cout) return winograd ? "winograd" : kernel_path(pass, g, dtype);
   // The padded geometry's path with a suffix naming what was padded, e.g. "igemm_cin_padded".
   static const std::set<std::string> names = [] {
     std::set<std::string> all;
-    for (const char* base : {"igemm", "igemm_gather", "igemm_tf32", "igemm_gather_tf32", "simt", "generic"})
+    for (const char* base : {"igemm", "igemm_gather", "igemm_tf32", "igemm_gather_tf32", "winograd", "simt", "generic"})
       for (const char* suffix : {"_cin_padded", "_cout_padded", "_cin_cout_padded"})
         all.insert(std::string(base) + suffix);
     return all;
   }();
   const char* suffix = p.cin == g.cin ? "_cout_padded" : p.cout == g.cout ? "_cin_padded" : "_cin_cout_padded";
-  return names.find(std::string(kernel_path(pass, p, dtype)) + suffix)->c_str();
+  return names.find(std::string(winograd ? "winograd" : kernel_path(pass, p, dtype)) + suffix)->c_str();
 }
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const ConvGeometry& g,
-                    const Tensor& pad) {
+                    const Tensor& pad, const Tensor& winograd) {
   check_operands("conv2d", g, {&y, &x, &w, &bias});
   if (g.gemm_m() == 0 || g.cout == 0) return;
   if (pad.defined()) {  // x with zero channels past Cin, zero filters past Cout; y = the padded y's first Cout
@@ -188,10 +190,11 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
     pad_filters(p, g, w, bias);
     if (p.in.defined()) copy_columns(p.in, p.g.cin, x, g.cin, g.n * g.h * g.w);
     conv2d_forward(p.in.defined() ? p.in : x, p.w, bias.defined() ? p.bias : Tensor(), p.out.defined() ? p.out : y,
-                   p.g);
+                   p.g, Tensor(), winograd);
     if (p.out.defined()) copy_columns(y, g.cout, p.out, p.g.cout, g.gemm_m());
     return;
   }
+  if (winograd.defined()) return conv::winograd_forward(x, w, bias, y, g, winograd);
   const DType t = y.dtype();
   const conv::Dims d = conv::dims_of(g);
   const std::string path = kernel_path(ConvPass::forward, g, t);
@@ -213,17 +216,18 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
 }
 
 void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const ConvGeometry& g,
-                          const Tensor& pad) {
+                          const Tensor& pad, const Tensor& winograd) {
   check_operands("conv2d_backward_data", g, {&dx, &dy, &w});
   if (g.n * g.h * g.w * g.cin == 0) return;
   if (pad.defined()) {  // dy with zero channels past Cout, zero filters; dx = the padded dx's first Cin channels
     const Padded p = padded(pad, g);
     pad_filters(p, g, w, Tensor());
     if (p.out.defined()) copy_columns(p.out, p.g.cout, dy, g.cout, g.gemm_m());
-    conv2d_backward_data(p.out.defined() ? p.out : dy, p.w, p.in.defined() ? p.in : dx, p.g);
+    conv2d_backward_data(p.out.defined() ? p.out : dy, p.w, p.in.defined() ? p.in : dx, p.g, Tensor(), winograd);
     if (p.in.defined()) copy_columns(dx, g.cin, p.in, p.g.cin, g.n * g.h * g.w);
     return;
   }
+  if (winograd.defined()) return conv::winograd_data(dy, w, dx, g, winograd);
   const DType t = dx.dtype();
   const conv::Dims d = conv::dims_of(g);
   const std::string path = kernel_path(ConvPass::data, g, t);
@@ -244,17 +248,19 @@ void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, c
 }
 
 void conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& workspace,
-                            const ConvGeometry& g, const Tensor& pad) {
+                            const ConvGeometry& g, const Tensor& pad, const Tensor& winograd) {
   check_operands("conv2d_backward_weight", g, {&dw, &x, &dy});
   if (dw.numel() == 0) return;
   if (pad.defined()) {  // x and dy with zero channels past Cin and Cout; dw = the padded dw's real filters
     const Padded p = padded(pad, g);
     if (p.in.defined()) copy_columns(p.in, p.g.cin, x, g.cin, g.n * g.h * g.w);
     if (p.out.defined()) copy_columns(p.out, p.g.cout, dy, g.cout, g.gemm_m());
-    conv2d_backward_weight(p.in.defined() ? p.in : x, p.out.defined() ? p.out : dy, p.w, workspace, p.g);
+    conv2d_backward_weight(p.in.defined() ? p.in : x, p.out.defined() ? p.out : dy, p.w, workspace, p.g, Tensor(),
+                           winograd);
     copy_columns(dw, g.cin, p.w, p.g.cin, g.cout * g.kh * g.kw);  // the first Cout filters' first Cin channels
     return;
   }
+  if (winograd.defined()) return conv::winograd_weight(x, dy, dw, g, winograd);
   const DType t = dw.dtype();
   const conv::Dims d = conv::dims_of(g);
   const int64_t splits = conv2d_weight_grad_splits(g);

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "engine/dtype.h"
+#include "engine/tensor.h"
 #include "ops/conv_params.h"
 
 namespace ops::cuda::conv {
@@ -90,6 +91,15 @@ void igemm_weight(const Dims& d, engine::DType t, const void* x, const void* dy,
 void simt_forward(const Dims& d, const float* x, const float* w, const float* bias, float* y);
 void simt_data(const Dims& d, const float* dy, const float* w, float* dx);
 void simt_weight(const Dims& d, const float* x, const float* dy, float* dw, float* ws, int splits);
+
+// conv_winograd.cu: f32 3x3 stride-1 convolutions by Winograd's F(2x2, 3x3) in the op's workspace ws (conv_params.h's
+// conv2d_winograd says when and how large); contiguous f32 tensors, channel counts multiples of 4.
+void winograd_forward(const engine::Tensor& x, const engine::Tensor& w, const engine::Tensor& bias,
+                      const engine::Tensor& y, const ConvGeometry& g, const engine::Tensor& ws);
+void winograd_data(const engine::Tensor& dy, const engine::Tensor& w, const engine::Tensor& dx, const ConvGeometry& g,
+                   const engine::Tensor& ws);
+void winograd_weight(const engine::Tensor& x, const engine::Tensor& dy, const engine::Tensor& dw,
+                     const ConvGeometry& g, const engine::Tensor& ws);
 
 // conv_generic.cu: dw[i] = sum over s < splits of ws[s * count + i], in order of s, rounded to dw's dtype.
 void weight_grad_finalize(engine::DType t, const float* ws, int splits, int64_t count, void* dw);

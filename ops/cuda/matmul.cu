@@ -91,7 +91,7 @@ class LtGemm {
  public:
   LtGemm(DType t, cublasOperation_t op_b, cublasOperation_t op_a) : dtype_(t) {
     const cublasComputeType_t compute = t == DType::f64 ? CUBLAS_COMPUTE_64F
-                                        : (t == DType::f32 && engine::cuda::allow_tf32()) ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                        : (t == DType::f32 && engine::allow_tf32()) ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                                            : CUBLAS_COMPUTE_32F;
     ENGINE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, compute, t == DType::f64 ? CUDA_R_64F : CUDA_R_32F));
     ENGINE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof op_b));

@@ -5,7 +5,7 @@
 // that every GPU path (gemm, depthwise, igemm, generic) meets shapes that cross its tile edges. GPU outputs
 // are poisoned with NaN first (every element must be written), and the split-K workspace too. The error is
 // max |cuda - cpu| / max |cpu| (relative to the output's scale), within a tolerance by dtype. The same sweep
-// runs in f32 with TF32 allowed (engine::cuda::allow_tf32(): the implicit GEMMs on TF32 tensor cores, the 1x1
+// runs in f32 with TF32 allowed (engine::allow_tf32(): the implicit GEMMs on TF32 tensor cores, the 1x1
 // GEMMs on cuBLASLt's FAST_TF32) against the f32 cpu reference with the TF32 tolerance derived below; with
 // TF32 off again f32 is true fp32 (1e-5); the ledger of a TF32 training step equals meta's.
 // DISABLED_ConvCudaPerf prints TFLOP/s per pass for ResNet-101 / Darknet-53 layer shapes in bf16, TF32 and
@@ -36,7 +36,7 @@
 using engine::DType;
 using engine::Shape;
 using engine::Tensor;
-using ops::cuda::ConvPass;
+using ops::ConvPass;
 
 namespace {
 
@@ -74,7 +74,7 @@ std::string describe(const ops::ConvGeometry& g) {
 constexpr double kTf32Tolerance = 1.0 / 512;
 
 double tolerance(DType t) {
-  if (t == DType::f32 && engine::cuda::allow_tf32()) return kTf32Tolerance;
+  if (t == DType::f32 && engine::allow_tf32()) return kTf32Tolerance;
   switch (t) {
     case DType::f64:
       return 1e-12;
@@ -142,11 +142,17 @@ void check_case(const Case& c, DType t) {
   const ops::ConvGeometry gp = ops::conv2d_padded(g, es);
   const bool padding = gp.cin != g.cin || gp.cout != g.cout;
   Tensor pad = padding ? poisoned({ops::conv2d_padding_elems(g, es)}, t) : Tensor();
-  const int64_t splits = ops::conv2d_weight_grad_splits(gp);
+  auto winograd = [&](ConvPass pass) {
+    const ops::WinogradPlan plan = ops::conv2d_winograd(gp, pass, es, engine::allow_tf32());
+    return plan.images ? poisoned({plan.elems}, DType::f32) : Tensor();
+  };
+  const Tensor wino_f = winograd(ConvPass::forward), wino_d = winograd(ConvPass::data);
+  const Tensor wino_w = winograd(ConvPass::weight);
+  const int64_t splits = wino_w.defined() ? 1 : ops::conv2d_weight_grad_splits(gp);
   Tensor wsg = splits > 1 ? poisoned({splits, gp.cout, g.kh, g.kw, gp.cin_per_group()}, DType::f32) : Tensor();
-  ops::cuda::conv2d_forward(xg, wg, bg, yg, g, pad);
-  ops::cuda::conv2d_backward_data(dyg, wg, dxg, g, pad);
-  ops::cuda::conv2d_backward_weight(xg, dyg, dwg, wsg, g, pad);
+  ops::cuda::conv2d_forward(xg, wg, bg, yg, g, pad, wino_f);
+  ops::cuda::conv2d_backward_data(dyg, wg, dxg, g, pad, wino_d);
+  ops::cuda::conv2d_backward_weight(xg, dyg, dwg, wsg, g, pad, wino_w);
 
   expect_pass_close("conv2d_forward", g, t, ConvPass::forward, yg, y);
   expect_pass_close("conv2d_backward_data", g, t, ConvPass::data, dxg, dx);
@@ -169,6 +175,18 @@ void check_case(const Case& c, DType t) {
   const k::Dims d = k::dims_of(g);
   const void* b = c.bias ? bg.data_ptr() : nullptr;
   const std::string data_path = ops::cuda::conv2d_path(ConvPass::data, g, t);
+  if (wino_f.defined() && !padding) {  // Winograd ran: the direct SIMT kernels too
+    const int64_t splits1 = ops::conv2d_weight_grad_splits(g);
+    Tensor ws1 = splits1 > 1 ? poisoned({splits1, g.cout, g.kh, g.kw, g.cin}, DType::f32) : Tensor();
+    Tensor y2 = poisoned(ys, t), dx2 = poisoned(xs, t), dw2 = poisoned(ws, t);
+    k::simt_forward(d, xg.data<float>(), wg.data<float>(), c.bias ? bg.data<float>() : nullptr, y2.data<float>());
+    k::simt_data(d, dyg.data<float>(), wg.data<float>(), dx2.data<float>());
+    float* partials = ws1.defined() ? ws1.data<float>() : nullptr;
+    k::simt_weight(d, xg.data<float>(), dyg.data<float>(), dw2.data<float>(), partials, int(splits1));
+    expect_close_named("conv2d_forward (SIMT)", g, t, y2, y);
+    expect_close_named("conv2d_backward_data (SIMT)", g, t, dx2, dx);
+    expect_close_named("conv2d_backward_weight (SIMT)", g, t, dw2, dw);
+  }
   if (data_path == "igemm" || data_path == "igemm_tf32") {
     Tensor dx2 = poisoned(xs, t);
     k::igemm_data(d, t, dyg.data_ptr(), wg.data_ptr(), dx2.data_ptr());
@@ -315,11 +333,60 @@ TEST(ConvCuda, SweepMatchesCpu) {
   });
 }
 
-// Sets engine::cuda::allow_tf32() for a scope (the process-wide switch of --precision tf32), off after.
+// Sets engine::allow_tf32() for a scope (the process-wide switch of --precision tf32), off after.
 struct Tf32Scope {
-  explicit Tf32Scope(bool on) { engine::cuda::set_allow_tf32(on); }
-  ~Tf32Scope() { engine::cuda::set_allow_tf32(false); }
+  explicit Tf32Scope(bool on) { engine::set_allow_tf32(on); }
+  ~Tf32Scope() { engine::set_allow_tf32(false); }
 };
+
+// f32 3x3 stride-1 layers of >= 64 channels run Winograd's F(2x2, 3x3) (conv_params.h's conv2d_winograd): odd and
+// even sizes (partial tiles), padding 0 .. 2 d (the data gradient's 2 d - p from 2 d to 0), dilations 1-3 (interleaved
+// tile grids), channels not multiples of 8, a padded Cin (66: the padded geometry's Winograd), and the batch cut into
+// one-image chunks by a workspace of one image (the weight gradient's chunks accumulate). check_case also runs the
+// direct SIMT kernels on each. Not under TF32 (its tensor-core kernels are faster): "igemm_tf32" there.
+TEST(ConvCuda, WinogradMatchesCpu) {
+  const std::vector<Case> cases = {
+      {2, 13, 11, 64, 68, 3, 3, params(1, 1)},   {1, 10, 9, 72, 64, 3, 3, params(1, 0), false},
+      {1, 9, 12, 64, 64, 3, 3, params(1, 2)},    {1, 17, 15, 64, 76, 3, 3, params(1, 2, 2)},
+      {2, 14, 13, 68, 64, 3, 3, params(1, 3, 3)}, {1, 8, 11, 66, 64, 3, 3, params(1, 1)},
+      {3, 7, 6, 128, 96, 3, 3, params(1, 1, 2)},
+  };
+  for (const Case& c : cases) {
+    const ops::ConvGeometry g = geometry(c);
+    for (ConvPass pass : {ConvPass::forward, ConvPass::data, ConvPass::weight}) {
+      const std::string path = ops::cuda::conv2d_path(pass, g, DType::f32);
+      EXPECT_EQ(path, c.cin % 4 ? "winograd_cin_padded" : "winograd") << describe(g);
+    }
+    check_case(c, DType::f32);
+  }
+  {
+    Tf32Scope tf32(true);
+    EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::forward, geometry(cases[0]), DType::f32)), "igemm_tf32");
+  }
+  // One image per chunk: a workspace of the filters and one image's tiles.
+  const Case c = cases.back();
+  const ops::ConvGeometry g = geometry(c);
+  const auto dev = testutil::cuda_device();
+  const Shape xs{g.n, g.h, g.w, g.cin}, ws{g.cout, g.kh, g.kw, g.cin}, ys{g.n, g.ho, g.wo, g.cout};
+  Tensor x = random(xs, DType::f32), w = random(ws, DType::f32), dy = random(ys, DType::f32);
+  Tensor y = Tensor::empty(ys), dx = Tensor::empty(xs), dw = Tensor::empty(ws);
+  ops::cpu::conv2d_forward(x, w, Tensor(), y, g);
+  ops::cpu::conv2d_backward_data(dy, w, dx, g);
+  ops::cpu::conv2d_backward_weight(x, dy, dw, Tensor(), g);
+  Tensor xg = ops::to_device(x, dev), wg = ops::to_device(w, dev), dyg = ops::to_device(dy, dev);
+  Tensor yg = poisoned(ys, DType::f32), dxg = poisoned(xs, DType::f32), dwg = poisoned(ws, DType::f32);
+  auto one_image = [&](ConvPass pass) {
+    const ops::WinogradPlan plan = ops::conv2d_winograd(g, pass, 4, false);
+    EXPECT_EQ(plan.images, g.n) << "the test's batch fits one chunk as the op plans it";
+    return poisoned({16 * g.cin * g.cout + 16 * plan.tiles * (g.cin + g.cout)}, DType::f32);
+  };
+  ops::cuda::conv2d_forward(xg, wg, Tensor(), yg, g, Tensor(), one_image(ConvPass::forward));
+  ops::cuda::conv2d_backward_data(dyg, wg, dxg, g, Tensor(), one_image(ConvPass::data));
+  ops::cuda::conv2d_backward_weight(xg, dyg, dwg, Tensor(), g, Tensor(), one_image(ConvPass::weight));
+  expect_close_named("conv2d_forward (Winograd, one image per chunk)", g, DType::f32, yg, y);
+  expect_close_named("conv2d_backward_data (Winograd, one image per chunk)", g, DType::f32, dxg, dx);
+  expect_close_named("conv2d_backward_weight (Winograd, one image per chunk)", g, DType::f32, dwg, dw);
+}
 
 // The sweep in f32 with TF32 allowed: every geometry whose channels fit the implicit GEMM (Cin/g and Cout/g
 // multiples of 4; Cout/g only, forward and weight gradient) runs on TF32 tensor cores, forward, data and
@@ -536,8 +603,9 @@ TEST(ConvCuda, WeightGradientIsDeterministic) {
 // copy: "cpa", then with the forward's x by cp.async and its weights by the bulk copy: "tmab") and with the mma.sync
 // kernels' 128 x 128 tile variants (v0: warps of 64 x 32, v1: 64 x 64), f32 on TF32 tensor cores (allow_tf32, each
 // kernel's default tile: v1 forward and weight gradient, v0 data gradient) on every shape, and true fp32 (CUDA cores,
-// or cuBLASLt for 1x1) on the first three, the stride-2 ones and Darknet's. One row per run, then a table side by
-// side (bf16 wgmma, bf16 v0, tf32, fp32).
+// or cuBLASLt for 1x1; Winograd's F(2x2, 3x3) where the op runs it) on the first three, the stride-2 ones and
+// Darknet's, then once more without Winograd ("fp32/d": the direct SIMT kernels). One row per run, then a table side
+// by side (bf16 wgmma, bf16 v0, tf32, fp32).
 TEST(ConvCudaPerf, DISABLED_TFlops) {
   const std::vector<std::pair<const char*, Case>> shapes = {
       {"ResNet 3x3 64->64 128^2 N8", {8, 128, 128, 64, 64, 3, 3, params(1, 1)}},
@@ -562,6 +630,7 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
     ops::cuda::conv::WgShape wgmma_shape = ops::cuda::conv::WgShape::by_shape;
     bool tma = true;     // the wgmma forward's weight tiles by the bulk tensor copy
     bool im2col = true;  // the wgmma forward's x tiles by the im2col bulk copy where it applies
+    bool winograd = true;  // f32: Winograd where the op would run it (conv_params.h's conv2d_winograd)
   };
   using ops::cuda::conv::WgShape;
   const Run runs[] = {{"bf16/wg", DType::bf16, -1, true, false, true},
@@ -573,7 +642,8 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
                       {"bf16/v0", DType::bf16, 0, false, false, true},
                       {"bf16/v1", DType::bf16, 1, false, false, true},
                       {"tf32", DType::f32, -1, true, true, true},
-                      {"fp32", DType::f32, -1, true, false, false}};
+                      {"fp32", DType::f32, -1, true, false, false},
+                      {"fp32/d", DType::f32, -1, true, false, false, WgShape::by_shape, true, true, false}};
   const std::vector<size_t> fp32_shapes = {0, 1, 2, 4, 5, 6};
   std::map<std::pair<size_t, std::string>, std::array<double, 3>> tflops;  // (shape, type) -> fwd/data/weight
   std::printf("%-34s %-7s %-44s %9s %9s %9s\n", "layer", "dtype", "paths fwd/data/weight", "fwd", "data", "weight");
@@ -585,7 +655,7 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
     if (only && !std::string(only).empty() &&
         ("," + std::string(only) + ",").find("," + std::string(r.type) + ",") == std::string::npos)
       continue;
-    engine::cuda::set_allow_tf32(r.tf32);
+    engine::set_allow_tf32(r.tf32);
     ops::cuda::conv::set_igemm_wide_variant(r.variant);
     ops::cuda::conv::set_igemm_wgmma(r.wgmma);
     ops::cuda::conv::set_igemm_wgmma_shape(r.wgmma_shape);
@@ -605,21 +675,30 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
       Tensor w = ops::to_device(random({g.cout, g.kh, g.kw, g.cin_per_group()}, t), dev);
       Tensor dy = ops::to_device(random({g.n, g.ho, g.wo, g.cout}, t), dev);
       Tensor y = poisoned(dy.shape(), t), dx = poisoned(x.shape(), t), dw = poisoned(w.shape(), t);
-      const int64_t splits = ops::conv2d_weight_grad_splits(g);
+      auto winograd = [&](ConvPass pass) {  // the op's workspace (none for "fp32/d": the direct kernels)
+        const ops::WinogradPlan plan = ops::conv2d_winograd(g, pass, int64_t(engine::dtype_size(t)), r.tf32);
+        return plan.images && r.winograd ? poisoned({plan.elems}, DType::f32) : Tensor();
+      };
+      const Tensor wino_f = winograd(ConvPass::forward), wino_d = winograd(ConvPass::data);
+      const Tensor wino_w = winograd(ConvPass::weight);
+      const int64_t splits = wino_w.defined() ? 1 : ops::conv2d_weight_grad_splits(g);
       Tensor ws = splits > 1 ? poisoned({splits, g.cout, g.kh, g.kw, g.cin_per_group()}, DType::f32) : Tensor();
       auto time = [&](const std::function<void()>& fn) { return testutil::median_ms_per_call(fn, calls, reps); };
-      const double f = time([&] { ops::cuda::conv2d_forward(x, w, Tensor(), y, g); });
-      const double d = time([&] { ops::cuda::conv2d_backward_data(dy, w, dx, g); });
-      const double wt = time([&] { ops::cuda::conv2d_backward_weight(x, dy, dw, ws, g); });
-      const std::string paths = engine::str(ops::cuda::conv2d_path(ConvPass::forward, g, t), "/",
-                                            ops::cuda::conv2d_path(ConvPass::data, g, t), "/",
-                                            ops::cuda::conv2d_path(ConvPass::weight, g, t), " splits ", splits);
+      const double f = time([&] { ops::cuda::conv2d_forward(x, w, Tensor(), y, g, Tensor(), wino_f); });
+      const double d = time([&] { ops::cuda::conv2d_backward_data(dy, w, dx, g, Tensor(), wino_d); });
+      const double wt = time([&] { ops::cuda::conv2d_backward_weight(x, dy, dw, ws, g, Tensor(), wino_w); });
+      auto path = [&](ConvPass pass, const Tensor& wino) {
+        const std::string p = ops::cuda::conv2d_path(pass, g, t);
+        return p == "winograd" && !wino.defined() ? std::string("simt") : p;
+      };
+      const std::string paths = engine::str(path(ConvPass::forward, wino_f), "/", path(ConvPass::data, wino_d), "/",
+                                            path(ConvPass::weight, wino_w), " splits ", splits);
       tflops[{s, r.type}] = {flops / f * 1e-9, flops / d * 1e-9, flops / wt * 1e-9};
       std::printf("%-34s %-7s %-44s %9.1f %9.1f %9.1f   TFLOP/s (%.3f / %.3f / %.3f ms)\n", name, r.type, paths.c_str(),
                   flops / f * 1e-9, flops / d * 1e-9, flops / wt * 1e-9, f, d, wt);
     }
   }
-  engine::cuda::set_allow_tf32(false);
+  engine::set_allow_tf32(false);
   ops::cuda::conv::set_igemm_wide_variant(-1);
   ops::cuda::conv::set_igemm_wgmma(true);
   ops::cuda::conv::set_igemm_wgmma_shape(WgShape::by_shape);

@@ -54,7 +54,7 @@ TEST(MatmulCuda, ShapesLayoutsAndDtypes) {
   for (DType t : {DType::f32, DType::bf16, DType::f16}) {
     for (bool tf32 : {false, true}) {
       if (tf32 && t != DType::f32) continue;
-      engine::cuda::set_allow_tf32(tf32);
+      engine::set_allow_tf32(tf32);
       for (const Case& c : cases) {
         SCOPED_TRACE(engine::str(engine::dtype_name(t), tf32 ? " tf32 " : " ", engine::shape_str(c.a), " x ",
                                  engine::shape_str(c.b)));
@@ -70,7 +70,7 @@ TEST(MatmulCuda, ShapesLayoutsAndDtypes) {
       }
     }
   }
-  engine::cuda::set_allow_tf32(false);
+  engine::set_allow_tf32(false);
 }
 
 // linear(x [..., in], W [out, in], bias, act) and its gradients (for an upstream gradient g) on cuda against the
