@@ -101,40 +101,70 @@ __device__ __forceinline__ void transform2d(const float4 (&in)[T::kIn][T::kIn], 
 __device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
 
+// A [16, rows, cols] array's 16 positions of row `row`, columns c .. c + 3, as a 4x4 block.
+__device__ __forceinline__ void load16(const float* a, int64_t rows, int64_t row, int cols, int c, float4 (&v)[4][4]) {
+#pragma unroll
+  for (int p = 0; p < 16; p++) v[p / 4][p % 4] = load4(a + (p * rows + row) * cols + c);
+}
+__device__ __forceinline__ void store16(float* a, int64_t rows, int64_t row, int cols, int c,
+                                        const float4 (&v)[4][4]) {
+#pragma unroll
+  for (int p = 0; p < 16; p++) store4(a + (p * rows + row) * cols + c, v[p / 4][p % 4]);
+}
+
+// The tile kernels' thread: tile `tile` (its image and first output position) and channels c .. c + 3 of `channels`;
+// false past the last.
+struct TileThread {
+  int64_t tile;
+  int c, img, oh, ow;
+};
+__device__ __forceinline__ bool tile_thread(const Grid& g, int64_t tiles, int channels, TileThread& th) {
+  const int vecs = channels / 4;
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= tiles * vecs) return false;
+  th.tile = i / vecs, th.c = int(i % vecs) * 4;
+  tile_origin(g, th.tile, th.img, th.oh, th.ow);
+  return true;
+}
+// Output position (h, w) of image img in [images, out_h, out_w, .]: its pixel index, or -1 past the output.
+__device__ __forceinline__ int64_t out_pixel(const Grid& g, int img, int h, int w) {
+  return h < g.out_h && w < g.out_w ? (int64_t(img) * g.out_h + h) * g.out_w + w : -1;
+}
+// The filter kernels' thread: output channel co, input channels ci .. ci + 3; false past the last.
+__device__ __forceinline__ bool filter_thread(int cout, int cin, int& co, int& ci) {
+  const int vecs = cin / 4;
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= int64_t(cout) * vecs) return false;
+  co = int(i / vecs), ci = int(i % vecs) * 4;
+  return true;
+}
+
 // V[p][t][c] = (B^T d B)[p] of tile t's 4x4 patch of `in`, channels c .. c + 3. Bound: memory.
 __global__ void __launch_bounds__(kThreads) input_transform(const float* __restrict__ in, Grid g, int64_t tiles,
                                                             float* __restrict__ v) {
-  const int vecs = g.in_c / 4;
-  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= tiles * vecs) return;
-  const int64_t t = i / vecs;
-  const int c = int(i % vecs) * 4;
-  int img, oh, ow;
-  tile_origin(g, t, img, oh, ow);
+  TileThread th;
+  if (!tile_thread(g, tiles, g.in_c, th)) return;
   float4 d[4][4];
 #pragma unroll
   for (int e = 0; e < 4; e++) {
-    const int h = oh - g.pad_h + g.dil_h * e;
+    const int h = th.oh - g.pad_h + g.dil_h * e;
 #pragma unroll
     for (int f = 0; f < 4; f++) {
-      const int w = ow - g.pad_w + g.dil_w * f;
+      const int w = th.ow - g.pad_w + g.dil_w * f;
       const bool ok = unsigned(h) < unsigned(g.in_h) && unsigned(w) < unsigned(g.in_w);
-      d[e][f] = ok ? load4(in + ((int64_t(img) * g.in_h + h) * g.in_w + w) * g.in_c + c) : float4{0, 0, 0, 0};
+      d[e][f] = ok ? load4(in + ((int64_t(th.img) * g.in_h + h) * g.in_w + w) * g.in_c + th.c) : float4{0, 0, 0, 0};
     }
   }
   float4 o[4][4];
   transform2d<BT>(d, o);
-#pragma unroll
-  for (int p = 0; p < 16; p++) store4(v + (p * tiles + t) * g.in_c + c, o[p / 4][p % 4]);
+  store16(v, tiles, th.tile, g.in_c, th.c, o);
 }
 
 // U[p][co][ci] = (G g G^T)[p] of filter (co, ci) of w [Cout, 3, 3, Cin], turned by 180 degrees with `turn`.
 __global__ void __launch_bounds__(kThreads) filter_transform(const float* __restrict__ w, int cout, int cin, bool turn,
                                                              float* __restrict__ u) {
-  const int vecs = cin / 4;
-  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= int64_t(cout) * vecs) return;
-  const int co = int(i / vecs), ci = int(i % vecs) * 4;
+  int co, ci;
+  if (!filter_thread(cout, cin, co, ci)) return;
   float4 k[3][3];
 #pragma unroll
   for (int r = 0; r < 3; r++)
@@ -145,72 +175,52 @@ __global__ void __launch_bounds__(kThreads) filter_transform(const float* __rest
     }
   float4 o[4][4];
   transform2d<Gm>(k, o);
-#pragma unroll
-  for (int p = 0; p < 16; p++) store4(u + (int64_t(p) * cout + co) * cin + ci, o[p / 4][p % 4]);
+  store16(u, cout, co, cin, ci, o);
 }
 
 // y at tile t's (up to) 2x2 outputs = (A^T M A) + bias, channels c .. c + 3; y is [images, out_h, out_w, cols].
 __global__ void __launch_bounds__(kThreads) output_transform(const float* __restrict__ m, Grid g, int64_t tiles,
                                                              int cols, const float* __restrict__ bias,
                                                              float* __restrict__ y) {
-  const int vecs = cols / 4;
-  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= tiles * vecs) return;
-  const int64_t t = i / vecs;
-  const int c = int(i % vecs) * 4;
-  int img, oh, ow;
-  tile_origin(g, t, img, oh, ow);
-  float4 in[4][4];
-#pragma unroll
-  for (int p = 0; p < 16; p++) in[p / 4][p % 4] = load4(m + (p * tiles + t) * cols + c);
-  float4 o[2][2];
+  TileThread th;
+  if (!tile_thread(g, tiles, cols, th)) return;
+  float4 in[4][4], o[2][2];
+  load16(m, tiles, th.tile, cols, th.c, in);
   transform2d<AT>(in, o);
-  const float4 b = bias ? load4(bias + c) : float4{0, 0, 0, 0};
+  const float4 b = bias ? load4(bias + th.c) : float4{0, 0, 0, 0};
 #pragma unroll
   for (int e = 0; e < 2; e++)
 #pragma unroll
     for (int f = 0; f < 2; f++) {
-      const int h = oh + g.dil_h * e, w = ow + g.dil_w * f;
-      if (h < g.out_h && w < g.out_w) store4(y + ((int64_t(img) * g.out_h + h) * g.out_w + w) * cols + c, o[e][f] + b);
+      const int64_t px = out_pixel(g, th.img, th.oh + g.dil_h * e, th.ow + g.dil_w * f);
+      if (px >= 0) store4(y + px * cols + th.c, o[e][f] + b);
     }
 }
 
 // Y[p][t][c] = (A dY A^T)[p] of tile t's 2x2 block of dy [images, out_h, out_w, cols] (zeros past the output).
 __global__ void __launch_bounds__(kThreads) grad_transform(const float* __restrict__ dy, Grid g, int64_t tiles,
                                                            int cols, float* __restrict__ out) {
-  const int vecs = cols / 4;
-  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= tiles * vecs) return;
-  const int64_t t = i / vecs;
-  const int c = int(i % vecs) * 4;
-  int img, oh, ow;
-  tile_origin(g, t, img, oh, ow);
-  float4 d[2][2];
+  TileThread th;
+  if (!tile_thread(g, tiles, cols, th)) return;
+  float4 d[2][2], o[4][4];
 #pragma unroll
   for (int e = 0; e < 2; e++)
 #pragma unroll
     for (int f = 0; f < 2; f++) {
-      const int h = oh + g.dil_h * e, w = ow + g.dil_w * f;
-      d[e][f] = h < g.out_h && w < g.out_w ? load4(dy + ((int64_t(img) * g.out_h + h) * g.out_w + w) * cols + c)
-                                           : float4{0, 0, 0, 0};
+      const int64_t px = out_pixel(g, th.img, th.oh + g.dil_h * e, th.ow + g.dil_w * f);
+      d[e][f] = px >= 0 ? load4(dy + px * cols + th.c) : float4{0, 0, 0, 0};
     }
-  float4 o[4][4];
   transform2d<Am>(d, o);
-#pragma unroll
-  for (int p = 0; p < 16; p++) store4(out + (p * tiles + t) * cols + c, o[p / 4][p % 4]);
+  store16(out, tiles, th.tile, cols, th.c, o);
 }
 
 // dw[co][r][s][ci] = (G^T dU G)[r][s] of dU [16, Cout, Cin].
 __global__ void __launch_bounds__(kThreads) weight_output(const float* __restrict__ du, int cout, int cin,
                                                           float* __restrict__ dw) {
-  const int vecs = cin / 4;
-  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= int64_t(cout) * vecs) return;
-  const int co = int(i / vecs), ci = int(i % vecs) * 4;
-  float4 in[4][4];
-#pragma unroll
-  for (int p = 0; p < 16; p++) in[p / 4][p % 4] = load4(du + (int64_t(p) * cout + co) * cin + ci);
-  float4 o[3][3];
+  int co, ci;
+  if (!filter_thread(cout, cin, co, ci)) return;
+  float4 in[4][4], o[3][3];
+  load16(du, cout, co, cin, ci, in);
   transform2d<GT>(in, o);
 #pragma unroll
   for (int r = 0; r < 3; r++)
