@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "engine/env.h"
+
 namespace ops {
 
 struct Conv2dParams {
@@ -135,7 +137,8 @@ inline int64_t conv2d_weight_grad_splits(const ConvGeometry& g) {
 // The workspace (f32, allocated by the op on every device, so meta predicts it; the cpu leaves it unused) holds the
 // transformed filters [16, Cout, Cin] and, for a chunk of images, the transformed input [16, tiles, channels in]
 // and the products [16, tiles, channels out]; images go in chunks of equal size so that it stays under
-// kWinogradBytes (one image at least).
+// kWinogradBytes (one image at least). ENGINE_CONV_WINOGRAD=0 in the environment turns it off on every device (the
+// direct kernels, no workspace: for measuring one against the other, or a peak without the workspace).
 constexpr int64_t kWinogradBytes = int64_t(256) << 20;
 
 // 2x2 tiles along one axis of an output of `out` positions with dilation d: each of the d interleaved grids in pairs.
@@ -154,7 +157,8 @@ inline WinogradPlan conv2d_winograd(const ConvGeometry& g, ConvPass pass, int64_
   const auto& p = g.p;
   if (elem_bytes != 4 || tf32 || p.groups != 1 || g.kh != 3 || g.kw != 3 || p.stride_h != 1 || p.stride_w != 1 ||
       p.pad_h > 2 * p.dilation_h || p.pad_w > 2 * p.dilation_w || g.cin < 64 || g.cout < 64 || g.cin % 4 != 0 ||
-      g.cout % 4 != 0 || g.n == 0)
+      g.cout % 4 != 0 || g.n == 0 ||
+      !engine::env_switch("ENGINE_CONV_WINOGRAD", true, "the direct SIMT kernels", "Winograd's F(2x2, 3x3)"))
     return plan;
   const bool data = pass == ConvPass::data;  // tiles over dx's grid
   plan.tiles = winograd_tiles(data ? g.h : g.ho, p.dilation_h) * winograd_tiles(data ? g.w : g.wo, p.dilation_w);

@@ -21,6 +21,7 @@ using engine::DType;
 using engine::Shape;
 using engine::Tensor;
 using ops::Conv2dParams;
+using ops::ConvPass;
 using testutil::rand_input;
 
 namespace {
@@ -258,6 +259,50 @@ TEST(Conv, WeightGradientPiecesFillWholeWavesOf132) {
   EXPECT_EQ(splits(1, 16, 128, 128, 3, 1), 1) << "256 pixels: no piece of 1024";
 }
 
+TEST(Conv, WinogradPlanCoversTheOutputInChunksUnderItsBudget) {
+  // conv_params.h's conv2d_winograd, checked by hand. Darknet's 128 -> 256 3x3 at 152^2 x 8: 76^2 = 5776 tiles per
+  // image, 16 * 5776 * 384 * 4 bytes = 142 MB per image with the 2 MB of filters: one image under 256 MiB.
+  auto geometry = [](int64_t n, int64_t h, int64_t cin, int64_t cout, int64_t pad, int64_t dil) {
+    return ops::conv2d_geometry("test", {n, h, h, cin}, {cout, 3, 3, cin}, params(1, pad, dil, 1));
+  };
+  const ops::ConvGeometry dk = geometry(8, 152, 128, 256, 1, 1);
+  const ops::WinogradPlan darknet = ops::conv2d_winograd(dk, ConvPass::forward, 4, false);
+  EXPECT_EQ(darknet.tiles, 76 * 76);
+  EXPECT_EQ(darknet.images, 1);
+  EXPECT_EQ(darknet.elems, 16 * 128 * 256 + 16 * 5776 * 384);
+  // Odd sizes round the tiles up; dilation 2 tiles each of the two interleaved grids: 33 -> 17 per grid, 9 pairs.
+  EXPECT_EQ(ops::conv2d_winograd(geometry(2, 19, 64, 64, 1, 1), ConvPass::forward, 4, false).tiles, 10 * 10);
+  EXPECT_EQ(ops::winograd_tiles(33, 2), 2 * 9);
+  EXPECT_EQ(ops::winograd_tiles(5, 2), 2 * 2) << "grids of 3 and 2 outputs: 2 and 1 pairs, 2 per grid";
+  // The data gradient tiles dx's grid (padding 0: Ho = 17, H = 19).
+  EXPECT_EQ(ops::conv2d_winograd(geometry(1, 19, 64, 64, 0, 1), ConvPass::data, 4, false).tiles, 10 * 10);
+  EXPECT_EQ(ops::conv2d_winograd(geometry(1, 19, 64, 64, 0, 1), ConvPass::forward, 4, false).tiles, 9 * 9);
+  // deeplabv3's 64-channel 3x3 at 129^2 x 8: 65^2 tiles, 34.6 MB per image: the 8 images in two chunks of 4 (not
+  // 7 and 1).
+  const ops::WinogradPlan layer1 = ops::conv2d_winograd(geometry(8, 129, 64, 64, 1, 1), ConvPass::weight, 4, false);
+  EXPECT_EQ(layer1.images, 4);
+  EXPECT_LE(layer1.elems * 4, ops::kWinogradBytes);
+  // Not: TF32, 16-bit types, fewer than 64 channels, stride 2, a 5x5 filter, groups, padding past 2 d.
+  const ops::ConvGeometry g = geometry(2, 32, 64, 64, 1, 1);
+  EXPECT_GT(ops::conv2d_winograd(g, ConvPass::forward, 4, false).images, 0);
+  EXPECT_EQ(ops::conv2d_winograd(g, ConvPass::forward, 4, true).images, 0);
+  EXPECT_EQ(ops::conv2d_winograd(g, ConvPass::forward, 2, false).images, 0);
+  EXPECT_EQ(ops::conv2d_winograd(geometry(2, 32, 32, 64, 1, 1), ConvPass::forward, 4, false).images, 0);
+  EXPECT_EQ(ops::conv2d_winograd(geometry(2, 32, 64, 64, 3, 1), ConvPass::forward, 4, false).images, 0);
+  const ops::ConvGeometry s2 = ops::conv2d_geometry("test", {2, 32, 32, 64}, {64, 3, 3, 64}, params(2, 1, 1, 1));
+  const ops::ConvGeometry k5 = ops::conv2d_geometry("test", {2, 32, 32, 64}, {64, 5, 5, 64}, params(1, 2, 1, 1));
+  const ops::ConvGeometry g2 = ops::conv2d_geometry("test", {2, 32, 32, 128}, {128, 3, 3, 64}, params(1, 1, 1, 2));
+  for (const ops::ConvGeometry& other : {s2, k5, g2})
+    EXPECT_EQ(ops::conv2d_winograd(other, ConvPass::weight, 4, false).images, 0);
+  // ENGINE_CONV_WINOGRAD=0 turns it off; another value is an error naming the variable.
+  setenv("ENGINE_CONV_WINOGRAD", "0", 1);
+  EXPECT_EQ(ops::conv2d_winograd(g, ConvPass::forward, 4, false).images, 0);
+  setenv("ENGINE_CONV_WINOGRAD", "yes", 1);
+  const std::string m = expect_error([&] { ops::conv2d_winograd(g, ConvPass::forward, 4, false); });
+  EXPECT_NE(m.find("ENGINE_CONV_WINOGRAD"), std::string::npos) << m;
+  unsetenv("ENGINE_CONV_WINOGRAD");
+}
+
 TEST(Conv, MetaLedgerEqualsCpu) {
   // 2 * 32 * 32 output pixels: the weight gradient's split workspace (conv_params.h) is allocated too.
   ops::ConvGeometry big = ops::conv2d_geometry("test", {2, 32, 32, 4}, {8, 3, 3, 4}, params(1, 1, 1, 1));
@@ -274,7 +319,10 @@ TEST(Conv, MetaLedgerEqualsCpu) {
     Tensor x30 = ops::rand({2, 16, 16, 30}).set_requires_grad(true);
     Tensor w30 = ops::rand({8, 3, 3, 30}).set_requires_grad(true);
     Tensor v = ops::conv2d(x30, w30, Tensor(), params(1, 1, 1, 1));  // Cin padded to 32 for the GPU
-    graph::backward(ops::add(ops::add(ops::sum(ops::mul(z, z)), ops::sum(u)), ops::sum(v)));
+    Tensor x64 = ops::rand({1, 6, 6, 64}).set_requires_grad(true);
+    Tensor w64 = ops::rand({64, 3, 3, 64}).set_requires_grad(true);
+    Tensor q = ops::conv2d(x64, w64, Tensor(), params(1, 1, 1, 1));  // Winograd's workspace on the GPU
+    graph::backward(ops::add(ops::add(ops::add(ops::sum(ops::mul(z, z)), ops::sum(u)), ops::sum(v)), ops::sum(q)));
   };
   testutil::expect_meta_allocates_like_cpu(program);
   std::string csv[2];
@@ -300,6 +348,11 @@ TEST(Conv, MetaLedgerEqualsCpu) {
   // (8 * 289 + 512 * 32) * 4 = 74784 bytes, in each pass.
   at = 0, blocks = 0;
   while ((at = csv[0].find(",74784,", at)) != std::string::npos) blocks++, at++;
+  EXPECT_GE(blocks, 3) << "forward, data and weight gradient: " << csv[0];
+  // Winograd's workspace for the 64-channel 3x3 (f32, TF32 off): 16 * 64 * 64 filters and 9 tiles of 128 channels,
+  // (65536 + 16 * 9 * 128) * 4 = 335872 bytes, in each pass.
+  at = 0, blocks = 0;
+  while ((at = csv[0].find(",335872,", at)) != std::string::npos) blocks++, at++;
   EXPECT_GE(blocks, 3) << "forward, data and weight gradient: " << csv[0];
 }
 
