@@ -14,6 +14,9 @@
 // C_out] for a chunk of images (the last chunk may be smaller: its matrices are packed tighter in the same space).
 // The GEMMs sum over channels in cuBLASLt's order, so results differ from the direct kernels' by rounding (a few
 // units in the last place relative to the largest output; the tests' f32 tolerance is 2e-5).
+// Status (2026-12-05): compiled (sm_90a: 46-80 registers, no spills) but never run on a GPU; off by default
+// (ENGINE_CONV_WINOGRAD=1 turns it on). Expected (conv_params.h's arithmetic, not measured): on Darknet's 128 -> 256
+// 3x3 layer ~1.5-2x the direct SIMT kernel's 36-43 TFLOP/s-equivalent per pass, GEMMs at cuBLASLt's ~50 TFLOP/s fp32.
 #include "engine/cuda/runtime.h"
 #include "ops/cuda/conv_kernels.cuh"
 #include "ops/cuda/kernel_util.cuh"

@@ -339,12 +339,20 @@ struct Tf32Scope {
   ~Tf32Scope() { engine::set_allow_tf32(false); }
 };
 
+// Sets ENGINE_CONV_WINOGRAD for a scope (Winograd is off by default until it has run on a GPU: conv_params.h),
+// unset after.
+struct WinogradScope {
+  explicit WinogradScope(bool on) { setenv("ENGINE_CONV_WINOGRAD", on ? "1" : "0", 1); }
+  ~WinogradScope() { unsetenv("ENGINE_CONV_WINOGRAD"); }
+};
+
 // f32 3x3 stride-1 layers of >= 64 channels run Winograd's F(2x2, 3x3) (conv_params.h's conv2d_winograd): odd and
 // even sizes (partial tiles), padding 0 .. 2 d (the data gradient's 2 d - p from 2 d to 0), dilations 1-3 (interleaved
 // tile grids), channels not multiples of 8, a padded Cin (66: the padded geometry's Winograd), and the batch cut into
 // one-image chunks by a workspace of one image (the weight gradient's chunks accumulate). check_case also runs the
 // direct SIMT kernels on each. Not under TF32 (its tensor-core kernels are faster): "igemm_tf32" there.
 TEST(ConvCuda, WinogradMatchesCpu) {
+  WinogradScope winograd(true);
   const std::vector<Case> cases = {
       {2, 13, 11, 64, 68, 3, 3, params(1, 1)},   {1, 10, 9, 72, 64, 3, 3, params(1, 0), false},
       {1, 9, 12, 64, 64, 3, 3, params(1, 2)},    {1, 17, 15, 64, 76, 3, 3, params(1, 2, 2)},
@@ -656,6 +664,7 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
         ("," + std::string(only) + ",").find("," + std::string(r.type) + ",") == std::string::npos)
       continue;
     engine::set_allow_tf32(r.tf32);
+    WinogradScope winograd_on(r.winograd);  // off by default until measured (conv_params.h)
     ops::cuda::conv::set_igemm_wide_variant(r.variant);
     ops::cuda::conv::set_igemm_wgmma(r.wgmma);
     ops::cuda::conv::set_igemm_wgmma_shape(r.wgmma_shape);
