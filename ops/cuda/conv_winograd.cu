@@ -109,8 +109,7 @@ __device__ __forceinline__ void load16(const float* a, int64_t rows, int64_t row
 #pragma unroll
   for (int p = 0; p < 16; p++) v[p / 4][p % 4] = load4(a + (p * rows + row) * cols + c);
 }
-__device__ __forceinline__ void store16(float* a, int64_t rows, int64_t row, int cols, int c,
-                                        const float4 (&v)[4][4]) {
+__device__ __forceinline__ void store16(float* a, int64_t rows, int64_t row, int cols, int c, const float4 (&v)[4][4]) {
 #pragma unroll
   for (int p = 0; p < 16; p++) store4(a + (p * rows + row) * cols + c, v[p / 4][p % 4]);
 }
@@ -143,8 +142,8 @@ __device__ __forceinline__ bool filter_thread(int cout, int cin, int& co, int& c
 }
 
 // V[p][t][c] = (B^T d B)[p] of tile t's 4x4 patch of `in`, channels c .. c + 3. Bound: memory.
-__global__ void __launch_bounds__(kThreads) input_transform(const float* __restrict__ in, Grid g, int64_t tiles,
-                                                            float* __restrict__ v) {
+__global__ void __launch_bounds__(kThreads)
+    input_transform(const float* __restrict__ in, Grid g, int64_t tiles, float* __restrict__ v) {
   TileThread th;
   if (!tile_thread(g, tiles, g.in_c, th)) return;
   float4 d[4][4];
@@ -164,8 +163,8 @@ __global__ void __launch_bounds__(kThreads) input_transform(const float* __restr
 }
 
 // U[p][co][ci] = (G g G^T)[p] of filter (co, ci) of w [Cout, 3, 3, Cin], turned by 180 degrees with `turn`.
-__global__ void __launch_bounds__(kThreads) filter_transform(const float* __restrict__ w, int cout, int cin, bool turn,
-                                                             float* __restrict__ u) {
+__global__ void __launch_bounds__(kThreads)
+    filter_transform(const float* __restrict__ w, int cout, int cin, bool turn, float* __restrict__ u) {
   int co, ci;
   if (!filter_thread(cout, cin, co, ci)) return;
   float4 k[3][3];
@@ -182,9 +181,9 @@ __global__ void __launch_bounds__(kThreads) filter_transform(const float* __rest
 }
 
 // y at tile t's (up to) 2x2 outputs = (A^T M A) + bias, channels c .. c + 3; y is [images, out_h, out_w, cols].
-__global__ void __launch_bounds__(kThreads) output_transform(const float* __restrict__ m, Grid g, int64_t tiles,
-                                                             int cols, const float* __restrict__ bias,
-                                                             float* __restrict__ y) {
+__global__ void __launch_bounds__(kThreads)
+    output_transform(const float* __restrict__ m, Grid g, int64_t tiles, int cols, const float* __restrict__ bias,
+                     float* __restrict__ y) {
   TileThread th;
   if (!tile_thread(g, tiles, cols, th)) return;
   float4 in[4][4], o[2][2];
@@ -201,8 +200,8 @@ __global__ void __launch_bounds__(kThreads) output_transform(const float* __rest
 }
 
 // Y[p][t][c] = (A dY A^T)[p] of tile t's 2x2 block of dy [images, out_h, out_w, cols] (zeros past the output).
-__global__ void __launch_bounds__(kThreads) grad_transform(const float* __restrict__ dy, Grid g, int64_t tiles,
-                                                           int cols, float* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads)
+    grad_transform(const float* __restrict__ dy, Grid g, int64_t tiles, int cols, float* __restrict__ out) {
   TileThread th;
   if (!tile_thread(g, tiles, cols, th)) return;
   float4 d[2][2], o[4][4];
@@ -218,8 +217,8 @@ __global__ void __launch_bounds__(kThreads) grad_transform(const float* __restri
 }
 
 // dw[co][r][s][ci] = (G^T dU G)[r][s] of dU [16, Cout, Cin].
-__global__ void __launch_bounds__(kThreads) weight_output(const float* __restrict__ du, int cout, int cin,
-                                                          float* __restrict__ dw) {
+__global__ void __launch_bounds__(kThreads)
+    weight_output(const float* __restrict__ du, int cout, int cin, float* __restrict__ dw) {
   int co, ci;
   if (!filter_thread(cout, cin, co, ci)) return;
   float4 in[4][4], o[3][3];
@@ -236,7 +235,16 @@ unsigned blocks_for(int64_t threads) { return unsigned((threads + kThreads - 1) 
 // The pass's grid over an output of out_h x out_w read from an input of in_h x in_w x in_c.
 Grid grid_of(const ConvGeometry& g, int in_h, int in_w, int in_c, int out_h, int out_w, int pad_h, int pad_w) {
   const int dh = int(g.p.dilation_h), dw = int(g.p.dilation_w);
-  return Grid{in_h, in_w, in_c, out_h, out_w, pad_h, pad_w, dh, dw, int(winograd_tiles(out_h, dh)),
+  return Grid{in_h,
+              in_w,
+              in_c,
+              out_h,
+              out_w,
+              pad_h,
+              pad_w,
+              dh,
+              dw,
+              int(winograd_tiles(out_h, dh)),
               int(winograd_tiles(out_w, dw))};
 }
 
@@ -269,8 +277,8 @@ void tiled_forward(const Tensor& in, const Tensor& out, const Grid& gr, int64_t 
   for (int64_t first = 0; first < images; first += per_chunk) {
     const int64_t n = std::min(per_chunk, images - first), tiles = n * tiles_per_image;
     const Tensor v = batch16(ws, at, tiles, gr.in_c), m = batch16(ws, at + 16 * tiles * gr.in_c, tiles, out_c);
-    input_transform<<<blocks_for(tiles * gr.in_c / 4), kThreads, 0, s>>>(in.data<float>() + first * in_image, gr,
-                                                                         tiles, v.data<float>());
+    input_transform<<<blocks_for(tiles * gr.in_c / 4), kThreads, 0, s>>>(in.data<float>() + first * in_image, gr, tiles,
+                                                                         v.data<float>());
     ENGINE_CUDA_LAUNCH_CHECK("conv2d (Winograd input transform)");
     matmul(v, u_as_b, Tensor(), m);
     output_transform<<<blocks_for(tiles * out_c / 4), kThreads, 0, s>>>(m.data<float>(), gr, tiles, out_c, bias,
@@ -318,15 +326,17 @@ void winograd_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const 
     const int64_t n = std::min(plan.images, g.n - first), tiles = n * plan.tiles;
     const Tensor v = batch16(ws, at, tiles, cin), yt = batch16(ws, at + 16 * tiles * cin, tiles, cout);
     input_transform<<<blocks_for(tiles * cin / 4), kThreads, 0, s>>>(x.data<float>() + first * in_image, gr, tiles,
-                                                                      v.data<float>());
+                                                                     v.data<float>());
     ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_weight (Winograd input transform)");
     grad_transform<<<blocks_for(tiles * cout / 4), kThreads, 0, s>>>(dy.data<float>() + first * out_image, gr, tiles,
                                                                      cout, yt.data<float>());
     ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_weight (Winograd gradient transform)");
     // dU[p] (+)= Y[p]^T V[p]: [Cout, tiles] x [tiles, Cin].
     const Tensor yt_t = Tensor::view_of(ws, {16, cout, tiles}, {tiles * cout, 1, cout}, yt.offset());
-    if (first == 0) matmul(yt_t, v, Tensor(), du);
-    else matmul_accumulate(yt_t, v, du);
+    if (first == 0)
+      matmul(yt_t, v, Tensor(), du);
+    else
+      matmul_accumulate(yt_t, v, du);
   }
   weight_output<<<blocks_for(int64_t(cout) * cin / 4), kThreads, 0, s>>>(du.data<float>(), cout, cin, dw.data<float>());
   ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_weight (Winograd weight transform)");
