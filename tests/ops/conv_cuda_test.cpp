@@ -106,6 +106,13 @@ Tensor poisoned(const Shape& s, DType t) {
   return ops::full(s, std::numeric_limits<double>::quiet_NaN(), t, testutil::cuda_device());
 }
 
+// Winograd's workspace for a pass of geometry g (the one the GPU computes) as the op allocates it (ops/conv.cpp),
+// poisoned; undefined when the pass takes another kernel (conv_params.h's conv2d_winograd: TF32, ENGINE_CONV_WINOGRAD).
+Tensor winograd_workspace(const ops::ConvGeometry& g, ConvPass pass, DType t) {
+  const ops::WinogradPlan plan = ops::conv2d_winograd(g, pass, int64_t(engine::dtype_size(t)), engine::allow_tf32());
+  return plan.images ? poisoned({plan.elems}, DType::f32) : Tensor();
+}
+
 void expect_pass_close(const char* pass, const ops::ConvGeometry& g, DType t, ConvPass which, const Tensor& got,
                        const Tensor& ref) {
   const double err = scaled_error(got, ref);
@@ -142,12 +149,8 @@ void check_case(const Case& c, DType t) {
   const ops::ConvGeometry gp = ops::conv2d_padded(g, es);
   const bool padding = gp.cin != g.cin || gp.cout != g.cout;
   Tensor pad = padding ? poisoned({ops::conv2d_padding_elems(g, es)}, t) : Tensor();
-  auto winograd = [&](ConvPass pass) {
-    const ops::WinogradPlan plan = ops::conv2d_winograd(gp, pass, es, engine::allow_tf32());
-    return plan.images ? poisoned({plan.elems}, DType::f32) : Tensor();
-  };
-  const Tensor wino_f = winograd(ConvPass::forward), wino_d = winograd(ConvPass::data);
-  const Tensor wino_w = winograd(ConvPass::weight);
+  const Tensor wino_f = winograd_workspace(gp, ConvPass::forward, t);
+  const Tensor wino_d = winograd_workspace(gp, ConvPass::data, t), wino_w = winograd_workspace(gp, ConvPass::weight, t);
   const int64_t splits = wino_w.defined() ? 1 : ops::conv2d_weight_grad_splits(gp);
   Tensor wsg = splits > 1 ? poisoned({splits, gp.cout, g.kh, g.kw, gp.cin_per_group()}, DType::f32) : Tensor();
   ops::cuda::conv2d_forward(xg, wg, bg, yg, g, pad, wino_f);
@@ -684,24 +687,19 @@ TEST(ConvCudaPerf, DISABLED_TFlops) {
       Tensor w = ops::to_device(random({g.cout, g.kh, g.kw, g.cin_per_group()}, t), dev);
       Tensor dy = ops::to_device(random({g.n, g.ho, g.wo, g.cout}, t), dev);
       Tensor y = poisoned(dy.shape(), t), dx = poisoned(x.shape(), t), dw = poisoned(w.shape(), t);
-      auto winograd = [&](ConvPass pass) {  // the op's workspace (none for "fp32/d": the direct kernels)
-        const ops::WinogradPlan plan = ops::conv2d_winograd(g, pass, int64_t(engine::dtype_size(t)), r.tf32);
-        return plan.images && r.winograd ? poisoned({plan.elems}, DType::f32) : Tensor();
-      };
-      const Tensor wino_f = winograd(ConvPass::forward), wino_d = winograd(ConvPass::data);
-      const Tensor wino_w = winograd(ConvPass::weight);
+      // The op's Winograd workspaces (none for "fp32/d", whose scope turned Winograd off: the direct kernels).
+      const Tensor wino_f = winograd_workspace(g, ConvPass::forward, t);
+      const Tensor wino_d = winograd_workspace(g, ConvPass::data, t);
+      const Tensor wino_w = winograd_workspace(g, ConvPass::weight, t);
       const int64_t splits = wino_w.defined() ? 1 : ops::conv2d_weight_grad_splits(g);
       Tensor ws = splits > 1 ? poisoned({splits, g.cout, g.kh, g.kw, g.cin_per_group()}, DType::f32) : Tensor();
       auto time = [&](const std::function<void()>& fn) { return testutil::median_ms_per_call(fn, calls, reps); };
       const double f = time([&] { ops::cuda::conv2d_forward(x, w, Tensor(), y, g, Tensor(), wino_f); });
       const double d = time([&] { ops::cuda::conv2d_backward_data(dy, w, dx, g, Tensor(), wino_d); });
       const double wt = time([&] { ops::cuda::conv2d_backward_weight(x, dy, dw, ws, g, Tensor(), wino_w); });
-      auto path = [&](ConvPass pass, const Tensor& wino) {
-        const std::string p = ops::cuda::conv2d_path(pass, g, t);
-        return p == "winograd" && !wino.defined() ? std::string("simt") : p;
-      };
-      const std::string paths = engine::str(path(ConvPass::forward, wino_f), "/", path(ConvPass::data, wino_d), "/",
-                                            path(ConvPass::weight, wino_w), " splits ", splits);
+      const std::string paths = engine::str(ops::cuda::conv2d_path(ConvPass::forward, g, t), "/",
+                                            ops::cuda::conv2d_path(ConvPass::data, g, t), "/",
+                                            ops::cuda::conv2d_path(ConvPass::weight, g, t), " splits ", splits);
       tflops[{s, r.type}] = {flops / f * 1e-9, flops / d * 1e-9, flops / wt * 1e-9};
       std::printf("%-34s %-7s %-44s %9.1f %9.1f %9.1f   TFLOP/s (%.3f / %.3f / %.3f ms)\n", name, r.type, paths.c_str(),
                   flops / f * 1e-9, flops / d * 1e-9, flops / wt * 1e-9, f, d, wt);
