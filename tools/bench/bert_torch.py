@@ -14,13 +14,15 @@ Usage: python3 tools/bench/bert_torch.py --model bert_base --seq 128 --batch 32 
        python3 tools/bench/bert_torch.py --model bert_base --seq 512 --precision bf16 --max-batch-cap-gib 24
            (the largest batch whose training steps fit under torch.cuda.set_per_process_memory_fraction(cap),
             by bisection inside one process, the cache emptied after each out-of-memory probe)
+       python3 tools/bench/bert_torch.py --size large --sweep bert_squad:384:16:fp32:sdpa --fused-adamw --profile
+           (the top CUDA kernels of one step instead of the timing, to set beside engine_train --profile)
 """
 import argparse
 
 import torch
 import transformers
 
-from torch_bench import fits_by_running, max_batch, release, time_steps
+from torch_bench import fits_by_running, max_batch, measure, release
 
 
 def build(model_name, attn):
@@ -83,7 +85,7 @@ def batch(model_name, cfg, b, s, dev):
 
 def time_training(loss_of, opt, amp, steps, warmup):
     """Times training steps: loss_of() under bf16 autocast when `amp`, backward, opt.step, zero_grad (set_to_none);
-    returns time_steps' (seconds per step, peak GiB)."""
+    returns measure()'s (seconds per step, peak GiB), or None after printing one step's top kernels (--profile)."""
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
             loss = loss_of()
@@ -92,7 +94,7 @@ def time_training(loss_of, opt, amp, steps, warmup):
         opt.zero_grad(set_to_none=True)
         return loss
 
-    return time_steps(step, steps, warmup)
+    return measure(step, steps, warmup, profile=ARGS.profile)
 
 
 def run_config(model_name, seq, batch_size, precision, attn, steps, warmup):
@@ -158,7 +160,10 @@ def report_max_batch(model_name, seq, precision, attn, cap_gib):
 def main():
     if ARGS.best:
         for compiled in (False, True):
-            dt, peak = run_best(ARGS.seq, ARGS.batch, ARGS.precision, ARGS.steps, ARGS.warmup, compiled)
+            result = run_best(ARGS.seq, ARGS.batch, ARGS.precision, ARGS.steps, ARGS.warmup, compiled)
+            if result is None:  # --profile printed its table
+                continue
+            dt, peak = result
             print(f"torch bert_base seq {ARGS.seq} batch {ARGS.batch} {ARGS.precision} sdpa gathered-mlm fused-adamw"
                   f"{' compiled' if compiled else ''} | {ARGS.batch / dt:.1f} seq/s | {dt * 1000:.1f} ms | "
                   f"peak {peak:.2f} GiB", flush=True)
@@ -173,7 +178,10 @@ def main():
             m, s, b, p, a = item.split(":")
             configs.append((m, int(s), int(b), p, a))
     for m, s, b, p, a in configs:
-        dt, peak = run_config(m, s, b, p, a, ARGS.steps, ARGS.warmup)
+        result = run_config(m, s, b, p, a, ARGS.steps, ARGS.warmup)
+        if result is None:  # --profile printed its table
+            continue
+        dt, peak = result
         size = f" {ARGS.size}" if m == "bert_squad" else ""
         fused = " fused-adamw" if ARGS.fused_adamw else ""
         padded = " padded-like-engine" if lengths(m, b, s) is not None else ""
@@ -196,6 +204,8 @@ if __name__ == "__main__":
     p.add_argument("--fused-adamw", action="store_true", help="AdamW's fused CUDA update (one kernel for all)")
     p.add_argument("--padding", default="engine", choices=["engine", "none"],
                    help="bert_squad/mtdnn rows padded like the engine's synthetic batches (the same work), or full")
+    p.add_argument("--profile", action="store_true",
+                   help="print the top CUDA kernels of one step of each config instead of the timing")
     p.add_argument("--best", action="store_true",
                    help="bert_base only: SDPA, MLM on the masked positions, fused AdamW; eager, then torch.compile")
     ARGS = p.parse_args()
