@@ -134,14 +134,18 @@ inline int64_t conv2d_weight_grad_splits(const ConvGeometry& g) {
 // gradient's padding 2 d - p is not negative), both channel counts multiples of 4 (the transforms move float4s;
 // conv2d_padded makes them so in f32) and >= 64: the transforms move ~36 (Cin + Cout)
 // bytes per output pixel, so narrower layers are memory-bound and the direct SIMT kernel (conv_simt.cu) is faster.
+// The weight gradient's 16 GEMMs have small outputs ([Cout, Cin]) and long sums (the tiles): alone they would fill 16
+// blocks of the GPU's 132 SMs at 64 channels (measured on an H100: 7.4 TFLOP/s-equivalent, half the direct kernel's
+// 15.5), so each chunk's tiles are cut into `splits` pieces, as the direct weight gradient's pixels are
+// (conv2d_weight_grad_splits): 16 x splits GEMMs write partial dU's that the last transform adds in a fixed order
+// (deterministic). Pieces: enough for two waves of 128 x 128 output tiles, at most 32, each >= 1024 tiles.
 // The workspace (f32, allocated by the op on every device, so meta predicts it; the cpu leaves it unused) holds the
-// transformed filters [16, Cout, Cin] and, for a chunk of images, the transformed input [16, tiles, channels in]
-// and the products [16, tiles, channels out]; images go in chunks of equal size so that it stays under
-// kWinogradBytes (one image at least).
-// OFF BY DEFAULT for now: ENGINE_CONV_WINOGRAD=1 in the environment turns it on on every device (0, or unset: the
-// direct kernels, no workspace). The GPU code was written and compiled on 2026-12-05 but no device time was left to
-// run it (tests/ops/conv_cuda_test.cpp's ConvCuda.WinogradMatchesCpu, the perf test's "fp32" rows and the models
-// beside PyTorch); the default becomes on once it has passed there and been measured faster.
+// transformed filters [16, Cout, Cin] (the weight gradient: its partial sums [16 splits, Cout, Cin]) and, for a chunk
+// of images, the transformed input [16, rows, channels in] and the products [16, rows, channels out], rows = the
+// chunk's tiles rounded up to a multiple of the pieces (zeros past the tiles); images go in chunks of equal size so
+// that it stays under kWinogradBytes (one image at least). On by default (measured faster on an H100, BENCHMARKS.md
+// 2026-12-06); ENGINE_CONV_WINOGRAD=0 in the environment turns it off on every device (the direct kernels, no
+// workspace), for measuring.
 constexpr int64_t kWinogradBytes = int64_t(256) << 20;
 
 // 2x2 tiles along one axis of an output of `out` positions with dilation d: each of the d interleaved grids in pairs.
@@ -150,8 +154,17 @@ inline int64_t winograd_tiles(int64_t out, int64_t d) { return d * (((out + d - 
 struct WinogradPlan {
   int64_t tiles = 0;   // per image (tiles_h * tiles_w of the pass's output grid)
   int64_t images = 0;  // per chunk; 0: the pass does not use Winograd
+  int64_t splits = 1;  // pieces of a chunk's tiles (the weight gradient; 1 for the other passes)
   int64_t elems = 0;   // the workspace's f32 elements
 };
+
+// A chunk's rows: its tiles rounded up to a multiple of the pieces.
+inline int64_t winograd_rows(int64_t tiles, int64_t splits) { return (tiles + splits - 1) / splits * splits; }
+
+// The f32 elements of a workspace for chunks of `images` images of geometry g with the plan's tiles and pieces.
+inline int64_t winograd_elems(const ConvGeometry& g, const WinogradPlan& plan, int64_t images) {
+  return 16 * plan.splits * g.cin * g.cout + 16 * (g.cin + g.cout) * winograd_rows(images * plan.tiles, plan.splits);
+}
 
 // The pass's plan for a convolution of `elem_bytes` elements (the geometry the GPU computes: conv2d_padded's),
 // with TF32 allowed or not (engine::allow_tf32()).
@@ -161,15 +174,23 @@ inline WinogradPlan conv2d_winograd(const ConvGeometry& g, ConvPass pass, int64_
   if (elem_bytes != 4 || tf32 || p.groups != 1 || g.kh != 3 || g.kw != 3 || p.stride_h != 1 || p.stride_w != 1 ||
       p.pad_h > 2 * p.dilation_h || p.pad_w > 2 * p.dilation_w || g.cin < 64 || g.cout < 64 || g.cin % 4 != 0 ||
       g.cout % 4 != 0 || g.n == 0 ||
-      !engine::env_switch("ENGINE_CONV_WINOGRAD", false, "the direct SIMT kernels", "Winograd's F(2x2, 3x3)"))
+      !engine::env_switch("ENGINE_CONV_WINOGRAD", true, "the direct SIMT kernels", "Winograd's F(2x2, 3x3)"))
     return plan;
   const bool data = pass == ConvPass::data;  // tiles over dx's grid
   plan.tiles = winograd_tiles(data ? g.h : g.ho, p.dilation_h) * winograd_tiles(data ? g.w : g.wo, p.dilation_w);
-  const int64_t filters = 16 * g.cin * g.cout, per_image = 16 * plan.tiles * (g.cin + g.cout);
-  const int64_t room = std::max<int64_t>(1, (kWinogradBytes / 4 - filters) / per_image);  // images that fit
+  auto pieces = [&](int64_t tiles) {  // the weight gradient's pieces for a chunk of `tiles` tiles
+    if (pass != ConvPass::weight) return int64_t(1);
+    const int64_t blocks = 16 * ((g.cout + 127) / 128) * ((g.cin + 127) / 128);
+    return std::max<int64_t>(1, std::min<int64_t>({(264 + blocks - 1) / blocks, 32, tiles / 1024}));
+  };
+  plan.splits = pieces(g.n * plan.tiles);
+  const int64_t per_image = 16 * plan.tiles * (g.cin + g.cout);
+  const int64_t room = std::max<int64_t>(1, (kWinogradBytes / 4 - winograd_elems(g, plan, 0) -
+                                             16 * (g.cin + g.cout) * (plan.splits - 1)) / per_image);
   const int64_t chunks = (g.n + room - 1) / room;
   plan.images = (g.n + chunks - 1) / chunks;
-  plan.elems = filters + plan.images * per_image;
+  plan.splits = std::min(plan.splits, pieces(plan.images * plan.tiles));  // fewer when the chunk is smaller
+  plan.elems = winograd_elems(g, plan, plan.images);
   return plan;
 }
 

@@ -15,10 +15,9 @@
 // (and of the filters); the padded convolution takes the paths above and its real channels are copied out
 // ("..._cin_padded", "..._cout_padded", "..._cin_cout_padded" below). With pad undefined the unpadded geometry
 // takes its own path (tests use that to reach the gathering kernels).
-// With ENGINE_CONV_WINOGRAD=1 (off by default until it has run on a GPU), true-fp32 3x3 stride-1 layers of >= 64
-// channels (conv_params.h's conv2d_winograd) run Winograd's F(2x2, 3x3)
-// (conv_winograd.cu: transforms around 16 cuBLASLt GEMMs) in the op's workspace `winograd` (f32; of the padded
-// geometry when there is padding), "winograd" below; with it undefined they take the paths above.
+// True-fp32 3x3 stride-1 layers of >= 64 channels (conv_params.h's conv2d_winograd; not with ENGINE_CONV_WINOGRAD=0)
+// run Winograd's F(2x2, 3x3) (conv_winograd.cu: transforms around cuBLASLt GEMMs) in the op's workspace `winograd`
+// (f32; of the padded geometry when there is padding), "winograd" below; with it undefined they take the paths above.
 #pragma once
 #include "engine/tensor.h"
 #include "ops/conv_params.h"

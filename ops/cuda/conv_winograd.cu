@@ -4,19 +4,22 @@
 //   forward  V = B^T d B (x's 4x4 patches), U = G g G^T (the filters), M[p] = V[p] U[p]^T, y = A^T M A (+ bias)
 //   data     the forward of dy with the filters turned by 180 degrees, padding 2 d - p: V from dy, U from the turned
 //            filters, M[p] = V[p] U[p] (U [Cout, Cin] is already the [K, N] operand), dx = A^T M A
-//   weight   V from x, Y = A dY A^T (dy's 2x2 tiles, zeros past the output), dU[p] = Y[p]^T V[p] summed over the
-//            tiles (and over the chunks of images, beta = 1), dw = G^T dU G
+//   weight   V from x, Y = A dY A^T (dy's 2x2 tiles, zeros past the output), dU[p][s] = Y[p]^T V[p] summed over
+//            piece s of the tiles (and over the chunks of images, beta = 1), dw = G^T (sum over s of dU[p][s]) G
 // with the 1-D matrices of F(2, 3): B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; .5 .5 .5; .5 -.5 .5;
 // 0 0 1], A^T = [1 1 1 0; 0 1 -1 -1]. Position p = 4 i + j of a 4x4 transform. A tile is outputs (o_h + d_h i, o_w +
 // d_w j), i, j in {0, 1}, of one image; tile (a, b) of an axis with dilation d starts at o = a % d + 2 d (a / d)
 // (winograd_tiles in conv_params.h), its patch reads inputs o - pad + d e, e in 0..3, zeros outside the input.
-// Tiles index [image][a][b]; the workspace holds U [16, Cout, Cin], then V [16, tiles, C_in] and M [16, tiles,
-// C_out] for a chunk of images (the last chunk may be smaller: its matrices are packed tighter in the same space).
+// Tiles index [image][a][b]; the workspace holds U [16, Cout, Cin] (the weight gradient: dU [16, splits, Cout, Cin]),
+// then V [16, rows, C_in] and M (or Y) [16, rows, C_out] for a chunk of images, rows = its tiles rounded up to a
+// multiple of the pieces, the rows past the tiles zeros (the last chunk may be smaller: its matrices are packed
+// tighter in the same space). The weight gradient's GEMMs are batched [16 x splits] over [rows / splits] pieces.
 // The GEMMs sum over channels in cuBLASLt's order, so results differ from the direct kernels' by rounding (a few
 // units in the last place relative to the largest output; the tests' f32 tolerance is 2e-5).
-// Status (2026-12-05): compiled (sm_90a: 46-80 registers, no spills) but never run on a GPU; off by default
-// (ENGINE_CONV_WINOGRAD=1 turns it on). Expected (conv_params.h's arithmetic, not measured): on Darknet's 128 -> 256
-// 3x3 layer ~1.5-2x the direct SIMT kernel's 36-43 TFLOP/s-equivalent per pass, GEMMs at cuBLASLt's ~50 TFLOP/s fp32.
+// Measured (H100, 2026-12-06, before the weight gradient's pieces): Darknet's 128 -> 256 3x3 at 152^2 x 8 57.9 / 60.2
+// / 56.2 TFLOP/s-equivalent forward / data / weight against the direct SIMT kernel's 43.3 / 36.3 / 42.1; ResNet's
+// 64 -> 64 at 128^2 31.8 / 32.8 / 7.4 against 30.4 / 31.1 / 15.5 (the weight gradient's 16 GEMMs of [64, 64]
+// outputs filled 16 blocks: hence the pieces). Bound: the GEMMs (cuBLASLt's SIMT SGEMM) and the transforms' memory.
 #include "engine/cuda/runtime.h"
 #include "ops/cuda/conv_kernels.cuh"
 #include "ops/cuda/kernel_util.cuh"
@@ -141,9 +144,9 @@ __device__ __forceinline__ bool filter_thread(int cout, int cin, int& co, int& c
   return true;
 }
 
-// V[p][t][c] = (B^T d B)[p] of tile t's 4x4 patch of `in`, channels c .. c + 3. Bound: memory.
+// V[p][t][c] = (B^T d B)[p] of tile t's 4x4 patch of `in`, channels c .. c + 3, V [16, rows, in_c]. Bound: memory.
 __global__ void __launch_bounds__(kThreads)
-    input_transform(const float* __restrict__ in, Grid g, int64_t tiles, float* __restrict__ v) {
+    input_transform(const float* __restrict__ in, Grid g, int64_t tiles, int64_t rows, float* __restrict__ v) {
   TileThread th;
   if (!tile_thread(g, tiles, g.in_c, th)) return;
   float4 d[4][4];
@@ -159,7 +162,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   float4 o[4][4];
   transform2d<BT>(d, o);
-  store16(v, tiles, th.tile, g.in_c, th.c, o);
+  store16(v, rows, th.tile, g.in_c, th.c, o);
 }
 
 // U[p][co][ci] = (G g G^T)[p] of filter (co, ci) of w [Cout, 3, 3, Cin], turned by 180 degrees with `turn`.
@@ -199,9 +202,11 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-// Y[p][t][c] = (A dY A^T)[p] of tile t's 2x2 block of dy [images, out_h, out_w, cols] (zeros past the output).
+// Y[p][t][c] = (A dY A^T)[p] of tile t's 2x2 block of dy [images, out_h, out_w, cols] (zeros past the output),
+// Y [16, rows, cols].
 __global__ void __launch_bounds__(kThreads)
-    grad_transform(const float* __restrict__ dy, Grid g, int64_t tiles, int cols, float* __restrict__ out) {
+    grad_transform(const float* __restrict__ dy, Grid g, int64_t tiles, int64_t rows, int cols,
+                   float* __restrict__ out) {
   TileThread th;
   if (!tile_thread(g, tiles, cols, th)) return;
   float4 d[2][2], o[4][4];
@@ -213,16 +218,22 @@ __global__ void __launch_bounds__(kThreads)
       d[e][f] = px >= 0 ? load4(dy + px * cols + th.c) : float4{0, 0, 0, 0};
     }
   transform2d<Am>(d, o);
-  store16(out, tiles, th.tile, cols, th.c, o);
+  store16(out, rows, th.tile, cols, th.c, o);
 }
 
-// dw[co][r][s][ci] = (G^T dU G)[r][s] of dU [16, Cout, Cin].
+// dw[co][r][s][ci] = (G^T dU G)[r][s], dU the sum of the pieces' dU [16, splits, Cout, Cin] in order of the piece.
 __global__ void __launch_bounds__(kThreads)
-    weight_output(const float* __restrict__ du, int cout, int cin, float* __restrict__ dw) {
+    weight_output(const float* __restrict__ du, int cout, int cin, int splits, float* __restrict__ dw) {
   int co, ci;
   if (!filter_thread(cout, cin, co, ci)) return;
   float4 in[4][4], o[3][3];
-  load16(du, cout, co, cin, ci, in);
+  load16(du, int64_t(splits) * cout, co, cin, ci, in);  // piece 0: rows co of [16, splits * Cout, Cin]
+  for (int s = 1; s < splits; s++) {
+    float4 piece[4][4];
+    load16(du, int64_t(splits) * cout, int64_t(s) * cout + co, cin, ci, piece);
+#pragma unroll
+    for (int p = 0; p < 16; p++) in[p / 4][p % 4] = in[p / 4][p % 4] + piece[p / 4][p % 4];
+  }
   transform2d<GT>(in, o);
 #pragma unroll
   for (int r = 0; r < 3; r++)
@@ -257,14 +268,15 @@ Tensor batch16(const Tensor& ws, int64_t at, int64_t rows, int64_t cols) {
 // pass smaller ones to cut the batch into more chunks).
 WinogradPlan checked_plan(const ConvGeometry& g, ConvPass pass, const Tensor& ws) {
   WinogradPlan plan = conv2d_winograd(g, pass, 4, false);
-  const int64_t filters = 16 * g.cin * g.cout, per_image = 16 * plan.tiles * (g.cin + g.cout);
   ENGINE_CHECK(plan.images > 0, "conv2d: Winograd's F(2x2, 3x3) does not apply to this geometry (conv_params.h's ",
                "conv2d_winograd)");
-  ENGINE_CHECK(ws.dtype() == engine::DType::f32 && ws.is_contiguous() && ws.numel() >= filters + per_image,
-               "conv2d (Winograd): the workspace must be f32, contiguous, with at least ", filters + per_image,
+  const int64_t least = winograd_elems(g, plan, 1);
+  ENGINE_CHECK(ws.dtype() == engine::DType::f32 && ws.is_contiguous() && ws.numel() >= least,
+               "conv2d (Winograd): the workspace must be f32, contiguous, with at least ", least,
                " elements for this geometry (", plan.elems, " as the op allocates it), got ",
                engine::dtype_name(ws.dtype()), " ", engine::shape_str(ws.shape()));
-  plan.images = std::min(g.n, (ws.numel() - filters) / per_image);
+  while (plan.images < g.n && winograd_elems(g, plan, plan.images + 1) <= ws.numel()) plan.images++;
+  while (plan.images > 1 && winograd_elems(g, plan, plan.images) > ws.numel()) plan.images--;
   return plan;
 }
 
@@ -278,7 +290,7 @@ void tiled_forward(const Tensor& in, const Tensor& out, const Grid& gr, int64_t 
     const int64_t n = std::min(per_chunk, images - first), tiles = n * tiles_per_image;
     const Tensor v = batch16(ws, at, tiles, gr.in_c), m = batch16(ws, at + 16 * tiles * gr.in_c, tiles, out_c);
     input_transform<<<blocks_for(tiles * gr.in_c / 4), kThreads, 0, s>>>(in.data<float>() + first * in_image, gr, tiles,
-                                                                         v.data<float>());
+                                                                         tiles, v.data<float>());
     ENGINE_CUDA_LAUNCH_CHECK("conv2d (Winograd input transform)");
     matmul(v, u_as_b, Tensor(), m);
     output_transform<<<blocks_for(tiles * out_c / 4), kThreads, 0, s>>>(m.data<float>(), gr, tiles, out_c, bias,
@@ -317,28 +329,40 @@ void winograd_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Co
 
 void winograd_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const ConvGeometry& g, const Tensor& ws) {
   const WinogradPlan plan = checked_plan(g, ConvPass::weight, ws);
-  const int cin = int(g.cin), cout = int(g.cout);
+  const int cin = int(g.cin), cout = int(g.cout), splits = int(plan.splits);
   cudaStream_t s = engine::cuda::stream();
-  const Tensor du = batch16(ws, 0, cout, cin);
+  // The pieces' partial dU [16, splits, Cout, Cin]: batch entry p * splits + piece of the GEMMs below.
+  const Tensor du = Tensor::view_of(ws, {16 * int64_t(splits), cout, cin}, {int64_t(cout) * cin, cin, 1}, ws.offset());
   const Grid gr = grid_of(g, int(g.h), int(g.w), cin, int(g.ho), int(g.wo), int(g.p.pad_h), int(g.p.pad_w));
-  const int64_t in_image = g.h * g.w * g.cin, out_image = g.ho * g.wo * g.cout, at = 16 * int64_t(cout) * cin;
+  const int64_t in_image = g.h * g.w * g.cin, out_image = g.ho * g.wo * g.cout, at = du.numel();
   for (int64_t first = 0; first < g.n; first += plan.images) {
     const int64_t n = std::min(plan.images, g.n - first), tiles = n * plan.tiles;
-    const Tensor v = batch16(ws, at, tiles, cin), yt = batch16(ws, at + 16 * tiles * cin, tiles, cout);
+    const int64_t rows = winograd_rows(tiles, splits), piece = rows / splits;
+    const Tensor v = batch16(ws, at, rows, cin), yt = batch16(ws, at + 16 * rows * cin, rows, cout);
+    if (rows > tiles) {  // the last piece's rows past the tiles: zeros in both operands (a product of finite zeros)
+      for (const Tensor* m : {&v, &yt}) {
+        const size_t row_bytes = size_t(m->size(2)) * sizeof(float);
+        ENGINE_CUDA_CHECK(cudaMemset2DAsync(m->data<float>() + tiles * m->size(2), rows * row_bytes, 0,
+                                            (rows - tiles) * row_bytes, 16, s));
+      }
+    }
     input_transform<<<blocks_for(tiles * cin / 4), kThreads, 0, s>>>(x.data<float>() + first * in_image, gr, tiles,
-                                                                     v.data<float>());
+                                                                     rows, v.data<float>());
     ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_weight (Winograd input transform)");
     grad_transform<<<blocks_for(tiles * cout / 4), kThreads, 0, s>>>(dy.data<float>() + first * out_image, gr, tiles,
-                                                                     cout, yt.data<float>());
+                                                                     rows, cout, yt.data<float>());
     ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_weight (Winograd gradient transform)");
-    // dU[p] (+)= Y[p]^T V[p]: [Cout, tiles] x [tiles, Cin].
-    const Tensor yt_t = Tensor::view_of(ws, {16, cout, tiles}, {tiles * cout, 1, cout}, yt.offset());
+    // dU[p][k] (+)= Y[p][k]^T V[p][k] over piece k of the rows: [Cout, piece] x [piece, Cin], 16 x splits of them.
+    const int64_t b = 16 * int64_t(splits);
+    const Tensor yt_t = Tensor::view_of(ws, {b, cout, piece}, {piece * cout, 1, cout}, yt.offset());
+    const Tensor vp = Tensor::view_of(ws, {b, piece, cin}, {piece * cin, cin, 1}, v.offset());
     if (first == 0)
-      matmul(yt_t, v, Tensor(), du);
+      matmul(yt_t, vp, Tensor(), du);
     else
-      matmul_accumulate(yt_t, v, du);
+      matmul_accumulate(yt_t, vp, du);
   }
-  weight_output<<<blocks_for(int64_t(cout) * cin / 4), kThreads, 0, s>>>(du.data<float>(), cout, cin, dw.data<float>());
+  weight_output<<<blocks_for(int64_t(cout) * cin / 4), kThreads, 0, s>>>(du.data<float>(), cout, cin, splits,
+                                                                         dw.data<float>());
   ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_weight (Winograd weight transform)");
 }
 

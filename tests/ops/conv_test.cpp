@@ -266,10 +266,7 @@ ops::ConvGeometry geometry_of_64() {
 }  // namespace
 
 TEST(Conv, WinogradPlanCoversTheOutputInChunksUnderItsBudget) {
-  // Off unless ENGINE_CONV_WINOGRAD=1 (not yet run on a GPU: conv_params.h).
-  unsetenv("ENGINE_CONV_WINOGRAD");
-  EXPECT_EQ(ops::conv2d_winograd(geometry_of_64(), ConvPass::forward, 4, false).images, 0);
-  setenv("ENGINE_CONV_WINOGRAD", "1", 1);
+  unsetenv("ENGINE_CONV_WINOGRAD");  // on by default
   // conv_params.h's conv2d_winograd, checked by hand. Darknet's 128 -> 256 3x3 at 152^2 x 8: 76^2 = 5776 tiles per
   // image, 16 * 5776 * 384 * 4 bytes = 142 MB per image with the 2 MB of filters: one image under 256 MiB.
   auto geometry = [](int64_t n, int64_t h, int64_t cin, int64_t cout, int64_t pad, int64_t dil) {
@@ -279,7 +276,14 @@ TEST(Conv, WinogradPlanCoversTheOutputInChunksUnderItsBudget) {
   const ops::WinogradPlan darknet = ops::conv2d_winograd(dk, ConvPass::forward, 4, false);
   EXPECT_EQ(darknet.tiles, 76 * 76);
   EXPECT_EQ(darknet.images, 1);
+  EXPECT_EQ(darknet.splits, 1) << "the forward's GEMMs are not cut";
   EXPECT_EQ(darknet.elems, 16 * 128 * 256 + 16 * 5776 * 384);
+  // Its weight gradient: 16 GEMMs of one 128 x 256 output (2 tiles of 128 x 128: 32 blocks) want 9 pieces for two
+  // waves of 132 SMs, but a piece takes >= 1024 of the image's 5776 tiles: 5 pieces, 5780 rows (4 of zeros).
+  const ops::WinogradPlan darknet_w = ops::conv2d_winograd(dk, ConvPass::weight, 4, false);
+  EXPECT_EQ(darknet_w.images, 1);
+  EXPECT_EQ(darknet_w.splits, 5);
+  EXPECT_EQ(darknet_w.elems, 16 * 5 * 128 * 256 + 16 * 5780 * 384);
   // Odd sizes round the tiles up; dilation 2 tiles each of the two interleaved grids: 33 -> 17 per grid, 9 pairs.
   EXPECT_EQ(ops::conv2d_winograd(geometry(2, 19, 64, 64, 1, 1), ConvPass::forward, 4, false).tiles, 10 * 10);
   EXPECT_EQ(ops::winograd_tiles(33, 2), 2 * 9);
@@ -288,10 +292,15 @@ TEST(Conv, WinogradPlanCoversTheOutputInChunksUnderItsBudget) {
   EXPECT_EQ(ops::conv2d_winograd(geometry(1, 19, 64, 64, 0, 1), ConvPass::data, 4, false).tiles, 10 * 10);
   EXPECT_EQ(ops::conv2d_winograd(geometry(1, 19, 64, 64, 0, 1), ConvPass::forward, 4, false).tiles, 9 * 9);
   // deeplabv3's 64-channel 3x3 at 129^2 x 8: 65^2 tiles, 34.6 MB per image: the 8 images in two chunks of 4 (not
-  // 7 and 1).
+  // 7 and 1). Its weight gradient's 16 GEMMs of one 64 x 64 output want 17 pieces (17 x 16 = 272 blocks), planned
+  // with the whole batch's 33800 tiles; a chunk's 16900 tiles allow 16 of >= 1024: rows 16912 (12 of zeros).
   const ops::WinogradPlan layer1 = ops::conv2d_winograd(geometry(8, 129, 64, 64, 1, 1), ConvPass::weight, 4, false);
   EXPECT_EQ(layer1.images, 4);
+  EXPECT_EQ(layer1.splits, 16);
+  EXPECT_EQ(ops::winograd_rows(4 * 65 * 65, 16), 16912);
+  EXPECT_EQ(layer1.elems, 16 * 16 * 64 * 64 + 16 * 16912 * 128);
   EXPECT_LE(layer1.elems * 4, ops::kWinogradBytes);
+  EXPECT_EQ(ops::conv2d_winograd(geometry(8, 129, 64, 64, 1, 1), ConvPass::forward, 4, false).splits, 1);
   // Not: TF32, 16-bit types, fewer than 64 channels, stride 2, a 5x5 filter, groups, padding past 2 d.
   const ops::ConvGeometry g = geometry_of_64();
   EXPECT_GT(ops::conv2d_winograd(g, ConvPass::forward, 4, false).images, 0);
@@ -334,7 +343,6 @@ TEST(Conv, MetaLedgerEqualsCpu) {
     Tensor q = ops::conv2d(x64, w64, Tensor(), params(1, 1, 1, 1));  // Winograd's workspace on the GPU
     graph::backward(ops::add(ops::add(ops::add(ops::sum(ops::mul(z, z)), ops::sum(u)), ops::sum(v)), ops::sum(q)));
   };
-  setenv("ENGINE_CONV_WINOGRAD", "1", 1);  // off by default for now (conv_params.h)
   testutil::expect_meta_allocates_like_cpu(program);
   std::string csv[2];
   int k = 0;
@@ -361,7 +369,7 @@ TEST(Conv, MetaLedgerEqualsCpu) {
   while ((at = csv[0].find(",74784,", at)) != std::string::npos) blocks++, at++;
   EXPECT_GE(blocks, 3) << "forward, data and weight gradient: " << csv[0];
   // Winograd's workspace for the 64-channel 3x3 (f32, TF32 off): 16 * 64 * 64 filters and 9 tiles of 128 channels,
-  // (65536 + 16 * 9 * 128) * 4 = 335872 bytes, in each pass.
+  // (65536 + 16 * 9 * 128) * 4 = 335872 bytes, in each pass (9 tiles: the weight gradient's GEMMs are not cut).
   at = 0, blocks = 0;
   while ((at = csv[0].find(",335872,", at)) != std::string::npos) blocks++, at++;
   EXPECT_GE(blocks, 3) << "forward, data and weight gradient: " << csv[0];

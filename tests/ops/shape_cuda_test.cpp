@@ -235,6 +235,12 @@ TEST(ShapeCuda, MaskedFillAndWhere) {
       return ops::masked_fill(ops::transpose(in[0], 2, 3), in[1], fill);
     };
     expect_exact(what + " strided", mft, {values({2, 3, 64, 64}, dt), mask});
+    // The vector kernel with a mask along other dimensions (its last stride 0), and rows that are not whole vectors
+    // (the element kernel).
+    Tensor rows_mask = ops::to(ops::randint({2, 1, 64, 1}, 2, DType::i64), DType::boolean);
+    expect_exact(what + " row mask", mf, {values({2, 3, 64, 64}, dt), rows_mask});
+    Tensor short_mask = ops::to(ops::randint({2, 1, 1, 6}, 2, DType::i64), DType::boolean);
+    expect_exact(what + " rows of 6", mf, {values({2, 3, 5, 6}, dt), short_mask});
 
     Tensor cond = ops::to(ops::randint({5, 1, 8}, 2, DType::i64), DType::boolean);
     auto wf = [](const std::vector<Tensor>& in) { return ops::where(in[0], in[1], in[2]); };
