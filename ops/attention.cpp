@@ -234,7 +234,8 @@ Tensor kept_ds(const Tensor& q, const Tensor& k, const Tensor& v) {
                                                   "flash attention's backward recomputes dS for dQ",
                                                   "it keeps dS for short keys"))
     return Tensor();
-  return new_empty(q, {q.size(0) * q.size(1), (q.size(2) + 63) / 64 * 64, (k.size(2) + 63) / 64 * 64}, q.dtype());
+  return new_workspace(q, {q.size(0) * q.size(1), (q.size(2) + 63) / 64 * 64, (k.size(2) + 63) / 64 * 64}, q.dtype(),
+                       "dS of every query and key, kept for dQ");
 }
 
 void flash_backward_into(const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k, const Tensor& v,

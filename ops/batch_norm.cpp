@@ -169,7 +169,8 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
   if (batch_stats) {
     const int64_t chunks = batch_norm_chunks(M);
     // The GPU's chunk means and M2s [P, 2, C], allocated on every device (meta predicts cuda), freed here.
-    Tensor workspace = new_empty(x, {chunks, 2, C}, stats_dtype(x));
+    Tensor workspace =
+        new_workspace(x, {chunks, 2, C}, stats_dtype(x), "the statistics' means and M2s, one per chunk of rows");
     Tensor rm = update ? running_mean : Tensor(), rv = update ? running_var : Tensor();
     run_kernel(
         name, y,
@@ -243,7 +244,7 @@ BatchNormGrads batch_norm_backward(const Tensor& g_in, const Tensor& x_in, const
   // The GPU's column partial sums [P, 2, C] (sum g, sum g xhat per row chunk), on every device alike.
   Tensor workspace;
   if (output_mask[1] || output_mask[2] || (output_mask[0] && batch_stats))
-    workspace = new_empty(x, {chunks, 2, C}, stats_dtype(x));
+    workspace = new_workspace(x, {chunks, 2, C}, stats_dtype(x), "the gradients' column sums, one per chunk of rows");
   run_kernel(
       name, x,
       [&] {
@@ -331,7 +332,8 @@ Tensor instance_norm(const Tensor& x_in, double eps) {
   Tensor invstd = new_empty(x, {N, C}, stats_dtype(x));  // [N, C]
   // The GPU's chunk partials [P, 2, C] of one sample, reused sample after sample (one stream: in order), on every
   // device alike so that meta predicts the GPU.
-  Tensor workspace = new_empty(x, {chunks, 2, C}, stats_dtype(x));
+  Tensor workspace =
+      new_workspace(x, {chunks, 2, C}, stats_dtype(x), "one sample's means and M2s, one per chunk of its pixels");
   run_kernel(
       name, y,
       [&] {
@@ -373,7 +375,8 @@ Tensor instance_norm_backward(const Tensor& g_in, const Tensor& x_in, const Tens
   }
   Tensor g = contiguous(g_in), x = contiguous(x_in);
   Tensor dx = empty_like(x);                                        // [N, ..., C]
-  Tensor workspace = new_empty(x, {chunks, 2, C}, stats_dtype(x));  // one sample's column sums, reused
+  Tensor workspace = new_workspace(x, {chunks, 2, C}, stats_dtype(x),  // one sample's column sums, reused
+                                   "one sample's column sums, one per chunk of its pixels");
   run_kernel(
       name, x,
       [&] {

@@ -56,7 +56,8 @@ void expect_shape(const char* op, const char* arg, const Tensor& t, const Shape&
 // predicts it; undefined when the geometry needs none.
 Tensor channel_padding(const Tensor& t, const ConvGeometry& g) {
   const int64_t elems = conv2d_padding_elems(g, int64_t(engine::dtype_size(t.dtype())));
-  return elems ? new_empty(t, {elems}) : Tensor();
+  return elems ? new_workspace(t, {elems}, t.dtype(), "the weight and the input or output with their channels padded")
+               : Tensor();
 }
 
 // The GPU's Winograd workspace for this pass (conv_params.h's conv2d_winograd, of the geometry the GPU computes), on
@@ -64,7 +65,8 @@ Tensor channel_padding(const Tensor& t, const ConvGeometry& g) {
 Tensor winograd_workspace(const Tensor& t, const ConvGeometry& g, ConvPass pass) {
   const int64_t es = int64_t(engine::dtype_size(t.dtype()));
   const WinogradPlan plan = conv2d_winograd(conv2d_padded(g, es), pass, es, engine::allow_tf32());
-  return plan.images ? new_empty(t, {plan.elems}, DType::f32) : Tensor();
+  if (!plan.images) return Tensor();
+  return new_workspace(t, {plan.elems}, DType::f32, "Winograd's transformed filters and tiles");
 }
 
 // Floating, same dtype, same device as x.
@@ -182,7 +184,9 @@ Tensor conv2d_backward_weight(const Tensor& x_in, const Tensor& dy_in, const Con
   const ConvGeometry gs = conv2d_padded(g, int64_t(engine::dtype_size(x.dtype())));
   const int64_t splits = winograd.defined() ? 1 : conv2d_weight_grad_splits(gs);
   Tensor workspace;  // [splits, Cout, KH, KW, Cin/g] f32, freed with this op
-  if (splits > 1) workspace = new_empty(x, {splits, gs.cout, gs.kh, gs.kw, gs.cin_per_group()}, DType::f32);
+  if (splits > 1)
+    workspace = new_workspace(x, {splits, gs.cout, gs.kh, gs.kw, gs.cin_per_group()}, DType::f32,
+                              "the weight gradient's partial sums, one per piece of the pixels");
   dw.device().workspace(kGemmWorkspaceBytes);
   run_kernel("conv2d_backward_weight", dw, [&] { cpu::conv2d_backward_weight(x, dy, dw, workspace, g); },
              CUDA_KERNEL(cuda::conv2d_backward_weight(x, dy, dw, workspace, g, pad, winograd)));

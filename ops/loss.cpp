@@ -51,7 +51,8 @@ Tensor pointwise_loss_forward(const char* name, cpu::PointwiseLoss kind, const T
   // 1024, allocated on every device (meta predicts cuda exactly).
   Tensor partials;
   if (r != Reduction::none)
-    partials = new_empty(a, {std::min<int64_t>(1024, std::max<int64_t>(1, (a.numel() + 4095) / 4096))}, out.dtype());
+    partials = new_workspace(a, {std::min<int64_t>(1024, std::max<int64_t>(1, (a.numel() + 4095) / 4096))},
+                             out.dtype(), "the loss's partial sums, one per block of 4096 elements");
   run_kernel(
       name, out, [&] { cpu::pointwise_loss(kind, a, b, w, param, r, out); },
       CUDA_KERNEL(cuda::pointwise_loss(kind, a, b, w, param, r, out, partials)));

@@ -200,7 +200,9 @@ LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tenso
   // The GPU's deterministic column sums of dweight/dbias: per-chunk partial rows [P, 2, C], P a fixed function
   // of the row count (never of the GPU), allocated on every device so that meta predicts cuda exactly.
   Tensor workspace;
-  if (output_mask[1] || output_mask[2]) workspace = new_empty(x, {column_sum_chunks(rows), 2, C}, stats_dtype(x));
+  if (output_mask[1] || output_mask[2])
+    workspace = new_workspace(x, {column_sum_chunks(rows), 2, C}, stats_dtype(x),
+                              "the weight and bias gradients' partial sums, one per chunk of rows");
   run_kernel(
       name, x, [&] { cpu::layer_norm_backward(g, x, weight, mean, rstd, out.dx, out.dweight, out.dbias); },
       CUDA_KERNEL(cuda::layer_norm_backward(g, x, weight, mean, rstd, out.dx, out.dweight, out.dbias, workspace)));

@@ -54,6 +54,12 @@ Tensor new_empty(const Tensor& like, const Shape& shape, DType dtype) {
 
 Tensor new_empty(const Tensor& like, const Shape& shape) { return new_empty(like, shape, like.dtype()); }
 
+Tensor new_workspace(const Tensor& like, const Shape& shape, DType dtype, const std::string& what) {
+  Tensor t = new_empty(like, shape, dtype);
+  t.storage()->annotate("the GPU kernel's workspace: " + what);
+  return t;
+}
+
 Tensor new_empty_in_layout_of(const Tensor& layout, const Shape& shape, DType dtype) {
   const size_t n = shape.size();
   ENGINE_CHECK(layout.dim() == int64_t(n) && n >= 1, "new_empty_in_layout_of: a layout of ", layout.dim(),

@@ -14,6 +14,7 @@
 //   }
 #pragma once
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "engine/context.h"
@@ -51,6 +52,11 @@ Tensor new_empty(const Tensor& like, const Shape& shape);
 // input's layout: attention's output and gradients keep the [B, L, H, D] order of heads split from a [B, L, C]
 // projection, so merging the heads back is a view, not a copy.
 Tensor new_empty_in_layout_of(const Tensor& layout, const Shape& shape, DType dtype);
+// Scratch that an op's GPU kernel needs (partial sums, zero-padded copies, transformed tiles), allocated by the op on
+// every device alike so that meta predicts the GPU (the cpu and meta leave it unused) and freed by the op: a new
+// tensor like new_empty's whose block the ledger's detail (engine_train --explain) describes as "the GPU kernel's
+// workspace: <what>".
+Tensor new_workspace(const Tensor& like, const Shape& shape, DType dtype, const std::string& what);
 
 // Runs the kernel for the tensor's device: cpu runs `cpu`, meta runs nothing (shapes and allocations
 // only), cuda runs `cuda` (an op without a cuda kernel says so).

@@ -71,7 +71,9 @@ Tensor reduce_sum(const char* name, const Tensor& x, const std::vector<int64_t>&
   {
     const int64_t splits = sum_splits(x, mask, out.numel());
     Tensor partials;  // [splits, outputs] workspace of the GPU kernel, freed with this scope
-    if (splits > 1) partials = new_empty(x, {splits, out.numel()}, x.dtype() == DType::f64 ? DType::f64 : DType::f32);
+    if (splits > 1)
+      partials = new_workspace(x, {splits, out.numel()}, x.dtype() == DType::f64 ? DType::f64 : DType::f32,
+                               "the sum's partial sums, one per piece of the reduced elements");
     run_kernel(
         name, out, [&] { cpu::sum(x, mask, scale, out); }, CUDA_KERNEL(cuda::sum(x, mask, scale, out, partials)));
   }

@@ -39,7 +39,8 @@ Tensor expand_index(const Tensor& index, const Shape& shape, int64_t dim) {
 Tensor scatter_add_rows_workspace(const Tensor& g, int64_t size, int64_t count) {
   const int64_t entries = 2 * size + 1 + count;
   if (!g.is_contiguous() || entries >= (int64_t(1) << 31)) return Tensor();
-  return new_empty(g, {entries}, DType::i32);  // [2 * size + 1 + count]: row starts | fill counts | positions
+  // [2 * size + 1 + count]: row starts | fill counts | positions
+  return new_workspace(g, {entries}, DType::i32, "the scatter's rows sorted by destination");
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -10,6 +10,8 @@
 #include "engine/device.h"
 #include "graph/autograd.h"
 #include "models/registry.h"
+#include "ops/batch_norm.h"
+#include "ops/conv.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
 #include "ops/reduce.h"
@@ -75,6 +77,32 @@ TEST(Explain, TheReasonIsWhatTheBackwardRuleSaved) {
   }
   EXPECT_NE(y_reason.find("saved by exp for its backward"), std::string::npos) << y_reason;
   EXPECT_NE(z_reason.find("a temporary"), std::string::npos) << z_reason;
+}
+
+// The scratch an op allocates for its GPU kernels (ops/op.h's new_workspace) says what it holds, on meta as on the
+// GPU: a true-fp32 3x3 convolution of 64 channels (Winograd's workspace in each pass), a batch norm (its statistics'
+// and gradients' partial sums).
+TEST(Explain, AnOpsWorkspaceSaysWhatItHolds) {
+  auto device = engine::Device::create(DeviceType::meta, size_t(1) << 30);
+  device->ledger().set_detail(true);
+  engine::DeviceGuard guard(device);
+  const int64_t from = device->ledger().sequence();
+  engine::Tensor x = ops::rand({2, 8, 8, 64}).set_requires_grad(true);
+  engine::Tensor w = ops::rand({64, 3, 3, 64}).set_requires_grad(true);
+  ops::Conv2dParams p;
+  p.pad_h = p.pad_w = 1;
+  engine::Tensor y = ops::conv2d(x, w, engine::Tensor(), p);
+  engine::Tensor gamma = ops::ones({64}).set_requires_grad(true), beta = ops::zeros({64}).set_requires_grad(true);
+  graph::backward(ops::sum(ops::batch_norm(y, gamma, beta, engine::Tensor(), engine::Tensor(), true, 0.1, 1e-5)));
+  int winograd = 0, batch_norm = 0;
+  for (const engine::BlockInfo& b : device->ledger().history()) {
+    if (b.alloc_seq <= from) continue;
+    const std::string why = tools::explain_why(b);
+    winograd += why.find("the GPU kernel's workspace: Winograd's transformed filters and tiles") != std::string::npos;
+    batch_norm += why.find("the GPU kernel's workspace: the statistics' means and M2s") != std::string::npos;
+  }
+  EXPECT_EQ(winograd, 3) << "forward, data and weight gradient";
+  EXPECT_EQ(batch_norm, 1);
 }
 
 TEST(Explain, TheTimelineIsWellFormedAndMarksTheLedgersPeak) {
