@@ -373,7 +373,6 @@ TEST(Conv, MetaLedgerEqualsCpu) {
   at = 0, blocks = 0;
   while ((at = csv[0].find(",335872,", at)) != std::string::npos) blocks++, at++;
   EXPECT_GE(blocks, 3) << "forward, data and weight gradient: " << csv[0];
-  unsetenv("ENGINE_CONV_WINOGRAD");
 }
 
 TEST(Conv, ShapeErrorsNameTheSizes) {
