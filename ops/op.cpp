@@ -55,7 +55,7 @@ Tensor new_empty(const Tensor& like, const Shape& shape, DType dtype) {
 Tensor new_empty(const Tensor& like, const Shape& shape) { return new_empty(like, shape, like.dtype()); }
 
 Tensor new_workspace(const Tensor& like, const Shape& shape, DType dtype, const std::string& what) {
-  Tensor t = new_empty(like, shape, dtype);
+  Tensor t = Tensor::empty(shape, dtype, like.device_ptr(), engine::Category::workspace);
   t.storage()->annotate("the GPU kernel's workspace: " + what);
   return t;
 }

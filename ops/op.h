@@ -54,8 +54,9 @@ Tensor new_empty(const Tensor& like, const Shape& shape);
 Tensor new_empty_in_layout_of(const Tensor& layout, const Shape& shape, DType dtype);
 // Scratch that an op's GPU kernel needs (partial sums, zero-padded copies, transformed tiles), allocated by the op on
 // every device alike so that meta predicts the GPU (the cpu and meta leave it unused) and freed by the op: a new
-// tensor like new_empty's whose block the ledger's detail (engine_train --explain) describes as "the GPU kernel's
-// workspace: <what>".
+// tensor like new_empty's in the ledger's `workspace` category (beside the device's GEMM workspace, so that the
+// category table says how much of a peak is kernel scratch), whose block the ledger's detail (engine_train
+// --explain) describes as "the GPU kernel's workspace: <what>".
 Tensor new_workspace(const Tensor& like, const Shape& shape, DType dtype, const std::string& what);
 
 // Runs the kernel for the tensor's device: cpu runs `cpu`, meta runs nothing (shapes and allocations

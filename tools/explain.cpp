@@ -40,8 +40,9 @@ std::string why(const BlockInfo& b) {
       return (b.reason.empty() ? std::string("saved for backward") : b.reason) + ": lives until that backward has run";
     case Category::input:
       return "the batch: lives while the step uses it";
-    case Category::workspace:
-      return "the GEMM library's workspace: made once, kept";
+    case Category::workspace:  // the device's GEMM workspace, or an op's scratch for its GPU kernel (new_workspace)
+      return b.reason.empty() ? "the GEMM library's workspace: made once, kept"
+                              : b.reason + ": freed when its op returns";
     case Category::kv_cache:
       return "a key/value cache for generation: made at the longest length, kept while decoding";
     case Category::comm:

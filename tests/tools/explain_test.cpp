@@ -98,8 +98,17 @@ TEST(Explain, AnOpsWorkspaceSaysWhatItHolds) {
   for (const engine::BlockInfo& b : device->ledger().history()) {
     if (b.alloc_seq <= from) continue;
     const std::string why = tools::explain_why(b);
-    winograd += why.find("the GPU kernel's workspace: Winograd's transformed filters and tiles") != std::string::npos;
-    batch_norm += why.find("the GPU kernel's workspace: the statistics' means and M2s") != std::string::npos;
+    const bool w =
+        why.find("the GPU kernel's workspace: Winograd's transformed filters and tiles") != std::string::npos;
+    const bool n = why.find("the GPU kernel's workspace: the statistics' means and M2s") != std::string::npos;
+    if (w || n) {  // scratch: in the workspace category, and gone before the op's output is used
+      EXPECT_EQ(b.category, Category::workspace) << why;
+      EXPECT_NE(why.find(": freed when its op returns"), std::string::npos) << why;
+      EXPECT_GE(b.free_seq, 0) << why;
+      EXPECT_EQ(b.free_phase, b.phase) << why;
+    }
+    winograd += w;
+    batch_norm += n;
   }
   EXPECT_EQ(winograd, 3) << "forward, data and weight gradient";
   EXPECT_EQ(batch_norm, 1);
