@@ -143,9 +143,12 @@ inline int64_t conv2d_weight_grad_splits(const ConvGeometry& g) {
 // transformed filters [16, Cout, Cin] (the weight gradient: its partial sums [16 splits, Cout, Cin]) and, for a chunk
 // of images, the transformed input [16, rows, channels in] and the products [16, rows, channels out], rows = the
 // chunk's tiles rounded up to a multiple of the pieces (zeros past the tiles); images go in chunks of equal size so
-// that it stays under kWinogradBytes (one image at least). On by default (measured faster on an H100, BENCHMARKS.md
-// 2026-12-06); ENGINE_CONV_WINOGRAD=0 in the environment turns it off on every device (the direct kernels, no
-// workspace), for measuring.
+// that it stays under kWinogradBytes. A layer whose one image does not fit takes the direct kernels: at 64 channels
+// that is an output of more than ~2^17 pixels (pix2pixHD's and its VGG loss's full-resolution layers, whose one
+// image's tiles are 4 GiB at 2048 x 1024: a transient that became pix2pixHD's peak, 19.33 GiB against 17.20); the
+// kernels take chunks of whole images (cutting inside an image needs the transforms to take a first tile). On by
+// default (measured faster on an H100, BENCHMARKS.md 2026-12-06); ENGINE_CONV_WINOGRAD=0 in the environment turns
+// it off on every device (the direct kernels, no workspace), for measuring.
 constexpr int64_t kWinogradBytes = int64_t(256) << 20;
 
 // 2x2 tiles along one axis of an output of `out` positions with dilation d: each of the d interleaved grids in pairs.
@@ -185,8 +188,9 @@ inline WinogradPlan conv2d_winograd(const ConvGeometry& g, ConvPass pass, int64_
   };
   plan.splits = pieces(g.n * plan.tiles);
   const int64_t per_image = 16 * plan.tiles * (g.cin + g.cout);
-  const int64_t room = std::max<int64_t>(1, (kWinogradBytes / 4 - winograd_elems(g, plan, 0) -
-                                             16 * (g.cin + g.cout) * (plan.splits - 1)) / per_image);
+  const int64_t room =
+      (kWinogradBytes / 4 - winograd_elems(g, plan, 0) - 16 * (g.cin + g.cout) * (plan.splits - 1)) / per_image;
+  if (room < 1) return WinogradPlan{};  // one image's tiles alone exceed the budget: the direct kernels
   const int64_t chunks = (g.n + room - 1) / room;
   plan.images = (g.n + chunks - 1) / chunks;
   plan.splits = std::min(plan.splits, pieces(plan.images * plan.tiles));  // fewer when the chunk is smaller

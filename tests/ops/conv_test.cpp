@@ -301,6 +301,21 @@ TEST(Conv, WinogradPlanCoversTheOutputInChunksUnderItsBudget) {
   EXPECT_EQ(layer1.elems, 16 * 16 * 64 * 64 + 16 * 16912 * 128);
   EXPECT_LE(layer1.elems * 4, ops::kWinogradBytes);
   EXPECT_EQ(ops::conv2d_winograd(geometry(8, 129, 64, 64, 1, 1), ConvPass::forward, 4, false).splits, 1);
+  // The budget holds for every pass of every plan: 64 -> 64 at 360^2 has 180^2 tiles, 16 * 32400 * 128 * 4 bytes =
+  // 253 MiB with the filters' 256 KiB: one image a chunk. At 362^2 (181^2 tiles) one image alone is over 256 MiB,
+  // and so is pix2pixHD's (and its VGG loss's) 64-channel layer at 2048 x 1024 (4 GiB of tiles): the direct kernels.
+  for (int64_t h : {8, 33, 129, 152, 360, 362, 1024})
+    for (int64_t c : {64, 128, 256, 512})
+      for (ConvPass pass : {ConvPass::forward, ConvPass::data, ConvPass::weight}) {
+        const ops::WinogradPlan plan = ops::conv2d_winograd(geometry(3, h, c, c, 1, 1), pass, 4, false);
+        EXPECT_LE(plan.elems * 4, ops::kWinogradBytes) << h << "^2, " << c << " channels";
+        EXPECT_EQ(plan.images > 0, plan.elems > 0) << h << "^2, " << c << " channels";
+      }
+  EXPECT_EQ(ops::conv2d_winograd(geometry(1, 360, 64, 64, 1, 1), ConvPass::forward, 4, false).images, 1);
+  EXPECT_EQ(ops::conv2d_winograd(geometry(1, 362, 64, 64, 1, 1), ConvPass::forward, 4, false).images, 0);
+  const ops::ConvGeometry hd = ops::conv2d_geometry("test", {1, 1024, 2048, 64}, {64, 3, 3, 64}, params(1, 1, 1, 1));
+  for (ConvPass pass : {ConvPass::forward, ConvPass::data, ConvPass::weight})
+    EXPECT_EQ(ops::conv2d_winograd(hd, pass, 4, false).images, 0);
   // Not: TF32, 16-bit types, fewer than 64 channels, stride 2, a 5x5 filter, groups, padding past 2 d.
   const ops::ConvGeometry g = geometry_of_64();
   EXPECT_GT(ops::conv2d_winograd(g, ConvPass::forward, 4, false).images, 0);
