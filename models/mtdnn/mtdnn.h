@@ -26,7 +26,6 @@
 #pragma once
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "models/bert/encoder.h"
@@ -86,7 +85,8 @@ class Mtdnn : public Model {
   std::vector<std::string> load_weights(const std::map<std::string, Tensor>& tensors) override;
   MtdnnNet& net() { return *net_; }
   const MtdnnConfig& config() const { return config_; }
-  // The task (index into config().tasks) that step `step` trains; a pure function of (seed, step).
+  // The task (index into config().tasks) that step `step` trains; a pure function of (seed, step): one Philox block
+  // of counter (step, task stream) under the seed, so that probe_schedule's scans over steps cost a hash a step.
   int64_t task_of_step(int64_t step) const;
   // The optimizer steps the learning-rate schedule spans (warmup is warmup_fraction of it).
   int64_t schedule_steps() const;
@@ -115,11 +115,7 @@ class Mtdnn : public Model {
   std::shared_ptr<MtdnnNet> net_;
   std::unique_ptr<data::Tokenizer> tokenizer_;  // WordPiece (DIR/vocab.txt) or bytes
   std::vector<std::vector<data::GlueExample>> examples_;  // per task, read from --data
-  std::vector<int64_t> task_sizes_;  // per task: the sampling weights (training-set rows)
-  // task_of_step's answers so far: probe_schedule asks for the same steps once per task, and each answer seeds a
-  // generator (seed_seq over 312 words: 5% of `engine_bench lambda --device meta` before this memo).
-  mutable std::unordered_map<int64_t, int64_t> task_of_step_;
-  int64_t draw_task_of_step(int64_t step) const;
+  std::vector<int64_t> task_sizes_;                       // per task: the sampling weights (training-set rows)
   int64_t batch_task_ = 0;           // the task of the batch uploaded last (make_host_batch)
 };
 
