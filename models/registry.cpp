@@ -27,13 +27,13 @@ namespace models {
 const std::vector<ModelEntry>& registry() {
   static const std::vector<ModelEntry> table = {
       {"transformer_lm", "decoder-only Transformer language model (GPT-2 shapes; sizes tiny, small, medium, large, xl)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new TransformerLM(c)); }, true, true},
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new TransformerLM(c)); }, true, true, true},
       {"bert_base", "BERT-Base masked-LM + next-sentence pretraining (sizes base, large, tiny)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertPretraining(c)); }, true},
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertPretraining(c)); }, true, false, true},
       {"bert_squad", "BERT fine-tuning for SQuAD 1.1 span prediction (sizes base, large, tiny)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertSquad(c)); }, true},
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertSquad(c)); }, true, false, true},
       {"mtdnn", "MT-DNN: BERT-Large with SAN/linear heads, multi-task GLUE fine-tuning (--task one or a list)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new mtdnn::Mtdnn(c)); }, true},
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new mtdnn::Mtdnn(c)); }, true, false, true},
       {"transformer_big",
        "fairseq's Transformer Big for WMT16 en-de (6+6 layers, d 1024; batches in --tokens; sizes big, tiny)",
        [](const ModelConfig& c) { return std::unique_ptr<Model>(new translation::TransformerBig(c)); }, true},
@@ -104,14 +104,23 @@ void check_sizes(const ModelConfig& c) {
                kMaxTokens, "; a larger step could not fit any arena");
 }
 
-std::string transformer_names() {
+// The names of the registered models that `has`, comma-separated.
+std::string names_of(bool ModelEntry::*has) {
   std::string s;
   for (const auto& e : registry())
-    if (e.transformer) s += (s.empty() ? "" : ", ") + e.name;
+    if (e.*has) s += (s.empty() ? "" : ", ") + e.name;
   return s;
 }
 
 }  // namespace
+
+bool takes_seq(const std::string& name) {
+  for (const auto& e : registry())
+    if (e.name == name) return e.sequences;
+  return false;
+}
+
+std::string names_taking_seq() { return names_of(&ModelEntry::sequences); }
 
 std::unique_ptr<Model> create_model(const ModelConfig& config) {
   for (const auto& e : registry())
@@ -120,7 +129,10 @@ std::unique_ptr<Model> create_model(const ModelConfig& config) {
       ENGINE_CHECK(!config.dims.any() || e.transformer, config.name,
                    " is not a transformer: --layers, --hidden, "
                    "--heads, --ffn, --vocab, --positions and --config are for ",
-                   transformer_names(), "; ", config.name, " has its own sizes (--size)");
+                   names_of(&ModelEntry::transformer), "; ", config.name, " has its own sizes (--size)");
+      ENGINE_CHECK(config.seq == 0 || e.sequences, "--seq sets the sequence length of ", names_taking_seq(), "; ",
+                   config.name, " takes none (an image model's --size sets its images' shape; a translation ",
+                   "model's sentence lengths come from its data, its batches in --tokens)");
       const Precision precision = precision_from_name(config.precision);  // a bad name fails before building
       ENGINE_CHECK(config.backbone.empty() || config.name == "maskrcnn", "--backbone chooses maskrcnn's ResNet (r50, ",
                    "r101); ", config.name, " has one backbone (its --size chooses the rest)");

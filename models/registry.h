@@ -16,10 +16,14 @@ struct ModelEntry {
   std::function<std::unique_ptr<Model>(const ModelConfig&)> create;
   bool transformer = false;  // takes ModelConfig::dims (--layers --hidden ... and --config)
   bool generates = false;    // takes ModelConfig::generate (a decoder LM's --generate N)
+  bool sequences = false;    // takes ModelConfig::seq (--seq: one length for every sequence of a batch)
 };
 
 const std::vector<ModelEntry>& registry();
 std::vector<std::string> model_names();
+// Whether the named model takes ModelConfig::seq (ModelEntry::sequences), and the names of those that do.
+bool takes_seq(const std::string& name);
+std::string names_taking_seq();
 // Builds the model on the current default device; an unknown name is an Error listing the valid ones.
 std::unique_ptr<Model> create_model(const ModelConfig& config);
 

@@ -44,8 +44,6 @@ Convs2sRecipe Convs2sRecipe::from(const ModelConfig& c) {
   }
   ENGINE_CHECK(c.batch == 0,
                "convs2s batches by tokens: give --tokens N (sentences x longest length <= N), not --batch");
-  ENGINE_CHECK(c.seq == 0, "convs2s: sentence lengths come from the data (synthetic distribution or --data); --seq "
-               "is not used");
   ENGINE_CHECK(c.attention == "naive", "convs2s: its attention is fairseq's AttentionLayer (one head, scores "
                "materialized); --attention ", c.attention, " does not apply");
   ENGINE_CHECK(c.recompute == "none", "convs2s: --recompute ", c.recompute, " is not supported");

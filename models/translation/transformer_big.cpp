@@ -40,10 +40,9 @@ TransformerBigRecipe TransformerBigRecipe::from(const ModelConfig& c) {
   } else {
     throw engine::Error(engine::str("transformer_big: unknown --size '", size, "': expected big or tiny"));
   }
-  ENGINE_CHECK(c.batch == 0, "transformer_big batches by tokens: give --tokens N (sentences x longest length <= N), "
+  ENGINE_CHECK(c.batch == 0,
+               "transformer_big batches by tokens: give --tokens N (sentences x longest length <= N), "
                "not --batch");
-  ENGINE_CHECK(c.seq == 0, "transformer_big: sentence lengths come from the data (synthetic distribution or --data); "
-               "--seq is not used");
   if (c.tokens) r.tokens = c.tokens;
   c.dims.apply("transformer_big", &n.encoder_layers, &n.dim, &n.heads, &n.ffn, &n.vocab, &n.max_positions, &n.dropout,
                &n.attention_dropout);

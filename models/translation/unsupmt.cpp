@@ -59,8 +59,10 @@ UnsupMTRecipe UnsupMTRecipe::from(const ModelConfig& c) {
   } else {
     throw engine::Error(engine::str("unsupmt: unknown --size '", size, "': expected big or tiny"));
   }
-  ENGINE_CHECK(c.batch == 0 && c.seq == 0, "unsupmt batches by tokens: give --tokens N for the auto-encoding batches "
-               "(back-translation batches are ", r.bt_sentences, " sentences), not --batch or --seq");
+  ENGINE_CHECK(c.batch == 0,
+               "unsupmt batches by tokens: give --tokens N for the auto-encoding batches "
+               "(back-translation batches are ",
+               r.bt_sentences, " sentences), not --batch");
   if (c.tokens) r.ae_tokens = c.tokens;
   c.dims.apply("unsupmt", &n.encoder_layers, &n.dim, &n.heads, &n.ffn, &n.vocab, &n.max_positions, &n.dropout,
                &n.attention_dropout);

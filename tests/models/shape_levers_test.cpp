@@ -113,6 +113,17 @@ TEST(ShapeLevers, InconsistentShapesAreErrorsNamingThePair) {
   vision.name = "yolov3";
   vision.dims.layers = 3;
   EXPECT_ERROR_HAS(parameters_of(vision), "yolov3 is not a transformer", "bert_base", "--size");
+  // --seq is for the models of one sequence length; an image or translation model names them instead of ignoring it.
+  for (const char* name : {"deeplabv3", "yolov3", "stylegan", "nasnet_large", "maskrcnn", "pix2pixhd",
+                           "transformer_big", "convs2s", "unsupmt"}) {
+    ModelConfig other;
+    other.name = name;
+    other.seq = 64;
+    EXPECT_ERROR_HAS(parameters_of(other),
+                     "--seq sets the sequence length of transformer_lm, bert_base, bert_squad, "
+                     "mtdnn",
+                     std::string(name) + " takes none");
+  }
   EXPECT_ERROR_HAS(models::read_hf_config(config_file("gpt2.json"), "bert_base"), "model_type is \"gpt2\"",
                    "bert_base reads \"bert\"");
   EXPECT_ERROR_HAS(models::read_hf_config(config_file("gpt2.json"), "deeplabv3"), "not for deeplabv3");
