@@ -131,6 +131,12 @@ class Model {
   // The smallest batch the model can train on (a max-batch search starts there): 1, or 2 where batch norm in
   // training mode would see one value per channel (deeplabv3's image-pooling branch: N values per channel).
   virtual int64_t min_batch() const { return 1; }
+  // The longest --seq the model can build (its learned positions, less the tokens it generates), for a model of one
+  // sequence length (ModelEntry::sequences); 0 when no table bounds it (a tiny size whose position table grows with
+  // the request) or the model takes no --seq. The longest-sequence search stops there (tools/max_batch.h).
+  virtual int64_t max_seq() const { return 0; }
+  // The shortest --seq it can build (a sentence pair's specials, a synthetic question and answer): the search's floor.
+  virtual int64_t min_seq() const { return 1; }
   // How many levels of the module path the peak-memory table groups by (Ledger::peak_table_markdown): the
   // model's repeated unit, e.g. 3 for BERT's "bert.encoder.layer.N", 1 for NASNet's cells ("cell_N").
   virtual int memory_report_depth() const { return 3; }

@@ -46,9 +46,12 @@ TransformerLMConfig TransformerLMConfig::from(const ModelConfig& c) {
   c.dims.apply("transformer_lm", &t.layers, &t.dim, &t.heads, &t.ffn, &t.vocab, &t.max_positions, &t.dropout,
                &t.attention_dropout);
   if (c.dims.positions && c.seq == 0) t.seq = std::min(t.seq, t.max_positions);  // the default: the whole context
+  if (c.seq == 0 && c.generate > 0 && c.generate < t.max_positions)  // the default prompt leaves room for the tokens
+    t.seq = std::min(t.seq, t.max_positions - c.generate);
   if (c.seq) t.seq = c.seq;
   if (c.batch) t.batch = c.batch;
   const bool grows = size == "tiny" && !c.dims.positions;  // tiny's table grows with the request
+  t.positions_grow = grows && c.generate == 0;             // (with --generate its length is the prompt's: bounded)
   ENGINE_CHECK(t.seq <= t.max_positions || grows, "transformer_lm: --seq ", t.seq, " exceeds the ", t.max_positions,
                " learned positions", c.dims.positions ? " (--positions)" : "");
   if (t.seq > t.max_positions) t.max_positions = t.seq;

@@ -34,6 +34,7 @@ struct TransformerLMConfig {
   ops::AttentionAlgo algo = ops::AttentionAlgo::naive;
   bool recompute_layers = false;
   int64_t generate = 0;  // tokens decoded per eval step (0: an eval step computes the loss)
+  bool positions_grow = false;    // tiny's table, made as long as the --seq asked for
   int64_t prefill_tokens = 8192;  // prompt tokens per prefill pass (whole sequences; 0: the whole batch in one)
   uint64_t seed = 1;
   // tiny | small | medium | large | xl (GPT-2's four shapes), then overridden by the ModelConfig fields.
@@ -80,6 +81,7 @@ class TransformerLM : public Model {
   std::string summary() const override;
   const char* item_unit() const override { return "seq"; }
   int64_t batch_size() const override { return config_.batch; }
+  int64_t max_seq() const override { return config_.positions_grow ? 0 : config_.max_positions - config_.generate; }
   TransformerLMNet& net() { return *net_; }
   // With config.generate > 0: one batch of prompts decoded greedily (greedy_generate, cached); no loss; items =
   // the sequences decoded; details = the KV cache's bytes and what the first sequence generated.

@@ -178,14 +178,23 @@ ScaleResult run_scale(const ScaleOptions& o) {
                         : std::string("the model's default length");
   r.analytic = bert_activation_law(o.config, o.axis, fixed_batch, fixed_seq);
   fit_scale(r);
-  // The law is an estimate; for a batch sweep the max batch itself is cheap to probe (meta predicts the GPU
-  // exactly), so the table gives both and says which is which. Cards of equal memory share a search.
-  if (o.axis == ScaleAxis::batch) {
+  // The law is an estimate; the max batch (a batch sweep) or the longest sequence at the sweep's batch (a sequence
+  // sweep) is cheap to probe (meta predicts the GPU exactly), so the table gives both and says which is which,
+  // probed in the sweep's own mode (training or eval steps). Cards of equal memory share a search.
+  if (o.axis != ScaleAxis::world) {
+    models::ModelConfig c = o.config;
+    MaxBatchOptions search;
+    search.inference = o.inference || o.config.inference;
+    if (o.axis == ScaleAxis::seq) {
+      search.axis = SearchAxis::seq;
+      c.batch = fixed_batch;
+      c.seq = 0;
+    }
     std::map<size_t, int64_t> probed;
     for (GpuLimit& lim : r.gpus) {
       auto it = probed.find(lim.capacity);
       if (it == probed.end())
-        it = probed.emplace(lim.capacity, find_max_batch(o.config, engine::DeviceType::meta, lim.capacity).largest_fit)
+        it = probed.emplace(lim.capacity, find_max_batch(c, engine::DeviceType::meta, lim.capacity, search).largest_fit)
                  .first;
       lim.probed = it->second;
     }

@@ -62,8 +62,9 @@ struct GpuLimit {
   size_t capacity = 0;
   double max_x = 0;          // the total law's estimate (-1: not even x = 0; kNever: never reached)
   bool extrapolated = false; // beyond the largest point measured
-  int64_t probed = -1;       // batch sweeps: the max batch itself, probed on meta by engine_train
-                             // --find-max-batch's search (tools/max_batch.h); -1 for sequence sweeps
+  int64_t probed = -1;       // the max batch itself (batch sweeps) or the longest sequence (sequence sweeps), probed on
+                             // meta by engine_train --find-max-batch's / --find-max-seq's search (tools/max_batch.h);
+                             // -1 for world sweeps
 };
 
 struct ScaleResult {

@@ -159,12 +159,16 @@ std::string scale_markdown(const ScaleResult& r) {
     return v;
   };
   if (seq) {
-    os << "\n### Longest sequence per GPU, estimated by the law (total law = the card's arena; not probed)\n\n"
-          "| gpu | arena | longest L (the law's estimate) |\n|---|---:|---:|\n";
+    os << "\n### Longest sequence per GPU at " << r.fixed
+       << "\n\n"
+          "| gpu | arena | longest L (probed) | the law's estimate |\n|---|---:|---:|---:|\n";
     for (const auto& g : r.gpus)
-      os << "| " << g.gpu << " | " << engine::format_bytes(g.capacity) << " | " << law(g) << " |\n";
-    os << "\nextrapolated: beyond the longest L measured, so a prediction of the law (a model with learned "
-          "positions, as BERT's 512, cannot run longer sequences at all).\n";
+      os << "| " << g.gpu << " | " << engine::format_bytes(g.capacity) << " | " << g.probed << " | " << law(g)
+         << " |\n";
+    os << "\nlongest L (probed): the longest sequence that trains in the card's arena at that batch, found on meta by "
+          "the search of `engine_train --find-max-seq` (each probe a fresh arena), up to the model's learned positions "
+          "(BERT's 512: a model with learned positions cannot run longer sequences at all). The law's estimate solves "
+          "the fitted total law for the arena; extrapolated: beyond the longest L measured.\n";
   } else {
     os << "\n### Largest batch per GPU\n\n| gpu | arena | max batch (probed) | the law's estimate "
           "|\n|---|---:|---:|---:|\n";
@@ -233,7 +237,7 @@ std::string scale_json(const ScaleResult& r) {
     os << (i ? "," : "") << "{\"gpu\":" << quote(r.gpus[i].gpu) << ",\"arena_bytes\":" << r.gpus[i].capacity
        << ",\"law_max_x\":" << jnum(r.gpus[i].max_x)
        << ",\"extrapolated\":" << (r.gpus[i].extrapolated ? "true" : "false")
-       << (r.gpus[i].probed >= 0 ? ",\"max_batch_probed\":" + std::to_string(r.gpus[i].probed) : std::string()) << "}";
+       << (r.gpus[i].probed >= 0 ? str(",\"max_", r.axis_name, "_probed\":", r.gpus[i].probed) : std::string()) << "}";
   os << "]}\n";
   return os.str();
 }

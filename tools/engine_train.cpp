@@ -2,14 +2,16 @@
 //
 //   engine_train --model transformer_lm --size small --device meta --gpu rtx2080ti
 //   engine_train --model transformer_lm --size small --device meta --gpu rtx2080ti --find-max-batch
+//   engine_train --model bert_base --device meta --gpu rtx2080ti --batch 8 --find-max-seq
 //   engine_train --model transformer_lm --steps 5 --save run.safetensors   (then --load run.safetensors)
 //
 // Prints a header (model, parameters, device, arena capacity), one line per step in a fixed format, and at
 // the end the live memory at the peak by category, by module and by layer type. --find-max-batch instead
-// searches the largest batch that fits (tools/max_batch.h); --save/--load write and resume checkpoints
-// (tools/checkpoint.h). Errors (unknown model or flag, impossible shape, out of memory) are reported as one
-// clear message and a non-zero exit status (3 for out of memory); a training step that runs out of memory adds
-// the step and what would fit, each lever measured on meta (tools/oom_remedies.h).
+// searches the largest batch that fits, --find-max-seq the longest sequence at the batch (tools/max_batch.h);
+// --save/--load write and resume checkpoints (tools/checkpoint.h). Errors (unknown model or flag, impossible shape,
+// out of memory) are reported as one clear message and a non-zero exit status (3 for out of memory); a training
+// step that runs out of memory adds the step and what would fit, each lever measured on meta
+// (tools/oom_remedies.h).
 #include <unistd.h>
 
 #include <algorithm>
@@ -156,27 +158,36 @@ std::string work_table() {
   return s;
 }
 
+// --find-max-batch, or --find-max-seq (axis seq: the longest sequence at the config's batch).
 int find_max_batch(const models::ModelConfig& config, const tools::Flags& flags, engine::DeviceType type,
-                   size_t capacity, const std::string& capacity_note) {
-  ENGINE_CHECK(type != engine::DeviceType::meta || flags.given("gpu") || flags.given("memory"),
-               "engine_train --find-max-batch on meta: give --gpu NAME or --memory SIZE (the default meta arena "
-               "of 1 TiB never fills)");
-  ENGINE_CHECK(!flags.given("save") && !flags.given("load") && !flags.given("batch") && !flags.given("export-hf"),
-               "engine_train --find-max-batch chooses the batch itself and trains nothing: drop --batch, --save, "
-               "--export-hf and --load");
+                   size_t capacity, const std::string& capacity_note, tools::SearchAxis axis) {
+  const bool seq = axis == tools::SearchAxis::seq;
+  const char* flag = seq ? "--find-max-seq" : "--find-max-batch";
+  ENGINE_CHECK(type != engine::DeviceType::meta || flags.given("gpu") || flags.given("memory"), "engine_train ", flag,
+               " on meta: give --gpu NAME or --memory SIZE (the default meta arena of 1 TiB never fills)");
+  ENGINE_CHECK(
+      !flags.given("save") && !flags.given("load") && !flags.given("export-hf") && !flags.given(seq ? "seq" : "batch"),
+      "engine_train ", flag, " chooses the ", seq ? "sequence length" : "batch", " itself and trains nothing: drop ",
+      seq ? "--seq" : "--batch", ", --save, --export-hf and --load");
+  ENGINE_CHECK(!seq || !flags.given("global-batch"), "engine_train --find-max-seq runs at --batch (or the model's ",
+               "batch); --global-batch is a question for --find-max-batch");
+  if (seq) tools::check_seq_search(config);
   tools::MaxBatchOptions options;
+  options.axis = axis;
   options.steps = int(std::max<int64_t>(2, flags.given("steps") ? flags.integer("steps") : 2));
   options.inference = flags.on("inference");
   // With --data, a model whose batches differ in shape answers for the worst batch of an epoch.
   options.whole_epoch = !config.data.empty() && tools::batches_vary(config);
-  tools::ProgressBar bar("max batch", 0);
+  tools::ProgressBar bar(seq ? "longest sequence" : "max batch", 0);
   int probes = 0;
   options.on_probe = [&](const tools::MaxBatchProbe& p, int64_t fit, int64_t fail) {
-    bar.update(++probes, engine::str("batch ", p.batch, p.fits ? " fits" : " does not fit", " | fits ", fit,
-                                     fail ? engine::str(", fails ", fail) : std::string()));
+    bar.update(++probes, engine::str(seq ? "seq " : "batch ", p.batch, p.fits ? " fits" : " does not fit", " | fits ",
+                                     fit, fail ? engine::str(", fails ", fail) : std::string()));
   };
-  std::printf("max batch of %s on %s, arena %s%s\n", config.name.c_str(), engine::device_type_name(type),
-              format_bytes(capacity).c_str(), capacity_note.c_str());
+  const std::string at_batch =
+      seq ? engine::str(" at batch ", config.batch ? config.batch : tools::default_batch(config)) : std::string();
+  std::printf("%s of %s%s on %s, arena %s%s\n", seq ? "longest sequence" : "max batch", config.name.c_str(),
+              at_batch.c_str(), engine::device_type_name(type), format_bytes(capacity).c_str(), capacity_note.c_str());
   if (flags.given("global-batch")) {
     const tools::MicroBatchResult r =
         tools::find_micro_batch(config, type, capacity, flags.integer("global-batch"), options);
@@ -230,6 +241,10 @@ void add_flags(tools::Flags& flags) {
                  "after the run, the last step's every allocation and free in order, each with its tensor, "
                  "category and why it exists and when it died, then the step's peak (small configs)");
   flags.add_bool("find-max-batch", "find the largest batch that fits the arena (2 steps per probe) and stop");
+  flags.add_bool("find-max-seq",
+                 "find the longest sequence that fits the arena at --batch (the model's batch when not given; models "
+                 "of one sequence length: " +
+                     models::names_taking_seq() + ") and stop");
   flags.add_int("accumulate", 1, "gradient accumulation: micro-batches of --batch per optimizer step");
   flags.add_int("r1-every", 1,
                 "stylegan: the R1 penalty on every N-th D step only, weighted N (StyleGAN2's lazy regularization)");
@@ -527,9 +542,16 @@ int run(int argc, char** argv) {
   engine::DeviceType type = engine::device_type_from_name(flags.str("device"));
   std::string capacity_note;
   size_t capacity = arena_capacity(flags, type, &capacity_note);
-  ENGINE_CHECK(!(flags.on("find-max-batch") && flags.given("batch-file")),
-               "engine_train: --find-max-batch varies the batch size; it cannot read a fixed --batch-file");
-  if (flags.on("find-max-batch")) return find_max_batch(config, flags, type, capacity, capacity_note);
+  for (const char* find : {"find-max-batch", "find-max-seq"})
+    ENGINE_CHECK(!(flags.on(find) && flags.given("batch-file")), "engine_train: --", find,
+                 " varies the batch's shape; it cannot read a fixed --batch-file");
+  ENGINE_CHECK(!(flags.on("find-max-batch") && flags.on("find-max-seq")),
+               "engine_train: --find-max-batch and --find-max-seq are two questions: ask one (the other's value from ",
+               "--batch or --seq)");
+  if (flags.on("find-max-batch"))
+    return find_max_batch(config, flags, type, capacity, capacity_note, tools::SearchAxis::batch);
+  if (flags.on("find-max-seq"))
+    return find_max_batch(config, flags, type, capacity, capacity_note, tools::SearchAxis::seq);
 
   // Output paths are checked now, not after the run (a checkpoint that cannot be written is a lost run).
   for (const char* flag : {"save", "trace", "timeline", "report", "json"})

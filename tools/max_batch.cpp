@@ -21,18 +21,25 @@ struct ModelTraits {
   bool tokens = false;
   int64_t default_batch = 1;
   int64_t min_batch = 1;
+  int64_t max_seq = 0, min_seq = 1;
 };
 
 const ModelTraits* model_traits(const models::ModelConfig& config) {
-  // The unit belongs to the model; its default and smallest batch may change with its size and task.
+  // The unit belongs to the model; its default and smallest batch may change with its size and task, its longest
+  // sequence with its positions (--positions) and the tokens it generates.
   static std::map<std::string, ModelTraits> by_model;
-  const std::string key = config.name + "|" + config.size + "|" + config.task;
+  const std::string key = engine::str(config.name, "|", config.size, "|", config.task, "|", config.dims.positions, "|",
+                                      config.generate, "|", config.seq);
   auto it = by_model.find(key);
   if (it != by_model.end()) return &it->second;
   models::ModelConfig c;
   c.name = config.name;
   c.size = config.size;
   c.task = config.task;
+  c.dims.positions = config.dims.positions;
+  c.generate = config.generate;
+  c.inference = config.inference;
+  c.seq = config.seq;
   const engine::Generator saved_generator = engine::generator();
   ModelTraits t;
   try {
@@ -41,6 +48,8 @@ const ModelTraits* model_traits(const models::ModelConfig& config) {
     t.tokens = std::string(model->item_unit()) == "tok";
     t.default_batch = std::max<int64_t>(1, model->batch_size());
     t.min_batch = std::max<int64_t>(1, model->min_batch());
+    t.max_seq = model->max_seq();
+    t.min_seq = std::max<int64_t>(1, model->min_seq());
   } catch (const std::exception&) {  // a bad config: the first probe reports it, with its context
     engine::generator() = saved_generator;
     return nullptr;
@@ -71,6 +80,21 @@ int64_t default_batch(const models::ModelConfig& config) {
   return t ? t->default_batch : 1;
 }
 
+int64_t max_seq(const models::ModelConfig& config) {
+  const ModelTraits* t = model_traits(config);
+  return t ? t->max_seq : 0;
+}
+
+int64_t min_seq(const models::ModelConfig& config) {
+  const ModelTraits* t = model_traits(config);
+  return t ? t->min_seq : 1;
+}
+
+void check_seq_search(const models::ModelConfig& config) {
+  ENGINE_CHECK(models::takes_seq(config.name), "--find-max-seq: ", config.name, " has no sequence length (the models ",
+               "of one: ", models::names_taking_seq(), "); --find-max-batch searches its batch");
+}
+
 namespace {
 
 // The field of the config that the search sets (see max_batch.h): tokens for a model whose unit is "tok".
@@ -97,11 +121,11 @@ void check_steady_state(models::Model& model, const std::vector<int64_t>& schedu
 }  // namespace
 
 MaxBatchProbe probe_batch(const models::ModelConfig& config, engine::DeviceType type, size_t capacity, int64_t batch,
-                          int steps, bool inference, bool whole_epoch) {
+                          int steps, bool inference, bool whole_epoch, SearchAxis axis) {
   ENGINE_CHECK(batch >= 1 && steps >= 1, "max batch: a probe needs batch >= 1 and steps >= 1, got batch ", batch,
                " and ", steps, " steps");
   models::ModelConfig c = config;
-  batch_knob(c) = batch;
+  (axis == SearchAxis::seq ? c.seq : batch_knob(c)) = batch;
   c.inference = c.inference || inference;  // an eval-only model keeps no training state (Model::set_precision)
   MaxBatchProbe probe;
   probe.batch = batch;
@@ -146,7 +170,9 @@ MaxBatchProbe probe_batch(const models::ModelConfig& config, engine::DeviceType 
       probe.failure = first_line(e.what());
       if (model && probe.worst_step > 0) probe.worst_batch = model->describe_batch(probe.worst_step);
     } catch (const std::exception& e) {  // not a memory verdict: a bug or a bad config, say where
-      throw engine::Error(engine::str("max batch: the probe at batch ", batch, " failed: ", e.what()));
+      throw engine::Error(engine::str(
+          axis == SearchAxis::seq ? "longest sequence: the probe at seq " : "max batch: the probe at batch ", batch,
+          " failed: ", e.what()));
     }
   }  // the model is gone; the ledger keeps the counters
   const engine::Ledger& ledger = device->ledger();
@@ -191,15 +217,21 @@ void finish_max_batch(MaxBatchResult& r) {
 
 }  // namespace
 
-MaxBatchResult find_max_batch(const models::ModelConfig& config, engine::DeviceType type, size_t capacity,
+MaxBatchResult find_max_batch(const models::ModelConfig& asked, engine::DeviceType type, size_t capacity,
                               const MaxBatchOptions& options) {
   ENGINE_CHECK(options.steps >= 1 && options.limit >= 1, "max batch: steps and limit must be at least 1");
+  models::ModelConfig config = asked;  // the model the probes build: eval-only under options.inference
+  config.inference = config.inference || options.inference;
   // Every probe's model reseeds the engine's generator; the caller's stream continues as it was.
   const engine::Generator saved_generator = engine::generator();
   MaxBatchResult r;
+  const bool seq = options.axis == SearchAxis::seq;
+  if (seq) check_seq_search(config);
+  const int64_t bound = seq ? max_seq(config) : 0;
+  r.limit = bound > 0 ? std::min(options.limit, bound) : options.limit;
   auto run = [&](int64_t batch) {
-    r.probes.push_back(
-        probe_batch(config, type, capacity, batch, options.steps, options.inference, options.whole_epoch));
+    r.probes.push_back(probe_batch(config, type, capacity, batch, options.steps, options.inference, options.whole_epoch,
+                                   options.axis));
     const MaxBatchProbe& p = r.probes.back();
     if (p.fits)
       r.largest_fit = std::max(r.largest_fit, batch);
@@ -208,12 +240,12 @@ MaxBatchResult find_max_batch(const models::ModelConfig& config, engine::DeviceT
     if (options.on_probe) options.on_probe(p, r.largest_fit, r.first_fail);
   };
   // Exponential phase: 1, 2, 4, ... (the last one clamped to the limit) until a probe fails; token budgets
-  // start at the model's default (a budget shorter than a sentence makes no batch at all).
-  for (int64_t b = std::min(first_probe(config), options.limit); r.first_fail == 0 && r.largest_fit < options.limit;
-       b = std::min(2 * b, options.limit))
+  // start at the model's default (a budget shorter than a sentence makes no batch at all), sequences at 8 tokens.
+  const int64_t first = seq ? std::max<int64_t>(8, min_seq(config)) : first_probe(config);
+  for (int64_t b = std::min(first, r.limit); r.first_fail == 0 && r.largest_fit < r.limit; b = std::min(2 * b, r.limit))
     run(b);
   // Bisection phase: largest_fit fits, first_fail does not; nothing below the model's smallest batch is tried.
-  const int64_t below = min_batch(config) - 1;
+  const int64_t below = (seq ? min_seq(config) : min_batch(config)) - 1;
   auto lo = [&] { return std::max(r.largest_fit, below); };
   while (r.first_fail > 0 && r.first_fail - lo() > 1) run(lo() + (r.first_fail - lo()) / 2);
   engine::generator() = saved_generator;
@@ -289,25 +321,34 @@ std::string describe_max_batch(const MaxBatchResult& r, size_t capacity, const M
   for (const MaxBatchProbe& p : r.probes) steps = std::max(steps, p.schedule.size());
   std::string what = engine::str(steps, options.inference ? " eval" : " training", " step", steps > 1 ? "s" : "",
                                  " per probe");
+  // The searched value's words: a batch of r.unit (seq, img, tok), or a sequence of tokens.
+  const bool seq = options.axis == SearchAxis::seq;
+  const std::string noun = seq ? "seq" : "batch", unit = seq ? "tokens" : r.unit;
+  const int64_t limit = r.limit ? r.limit : options.limit;
+  const bool positions = seq && limit < options.limit;  // the model's learned positions bound the search
   if (r.first_fail == 0) {
-    o += engine::str("max batch: every batch up to the search limit ", options.limit, " ", r.unit, " fits (arena ",
-                     format_bytes(capacity), ", ", what, ")\n");
+    o += engine::str(seq ? "longest sequence" : "max batch", ": every ", noun, " up to ",
+                     positions ? "the model's " : "the search limit ", limit, " ", positions ? "positions" : unit,
+                     " fits (arena ", format_bytes(capacity), ", ", what, ")\n");
   } else if (r.largest_fit == 0) {
-    o += engine::str("max batch: not even a batch of ", r.first_fail, " ", r.unit, " fits (arena ",
-                     format_bytes(capacity), ", ", what, ")\n");
+    o += engine::str(seq ? "longest sequence" : "max batch", ": not even a ", noun, " of ", r.first_fail, " ", unit,
+                     " fits (arena ", format_bytes(capacity), ", ", what, ")\n");
   } else {
-    o += engine::str("max batch: ", r.largest_fit, " ", r.unit, " fit, ", r.first_fail, " do not (arena ",
-                     format_bytes(capacity), ", ", what, ", ", r.probes.size(), " probes)\n");
+    o += engine::str(seq ? "longest sequence" : "max batch", ": ", r.largest_fit, " ", unit, " fit, ", r.first_fail,
+                     " do not (arena ", format_bytes(capacity), ", ", what, ", ", r.probes.size(), " probes",
+                     positions ? engine::str("; the model has ", limit, " positions") : "", ")\n");
   }
   if (r.first_fail > 0) {
     if (r.largest_fit > 0)
-      o += engine::str("binding term: ", engine::category_name(r.binding), " grew most: ",
-                       format_bytes(r.binding_fit_bytes), " at the peak of batch ", r.largest_fit, " -> ",
-                       format_bytes(r.binding_fail_bytes), " at batch ", r.first_fail, " before it failed\n");
+      o += engine::str("binding term: ", engine::category_name(r.binding),
+                       " grew most: ", format_bytes(r.binding_fit_bytes), " at the peak of ", noun, " ", r.largest_fit,
+                       " -> ", format_bytes(r.binding_fail_bytes), " at ", noun, " ", r.first_fail,
+                       " before it failed\n");
     else
-      o += engine::str("binding term: ", engine::category_name(r.binding), " is the largest: ",
-                       format_bytes(r.binding_fail_bytes), " at batch 1 before it failed\n");
-    o += engine::str("at batch ", r.first_fail, ": ", r.failure, "\n");
+      o += engine::str("binding term: ", engine::category_name(r.binding),
+                       " is the largest: ", format_bytes(r.binding_fail_bytes), " at ", noun, " ", r.first_fail,
+                       " before it failed\n");
+    o += engine::str("at ", noun, " ", r.first_fail, ": ", r.failure, "\n");
   }
   if (options.whole_epoch) {
     const MaxBatchProbe* fit = probe_at(r, r.largest_fit);
@@ -326,7 +367,7 @@ std::string describe_max_batch(const MaxBatchResult& r, size_t capacity, const M
   std::vector<MaxBatchProbe> sorted = r.probes;
   std::sort(sorted.begin(), sorted.end(),
             [](const MaxBatchProbe& a, const MaxBatchProbe& b) { return a.batch < b.batch; });
-  o += "\n| batch | fits | peak |";
+  o += "\n| " + noun + " | fits | peak |";
   for (int k = 0; k < engine::kNumCategories; k++) o += std::string(" ") + engine::category_name(Category(k)) + " |";
   o += "\n|---:|:---|---:|";
   for (int k = 0; k < engine::kNumCategories; k++) o += "---:|";

@@ -21,7 +21,11 @@
 // `failure`, the first line of the out-of-memory report).
 //
 // The knob is ModelConfig.batch (sequences or images), or ModelConfig.tokens for a model whose unit is
-// tokens (translation models: item_unit() "tok"); counts_tokens() asks the model, once per model name.
+// tokens (translation models: item_unit() "tok"); counts_tokens() asks the model, once per model name. With
+// SearchAxis::seq the knob is ModelConfig.seq at the config's batch (engine_train --find-max-seq: the longest
+// sequence that fits), for a model of one sequence length (models/registry.h's ModelEntry::sequences): the search
+// runs from 8 tokens (or the model's shortest, Model::min_seq), and stops at the model's longest (Model::max_seq:
+// its learned positions) when that fits.
 #pragma once
 #include <array>
 #include <functional>
@@ -33,8 +37,11 @@
 
 namespace tools {
 
+// What a search varies: the batch (or a token budget), or the sequence length at a fixed batch.
+enum class SearchAxis { batch, seq };
+
 struct MaxBatchProbe {
-  int64_t batch = 0;
+  int64_t batch = 0;  // the value probed: the batch (or token budget), or the sequence length (SearchAxis::seq)
   bool fits = false;
   size_t peak = 0;                                            // peak live bytes (before the failure)
   std::array<size_t, engine::kNumCategories> breakdown{};     // per category at that peak
@@ -54,6 +61,7 @@ struct MaxBatchOptions {
                             // model's probe_schedule(), continued with the steps after its last
   bool inference = false;   // probe eval_step (forward only) instead of train_step
   int64_t limit = 1 << 16;  // the search stops here: a batch this large that fits ends the search
+  SearchAxis axis = SearchAxis::batch;
   // Every probe also replays one whole epoch of the model's data (Model::epoch_steps) after its schedule: the answer
   // is the largest batch (or token budget) for which every batch of the epoch fits (engine_train: with --data).
   bool whole_epoch = false;
@@ -63,7 +71,8 @@ struct MaxBatchOptions {
 
 struct MaxBatchResult {
   int64_t largest_fit = 0;  // 0: not even a batch of 1 fits
-  int64_t first_fail = 0;   // 0: everything up to options.limit fit
+  int64_t first_fail = 0;   // 0: everything up to `limit` fit
+  int64_t limit = 0;        // the search's bound: options.limit, or a shorter model's longest sequence
   std::string unit;         // the model's item unit ("seq", "img", "tok")
   std::vector<MaxBatchProbe> probes;  // in the order they ran
   // The binding term (meaningful when first_fail > 0).
@@ -74,7 +83,8 @@ struct MaxBatchResult {
 
 // One probe: builds `config` with `batch` on a fresh device of `type` and `capacity` and runs steps.
 MaxBatchProbe probe_batch(const models::ModelConfig& config, engine::DeviceType type, size_t capacity, int64_t batch,
-                          int steps, bool inference = false, bool whole_epoch = false);
+                          int steps, bool inference = false, bool whole_epoch = false,
+                          SearchAxis axis = SearchAxis::batch);
 // Whether the model's batches differ in shape (Model::epoch_steps is not empty), so that --data's worst batch counts.
 bool batches_vary(const models::ModelConfig& config);
 
@@ -90,6 +100,11 @@ int64_t min_batch(const models::ModelConfig& config);
 int64_t first_probe(const models::ModelConfig& config);
 // The model's own batch at its default config (sequences, images or tokens; 1 if it cannot be built).
 int64_t default_batch(const models::ModelConfig& config);
+// The longest and shortest sequences the config's model builds (Model::max_seq, 0: no bound; Model::min_seq).
+int64_t max_seq(const models::ModelConfig& config);
+int64_t min_seq(const models::ModelConfig& config);
+// An Error naming the models that have one when the config's model has no sequence length to search.
+void check_seq_search(const models::ModelConfig& config);
 
 // The result for a reader: the verdict, the binding term, the failing request, and a table of probes.
 std::string describe_max_batch(const MaxBatchResult& r, size_t capacity, const MaxBatchOptions& options);

@@ -5,6 +5,7 @@
 
 #include "engine/device.h"
 #include "engine/format.h"
+#include "models/registry.h"
 #include "tools/config_flags.h"
 #include "tools/max_batch.h"
 
@@ -61,7 +62,8 @@ RemedyReport oom_remedies(const models::ModelConfig& config, size_t capacity, in
     levers.push_back({"--attention flash", [](models::ModelConfig& c) { c.attention = "flash"; }});
   if (config.precision == "fp32" || config.precision == "tf32")
     levers.push_back({"--precision bf16", [](models::ModelConfig& c) { c.precision = "bf16"; }});
-  const int total = int(levers.size()) + 3;
+  const bool sequences = models::takes_seq(config.name);
+  const int total = int(levers.size()) + 3 + (sequences ? 1 : 0);
   int done = 0;
   auto progress = [&](const std::string& what) {
     if (on_progress) on_progress(done++, total, what);
@@ -123,6 +125,25 @@ RemedyReport oom_remedies(const models::ModelConfig& config, size_t capacity, in
     m.fits = true;
     m.max_batch = fit;
     r.remedies.push_back(m);
+  }
+  // A shorter sequence at the same batch, no lever: the longest that fits (a model of one sequence length).
+  if (sequences) {
+    progress("a shorter sequence");
+    MaxBatchOptions longest = o;
+    longest.axis = SearchAxis::seq;
+    models::ModelConfig at_batch = with_batch(config, batch_of(config));
+    at_batch.seq = 0;
+    const int64_t seq = find_max_batch(at_batch, engine::DeviceType::meta, capacity, longest).largest_fit;
+    if (seq > 0 && (config.seq == 0 || seq < config.seq)) {
+      Remedy m;
+      m.lever = str("--seq ", seq);
+      m.config = at_batch;
+      m.config.seq = seq;
+      m.peak = peak_or_zero(m.config, steps);
+      m.fits = true;
+      m.max_batch = find_max_batch(m.config, engine::DeviceType::meta, capacity, o).largest_fit;
+      r.remedies.push_back(m);
+    }
   }
   // The same global batch in micro-batches (gradient accumulation), for a model that can accumulate.
   progress("micro-batches");

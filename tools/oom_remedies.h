@@ -2,12 +2,14 @@
 //
 // When a training run runs out of memory (engine_train, any device), each lever the model accepts is tried on
 // meta: every other --recompute mode, --attention flash, --precision bf16 (from fp32 / tf32), all the effective
-// ones together, a smaller batch, and the same global batch in micro-batches (--batch b --accumulate K: the
-// largest b that divides it, tools::find_micro_batch; its "largest batch" is the largest micro-batch that fits
-// under accumulation, a divisor or not). For each: the peak at the config's own batch (a meta run without a
-// capacity limit: the exact bytes), the saving against the config's peak, whether it fits the arena (a probe in
-// the arena's capacity, so fragmentation counts), and the largest batch that fits with it (tools/max_batch.h's
-// search). A lever the model does not have (its constructor refuses it) or that changes nothing is left out.
+// ones together, a smaller batch, a shorter sequence at the same batch (a model of one sequence length: the longest
+// that fits, tools/max_batch.h's SearchAxis::seq), and the same global batch in micro-batches (--batch b
+// --accumulate K: the largest b that divides it, tools::find_micro_batch; its "largest batch" is the largest
+// micro-batch that fits under accumulation, a divisor or not). For each: the peak at the config's own batch (a meta
+// run without a capacity limit: the exact bytes), the saving against the config's peak, whether it fits the arena (a
+// probe in the arena's capacity, so fragmentation counts), and the largest batch that fits with it
+// (tools/max_batch.h's search). A lever the model does not have (its constructor refuses it) or that changes nothing
+// is left out.
 #pragma once
 #include <cstdint>
 #include <functional>

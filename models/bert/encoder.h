@@ -25,6 +25,7 @@ namespace models::bert {
 struct BertConfig {
   int64_t vocab = 30522, hidden = 768, layers = 12, heads = 12, intermediate = 3072;
   int64_t max_positions = 512, type_vocab = 2;
+  bool positions_grow = false;  // a tiny size's table, made as long as the --seq asked for (bert_config_from)
   double hidden_dropout = 0.1, attention_dropout = 0.1, layer_norm_eps = 1e-12;
   double init_std = 0.02;
   ops::AttentionAlgo algo = ops::AttentionAlgo::naive;

@@ -17,7 +17,8 @@ BertConfig bert_config_from(const ModelConfig& c, const std::string& default_siz
   BertConfig b = BertConfig::of_size(size);
   c.dims.apply(c.name, &b.layers, &b.hidden, &b.heads, &b.intermediate, &b.vocab, &b.max_positions, &b.hidden_dropout,
                &b.attention_dropout);
-  if (size == "tiny" && tiny_grows && !c.dims.positions && seq > b.max_positions) b.max_positions = seq;
+  b.positions_grow = size == "tiny" && tiny_grows && !c.dims.positions;
+  if (b.positions_grow && seq > b.max_positions) b.max_positions = seq;
   ENGINE_CHECK(seq <= b.max_positions, c.name, ": --seq ", seq, " exceeds the ", b.max_positions, " learned positions",
                c.dims.positions ? " (--positions or the config's max_position_embeddings)" : " of BERT-" + size);
   b.algo = ops::attention_algo_from_name(c.attention);

@@ -55,6 +55,8 @@ class BertSquad : public Model {
   std::string summary() const override;
   const char* item_unit() const override { return "seq"; }
   int64_t batch_size() const override { return recipe_.batch; }
+  int64_t max_seq() const override { return recipe_.bert.positions_grow ? 0 : recipe_.bert.max_positions; }
+  int64_t min_seq() const override { return data::kMinSyntheticSpanSeq; }
   // Hugging Face names, with their tied and aliased entries (load_hf).
   std::vector<std::string> load_weights(const std::map<std::string, Tensor>& tensors) override {
     return net_->load_hf(tensors);

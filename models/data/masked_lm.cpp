@@ -100,7 +100,8 @@ void mask_row(int64_t* row, std::vector<int64_t> candidates, int64_t count, cons
 
 MaskedLmBatch make_masked_lm_batch(const PassageSource& source, const MaskingIds& ids, int64_t batch, int64_t seq,
                                    std::mt19937_64& rng) {
-  ENGINE_CHECK(seq >= 5, "masked LM: --seq ", seq, " is too short for [CLS] A [SEP] B [SEP] (at least 5)");
+  ENGINE_CHECK(seq >= kMinMaskedLmSeq, "masked LM: --seq ", seq, " is too short for [CLS] A [SEP] B [SEP] (at least ",
+               kMinMaskedLmSeq, ")");
   MaskedLmBatch out;
   out.batch = batch;
   out.seq = seq;

@@ -76,6 +76,8 @@ struct MaskedLmBatch {
 
 // round(0.15 * seq): the masked positions per sequence.
 int64_t masked_count(int64_t seq);
+// The shortest sequence of a pair: [CLS] A [SEP] B [SEP] with one token each.
+constexpr int64_t kMinMaskedLmSeq = 5;
 
 // Uniform integer in [0, n) and uniform double in [0, 1) from the generator (portable, unlike <random>'s
 // distributions).

@@ -219,7 +219,8 @@ void append_feature(const SquadFeature& f, int64_t seq, int64_t pad_id, SpanBatc
 
 SpanBatch synthetic_span_batch(int64_t batch, int64_t seq, int64_t vocab, std::mt19937_64& rng) {
   const int64_t kStartMarker = 5, kEndMarker = 6, kFirstWord = 7;
-  ENGINE_CHECK(seq >= 16 && vocab > kFirstWord, "synthetic SQuAD: needs --seq >= 16 (got ", seq,
+  ENGINE_CHECK(seq >= kMinSyntheticSpanSeq && vocab > kFirstWord,
+               "synthetic SQuAD: needs --seq >= ", kMinSyntheticSpanSeq, " (got ", seq,
                ") and a vocabulary of more than ", kFirstWord, " ids (got ", vocab, ")");
   ByteTokenizer specials;
   SpanBatch out;

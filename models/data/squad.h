@@ -76,5 +76,7 @@ int64_t clamp_position(int64_t position, int64_t seq);
 // the answer instead of on it need attention to a neighbour, which a small BERT takes hundreds of steps to
 // learn.) Specials as ByteTokenizer: [PAD] 0, [CLS] 2, [SEP] 3.
 SpanBatch synthetic_span_batch(int64_t batch, int64_t seq, int64_t vocab, std::mt19937_64& rng);
+// The shortest sequence a synthetic span batch is made in (a question, an answer and its markers, specials).
+constexpr int64_t kMinSyntheticSpanSeq = 16;
 
 }  // namespace models::data

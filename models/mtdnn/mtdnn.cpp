@@ -134,8 +134,8 @@ void Mtdnn::build() {
                c.task_sampling, "': expected proportional or uniform");
   ENGINE_CHECK(c.seq <= c.bert.max_positions, "mtdnn: --seq ", c.seq, " exceeds BERT's ", c.bert.max_positions,
                " learned positions");
-  ENGINE_CHECK(c.seq >= 8 && c.batch >= 1, "mtdnn: --seq ", c.seq, " and --batch ", c.batch,
-               " must be at least 8 and 1");
+  ENGINE_CHECK(c.seq >= kMinSeq && c.batch >= 1, "mtdnn: --seq ", c.seq, " and --batch ", c.batch, " must be at least ",
+               kMinSeq, " and 1");
   tokenizer_ = data::glue_tokenizer(c.data);
   ENGINE_CHECK(tokenizer_->vocab_size() <= c.bert.vocab, "mtdnn: the ", tokenizer_->describe(),
                " does not fit BERT's ", c.bert.vocab, " word embeddings");

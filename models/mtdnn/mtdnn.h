@@ -78,6 +78,9 @@ class Mtdnn : public Model {
   std::string summary() const override;
   const char* item_unit() const override { return "seq"; }
   int64_t batch_size() const override { return config_.batch; }
+  int64_t max_seq() const override { return config_.bert.max_positions; }
+  static constexpr int64_t kMinSeq = 8;  // a pair's premise and hypothesis of a few tokens each, with 3 specials
+  int64_t min_seq() const override { return kMinSeq; }
   // An MT-DNN checkpoint (it has scoring_list.* tensors) loads strictly. Otherwise it is taken as a
   // pretrained BERT, as mt-dnn's --init_checkpoint is: every encoder tensor must be there (named "bert.*",
   // as in BertForPreTraining files, or unprefixed, as in BertModel files), the heads keep their

@@ -341,6 +341,9 @@ TEST(EngineBench, ProgramWritesItsFilesAndReportsBadInput) {
             " scale --model transformer_lm --size tiny --seq 16:64 --batch 2 --out " + dir.path.string());
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("## Memory scaling of transformer_lm with sequence length"), std::string::npos) << out;
+  // A sequence sweep gives the probed longest sequence at its batch beside the law's estimate.
+  EXPECT_NE(out.find("### Longest sequence per GPU at batch 2 sequences"), std::string::npos) << out;
+  EXPECT_NE(out.find("| gpu | arena | longest L (probed) | the law's estimate |"), std::string::npos) << out;
   // Files are named by the config (tiny, batch 2), so another config's sweep does not overwrite them.
   for (const char* f : {"scale_transformer_lm_seq_tiny_batch2.md", "scale_transformer_lm_seq_tiny_batch2.csv",
                         "scale_transformer_lm_seq_tiny_batch2.json", "scale_transformer_lm_seq_tiny_batch2_stacked.svg",

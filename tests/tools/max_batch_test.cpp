@@ -149,6 +149,70 @@ TEST(MaxBatch, NeverProbesBelowTheModelsSmallestBatch) {
   EXPECT_NE(text.find("not even a batch of 2 img fits"), std::string::npos) << text;
 }
 
+// --find-max-seq: the longest sequence at the config's batch, N tokens fit and N + 1 do not (each trained apart from
+// the finder); the search starts at the model's shortest sequence (or 8) and stops at its learned positions.
+TEST(MaxBatch, FindsTheLongestSequenceThatFitsAtTheBatch) {
+  models::ModelConfig lm = tiny_lm();  // tiny's position table grows with the request: the arena binds
+  lm.batch = 4;
+  tools::MaxBatchOptions seq;
+  seq.axis = tools::SearchAxis::seq;
+  const tools::MaxBatchResult r = tools::find_max_batch(lm, engine::DeviceType::meta, kCapacity, seq);
+  ASSERT_GT(r.largest_fit, 8);
+  EXPECT_EQ(r.first_fail, r.largest_fit + 1);
+  EXPECT_EQ(r.probes[0].batch, 8) << "from 8 tokens";
+  auto trains_seq = [&](int64_t length) {
+    models::ModelConfig c = lm;
+    c.seq = length;
+    engine::DeviceGuard guard(engine::Device::create(engine::DeviceType::meta, kCapacity));
+    try {
+      auto model = models::create_model(c);
+      model->train_step(1);
+      model->train_step(2);
+    } catch (const engine::OutOfMemory&) {
+      return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(trains_seq(r.largest_fit)) << "seq " << r.largest_fit << " should fit";
+  EXPECT_FALSE(trains_seq(r.largest_fit + 1)) << "seq " << r.largest_fit + 1 << " should not fit";
+  const std::string text = tools::describe_max_batch(r, kCapacity, seq);
+  EXPECT_NE(text.find("longest sequence: " + std::to_string(r.largest_fit) + " tokens fit"), std::string::npos) << text;
+  EXPECT_NE(text.find("| seq | fits | peak |"), std::string::npos) << text;
+
+  // BERT-Base's 512 learned positions end the search when they fit; SQuAD's synthetic batches need 16 tokens.
+  models::ModelConfig bert;
+  bert.name = "bert_base";
+  bert.size = "base";
+  bert.batch = 1;
+  EXPECT_EQ(tools::max_seq(bert), 512);
+  EXPECT_EQ(tools::min_seq(bert), 5);
+  const tools::MaxBatchResult all = tools::find_max_batch(bert, engine::DeviceType::meta, size_t(1) << 40, seq);
+  EXPECT_EQ(all.largest_fit, 512);
+  EXPECT_EQ(all.first_fail, 0);
+  EXPECT_EQ(all.probes.back().batch, 512);
+  EXPECT_NE(tools::describe_max_batch(all, size_t(1) << 40, seq).find("every seq up to the model's 512 positions"),
+            std::string::npos);
+  models::ModelConfig squad;
+  squad.name = "bert_squad";
+  EXPECT_EQ(tools::min_seq(squad), 16);
+  squad.batch = 64;
+  squad.size = "large";
+  const tools::MaxBatchResult short_ = tools::find_max_batch(squad, engine::DeviceType::meta, size_t(1) << 30, seq);
+  EXPECT_EQ(short_.largest_fit, 0) << "not even 16 tokens of 64 sequences fit BERT-Large in 1 GiB";
+  EXPECT_EQ(short_.first_fail, 16);
+
+  // A model without a sequence length is an error naming those with one, before any probe.
+  models::ModelConfig image;
+  image.name = "yolov3";
+  try {
+    tools::find_max_batch(image, engine::DeviceType::meta, kCapacity, seq);
+    FAIL() << "yolov3 has no --seq";
+  } catch (const engine::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("yolov3 has no sequence length"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bert_base"), std::string::npos) << e.what();
+  }
+}
+
 TEST(MaxBatch, TranslationModelsSearchTheirTokenBudget) {
   models::ModelConfig bert;
   bert.name = "bert_base";

@@ -33,8 +33,13 @@ TEST(OomRemedies, EveryLineHoldsWhenRunOnItsOwn) {
   const tools::RemedyReport r = tools::oom_remedies(c, capacity, 2);
   EXPECT_EQ(r.peak, peak);
   EXPECT_EQ(r.unit, "seq");
-  // recompute attention / layer, flash, bf16, together, a smaller batch, micro-batches of the same global batch
+  // recompute attention / layer, flash, bf16, together, a smaller batch, a shorter sequence, micro-batches of the
+  // same global batch
   ASSERT_GE(r.remedies.size(), 4u);
+  auto is = [&](size_t i, const char* flag) {
+    return i < r.remedies.size() && r.remedies[i].lever.rfind(flag, 0) == 0;
+  };
+  bool shorter = false;
   bool any_fits = false;
   for (size_t i = 0; i < r.remedies.size(); i++) {
     const tools::Remedy& m = r.remedies[i];
@@ -52,15 +57,26 @@ TEST(OomRemedies, EveryLineHoldsWhenRunOnItsOwn) {
       EXPECT_EQ(i + 1, r.remedies.size()) << "the micro-batches come last";
       EXPECT_EQ(batch * m.config.accumulate, 32) << "the same global batch";
       EXPECT_TRUE(m.fits);
-    } else if (m.lever.rfind("--batch", 0) == 0) {
-      EXPECT_GE(i + 2, r.remedies.size()) << "the smaller batch comes after the levers";
+    } else if (is(i, "--batch")) {
+      EXPECT_GE(i + 3, r.remedies.size()) << "the smaller batch comes after the levers";
       EXPECT_LT(batch, 32);
       EXPECT_TRUE(m.fits);
-    } else if (i + 1 < r.remedies.size() && r.remedies[i + 1].lever.rfind("--batch", 0) != 0) {
+    } else if (is(i, "--seq")) {  // the longest sequence that fits at the batch: one token more does not
+      shorter = true;
+      EXPECT_TRUE(is(i - 1, "--batch") || is(i + 1, "--batch") || i + 2 >= r.remedies.size());
+      EXPECT_EQ(batch, 32);
+      EXPECT_LT(m.config.seq, 128);
+      EXPECT_TRUE(m.fits);
+      models::ModelConfig longer = m.config;
+      longer.seq++;
+      EXPECT_FALSE(tools::probe_batch(longer, engine::DeviceType::meta, capacity, 32, 2).fits);
+    } else if (!is(i + 1, "--batch") && !is(i + 1, "--seq") && !is(i + 1, "--accumulate") &&
+               i + 1 < r.remedies.size()) {
       EXPECT_LE(m.peak, r.remedies[i + 1].peak) << "largest saving first";
     }
   }
   EXPECT_TRUE(any_fits);
+  EXPECT_TRUE(shorter) << "a shorter sequence at the same batch";
   const std::string md = tools::remedies_markdown(r, "--device meta --memory 1GB");
   EXPECT_NE(md.find("| --recompute layer | "), std::string::npos) << md;
   EXPECT_NE(md.find("`engine_train --model bert_base --size tiny --seq 128 --batch 32 --recompute layer --device "
@@ -90,6 +106,6 @@ TEST(OomRemedies, EngineTrainNamesTheStepAndItsCommandsTrain) {
     EXPECT_EQ(status, yes ? 0 : 3) << (*it)[2].str() << "\n" << run_out;
     (yes ? fits : fails)++;
   }
-  EXPECT_GE(fits, 2) << out;  // the levers together, a smaller batch
+  EXPECT_GE(fits, 3) << out;  // the levers together, a smaller batch, a shorter sequence
   EXPECT_GE(fails, 1) << out;
 }
