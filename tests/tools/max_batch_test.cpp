@@ -18,10 +18,8 @@ models::ModelConfig tiny_lm() {
   return c;
 }
 
-// Two training steps of `batch` on a fresh meta device, written apart from the finder's probe.
-bool trains(int64_t batch, size_t capacity) {
-  models::ModelConfig c = tiny_lm();
-  c.batch = batch;
+// Two training steps of `c` on a fresh meta device, written apart from the finder's probe.
+bool trains(const models::ModelConfig& c, size_t capacity) {
   engine::DeviceGuard guard(engine::Device::create(engine::DeviceType::meta, capacity));
   try {
     auto model = models::create_model(c);
@@ -31,6 +29,12 @@ bool trains(int64_t batch, size_t capacity) {
     return false;
   }
   return true;
+}
+
+bool trains(int64_t batch, size_t capacity) {
+  models::ModelConfig c = tiny_lm();
+  c.batch = batch;
+  return trains(c, capacity);
 }
 
 }  // namespace
@@ -163,15 +167,7 @@ TEST(MaxBatch, FindsTheLongestSequenceThatFitsAtTheBatch) {
   auto trains_seq = [&](int64_t length) {
     models::ModelConfig c = lm;
     c.seq = length;
-    engine::DeviceGuard guard(engine::Device::create(engine::DeviceType::meta, kCapacity));
-    try {
-      auto model = models::create_model(c);
-      model->train_step(1);
-      model->train_step(2);
-    } catch (const engine::OutOfMemory&) {
-      return false;
-    }
-    return true;
+    return trains(c, kCapacity);
   };
   EXPECT_TRUE(trains_seq(r.largest_fit)) << "seq " << r.largest_fit << " should fit";
   EXPECT_FALSE(trains_seq(r.largest_fit + 1)) << "seq " << r.largest_fit + 1 << " should not fit";
