@@ -132,7 +132,7 @@ class Model {
   // training mode would see one value per channel (deeplabv3's image-pooling branch: N values per channel).
   virtual int64_t min_batch() const { return 1; }
   // The longest --seq the model can build (its learned positions, less the tokens it generates), for a model of one
-  // sequence length (ModelEntry::sequences); 0 when no table bounds it (a tiny size whose position table grows with
+  // sequence length (models/registry.h's kSeq); 0 when no table bounds it (a tiny size whose position table grows with
   // the request) or the model takes no --seq. The longest-sequence search stops there (tools/max_batch.h).
   virtual int64_t max_seq() const { return 0; }
   // The shortest --seq it can build (a sentence pair's specials, a synthetic question and answer): the search's floor.

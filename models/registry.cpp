@@ -27,23 +27,28 @@ namespace models {
 const std::vector<ModelEntry>& registry() {
   static const std::vector<ModelEntry> table = {
       {"transformer_lm", "decoder-only Transformer language model (GPT-2 shapes; sizes tiny, small, medium, large, xl)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new TransformerLM(c)); }, true, true, true},
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new TransformerLM(c)); },
+       kDims | kSeq | kFlash | kGenerate},
       {"bert_base", "BERT-Base masked-LM + next-sentence pretraining (sizes base, large, tiny)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertPretraining(c)); }, true, false, true},
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertPretraining(c)); },
+       kDims | kSeq | kFlash},
       {"bert_squad", "BERT fine-tuning for SQuAD 1.1 span prediction (sizes base, large, tiny)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertSquad(c)); }, true, false, true},
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new bert::BertSquad(c)); }, kDims | kSeq | kFlash},
       {"mtdnn", "MT-DNN: BERT-Large with SAN/linear heads, multi-task GLUE fine-tuning (--task one or a list)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new mtdnn::Mtdnn(c)); }, true, false, true},
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new mtdnn::Mtdnn(c)); },
+       kDims | kSeq | kFlash | kTasks},
       {"transformer_big",
        "fairseq's Transformer Big for WMT16 en-de (6+6 layers, d 1024; batches in --tokens; sizes big, tiny)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new translation::TransformerBig(c)); }, true},
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new translation::TransformerBig(c)); },
+       kDims | kTokens | kFlash},
       {"unsupmt",
        "XLM unsupervised MT en-fr: AE per language + greedy back-translation per direction (sizes big, tiny)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new translation::UnsupMT(c)); }, true},
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new translation::UnsupMT(c)); },
+       kDims | kTokens | kFlash},
       {"convs2s",
        "fairseq's fconv_wmt_en_de for WMT14 en-de (15+15 gated conv layers, weight norm, NAG; batches in --tokens; "
        "sizes wmt, tiny)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new convs2s::Convs2s(c)); }},
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new convs2s::Convs2s(c)); }, kTokens},
       {"nasnet_large",
        "NASNet-A Large on ImageNet 331x331: stem + 2 stem cells, 3 x 6 cells @ 168 filters (doubling at 2 reduction "
        "cells), aux head, drop path, RMSProp (TF), 1001 classes (sizes imagenet, timm, tiny)",
@@ -61,7 +66,7 @@ const std::vector<ModelEntry>& registry() {
        "StyleGAN v1 on FFHQ 1024x1024: mapping 8 x 512, style-modulated synthesis from a 4x4 constant (18 layers, "
        "noise, "
        "blur), D_basic with minibatch stddev, logistic losses + R1 (gamma 10); D step then G step (sizes 1024, tiny)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new vision::StyleGAN(c)); }},
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new vision::StyleGAN(c)); }, kR1Every},
       {"yolov3",
        "YOLOv3 on MSCOCO 608x608: Darknet-53 + 3 YOLO scales (19/38/76), 9 anchors, 80 classes, darknet's loss with "
        "on-device targets from 100 box slots (sizes coco, tiny)",
@@ -70,7 +75,7 @@ const std::vector<ModelEntry>& registry() {
        "Mask R-CNN R-50-FPN on MSCOCO 800x1333: frozen-BN ResNet-50 + FPN P2-P6, RPN (3 ratios), box head 2 x FC 1024, "
        "mask head 4 x conv 256, 81 classes; every count fixed (2000 proposals, 512 RoIs, 128 mask RoIs, 100 truths) "
        "(sizes coco, torchvision, tiny)",
-       [](const ModelConfig& c) { return std::unique_ptr<Model>(new vision::MaskRcnn(c)); }},
+       [](const ModelConfig& c) { return std::unique_ptr<Model>(new vision::MaskRcnn(c)); }, kBackbone},
   };
   return table;
 }
@@ -104,40 +109,48 @@ void check_sizes(const ModelConfig& c) {
                kMaxTokens, "; a larger step could not fit any arena");
 }
 
-// The names of the registered models that `has`, comma-separated.
-std::string names_of(bool ModelEntry::*has) {
-  std::string s;
-  for (const auto& e : registry())
-    if (e.*has) s += (s.empty() ? "" : ", ") + e.name;
-  return s;
-}
-
 }  // namespace
 
-bool takes_seq(const std::string& name) {
+bool model_takes(const std::string& name, Takes t) {
   for (const auto& e : registry())
-    if (e.name == name) return e.sequences;
+    if (e.name == name) return e.has(t);
   return false;
 }
 
-std::string names_taking_seq() { return names_of(&ModelEntry::sequences); }
+std::string models_taking(Takes t) {
+  std::string s;
+  for (const auto& e : registry())
+    if (e.has(t)) s += (s.empty() ? "" : ", ") + e.name;
+  return s;
+}
 
 std::unique_ptr<Model> create_model(const ModelConfig& config) {
   for (const auto& e : registry())
     if (e.name == config.name) {
       check_sizes(config);
-      ENGINE_CHECK(!config.dims.any() || e.transformer, config.name,
-                   " is not a transformer: --layers, --hidden, "
-                   "--heads, --ffn, --vocab, --positions and --config are for ",
-                   names_of(&ModelEntry::transformer), "; ", config.name, " has its own sizes (--size)");
-      ENGINE_CHECK(config.seq == 0 || e.sequences, "--seq sets the sequence length of ", names_taking_seq(), "; ",
+      // A field the model does not take is an error naming the models that do (a model ignoring it would train
+      // something other than what was asked).
+      ENGINE_CHECK(
+          !config.dims.any() || e.has(kDims), config.name,
+          " is not a transformer: --layers, --hidden, --heads, --ffn, --vocab, --positions and --config are for ",
+          models_taking(kDims), "; ", config.name, " has its own sizes (--size)");
+      ENGINE_CHECK(config.seq == 0 || e.has(kSeq), "--seq sets the sequence length of ", models_taking(kSeq), "; ",
                    config.name, " takes none (an image model's --size sets its images' shape; a translation ",
                    "model's sentence lengths come from its data, its batches in --tokens)");
+      ENGINE_CHECK(config.tokens == 0 || e.has(kTokens), "--tokens counts the batches of ", models_taking(kTokens),
+                   "; ", config.name, "'s batch is --batch");
+      ENGINE_CHECK(config.attention == "naive" || e.has(kFlash), "--attention ", config.attention, " is for ",
+                   models_taking(kFlash), "; ", config.name, " has no multi-head attention with a flash path");
+      ENGINE_CHECK(config.task.empty() || e.has(kTasks), "--task chooses the tasks of ", models_taking(kTasks), "; ",
+                   config.name, " has one task");
       const Precision precision = precision_from_name(config.precision);  // a bad name fails before building
-      ENGINE_CHECK(config.backbone.empty() || config.name == "maskrcnn", "--backbone chooses maskrcnn's ResNet (r50, ",
-                   "r101); ", config.name, " has one backbone (its --size chooses the rest)");
-      ENGINE_CHECK(config.generate == 0 || e.generates, "--generate is for decoder language models (transformer_lm); ",
-                   config.name, " generates by its own rule under --inference, or not at all");
+      ENGINE_CHECK(config.backbone.empty() || e.has(kBackbone), "--backbone chooses ", models_taking(kBackbone),
+                   "'s ResNet (r50, r101); ", config.name, " has one backbone (its --size chooses the rest)");
+      ENGINE_CHECK(config.generate == 0 || e.has(kGenerate), "--generate is for decoder language models (",
+                   models_taking(kGenerate), "); ", config.name,
+                   " generates by its own rule under --inference, or not ", "at all");
+      ENGINE_CHECK(config.r1_every == 1 || e.has(kR1Every), "--r1-every is ", models_taking(kR1Every),
+                   "'s (its R1 penalty); ", config.name, " has none");
       ENGINE_CHECK(config.generate == 0 || config.inference, "--generate decodes in eval steps: add --inference");
       // Inference in bf16/fp16: the parameters are made in that dtype as they are built (no f32 copy of them all).
       std::optional<graph::ParameterDtypeScope> low;

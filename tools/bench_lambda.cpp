@@ -51,7 +51,7 @@ models::ModelConfig row_config(const LambdaRow& row, const LambdaOptions& o, int
   config.name = row.model;
   config.seq = seq;
   config.precision = o.precision;
-  config.attention = o.attention;
+  config.attention = models::model_takes(row.model, models::kFlash) ? o.attention : "naive";  // where it applies
   return config;
 }
 

@@ -4,6 +4,7 @@
 
 #include "engine/format.h"
 #include "engine/json.h"
+#include "models/registry.h"
 #include "tools/bench_lambda.h"
 #include "tools/bench_scale.h"
 #include "tools/gpu_profiles.h"
@@ -36,8 +37,9 @@ std::string gpu_heading(const std::string& g) {
 std::string lambda_markdown(const LambdaTable& t) {
   std::ostringstream os;
   os << "Max batch per card: **this engine** / the 2020 study (device " << t.device << ", " << t.precision << ", "
-     << t.attention << " attention; batch in sequences, images or tokens; 0: not even one fits; ≥: the search "
-        "limit fit).\n\n";
+     << t.attention << " attention"
+     << (t.attention == "naive" ? "" : " where a model has it: " + models::models_taking(models::kFlash))
+     << "; batch in sequences, images or tokens; 0: not even one fits; ≥: the search limit fit).\n\n";
   os << "| model | unit | config |";
   for (const auto& g : t.gpus) os << " " << gpu_heading(g) << " |";
   os << "\n|---|---|---|";
@@ -93,7 +95,7 @@ std::string lambda_csv(const LambdaTable& t) {
          << (c.batch_2020 < 0 ? "" : figure(c.batch_2020)) << ','
          << (c.throughput < 0 ? "" : engine::format_fixed(c.throughput, 2)) << ','
          << (c.throughput_2020 < 0 ? "" : figure(c.throughput_2020)) << ',' << t.device << ',' << t.precision << ','
-         << t.attention << '\n';
+         << (models::model_takes(r.model, models::kFlash) ? t.attention : "naive") << '\n';
   return os.str();
 }
 

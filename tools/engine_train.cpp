@@ -244,7 +244,7 @@ void add_flags(tools::Flags& flags) {
   flags.add_bool("find-max-seq",
                  "find the longest sequence that fits the arena at --batch (the model's batch when not given; models "
                  "of one sequence length: " +
-                     models::names_taking_seq() + ") and stop");
+                     models::models_taking(models::kSeq) + ") and stop");
   flags.add_int("accumulate", 1, "gradient accumulation: micro-batches of --batch per optimizer step");
   flags.add_int("r1-every", 1,
                 "stylegan: the R1 penalty on every N-th D step only, weighted N (StyleGAN2's lazy regularization)");
@@ -290,8 +290,6 @@ models::ModelConfig config_of(const tools::Flags& flags) {
   tools::read_shape_flags(flags, config);
   config.accumulate = flags.integer("accumulate");
   config.r1_every = flags.integer("r1-every");
-  ENGINE_CHECK(!flags.given("r1-every") || config.name == "stylegan",
-               "engine_train: --r1-every is stylegan's (its R1 penalty); ", config.name, " has none");
   config.generate = flags.integer("generate");
   config.prefill_tokens = flags.integer("prefill-tokens");
   config.inference = flags.on("inference");

@@ -91,8 +91,9 @@ int64_t min_seq(const models::ModelConfig& config) {
 }
 
 void check_seq_search(const models::ModelConfig& config) {
-  ENGINE_CHECK(models::takes_seq(config.name), "--find-max-seq: ", config.name, " has no sequence length (the models ",
-               "of one: ", models::names_taking_seq(), "); --find-max-batch searches its batch");
+  ENGINE_CHECK(models::model_takes(config.name, models::kSeq), "--find-max-seq: ", config.name,
+               " has no sequence length (the models of one: ", models::models_taking(models::kSeq),
+               "); --find-max-batch searches its batch");
 }
 
 namespace {

@@ -23,7 +23,7 @@
 // The knob is ModelConfig.batch (sequences or images), or ModelConfig.tokens for a model whose unit is
 // tokens (translation models: item_unit() "tok"); counts_tokens() asks the model, once per model name. With
 // SearchAxis::seq the knob is ModelConfig.seq at the config's batch (engine_train --find-max-seq: the longest
-// sequence that fits), for a model of one sequence length (models/registry.h's ModelEntry::sequences): the search
+// sequence that fits), for a model of one sequence length (models/registry.h's Takes kSeq): the search
 // runs from 8 tokens (or the model's shortest, Model::min_seq), and stops at the model's longest (Model::max_seq:
 // its learned positions) when that fits.
 #pragma once

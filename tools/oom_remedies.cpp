@@ -62,7 +62,7 @@ RemedyReport oom_remedies(const models::ModelConfig& config, size_t capacity, in
     levers.push_back({"--attention flash", [](models::ModelConfig& c) { c.attention = "flash"; }});
   if (config.precision == "fp32" || config.precision == "tf32")
     levers.push_back({"--precision bf16", [](models::ModelConfig& c) { c.precision = "bf16"; }});
-  const bool sequences = models::takes_seq(config.name);
+  const bool sequences = models::model_takes(config.name, models::kSeq);
   const int total = int(levers.size()) + 3 + (sequences ? 1 : 0);
   int done = 0;
   auto progress = [&](const std::string& what) {

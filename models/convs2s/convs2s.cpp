@@ -44,8 +44,6 @@ Convs2sRecipe Convs2sRecipe::from(const ModelConfig& c) {
   }
   ENGINE_CHECK(c.batch == 0,
                "convs2s batches by tokens: give --tokens N (sentences x longest length <= N), not --batch");
-  ENGINE_CHECK(c.attention == "naive", "convs2s: its attention is fairseq's AttentionLayer (one head, scores "
-               "materialized); --attention ", c.attention, " does not apply");
   ENGINE_CHECK(c.recompute == "none", "convs2s: --recompute ", c.recompute, " is not supported");
   // The shortest pair is one word + EOS: a smaller budget (the max-batch finder starts at 1) runs that pair.
   if (c.tokens) r.tokens = std::max<int64_t>(c.tokens, 2);

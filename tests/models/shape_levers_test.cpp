@@ -4,6 +4,8 @@
 // errors that name the inconsistent pair, and a model that trains with Adafactor and allocates the same on meta.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "engine/device.h"
 #include "models/hf_config.h"
 #include "models/registry.h"
@@ -124,6 +126,26 @@ TEST(ShapeLevers, InconsistentShapesAreErrorsNamingThePair) {
                      "mtdnn",
                      std::string(name) + " takes none");
   }
+  // So is every field only some models take (models/registry.h's Takes), each naming the models that take it.
+  auto with = [](const char* name, const std::function<void(ModelConfig&)>& set) {
+    ModelConfig c;
+    c.name = name;
+    set(c);
+    return c;
+  };
+  EXPECT_ERROR_HAS(parameters_of(with("bert_base", [](ModelConfig& c) { c.tokens = 4096; })),
+                   "--tokens counts the batches of transformer_big, unsupmt, convs2s", "bert_base's batch is --batch");
+  EXPECT_ERROR_HAS(parameters_of(with("deeplabv3", [](ModelConfig& c) { c.attention = "flash"; })),
+                   "--attention flash is for transformer_lm", "deeplabv3 has no multi-head attention");
+  EXPECT_ERROR_HAS(parameters_of(with("convs2s", [](ModelConfig& c) { c.attention = "flash"; })),
+                   "convs2s has no multi-head attention with a flash path");
+  EXPECT_ERROR_HAS(parameters_of(with("stylegan", [](ModelConfig& c) { c.task = "mnli"; })),
+                   "--task chooses the tasks of mtdnn", "stylegan has one task");
+  EXPECT_ERROR_HAS(parameters_of(with("yolov3", [](ModelConfig& c) { c.r1_every = 4; })), "--r1-every is stylegan's",
+                   "yolov3 has none");
+  for (const auto& e : models::registry())  // a model that takes flash attention builds with it
+    if (e.has(models::kFlash))
+      EXPECT_NO_THROW(parameters_of(with(e.name.c_str(), [](ModelConfig& c) { c.attention = "flash"; }))) << e.name;
   EXPECT_ERROR_HAS(models::read_hf_config(config_file("gpt2.json"), "bert_base"), "model_type is \"gpt2\"",
                    "bert_base reads \"bert\"");
   EXPECT_ERROR_HAS(models::read_hf_config(config_file("gpt2.json"), "deeplabv3"), "not for deeplabv3");
