@@ -294,6 +294,9 @@ models::ModelConfig config_of(const tools::Flags& flags) {
   config.prefill_tokens = flags.integer("prefill-tokens");
   config.inference = flags.on("inference");
   ENGINE_CHECK(config.generate >= 0, "engine_train: --generate must be positive");
+  ENGINE_CHECK(!flags.given("prefill-tokens") || config.generate > 0,
+               "engine_train: --prefill-tokens sizes the prompt passes of --generate N (with --inference); without "
+               "--generate there is no prefill");
   ENGINE_CHECK(!flags.given("global-batch") || flags.on("find-max-batch"),
                "engine_train: --global-batch is a question for --find-max-batch (to train with it, give --batch B "
                "--accumulate K with B x K = the global batch)");

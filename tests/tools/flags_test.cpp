@@ -72,6 +72,13 @@ TEST(EngineTrain, HelpUnknownModelAndBadFlag) {
   std::tie(code, out) = shell(testutil::program("engine_train") + " --model transformer_lm --stepz 3");
   EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("unknown flag --stepz"), std::string::npos) << out;
+  // A flag the run would ignore is an error too.
+  std::tie(code, out) = shell(testutil::program("engine_train") + " --model transformer_lm --prefill-tokens 64");
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("--prefill-tokens sizes the prompt passes of --generate"), std::string::npos) << out;
+  std::tie(code, out) = shell(testutil::program("engine_train") + " --model yolov3 --device meta --task mnli");
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("--task chooses the tasks of mtdnn"), std::string::npos) << out;
 }
 
 TEST(EngineTrain, OutOfMemoryIsAReportNotACrash) {
