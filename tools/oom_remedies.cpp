@@ -58,7 +58,7 @@ RemedyReport oom_remedies(const models::ModelConfig& config, size_t capacity, in
   for (const char* mode : {"attention", "layer", "cell"})
     if (config.recompute != mode)
       levers.push_back({str("--recompute ", mode), [mode](models::ModelConfig& c) { c.recompute = mode; }});
-  if (config.attention != "flash")
+  if (config.attention != "flash" && models::model_takes(config.name, models::kFlash))
     levers.push_back({"--attention flash", [](models::ModelConfig& c) { c.attention = "flash"; }});
   if (config.precision == "fp32" || config.precision == "tf32")
     levers.push_back({"--precision bf16", [](models::ModelConfig& c) { c.precision = "bf16"; }});
