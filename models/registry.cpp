@@ -148,7 +148,7 @@ std::unique_ptr<Model> create_model(const ModelConfig& config) {
                    "'s ResNet (r50, r101); ", config.name, " has one backbone (its --size chooses the rest)");
       ENGINE_CHECK(config.generate == 0 || e.has(kGenerate), "--generate is for decoder language models (",
                    models_taking(kGenerate), "); ", config.name,
-                   " generates by its own rule under --inference, or not ", "at all");
+                   " generates by its own rule under --inference, or not at all");
       ENGINE_CHECK(config.r1_every == 1 || e.has(kR1Every), "--r1-every is ", models_taking(kR1Every),
                    "'s (its R1 penalty); ", config.name, " has none");
       ENGINE_CHECK(config.generate == 0 || config.inference, "--generate decodes in eval steps: add --inference");

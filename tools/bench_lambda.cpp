@@ -51,7 +51,7 @@ models::ModelConfig row_config(const LambdaRow& row, const LambdaOptions& o, int
   config.name = row.model;
   config.seq = seq;
   config.precision = o.precision;
-  config.attention = models::model_takes(row.model, models::kFlash) ? o.attention : "naive";  // where it applies
+  config.attention = row.attention;
   return config;
 }
 
@@ -187,6 +187,7 @@ LambdaTable run_lambda(const LambdaOptions& o) {
     }
     if (sr) row.unit = short_unit(sr->batch_unit);
     row.config = seq ? str("seq ", seq) : "default";
+    row.attention = models::model_takes(row.model, models::kFlash) ? o.attention : "naive";  // where it applies
     if (row.model.empty() || !registered(row.model)) row.status = "not yet implemented", row.model.clear();
     else row.status = "ok", to_search.push_back(i);
   }

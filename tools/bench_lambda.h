@@ -39,6 +39,7 @@ struct LambdaRow {
   std::string status;            // "ok", "not yet implemented", or "error: ..."
   std::string unit;              // seq | img | tok
   std::string config;            // e.g. "seq 128"
+  std::string attention;         // what it ran: the table's, or naive for a model without a flash path
   int probes = 0;
   double seconds = 0;
   std::vector<LambdaCell> cells;

@@ -95,7 +95,7 @@ std::string lambda_csv(const LambdaTable& t) {
          << (c.batch_2020 < 0 ? "" : figure(c.batch_2020)) << ','
          << (c.throughput < 0 ? "" : engine::format_fixed(c.throughput, 2)) << ','
          << (c.throughput_2020 < 0 ? "" : figure(c.throughput_2020)) << ',' << t.device << ',' << t.precision << ','
-         << (models::model_takes(r.model, models::kFlash) ? t.attention : "naive") << '\n';
+         << r.attention << '\n';
   return os.str();
 }
 
