@@ -155,14 +155,16 @@ std::vector<Tensor> flash_attention_backward_composite(const Tensor& dout, const
 namespace {
 
 // The short keys of a head, for which flash keeps what its backward would otherwise recompute (ops/attention.h): the
-// tensor-core kernels' types and head dims, and [Lq, Lk] rounded up to 64 x 64 at most 8 times q's [Lq, D]. A
-// function of the shapes alone, so that every device allocates the same buffers and meta holds what the GPU holds.
+// types and head dims of the GPU kernels that use them (the tensor cores' bf16/f16 at 64 or 128, the fp32 CUDA-core
+// kernels' f32 at 64), and [Lq, Lk] rounded up to 64 x 64 at most 8 times q's [Lq, D]. A function of the shapes
+// alone, so that every device allocates the same buffers and meta holds what the GPU holds.
 bool short_keys(const Tensor& q, const Tensor& k, const Tensor& v) {
   const int64_t Lq = q.size(2), Lk = k.size(2), D = q.size(3);
-  const bool tensor_cores =
-      (q.dtype() == DType::bf16 || q.dtype() == DType::f16) && D == v.size(3) && (D == 64 || D == 128);
+  const DType t = q.dtype();
+  const bool kernels = D == v.size(3) && (((t == DType::bf16 || t == DType::f16) && (D == 64 || D == 128)) ||
+                                          (t == DType::f32 && D == 64));
   const int64_t rows = (Lq + 63) / 64 * 64, cols = (Lk + 63) / 64 * 64;
-  return tensor_cores && Lq > 0 && Lk > 0 && rows * cols <= 8 * Lq * D;
+  return kernels && Lq > 0 && Lk > 0 && rows * cols <= 8 * Lq * D;
 }
 
 // The shape of the forward's dropout keep bits (ops/attention.h): [B, H, Lq, Lk rounded up to 64, over 8] bytes.

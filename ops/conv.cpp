@@ -65,7 +65,7 @@ Tensor channel_padding(const Tensor& t, const ConvGeometry& g) {
 Tensor winograd_workspace(const Tensor& t, const ConvGeometry& g, ConvPass pass) {
   const int64_t es = int64_t(engine::dtype_size(t.dtype()));
   const WinogradPlan plan = conv2d_winograd(conv2d_padded(g, es), pass, es, engine::allow_tf32());
-  if (!plan.images) return Tensor();
+  if (!plan.chunk) return Tensor();
   return new_workspace(t, {plan.elems}, DType::f32, "Winograd's transformed filters and tiles");
 }
 

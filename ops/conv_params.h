@@ -141,22 +141,24 @@ inline int64_t conv2d_weight_grad_splits(const ConvGeometry& g) {
 // (deterministic). Pieces: enough for two waves of 128 x 128 output tiles, at most 32, each >= 1024 tiles.
 // The workspace (f32, allocated by the op on every device, so meta predicts it; the cpu leaves it unused) holds the
 // transformed filters [16, Cout, Cin] (the weight gradient: its partial sums [16 splits, Cout, Cin]) and, for a chunk
-// of images, the transformed input [16, rows, channels in] and the products [16, rows, channels out], rows = the
-// chunk's tiles rounded up to a multiple of the pieces (zeros past the tiles); images go in chunks of equal size so
-// that it stays under kWinogradBytes. A layer whose one image does not fit takes the direct kernels: at 64 channels
-// that is an output of more than ~2^17 pixels (pix2pixHD's and its VGG loss's full-resolution layers, whose one
-// image's tiles are 4 GiB at 2048 x 1024: a transient that became pix2pixHD's peak, 19.33 GiB against 17.20); the
-// kernels take chunks of whole images (cutting inside an image needs the transforms to take a first tile). On by
-// default (measured faster on an H100, BENCHMARKS.md 2026-12-06); ENGINE_CONV_WINOGRAD=0 in the environment turns
-// it off on every device (the direct kernels, no workspace), for measuring.
+// of tiles, the transformed input [16, rows, channels in] and the products [16, rows, channels out], rows = the
+// chunk's tiles rounded up to a multiple of the pieces (zeros past the tiles). A chunk is a range of the batch's tiles
+// (numbered image by image) sized so that the workspace stays under kWinogradBytes: whole images, as many as fit, in
+// chunks of equal size, or, where one image's tiles alone exceed the budget, equal parts of an image's tiles (the
+// kernels find each tile's image, so a chunk may straddle two). pix2pixHD's and its VGG loss's 64-channel layers at
+// 2048 x 1024 (4 GiB of tiles an image) run in 17 parts of ~250 MiB. Layers whose filters alone nearly fill the
+// budget (a chunk under kWinogradLeastTiles) take the direct kernels. On by default (measured faster on an H100,
+// BENCHMARKS.md 2026-12-06); ENGINE_CONV_WINOGRAD=0 in the environment turns it off on every device (the direct
+// kernels, no workspace), for measuring.
 constexpr int64_t kWinogradBytes = int64_t(256) << 20;
+constexpr int64_t kWinogradLeastTiles = 1024;
 
 // 2x2 tiles along one axis of an output of `out` positions with dilation d: each of the d interleaved grids in pairs.
 inline int64_t winograd_tiles(int64_t out, int64_t d) { return d * (((out + d - 1) / d + 1) / 2); }
 
 struct WinogradPlan {
   int64_t tiles = 0;   // per image (tiles_h * tiles_w of the pass's output grid)
-  int64_t images = 0;  // per chunk; 0: the pass does not use Winograd
+  int64_t chunk = 0;   // tiles per chunk (the last may have fewer); 0: the pass does not use Winograd
   int64_t splits = 1;  // pieces of a chunk's tiles (the weight gradient; 1 for the other passes)
   int64_t elems = 0;   // the workspace's f32 elements
 };
@@ -164,9 +166,9 @@ struct WinogradPlan {
 // A chunk's rows: its tiles rounded up to a multiple of the pieces.
 inline int64_t winograd_rows(int64_t tiles, int64_t splits) { return (tiles + splits - 1) / splits * splits; }
 
-// The f32 elements of a workspace for chunks of `images` images of geometry g with the plan's tiles and pieces.
-inline int64_t winograd_elems(const ConvGeometry& g, const WinogradPlan& plan, int64_t images) {
-  return 16 * plan.splits * g.cin * g.cout + 16 * (g.cin + g.cout) * winograd_rows(images * plan.tiles, plan.splits);
+// The f32 elements of a workspace for chunks of `chunk` tiles of geometry g with the plan's pieces.
+inline int64_t winograd_elems(const ConvGeometry& g, const WinogradPlan& plan, int64_t chunk) {
+  return 16 * plan.splits * g.cin * g.cout + 16 * (g.cin + g.cout) * winograd_rows(chunk, plan.splits);
 }
 
 // The pass's plan for a convolution of `elem_bytes` elements (the geometry the GPU computes: conv2d_padded's),
@@ -186,15 +188,19 @@ inline WinogradPlan conv2d_winograd(const ConvGeometry& g, ConvPass pass, int64_
     const int64_t blocks = 16 * ((g.cout + 127) / 128) * ((g.cin + 127) / 128);
     return std::max<int64_t>(1, std::min<int64_t>({(264 + blocks - 1) / blocks, 32, tiles / 1024}));
   };
-  plan.splits = pieces(g.n * plan.tiles);
-  const int64_t per_image = 16 * plan.tiles * (g.cin + g.cout);
-  const int64_t room =
-      (kWinogradBytes / 4 - winograd_elems(g, plan, 0) - 16 * (g.cin + g.cout) * (plan.splits - 1)) / per_image;
-  if (room < 1) return WinogradPlan{};  // one image's tiles alone exceed the budget: the direct kernels
-  const int64_t chunks = (g.n + room - 1) / room;
-  plan.images = (g.n + chunks - 1) / chunks;
-  plan.splits = std::min(plan.splits, pieces(plan.images * plan.tiles));  // fewer when the chunk is smaller
-  plan.elems = winograd_elems(g, plan, plan.images);
+  const int64_t all = g.n * plan.tiles, per_tile = 16 * (g.cin + g.cout);
+  plan.splits = pieces(all);
+  const int64_t room = (kWinogradBytes / 4 - winograd_elems(g, plan, 0) - per_tile * (plan.splits - 1)) / per_tile;
+  if (room >= plan.tiles) {  // whole images
+    const int64_t chunks = (g.n + room / plan.tiles - 1) / (room / plan.tiles);
+    plan.chunk = (g.n + chunks - 1) / chunks * plan.tiles;
+  } else {  // equal parts of one image's tiles
+    if (room < kWinogradLeastTiles) return WinogradPlan{};
+    const int64_t parts = (plan.tiles + room - 1) / room;
+    plan.chunk = (plan.tiles + parts - 1) / parts;
+  }
+  plan.splits = std::min(plan.splits, pieces(plan.chunk));  // fewer when the chunk is smaller
+  plan.elems = winograd_elems(g, plan, plan.chunk);
   return plan;
 }
 

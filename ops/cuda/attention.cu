@@ -4,6 +4,8 @@
 //   tensor cores (attention_fwd.cu, attention_bwd.cu) when the dtype is bf16 or f16, D == Dv is 64 or 128,
 //     scale > 0, the GPU is sm_80 or later, and q, k, v (and dout) have unit-stride, 16-byte aligned rows
 //     (every [B, H, L, D] view of a contiguous [B, L, H, D] projection qualifies: no copy is ever made);
+//   fp32 CUDA cores (attention_simt.cu) for f32 at D == Dv == 64 with the same 16-byte rows, where the op keeps
+//     what they need (its dS buffer for the backward; with dropout, the keep bits: ops/attention.h's short keys);
 //   generic (attention_generic.cu) otherwise: any dtype, head dim and strides.
 // Both compute the cpu reference's function (ops/cpu/attention.cpp) with the same masks and dropout draw.
 #include "ops/cuda/attention.h"
@@ -55,8 +57,16 @@ bool rows_are_16_byte_vectors(const Tensor& t) {
   return true;
 }
 
-// The tensor-core kernels: bf16/f16, D == Dv in {64, 128}, and every tensor they read or write (inputs, and the
-// outputs and dout in `rows`) made of 16-byte rows.
+// Every tensor a kernel reads or writes (the inputs, and the outputs and dout in `rows`) made of 16-byte rows.
+bool all_rows_are_16_byte_vectors(const cpu::FlashAttentionInputs& in, std::initializer_list<const Tensor*> rows) {
+  for (const Tensor* x : {&in.q, &in.k, &in.v})
+    if (!rows_are_16_byte_vectors(*x)) return false;
+  for (const Tensor* x : rows)
+    if (!rows_are_16_byte_vectors(*x)) return false;
+  return true;
+}
+
+// The tensor-core kernels: bf16/f16, D == Dv in {64, 128}, 16-byte rows.
 bool use_tensor_cores(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& p,
                       std::initializer_list<const Tensor*> rows) {
   const DType t = in.q.dtype();
@@ -65,11 +75,13 @@ bool use_tensor_cores(const cpu::FlashAttentionInputs& in, const FlashAttentionP
   if (D != in.v.size(3) || (D != 64 && D != 128)) return false;
   if (!(p.scale > 0)) return false;  // the kernels take the row max of unscaled scores
   if (engine::cuda::compute_capability() < 80) return false;
-  for (const Tensor* x : {&in.q, &in.k, &in.v})
-    if (!rows_are_16_byte_vectors(*x)) return false;
-  for (const Tensor* x : rows)
-    if (!rows_are_16_byte_vectors(*x)) return false;
-  return true;
+  return all_rows_are_16_byte_vectors(in, rows);
+}
+
+// The fp32 CUDA-core kernels: f32, 16-byte rows, and attn::simt_applies (head dim 64, the keep bits with dropout).
+bool use_simt(const cpu::FlashAttentionInputs& in, const attn::FlashArgs& a,
+              std::initializer_list<const Tensor*> rows) {
+  return in.q.dtype() == DType::f32 && attn::simt_applies(a) && all_rows_are_16_byte_vectors(in, rows);
 }
 
 attn::FlashArgs make_args(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& p) {
@@ -125,8 +137,9 @@ void flash_attention_forward(const cpu::FlashAttentionInputs& in, const FlashAtt
   if (use_tensor_cores(in, params, {&out}) &&
       attn::launch_forward_tensor_core(a, in.q.dtype() == DType::bf16, tuning().forward))
     return;
-  attn::launch_forward_generic(a, int(in.q.dtype()));
   if (a.keep_out) attn::launch_keep_bits(a);
+  if (use_simt(in, a, {&out})) return attn::launch_forward_simt(a);
+  attn::launch_forward_generic(a, int(in.q.dtype()));
 }
 
 void flash_attention_backward(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& params,
@@ -166,6 +179,7 @@ void flash_attention_backward(const cpu::FlashAttentionInputs& in, const FlashAt
   if (use_tensor_cores(in, params, {&dout, &dq, &dk, &dv}) &&
       attn::launch_backward_tensor_core(a, in.q.dtype() == DType::bf16, tuning().backward))
     return;
+  if (a.ds && use_simt(in, a, {&dout, &dq, &dk, &dv})) return attn::launch_backward_simt(a);
   attn::launch_backward_generic(a, int(in.q.dtype()));
 }
 

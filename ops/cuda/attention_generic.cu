@@ -353,14 +353,18 @@ void launch_forward_generic(const FlashArgs& a, int dtype) {
 
 namespace {
 
-// One byte of the keep bits per thread: keys 8 c .. 8 c + 7 of row r (every key below Lk, each drawn on its own).
+// One byte of the keep bits per thread: keys 8 c .. 8 c + 7 of row r (every key below Lk): one Philox block for the
+// 8 when the draw's blocks start on 8 keys (dropout_blocks_aligned, as every kept draw's do), else each on its own.
 __global__ void keep_bits_kernel(const FlashArgs a, int64_t bytes) {
   const int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (n >= bytes) return;
   const int64_t row = n / a.keep_ld, c = n % a.keep_ld;  // row (b H + h) Lq + i
+  const uint64_t flat = uint64_t(row) * uint64_t(a.Lk) + uint64_t(8 * c);
   uint32_t v = 0;
-  for (int e = 0; e < 8 && 8 * c + e < a.Lk; e++)
-    v |= uint32_t(dropout_keep(a, uint64_t(row) * uint64_t(a.Lk) + uint64_t(8 * c + e))) << e;
+  if (dropout_blocks_aligned(a) && 8 * c + 8 <= a.Lk)
+    v = dropout_keep_byte(a, flat);
+  else
+    for (int e = 0; e < 8 && 8 * c + e < a.Lk; e++) v |= uint32_t(dropout_keep(a, flat + uint64_t(e))) << e;
   a.keep_out[n] = uint8_t(v);
 }
 

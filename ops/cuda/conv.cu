@@ -167,7 +167,7 @@ const char* kernel_path(ConvPass pass, const ConvGeometry& g, DType dtype) {
 const char* conv2d_path(ConvPass pass, const ConvGeometry& g, DType dtype) {
   const int64_t es = int64_t(engine::dtype_size(dtype));
   const ConvGeometry p = conv2d_padded(g, es);
-  const bool winograd = conv2d_winograd(p, pass, es, engine::allow_tf32()).images > 0;
+  const bool winograd = conv2d_winograd(p, pass, es, engine::allow_tf32()).chunk > 0;
   if (p.cin == g.cin && p.cout == g.cout) return winograd ? "winograd" : kernel_path(pass, g, dtype);
   // The padded geometry's path with a suffix naming what was padded, e.g. "igemm_cin_padded".
   static const std::set<std::string> names = [] {

@@ -10,10 +10,12 @@
 // 0 0 1], A^T = [1 1 1 0; 0 1 -1 -1]. Position p = 4 i + j of a 4x4 transform. A tile is outputs (o_h + d_h i, o_w +
 // d_w j), i, j in {0, 1}, of one image; tile (a, b) of an axis with dilation d starts at o = a % d + 2 d (a / d)
 // (winograd_tiles in conv_params.h), its patch reads inputs o - pad + d e, e in 0..3, zeros outside the input.
-// Tiles index [image][a][b]; the workspace holds U [16, Cout, Cin] (the weight gradient: dU [16, splits, Cout, Cin]),
-// then V [16, rows, C_in] and M (or Y) [16, rows, C_out] for a chunk of images, rows = its tiles rounded up to a
-// multiple of the pieces, the rows past the tiles zeros (the last chunk may be smaller: its matrices are packed
-// tighter in the same space). The weight gradient's GEMMs are batched [16 x splits] over [rows / splits] pieces.
+// Tiles index [image][a][b] over the batch; the workspace holds U [16, Cout, Cin] (the weight gradient: dU [16,
+// splits, Cout, Cin]), then V [16, rows, C_in] and M (or Y) [16, rows, C_out] for a chunk of tiles (a range of that
+// index, which may cut an image: the kernels take the chunk's first tile and find each tile's image), rows = its tiles
+// rounded up to a multiple of the pieces, the rows past the tiles zeros (the last chunk may be smaller: its matrices
+// are packed tighter in the same space). The weight gradient's GEMMs are batched [16 x splits] over [rows / splits]
+// pieces.
 // The GEMMs sum over channels in cuBLASLt's order, so results differ from the direct kernels' by rounding (a few
 // units in the last place relative to the largest output; the tests' f32 tolerance is 2e-5).
 // Measured (H100, 2026-12-06, before the weight gradient's pieces): Darknet's 128 -> 256 3x3 at 152^2 x 8 57.9 / 60.2
@@ -118,18 +120,18 @@ __device__ __forceinline__ void store16(float* a, int64_t rows, int64_t row, int
   for (int p = 0; p < 16; p++) store4(a + (p * rows + row) * cols + c, v[p / 4][p % 4]);
 }
 
-// The tile kernels' thread: tile `tile` (its image and first output position) and channels c .. c + 3 of `channels`;
-// false past the last.
+// The tile kernels' thread: row `tile` of a chunk of `tiles` tiles from tile `first` of the batch (its image and first
+// output position) and channels c .. c + 3 of `channels`; false past the chunk's last.
 struct TileThread {
   int64_t tile;
   int c, img, oh, ow;
 };
-__device__ __forceinline__ bool tile_thread(const Grid& g, int64_t tiles, int channels, TileThread& th) {
+__device__ __forceinline__ bool tile_thread(const Grid& g, int64_t first, int64_t tiles, int channels, TileThread& th) {
   const int vecs = channels / 4;
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= tiles * vecs) return false;
   th.tile = i / vecs, th.c = int(i % vecs) * 4;
-  tile_origin(g, th.tile, th.img, th.oh, th.ow);
+  tile_origin(g, first + th.tile, th.img, th.oh, th.ow);
   return true;
 }
 // Output position (h, w) of image img in [images, out_h, out_w, .]: its pixel index, or -1 past the output.
@@ -145,11 +147,12 @@ __device__ __forceinline__ bool filter_thread(int cout, int cin, int& co, int& c
   return true;
 }
 
-// V[p][t][c] = (B^T d B)[p] of tile t's 4x4 patch of `in`, channels c .. c + 3, V [16, rows, in_c]. Bound: memory.
-__global__ void __launch_bounds__(kThreads)
-    input_transform(const float* __restrict__ in, Grid g, int64_t tiles, int64_t rows, float* __restrict__ v) {
+// V[p][t][c] = (B^T d B)[p] of the chunk's tile t's 4x4 patch of `in` [images, in_h, in_w, in_c], channels c .. c + 3,
+// V [16, rows, in_c]. Bound: memory.
+__global__ void __launch_bounds__(kThreads) input_transform(const float* __restrict__ in, Grid g, int64_t first,
+                                                            int64_t tiles, int64_t rows, float* __restrict__ v) {
   TileThread th;
-  if (!tile_thread(g, tiles, g.in_c, th)) return;
+  if (!tile_thread(g, first, tiles, g.in_c, th)) return;
   float4 d[4][4];
 #pragma unroll
   for (int e = 0; e < 4; e++) {
@@ -184,12 +187,13 @@ __global__ void __launch_bounds__(kThreads)
   store16(u, cout, co, cin, ci, o);
 }
 
-// y at tile t's (up to) 2x2 outputs = (A^T M A) + bias, channels c .. c + 3; y is [images, out_h, out_w, cols].
+// y at the chunk's tile t's (up to) 2x2 outputs = (A^T M A) + bias, channels c .. c + 3; y is [images, out_h, out_w,
+// cols].
 __global__ void __launch_bounds__(kThreads)
-    output_transform(const float* __restrict__ m, Grid g, int64_t tiles, int cols, const float* __restrict__ bias,
-                     float* __restrict__ y) {
+    output_transform(const float* __restrict__ m, Grid g, int64_t first, int64_t tiles, int cols,
+                     const float* __restrict__ bias, float* __restrict__ y) {
   TileThread th;
-  if (!tile_thread(g, tiles, cols, th)) return;
+  if (!tile_thread(g, first, tiles, cols, th)) return;
   float4 in[4][4], o[2][2];
   load16(m, tiles, th.tile, cols, th.c, in);
   transform2d<AT>(in, o);
@@ -203,13 +207,13 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-// Y[p][t][c] = (A dY A^T)[p] of tile t's 2x2 block of dy [images, out_h, out_w, cols] (zeros past the output),
-// Y [16, rows, cols].
+// Y[p][t][c] = (A dY A^T)[p] of the chunk's tile t's 2x2 block of dy [images, out_h, out_w, cols] (zeros past the
+// output), Y [16, rows, cols].
 __global__ void __launch_bounds__(kThreads)
-    grad_transform(const float* __restrict__ dy, Grid g, int64_t tiles, int64_t rows, int cols,
+    grad_transform(const float* __restrict__ dy, Grid g, int64_t first, int64_t tiles, int64_t rows, int cols,
                    float* __restrict__ out) {
   TileThread th;
-  if (!tile_thread(g, tiles, cols, th)) return;
+  if (!tile_thread(g, first, tiles, cols, th)) return;
   float4 d[2][2], o[4][4];
 #pragma unroll
   for (int e = 0; e < 2; e++)
@@ -265,37 +269,37 @@ Tensor batch16(const Tensor& ws, int64_t at, int64_t rows, int64_t cols) {
   return Tensor::view_of(ws, {16, rows, cols}, {rows * cols, cols, 1}, ws.offset() + at);
 }
 
-// The pass's plan, its images per chunk as many as the workspace holds (the op allocates conv2d_winograd's; tests
-// pass smaller ones to cut the batch into more chunks).
+// The pass's plan; its chunk as many tiles as the workspace holds when that is less than the plan's (the op allocates
+// conv2d_winograd's workspace; tests pass smaller ones to cut the batch, and its images, into more chunks).
 WinogradPlan checked_plan(const ConvGeometry& g, ConvPass pass, const Tensor& ws) {
   WinogradPlan plan = conv2d_winograd(g, pass, 4, false);
-  ENGINE_CHECK(plan.images > 0, "conv2d: Winograd's F(2x2, 3x3) does not apply to this geometry (conv_params.h's ",
+  ENGINE_CHECK(plan.chunk > 0, "conv2d: Winograd's F(2x2, 3x3) does not apply to this geometry (conv_params.h's ",
                "conv2d_winograd)");
   const int64_t least = winograd_elems(g, plan, 1);
   ENGINE_CHECK(ws.dtype() == engine::DType::f32 && ws.is_contiguous() && ws.numel() >= least,
                "conv2d (Winograd): the workspace must be f32, contiguous, with at least ", least,
                " elements for this geometry (", plan.elems, " as the op allocates it), got ",
                engine::dtype_name(ws.dtype()), " ", engine::shape_str(ws.shape()));
-  while (plan.images < g.n && winograd_elems(g, plan, plan.images + 1) <= ws.numel()) plan.images++;
-  while (plan.images > 1 && winograd_elems(g, plan, plan.images) > ws.numel()) plan.images--;
+  if (ws.numel() < plan.elems)  // the rows it holds, a multiple of the pieces
+    plan.chunk = (ws.numel() - winograd_elems(g, plan, 0)) / (16 * (g.cin + g.cout)) / plan.splits * plan.splits;
   return plan;
 }
 
-// Forward and data gradient alike: out = conv of `in` (the grid's input) with filters U already in ws.
-void tiled_forward(const Tensor& in, const Tensor& out, const Grid& gr, int64_t images, int64_t per_chunk,
-                   int64_t tiles_per_image, int out_c, const Tensor& u_as_b, const float* bias, const Tensor& ws,
-                   int64_t at) {
+// Forward and data gradient alike: out = conv of `in` (the grid's input) with filters U already in ws, in chunks of
+// the plan's tiles.
+void tiled_forward(const Tensor& in, const Tensor& out, const Grid& gr, int64_t images, const WinogradPlan& plan,
+                   int out_c, const Tensor& u_as_b, const float* bias, const Tensor& ws, int64_t at) {
   cudaStream_t s = engine::cuda::stream();
-  const int64_t in_image = int64_t(gr.in_h) * gr.in_w * gr.in_c, out_image = int64_t(gr.out_h) * gr.out_w * out_c;
-  for (int64_t first = 0; first < images; first += per_chunk) {
-    const int64_t n = std::min(per_chunk, images - first), tiles = n * tiles_per_image;
+  const int64_t all = images * plan.tiles;
+  for (int64_t first = 0; first < all; first += plan.chunk) {
+    const int64_t tiles = std::min(plan.chunk, all - first);
     const Tensor v = batch16(ws, at, tiles, gr.in_c), m = batch16(ws, at + 16 * tiles * gr.in_c, tiles, out_c);
-    input_transform<<<blocks_for(tiles * gr.in_c / 4), kThreads, 0, s>>>(in.data<float>() + first * in_image, gr, tiles,
-                                                                         tiles, v.data<float>());
+    input_transform<<<blocks_for(tiles * gr.in_c / 4), kThreads, 0, s>>>(in.data<float>(), gr, first, tiles, tiles,
+                                                                         v.data<float>());
     ENGINE_CUDA_LAUNCH_CHECK("conv2d (Winograd input transform)");
     matmul(v, u_as_b, Tensor(), m);
-    output_transform<<<blocks_for(tiles * out_c / 4), kThreads, 0, s>>>(m.data<float>(), gr, tiles, out_c, bias,
-                                                                        out.data<float>() + first * out_image);
+    output_transform<<<blocks_for(tiles * out_c / 4), kThreads, 0, s>>>(m.data<float>(), gr, first, tiles, out_c, bias,
+                                                                        out.data<float>());
     ENGINE_CUDA_LAUNCH_CHECK("conv2d (Winograd output transform)");
   }
 }
@@ -312,7 +316,7 @@ void winograd_forward(const Tensor& x, const Tensor& w, const Tensor& bias, cons
   ENGINE_CUDA_LAUNCH_CHECK("conv2d (Winograd filter transform)");
   const Tensor ut = Tensor::view_of(ws, {16, cin, cout}, {int64_t(cout) * cin, 1, cin}, ws.offset());
   const Grid gr = grid_of(g, int(g.h), int(g.w), cin, int(g.ho), int(g.wo), int(g.p.pad_h), int(g.p.pad_w));
-  tiled_forward(x, y, gr, g.n, plan.images, plan.tiles, cout, ut, bias.defined() ? bias.data<float>() : nullptr, ws,
+  tiled_forward(x, y, gr, g.n, plan, cout, ut, bias.defined() ? bias.data<float>() : nullptr, ws,
                 16 * int64_t(cout) * cin);
 }
 
@@ -325,7 +329,7 @@ void winograd_data(const Tensor& dy, const Tensor& w, const Tensor& dx, const Co
   ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_data (Winograd filter transform)");
   const int pad_h = int(2 * g.p.dilation_h - g.p.pad_h), pad_w = int(2 * g.p.dilation_w - g.p.pad_w);
   const Grid gr = grid_of(g, int(g.ho), int(g.wo), cout, int(g.h), int(g.w), pad_h, pad_w);
-  tiled_forward(dy, dx, gr, g.n, plan.images, plan.tiles, cin, u, nullptr, ws, 16 * int64_t(cout) * cin);
+  tiled_forward(dy, dx, gr, g.n, plan, cin, u, nullptr, ws, 16 * int64_t(cout) * cin);
 }
 
 void winograd_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const ConvGeometry& g, const Tensor& ws) {
@@ -335,9 +339,9 @@ void winograd_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const 
   // The pieces' partial dU [16, splits, Cout, Cin]: batch entry p * splits + piece of the GEMMs below.
   const Tensor du = Tensor::view_of(ws, {16 * int64_t(splits), cout, cin}, {int64_t(cout) * cin, cin, 1}, ws.offset());
   const Grid gr = grid_of(g, int(g.h), int(g.w), cin, int(g.ho), int(g.wo), int(g.p.pad_h), int(g.p.pad_w));
-  const int64_t in_image = g.h * g.w * g.cin, out_image = g.ho * g.wo * g.cout, at = du.numel();
-  for (int64_t first = 0; first < g.n; first += plan.images) {
-    const int64_t n = std::min(plan.images, g.n - first), tiles = n * plan.tiles;
+  const int64_t all = g.n * plan.tiles, at = du.numel();
+  for (int64_t first = 0; first < all; first += plan.chunk) {
+    const int64_t tiles = std::min(plan.chunk, all - first);
     const int64_t rows = winograd_rows(tiles, splits), piece = rows / splits;
     const Tensor v = batch16(ws, at, rows, cin), yt = batch16(ws, at + 16 * rows * cin, rows, cout);
     if (rows > tiles) {  // the last piece's rows past the tiles: zeros in both operands (a product of finite zeros)
@@ -347,11 +351,11 @@ void winograd_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const 
                                             (rows - tiles) * row_bytes, 16, s));
       }
     }
-    input_transform<<<blocks_for(tiles * cin / 4), kThreads, 0, s>>>(x.data<float>() + first * in_image, gr, tiles,
-                                                                     rows, v.data<float>());
+    input_transform<<<blocks_for(tiles * cin / 4), kThreads, 0, s>>>(x.data<float>(), gr, first, tiles, rows,
+                                                                     v.data<float>());
     ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_weight (Winograd input transform)");
-    grad_transform<<<blocks_for(tiles * cout / 4), kThreads, 0, s>>>(dy.data<float>() + first * out_image, gr, tiles,
-                                                                     rows, cout, yt.data<float>());
+    grad_transform<<<blocks_for(tiles * cout / 4), kThreads, 0, s>>>(dy.data<float>(), gr, first, tiles, rows, cout,
+                                                                     yt.data<float>());
     ENGINE_CUDA_LAUNCH_CHECK("conv2d_backward_weight (Winograd gradient transform)");
     // dU[p][k] (+)= Y[p][k]^T V[p][k] over piece k of the rows: [Cout, piece] x [piece, Cin], 16 x splits of them.
     const int64_t b = 16 * int64_t(splits);

@@ -298,8 +298,8 @@ TEST(Attention, SavesLinearVersusQuadraticMemory) {
 
 TEST(Attention, FlashBackwardKeepsDsOnlyForShortKeys) {
   // The dS buffer of flash's backward (ops/attention.h): [B*H, Lq, Lk] rounded up to 64, of q's type, allocated
-  // by the backward call when the tensor cores can keep it (bf16/f16, D == Dv in {64, 128}) and it takes at most 8
-  // times q's bytes; never for f32, other head dims or long keys. On meta, as on every device.
+  // by the backward call when the GPU's kernels keep it (bf16/f16 with D == Dv in {64, 128}, f32 with 64) and it
+  // takes at most 8 times q's bytes; never for other head dims or long keys. On meta, as on every device.
   auto ds_bytes_of_backward = [](DType t, int64_t Lq, int64_t Lk, int64_t D) -> size_t {
     auto meta = engine::Device::create(engine::DeviceType::meta, size_t(1) << 34);
     engine::DeviceGuard guard(meta);
@@ -318,7 +318,9 @@ TEST(Attention, FlashBackwardKeepsDsOnlyForShortKeys) {
   EXPECT_EQ(ds_bytes_of_backward(DType::bf16, 512, 512, 64), size_t(2 * 3 * 512 * 512 * 2)) << "BERT's 512 keys";
   EXPECT_EQ(ds_bytes_of_backward(DType::f16, 77, 131, 128), size_t(2 * 3 * 128 * 192 * 2)) << "rounded up to 64";
   EXPECT_EQ(ds_bytes_of_backward(DType::bf16, 512, 520, 64), 0u) << "more than 8 times q: dQ recomputed";
-  EXPECT_EQ(ds_bytes_of_backward(DType::f32, 512, 512, 64), 0u) << "f32: no tensor cores";
+  EXPECT_EQ(ds_bytes_of_backward(DType::f32, 384, 384, 64), size_t(2 * 3 * 384 * 384 * 4))
+      << "f32 at head dim 64: the fp32 CUDA-core kernels keep it";
+  EXPECT_EQ(ds_bytes_of_backward(DType::f32, 64, 64, 128), 0u) << "f32 at head dim 128: the generic kernels";
   EXPECT_EQ(ds_bytes_of_backward(DType::bf16, 64, 64, 32), 0u) << "head dim 32: no tensor cores";
   // ENGINE_FLASH_KEEP_DS=0 turns it off (on meta as on the GPU); a value other than 0 or 1 is an error naming it.
   setenv("ENGINE_FLASH_KEEP_DS", "0", 1);
@@ -337,9 +339,10 @@ TEST(Attention, FlashBackwardKeepsDsOnlyForShortKeys) {
 }
 
 TEST(Attention, FlashForwardKeepsDropoutDecisionsForShortKeys) {
-  // With dropout and short keys (those for which dS is kept), bf16/f16 and Lk a multiple of 8, the forward returns its
-  // keep bits [B, H, Lq, Lk rounded up to 64 / 8] u8 (ops/attention.h): bit j % 8 of byte j / 8 of row (b, h, i) is
-  // the draw's decision on element (b, h, i, j), tested here against the draw's definition (tests/util).
+  // With dropout and short keys (those for which dS is kept: bf16/f16 at head dim 64 or 128, f32 at 64) and Lk a
+  // multiple of 8, the forward returns its keep bits [B, H, Lq, Lk rounded up to 64 / 8] u8 (ops/attention.h): bit
+  // j % 8 of byte j / 8 of row (b, h, i) is the draw's decision on element (b, h, i, j), tested here against the
+  // draw's definition (tests/util).
   ops::FlashAttentionParams p;
   p.dropout_p = 0.3;
   p.seed = 0x5eed;
@@ -368,7 +371,8 @@ TEST(Attention, FlashForwardKeepsDropoutDecisionsForShortKeys) {
   EXPECT_NEAR(double(kept) / double(2 * 3 * Lq * Lk), 0.7, 0.02);
   EXPECT_TRUE(keep_of(DType::f16, 64, 1024, 128, p).defined()) << "head dim 128: 1024 keys are short";
   EXPECT_FALSE(keep_of(DType::bf16, Lq, Lk, 64, {}).defined()) << "no dropout";
-  EXPECT_FALSE(keep_of(DType::f32, Lq, Lk, 64, p).defined()) << "f32: no tensor cores";
+  EXPECT_TRUE(keep_of(DType::f32, Lq, Lk, 64, p).defined()) << "f32 at head dim 64 (the fp32 CUDA-core kernels)";
+  EXPECT_FALSE(keep_of(DType::f32, Lq, Lk, 32, p).defined()) << "f32 at head dim 32: the generic kernels";
   EXPECT_FALSE(keep_of(DType::bf16, Lq, 132, 64, p).defined()) << "Lk not a multiple of 8";
   EXPECT_FALSE(keep_of(DType::bf16, 64, 520, 64, p).defined()) << "long keys (dQ recomputes)";
   ops::FlashAttentionParams odd = p;

@@ -299,10 +299,10 @@ TEST(ConvCuda, SweepMatchesCpu) {
 // f32 3x3 stride-1 layers of >= 64 channels run Winograd's F(2x2, 3x3) (conv_params.h's conv2d_winograd): odd and
 // even sizes (partial tiles), padding 0 .. 2 d (the data gradient's 2 d - p from 2 d to 0), dilations 1-3 (interleaved
 // tile grids), channels not multiples of 8, a padded Cin (66: the padded geometry's Winograd), and the batch cut into
-// one-image chunks by a workspace of one image (the weight gradient's chunks accumulate), and a weight gradient
-// whose tiles are cut into pieces (the last case: 3 x 31^2 = 2883 tiles, 2 pieces of 1442 rows, one row of zeros;
-// in one-image chunks 961 tiles, 2 pieces of 481). check_case also runs the direct SIMT kernels on each. Not under
-// TF32 (its tensor-core kernels are faster): "igemm_tf32" there.
+// chunks of 700 tiles by a smaller workspace (chunks that cut images and straddle two; the weight gradient's chunks
+// accumulate), and a weight gradient whose tiles are cut into pieces (the last case: 3 x 31^2 = 2883 tiles, 2 pieces
+// of 1442 rows, one row of zeros; in chunks of 700 tiles, 2 pieces of 350). check_case also runs the direct SIMT
+// kernels on each. Not under TF32 (its tensor-core kernels are faster): "igemm_tf32" there.
 TEST(ConvCuda, WinogradMatchesCpu) {
   const std::vector<Case> cases = {
       {2, 13, 11, 64, 68, 3, 3, params(1, 1)},   {1, 10, 9, 72, 64, 3, 3, params(1, 0), false},
@@ -323,7 +323,8 @@ TEST(ConvCuda, WinogradMatchesCpu) {
     Tf32Scope tf32(true);
     EXPECT_EQ(std::string(ops::cuda::conv2d_path(ConvPass::forward, geometry(cases[0]), DType::f32)), "igemm_tf32");
   }
-  // One image per chunk: a workspace of the filters and one image's tiles.
+  // Chunks that cut images: a workspace of the filters and 700 of an image's 961 tiles (the chunks straddle images; the
+  // weight gradient's 2 pieces of 350 rows, its last chunk 83 tiles in 84 rows).
   const Case c = cases.back();
   const ops::ConvGeometry g = geometry(c);
   const auto dev = testutil::cuda_device();
@@ -335,17 +336,18 @@ TEST(ConvCuda, WinogradMatchesCpu) {
   ops::cpu::conv2d_backward_weight(x, dy, dw, Tensor(), g);
   Tensor xg = ops::to_device(x, dev), wg = ops::to_device(w, dev), dyg = ops::to_device(dy, dev);
   Tensor yg = poisoned(ys, DType::f32), dxg = poisoned(xs, DType::f32), dwg = poisoned(ws, DType::f32);
-  auto one_image = [&](ConvPass pass) {
+  auto part_image = [&](ConvPass pass) {
     const ops::WinogradPlan plan = ops::conv2d_winograd(g, pass, 4, false);
-    EXPECT_EQ(plan.images, g.n) << "the test's batch fits one chunk as the op plans it";
-    return poisoned({ops::winograd_elems(g, plan, 1)}, DType::f32);
+    EXPECT_EQ(plan.chunk, g.n * plan.tiles) << "the test's batch fits one chunk as the op plans it";
+    EXPECT_GT(plan.tiles, 700);
+    return poisoned({ops::winograd_elems(g, plan, 700)}, DType::f32);
   };
-  ops::cuda::conv2d_forward(xg, wg, Tensor(), yg, g, Tensor(), one_image(ConvPass::forward));
-  ops::cuda::conv2d_backward_data(dyg, wg, dxg, g, Tensor(), one_image(ConvPass::data));
-  ops::cuda::conv2d_backward_weight(xg, dyg, dwg, Tensor(), g, Tensor(), one_image(ConvPass::weight));
-  expect_close_named("conv2d_forward (Winograd, one image per chunk)", g, DType::f32, yg, y);
-  expect_close_named("conv2d_backward_data (Winograd, one image per chunk)", g, DType::f32, dxg, dx);
-  expect_close_named("conv2d_backward_weight (Winograd, one image per chunk)", g, DType::f32, dwg, dw);
+  ops::cuda::conv2d_forward(xg, wg, Tensor(), yg, g, Tensor(), part_image(ConvPass::forward));
+  ops::cuda::conv2d_backward_data(dyg, wg, dxg, g, Tensor(), part_image(ConvPass::data));
+  ops::cuda::conv2d_backward_weight(xg, dyg, dwg, Tensor(), g, Tensor(), part_image(ConvPass::weight));
+  expect_close_named("conv2d_forward (Winograd, chunks of 700 tiles)", g, DType::f32, yg, y);
+  expect_close_named("conv2d_backward_data (Winograd, chunks of 700 tiles)", g, DType::f32, dxg, dx);
+  expect_close_named("conv2d_backward_weight (Winograd, chunks of 700 tiles)", g, DType::f32, dwg, dw);
 }
 
 // The sweep in f32 with TF32 allowed: every geometry whose channels fit the implicit GEMM (Cin/g and Cout/g

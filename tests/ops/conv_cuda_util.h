@@ -55,7 +55,7 @@ inline Tensor poisoned(const Shape& s, DType t) {
 // poisoned; undefined when the pass takes another kernel (conv_params.h's conv2d_winograd: TF32, ENGINE_CONV_WINOGRAD).
 inline Tensor winograd_workspace(const ops::ConvGeometry& g, ConvPass pass, DType t) {
   const ops::WinogradPlan plan = ops::conv2d_winograd(g, pass, int64_t(engine::dtype_size(t)), engine::allow_tf32());
-  return plan.images ? poisoned({plan.elems}, DType::f32) : Tensor();
+  return plan.chunk ? poisoned({plan.elems}, DType::f32) : Tensor();
 }
 
 // Sets engine::allow_tf32() for a scope (the process-wide switch of --precision tf32), off after.

@@ -275,13 +275,13 @@ TEST(Conv, WinogradPlanCoversTheOutputInChunksUnderItsBudget) {
   const ops::ConvGeometry dk = geometry(8, 152, 128, 256, 1, 1);
   const ops::WinogradPlan darknet = ops::conv2d_winograd(dk, ConvPass::forward, 4, false);
   EXPECT_EQ(darknet.tiles, 76 * 76);
-  EXPECT_EQ(darknet.images, 1);
+  EXPECT_EQ(darknet.chunk, 76 * 76) << "one image a chunk";
   EXPECT_EQ(darknet.splits, 1) << "the forward's GEMMs are not cut";
   EXPECT_EQ(darknet.elems, 16 * 128 * 256 + 16 * 5776 * 384);
   // Its weight gradient: 16 GEMMs of one 128 x 256 output (2 tiles of 128 x 128: 32 blocks) want 9 pieces for two
   // waves of 132 SMs, but a piece takes >= 1024 of the image's 5776 tiles: 5 pieces, 5780 rows (4 of zeros).
   const ops::WinogradPlan darknet_w = ops::conv2d_winograd(dk, ConvPass::weight, 4, false);
-  EXPECT_EQ(darknet_w.images, 1);
+  EXPECT_EQ(darknet_w.chunk, 5776);
   EXPECT_EQ(darknet_w.splits, 5);
   EXPECT_EQ(darknet_w.elems, 16 * 5 * 128 * 256 + 16 * 5780 * 384);
   // Odd sizes round the tiles up; dilation 2 tiles each of the two interleaved grids: 33 -> 17 per grid, 9 pairs.
@@ -295,42 +295,56 @@ TEST(Conv, WinogradPlanCoversTheOutputInChunksUnderItsBudget) {
   // 7 and 1). Its weight gradient's 16 GEMMs of one 64 x 64 output want 17 pieces (17 x 16 = 272 blocks), planned
   // with the whole batch's 33800 tiles; a chunk's 16900 tiles allow 16 of >= 1024: rows 16912 (12 of zeros).
   const ops::WinogradPlan layer1 = ops::conv2d_winograd(geometry(8, 129, 64, 64, 1, 1), ConvPass::weight, 4, false);
-  EXPECT_EQ(layer1.images, 4);
+  EXPECT_EQ(layer1.chunk, 4 * 65 * 65);
   EXPECT_EQ(layer1.splits, 16);
   EXPECT_EQ(ops::winograd_rows(4 * 65 * 65, 16), 16912);
   EXPECT_EQ(layer1.elems, 16 * 16 * 64 * 64 + 16 * 16912 * 128);
   EXPECT_LE(layer1.elems * 4, ops::kWinogradBytes);
   EXPECT_EQ(ops::conv2d_winograd(geometry(8, 129, 64, 64, 1, 1), ConvPass::forward, 4, false).splits, 1);
-  // The budget holds for every pass of every plan: 64 -> 64 at 360^2 has 180^2 tiles, 16 * 32400 * 128 * 4 bytes =
-  // 253 MiB with the filters' 256 KiB: one image a chunk. At 362^2 (181^2 tiles) one image alone is over 256 MiB,
-  // and so is pix2pixHD's (and its VGG loss's) 64-channel layer at 2048 x 1024 (4 GiB of tiles): the direct kernels.
+  // The budget holds for every pass of every plan, and the chunks cover the batch's tiles: 64 -> 64 at 360^2 has 180^2
+  // tiles, 16 * 32400 * 128 * 4 bytes = 253 MiB with the filters' 256 KiB: one image a chunk. At 362^2 (181^2 =
+  // 32761 tiles) one image alone is over 256 MiB: room for (2^26 - 16 * 64 * 64) / (16 * 128) = 32736 tiles, so two
+  // parts of 16381; pix2pixHD's (and its VGG loss's) 64-channel layer at 2048 x 1024 has 2^19 tiles (4 GiB): 17 parts
+  // of 30841 (its weight gradient's 17 pieces leave room for 32208 tiles: 17 parts too, 1815 rows a piece).
   for (int64_t h : {8, 33, 129, 152, 360, 362, 1024})
     for (int64_t c : {64, 128, 256, 512})
       for (ConvPass pass : {ConvPass::forward, ConvPass::data, ConvPass::weight}) {
         const ops::WinogradPlan plan = ops::conv2d_winograd(geometry(3, h, c, c, 1, 1), pass, 4, false);
         EXPECT_LE(plan.elems * 4, ops::kWinogradBytes) << h << "^2, " << c << " channels";
-        EXPECT_EQ(plan.images > 0, plan.elems > 0) << h << "^2, " << c << " channels";
+        EXPECT_GE(plan.chunk, std::min<int64_t>(3 * plan.tiles, ops::kWinogradLeastTiles)) << h << "^2, " << c;
+        EXPECT_EQ(plan.chunk > 0, plan.elems > 0) << h << "^2, " << c << " channels";
       }
-  EXPECT_EQ(ops::conv2d_winograd(geometry(1, 360, 64, 64, 1, 1), ConvPass::forward, 4, false).images, 1);
-  EXPECT_EQ(ops::conv2d_winograd(geometry(1, 362, 64, 64, 1, 1), ConvPass::forward, 4, false).images, 0);
+  EXPECT_EQ(ops::conv2d_winograd(geometry(1, 360, 64, 64, 1, 1), ConvPass::forward, 4, false).chunk, 180 * 180);
+  EXPECT_EQ(ops::conv2d_winograd(geometry(1, 362, 64, 64, 1, 1), ConvPass::forward, 4, false).chunk, 16381);
   const ops::ConvGeometry hd = ops::conv2d_geometry("test", {1, 1024, 2048, 64}, {64, 3, 3, 64}, params(1, 1, 1, 1));
-  for (ConvPass pass : {ConvPass::forward, ConvPass::data, ConvPass::weight})
-    EXPECT_EQ(ops::conv2d_winograd(hd, pass, 4, false).images, 0);
+  for (ConvPass pass : {ConvPass::forward, ConvPass::data}) {
+    const ops::WinogradPlan plan = ops::conv2d_winograd(hd, pass, 4, false);
+    EXPECT_EQ(plan.tiles, 512 * 1024);
+    EXPECT_EQ(plan.chunk, 30841);
+    EXPECT_EQ(plan.elems, 16 * 64 * 64 + 16 * 128 * 30841);
+  }
+  const ops::WinogradPlan hd_w = ops::conv2d_winograd(hd, ConvPass::weight, 4, false);
+  EXPECT_EQ(hd_w.splits, 17);
+  EXPECT_EQ(hd_w.chunk, 30841);
+  EXPECT_EQ(hd_w.elems, 16 * 17 * 64 * 64 + 16 * 128 * 1815 * 17);
+  EXPECT_LE(hd_w.elems * 4, ops::kWinogradBytes);
+  // Filters that nearly fill the budget: 2048 -> 2048's are 256 MiB alone: the direct kernels.
+  EXPECT_EQ(ops::conv2d_winograd(geometry(1, 64, 2048, 2048, 1, 1), ConvPass::forward, 4, false).chunk, 0);
   // Not: TF32, 16-bit types, fewer than 64 channels, stride 2, a 5x5 filter, groups, padding past 2 d.
   const ops::ConvGeometry g = geometry_of_64();
-  EXPECT_GT(ops::conv2d_winograd(g, ConvPass::forward, 4, false).images, 0);
-  EXPECT_EQ(ops::conv2d_winograd(g, ConvPass::forward, 4, true).images, 0);
-  EXPECT_EQ(ops::conv2d_winograd(g, ConvPass::forward, 2, false).images, 0);
-  EXPECT_EQ(ops::conv2d_winograd(geometry(2, 32, 32, 64, 1, 1), ConvPass::forward, 4, false).images, 0);
-  EXPECT_EQ(ops::conv2d_winograd(geometry(2, 32, 64, 64, 3, 1), ConvPass::forward, 4, false).images, 0);
+  EXPECT_GT(ops::conv2d_winograd(g, ConvPass::forward, 4, false).chunk, 0);
+  EXPECT_EQ(ops::conv2d_winograd(g, ConvPass::forward, 4, true).chunk, 0);
+  EXPECT_EQ(ops::conv2d_winograd(g, ConvPass::forward, 2, false).chunk, 0);
+  EXPECT_EQ(ops::conv2d_winograd(geometry(2, 32, 32, 64, 1, 1), ConvPass::forward, 4, false).chunk, 0);
+  EXPECT_EQ(ops::conv2d_winograd(geometry(2, 32, 64, 64, 3, 1), ConvPass::forward, 4, false).chunk, 0);
   const ops::ConvGeometry s2 = ops::conv2d_geometry("test", {2, 32, 32, 64}, {64, 3, 3, 64}, params(2, 1, 1, 1));
   const ops::ConvGeometry k5 = ops::conv2d_geometry("test", {2, 32, 32, 64}, {64, 5, 5, 64}, params(1, 2, 1, 1));
   const ops::ConvGeometry g2 = ops::conv2d_geometry("test", {2, 32, 32, 128}, {128, 3, 3, 64}, params(1, 1, 1, 2));
   for (const ops::ConvGeometry& other : {s2, k5, g2})
-    EXPECT_EQ(ops::conv2d_winograd(other, ConvPass::weight, 4, false).images, 0);
+    EXPECT_EQ(ops::conv2d_winograd(other, ConvPass::weight, 4, false).chunk, 0);
   // ENGINE_CONV_WINOGRAD=0 turns it off; another value is an error naming the variable.
   setenv("ENGINE_CONV_WINOGRAD", "0", 1);
-  EXPECT_EQ(ops::conv2d_winograd(g, ConvPass::forward, 4, false).images, 0);
+  EXPECT_EQ(ops::conv2d_winograd(g, ConvPass::forward, 4, false).chunk, 0);
   setenv("ENGINE_CONV_WINOGRAD", "yes", 1);
   const std::string m = expect_error([&] { ops::conv2d_winograd(g, ConvPass::forward, 4, false); });
   EXPECT_NE(m.find("ENGINE_CONV_WINOGRAD"), std::string::npos) << m;

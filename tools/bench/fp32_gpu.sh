@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# True-fp32 checks and measurements in one call (device time is scarce): the fp32 CUDA-core flash attention
+# (ops/cuda/attention_simt.cu) and Winograd's tile-range chunks (ops/cuda/conv_winograd.cu), engine and PyTorch on the
+# same GPU.
+#   tests      the CUDA tests of both (AttentionCuda.*, ConvCuda.Winograd*, ConvCuda.PathChoice)
+#   bert       bert_squad large 384 x 16 fp32: the engine with flash (fp32 CUDA-core kernels) and naive attention,
+#              then transformers with SDPA (memory-efficient kernel) and fused AdamW, both true fp32 (TF32 off)
+#   gans       pix2pixhd 2048 x 1024 batch 1 and stylegan 1024^2 batch 4, fp32: the engine (Winograd on, then off)
+#              beside tools/bench/{pix2pixhd,stylegan}_torch.py
+#   models     every model's cuda ledger against meta's (ModelsCuda.*)
+# Usage on the GPU machine: BIN=build OUT=$OUT tools/bench/fp32_gpu.sh [tests] [bert] [gans] [models]
+set -uo pipefail
+PARTS=${*:-tests bert gans models}
+want() { [[ " $PARTS " == *" $1 "* ]]; }
+BIN=${BIN:-build}
+OUT=${OUT:-/tmp/fp32_gpu}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+if want tests; then
+  echo "== tests"
+  timeout 240 "$BIN/engine_cuda_tests" \
+    --gtest_filter='AttentionCuda.*:ConvCuda.Winograd*:ConvCuda.PathChoice' > "$OUT/cuda_tests.log" 2>&1
+  grep -E '^\[  (PASSED|FAILED) |FAILED|passed|Failure' "$OUT/cuda_tests.log" | head -20
+fi
+if want bert; then
+  cfg="--model bert_squad --size large --seq 384 --batch 16 --precision fp32 --steps 8"
+  for attn in flash naive; do
+    # shellcheck disable=SC2086
+    timeout 120 "$BIN/engine_train" $cfg --attention $attn --device cuda > "$OUT/engine_bert_squad_$attn.log" 2>&1
+    echo "engine bert_squad fp32 $attn | $(grep -E '^step 8|rror' "$OUT/engine_bert_squad_$attn.log" | tail -1)"
+  done
+  timeout 150 python3 tools/bench/bert_torch.py --size large --fused-adamw \
+    --sweep bert_squad:384:16:fp32:sdpa 2>&1 | tail -2 | tee "$OUT/torch_bert_squad.log"
+fi
+if want gans; then
+  for model in "pix2pixhd --batch 1" "stylegan --batch 4"; do
+    name=${model%% *}
+    for w in 1 0; do
+      # shellcheck disable=SC2086
+      ENGINE_CONV_WINOGRAD=$w timeout 150 "$BIN/engine_train" --model $model --device cuda --steps 6 --precision fp32 \
+        > "$OUT/engine_${name}_winograd$w.log" 2>&1
+      echo "engine $name fp32 winograd=$w | $(grep -E '^step 6|rror' "$OUT/engine_${name}_winograd$w.log" | tail -1)"
+    done
+    timeout 150 python3 "tools/bench/${name}_torch.py" --precision fp32 2>&1 | tail -1 | tee "$OUT/torch_${name}.log"
+  done
+fi
+if want models; then
+  echo "== models"
+  timeout 300 "$BIN/engine_cuda_tests" --gtest_filter='ModelsCuda.*' > "$OUT/models_cuda.log" 2>&1
+  grep -E '^\[  (PASSED|FAILED) |FAILED|Failure' "$OUT/models_cuda.log" | head -20
+fi
