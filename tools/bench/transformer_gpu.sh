@@ -94,9 +94,9 @@ bench)
     IFS='|' read -r name flags <<< "$cfg"
     engine_step "$name" "$OUT/bench_${name}_bf16.log" $flags --precision bf16 --attention flash
   done
-  # fp32 on naive attention: flash in f32 runs the CUDA-core generic kernel
+  # fp32 with flash attention: the fp32 CUDA-core kernels (ops/cuda/attention_simt.cu)
   engine_step bert_base "$OUT/bench_bert_base_fp32.log" --model bert_base --seq 512 --batch 32 --precision fp32 \
-    --attention naive
+    --attention flash
   echo "== PyTorch"
   timeout 200 python3 tools/bench/bert_torch.py --best --seq 512 --batch 32 --precision bf16 --steps 10 --warmup 3 \
     2>&1 | grep -E "^torch|rror" | tee "$OUT/torch_bert_base.log"
