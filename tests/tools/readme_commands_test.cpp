@@ -1,9 +1,9 @@
 // readme_commands_test.cpp: every command that README.md's code blocks show and that can run without a GPU
 // runs, as a user would paste it (from a scratch folder that sees the project's tests/data), and succeeds; a
-// max-batch command whose comment states its answer ("# 29 -> 72 img") must print that answer; one whose
-// comment says "# out of memory: PEAK" must stop with the out-of-memory report (exit 3), what would fit, and
-// that peak. So the README
-// cannot rot: a renamed flag, a removed model or a changed figure fails here.
+// max-batch command whose comment states its answer ("# 29 -> 72 img"), or a longest-sequence one ("# 301 tokens
+// fit"), must print that answer; one whose comment says "# out of memory: PEAK" must stop with the out-of-memory
+// report (exit 3), what would fit, and that peak. So the README cannot rot: a renamed flag, a removed model or a
+// changed figure fails here.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -76,6 +76,14 @@ TEST(Readme, EveryCommandThatRunsWithoutAGpuSucceeds) {
         std::regex_search(c.comment, m, std::regex("-> ([0-9]+)"))) {
       EXPECT_NE(out.find("max batch: " + m[1].str() + " "), std::string::npos)
           << "README.md says " << c.comment << ":\n" << c.line << "\n" << out;
+    }
+    // "# 301 tokens fit": the longest sequence this command finds.
+    if (c.command.find("--find-max-seq") != std::string::npos &&
+        std::regex_search(c.comment, m, std::regex("([0-9]+) tokens fit"))) {
+      EXPECT_NE(out.find("longest sequence: " + m[1].str() + " tokens fit"), std::string::npos)
+          << "README.md says " << c.comment << ":\n"
+          << c.line << "\n"
+          << out;
     }
     ran++;
   }
