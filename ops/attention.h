@@ -15,18 +15,17 @@
 //          a [B*H, Lq, Lk] buffer of q's type (rounded up to 64) lives through the backward call, on every device
 //          alike (meta predicts it): the GPU's dK dV pass writes dS there and dQ = dS K reads it, instead of a third
 //          pass recomputing S, P and dS (ops/cuda/attention_bwd.cu, attention_simt.cu). Still linear in the sequence
-//          length: at most 8
-//          times q's bytes, one layer at a time. ENGINE_FLASH_KEEP_DS=0 in the environment turns it off on every
-//          device (for measuring: dQ then always recomputes).
+//          length: at most 8 times q's bytes, one layer at a time. ENGINE_FLASH_KEEP_DS=0 in the environment turns it
+//          off on every device (for measuring: dQ then always recomputes).
 //          With dropout, under the same short-key condition (and the draw's blocks aligned to 8 keys: Lk a multiple
 //          of 8), the forward also keeps its dropout decisions for backward instead of backward drawing them again:
 //          keep bits [B, H, Lq, W] u8, W = Lk rounded up to 64, over 8 (bit j % 8 of byte j / 8 = key j kept; at
 //          most half of q's bytes), saved with q, k, v, out and lse, on every device alike. Their values are the
 //          draw's (below), so keeping them changes no result: the GPU's Hopper backward reads them (at BERT's shape
 //          its time fell from 0.410 to 0.360 ms on an H200: the Philox rounds), and so do the fp32 CUDA-core forward
-//          and backward (ops/cuda/attention_simt.cu); every other kernel draws again. Bits
-//          of pairs that are masked (causal, padding) may be left unwritten. ENGINE_FLASH_KEEP_DROPOUT=0 turns it off
-//          on every device (bert_base 512 x 32 bf16: +144 MiB at the peak, 6.37 -> 6.51 GiB).
+//          and backward (ops/cuda/attention_simt.cu); every other kernel draws again. Bits of pairs that are masked
+//          (causal, padding) may be left unwritten. ENGINE_FLASH_KEEP_DROPOUT=0 turns it off on every device
+//          (bert_base 512 x 32 bf16: +144 MiB at the peak, 6.37 -> 6.51 GiB).
 //
 // Shapes: q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv] (any strides) -> out [B, H, Lq, Dv]: naive's
 // contiguous; flash's in the memory order of q (new_empty_in_layout_of: heads split from [B, L, C] rows give an

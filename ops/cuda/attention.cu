@@ -7,7 +7,7 @@
 //   fp32 CUDA cores (attention_simt.cu) for f32 at D == Dv == 64 with the same 16-byte rows, where the op keeps
 //     what they need (its dS buffer for the backward; with dropout, the keep bits: ops/attention.h's short keys);
 //   generic (attention_generic.cu) otherwise: any dtype, head dim and strides.
-// Both compute the cpu reference's function (ops/cpu/attention.cpp) with the same masks and dropout draw.
+// All compute the cpu reference's function (ops/cpu/attention.cpp) with the same masks and dropout draw.
 #include "ops/cuda/attention.h"
 
 #include <cmath>
