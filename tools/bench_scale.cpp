@@ -76,21 +76,34 @@ AnalyticLaw bert_activation_law(const models::ModelConfig& config, ScaleAxis axi
   const double N = double(b.layers), h = double(b.hidden), a = double(b.heads);
   const bool flash = config.attention == "flash";
   const double copies = b.attention_dropout > 0 ? 2 : 1;  // softmax output, and its dropped copy
-  // Per layer (models/README.md): naive sbh·64 + as²b·4·copies + 16·sb + sb + 4b; flash sbh·68 + 4·asb + 16·sb.
+  // flash with dropout keeps its decisions, one bit per (query, key) pair ([B, a, L, L rounded up to 64 / 8] bytes,
+  // ops/attention.h), while the keys are short: L <= 8 x the head dim (BERT's 64: all 512 positions), L % 8 == 0.
+  const bool keep_bits = flash && b.attention_dropout > 0 && b.hidden / b.heads == 64;
+  // Per layer (models/README.md): naive sbh·64 + as²b·4·copies + 16·sb + sb + 4b; flash sbh·68 + 4·asb + 16·sb
+  // (+ as²b/8, the keep bits).
   if (axis == ScaleAxis::seq) {
     const double B = double(batch);
     law.b = N * (flash ? 68 * B * h + 4 * a * B + 16 * B : 64 * B * h + 17 * B);
-    law.c = flash ? 0 : N * 4 * copies * a * B;
-    law.derivation = flash ? str("b = layers x (68·B·h + 4·a·B + 16·B) = ", N, " x (68·", batch, "·", b.hidden, " + 4·",
-                                 b.heads, "·", batch, " + 16·", batch, "); c = 0 (flash keeps no L x L tensor)")
-                           : str("b = layers x (64·B·h + 17·B) = ", N, " x (64·", batch, "·", b.hidden, " + 17·", batch,
-                                 "); c = layers x 4 bytes x ", copies == 2 ? "2 (softmax output + dropped copy)" : "1",
-                                 " x heads x B = ", N, " x 4 x ", copies, " x ", b.heads, " x ", batch);
+    law.c = flash ? (keep_bits ? N * a * B / 8 : 0) : N * 4 * copies * a * B;
+    law.derivation =
+        flash ? str("b = layers x (68·B·h + 4·a·B + 16·B) = ", N, " x (68·", batch, "·", b.hidden, " + 4·", b.heads,
+                    "·", batch, " + 16·", batch, "); ",
+                    keep_bits ? str("c = layers x heads x B / 8 = ", N, " x ", b.heads, " x ", batch,
+                                    " / 8 (flash keeps no L x L probabilities, only its dropout decisions, one bit "
+                                    "per pair, for L a multiple of 64 up to 512; other L multiples of 8 round up "
+                                    "to 64 keys)")
+                              : std::string("c = 0 (flash keeps no L x L tensor)"))
+              : str("b = layers x (64·B·h + 17·B) = ", N, " x (64·", batch, "·", b.hidden, " + 17·", batch,
+                    "); c = layers x 4 bytes x ", copies == 2 ? "2 (softmax output + dropped copy)" : "1",
+                    " x heads x B = ", N, " x 4 x ", copies, " x ", b.heads, " x ", batch);
   } else {
     const double s = double(seq);
-    law.b = N * (flash ? 68 * s * h + 4 * a * s + 16 * s : 64 * s * h + 4 * copies * a * s * s + 17 * s + 4);
+    const double keep = keep_bits && seq <= 512 && seq % 8 == 0 ? a * s * double((seq + 63) / 64 * 8) : 0;
+    law.b = N * (flash ? 68 * s * h + 4 * a * s + 16 * s + keep : 64 * s * h + 4 * copies * a * s * s + 17 * s + 4);
     law.derivation = str("b = layers x per-sequence bytes of one layer at seq ", seq, " (",
-                         flash ? "68·s·h + 4·a·s + 16·s" : "64·s·h + 4·copies·a·s² + 17·s + 4", ")");
+                         flash ? (keep > 0 ? "68·s·h + 4·a·s + 16·s + the keep bits a·s·s/8" : "68·s·h + 4·a·s + 16·s")
+                               : "64·s·h + 4·copies·a·s² + 17·s + 4",
+                         ")");
   }
   law.present = true;
   return law;

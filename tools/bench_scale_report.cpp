@@ -142,9 +142,10 @@ std::string scale_markdown(const ScaleResult& r) {
     os << "| analytic: the layers' saved activations (Korthikanti et al., restated in models/README.md) | – | "
        << num(r.analytic.b) << " |" << (seq ? " " + num(r.analytic.c) + " |" : "") << " |\n";
     os << "\nAnalytic law: " << r.analytic.derivation << ". Compare it with the row \"activation (own peak)\": "
-       << (seq ? "c is the attention probabilities [B, heads, L, L] kept for backward, the only quadratic term, so the "
-                 "fitted c should equal the analytic one; b also counts what lies outside the layers (embeddings, "
-                 "heads, loss), so the fitted b is larger than the layers' part.\n"
+       << (seq ? "c is what attention keeps per (query, key) pair for backward (naive: the probabilities [B, heads, L, "
+                 "L]; flash: at most its dropout keep bits), the only quadratic term, so the fitted c should equal the "
+                 "analytic one; b also counts what lies outside the layers (embeddings, heads, loss), so the fitted b "
+                 "is larger than the layers' part.\n"
                : "b is the bytes one more sequence adds; the fitted b also counts what lies outside the layers "
                  "(embeddings, heads, loss).\n");
   }

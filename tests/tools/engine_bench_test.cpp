@@ -131,13 +131,31 @@ TEST(BenchScale, AnalyticLawIsKorthikantisCountForTheBertFamilyOnly) {
   EXPECT_EQ(law.c, 12.0 * 4 * 2 * 12 * 32) << "softmax output + dropped copy, 4 bytes, 12 heads, 12 layers";
   EXPECT_EQ(law.b, 12.0 * (64 * 32 * 768 + 17 * 32));
   c.attention = "flash";
+  EXPECT_EQ(tools::bert_activation_law(c, tools::ScaleAxis::seq, 32, 0).c, 12.0 * 12 * 32 / 8)
+      << "flash: no probabilities, only the dropout keep bits, one bit per pair";
+  c.size = "tiny";  // no dropout: no keep bits
   EXPECT_EQ(tools::bert_activation_law(c, tools::ScaleAxis::seq, 32, 0).c, 0.0);
+  c.size = "";
   c.name = "transformer_lm";
   EXPECT_FALSE(tools::bert_activation_law(c, tools::ScaleAxis::seq, 32, 0).present);
   c.name = "mtdnn";
   c.attention = "naive";
   c.precision = "bf16";
   EXPECT_FALSE(tools::bert_activation_law(c, tools::ScaleAxis::seq, 8, 0).present) << "restated for fp32 only";
+}
+
+// Full-size BERT-Base with flash on meta: its only L^2 term is the dropout keep bits, 1 bit per pair and layer, which
+// the law states (exact at multiples of 64 keys).
+TEST(BenchScale, MeasuredFlashSweepKeepsOneBitPerPair) {
+  tools::ScaleOptions o;
+  o.config.name = "bert_base";
+  o.config.attention = "flash";
+  o.config.batch = 32;
+  o.points = {128, 192, 256, 384, 512};
+  tools::ScaleResult r = tools::run_scale(o);
+  ASSERT_TRUE(r.analytic.present);
+  EXPECT_EQ(r.analytic.c, 12.0 * 12 * 32 / 8);
+  EXPECT_NEAR(fit_named(r, "activation (own peak)").fit.coef[2], r.analytic.c, 0.02 * r.analytic.c);
 }
 
 TEST(BenchScale, MeasuredSweepOfTinyBertMatchesTheAnalyticQuadraticTerm) {
