@@ -58,37 +58,28 @@ const ModelTraits* model_traits(const models::ModelConfig& config) {
   return &(by_model[key] = t);
 }
 
+// The config's model's trait `field`, or `fallback` when the config does not build (the first probe reports it).
+template <typename T>
+T trait(const models::ModelConfig& config, T ModelTraits::*field, T fallback) {
+  const ModelTraits* t = model_traits(config);
+  return t ? t->*field : fallback;
+}
+
 }  // namespace
 
-bool counts_tokens(const models::ModelConfig& config) {
-  const ModelTraits* t = model_traits(config);
-  return t && t->tokens;
-}
+bool counts_tokens(const models::ModelConfig& config) { return trait(config, &ModelTraits::tokens, false); }
 
 int64_t first_probe(const models::ModelConfig& config) {
   const ModelTraits* t = model_traits(config);
   return t ? (t->tokens ? t->default_batch : t->min_batch) : 1;
 }
 
-int64_t min_batch(const models::ModelConfig& config) {
-  const ModelTraits* t = model_traits(config);
-  return t ? t->min_batch : 1;
-}
-
+int64_t min_batch(const models::ModelConfig& config) { return trait(config, &ModelTraits::min_batch, int64_t(1)); }
 int64_t default_batch(const models::ModelConfig& config) {
-  const ModelTraits* t = model_traits(config);
-  return t ? t->default_batch : 1;
+  return trait(config, &ModelTraits::default_batch, int64_t(1));
 }
-
-int64_t max_seq(const models::ModelConfig& config) {
-  const ModelTraits* t = model_traits(config);
-  return t ? t->max_seq : 0;
-}
-
-int64_t min_seq(const models::ModelConfig& config) {
-  const ModelTraits* t = model_traits(config);
-  return t ? t->min_seq : 1;
-}
+int64_t max_seq(const models::ModelConfig& config) { return trait(config, &ModelTraits::max_seq, int64_t(0)); }
+int64_t min_seq(const models::ModelConfig& config) { return trait(config, &ModelTraits::min_seq, int64_t(1)); }
 
 void check_seq_search(const models::ModelConfig& config) {
   ENGINE_CHECK(models::model_takes(config.name, models::kSeq), "--find-max-seq: ", config.name,
