@@ -4,8 +4,7 @@
 //   tensor cores (attention_fwd.cu, attention_bwd.cu) when the dtype is bf16 or f16, D == Dv is 64 or 128,
 //     scale > 0, the GPU is sm_80 or later, and q, k, v (and dout) have unit-stride, 16-byte aligned rows
 //     (every [B, H, L, D] view of a contiguous [B, L, H, D] projection qualifies: no copy is ever made);
-//   fp32 CUDA cores (attention_simt.cu) for f32 at D == Dv == 64 with the same 16-byte rows, where the op keeps
-//     what they need (its dS buffer for the backward; with dropout, the keep bits: ops/attention.h's short keys);
+//   fp32 CUDA cores (attention_simt.cu) for f32 at D == Dv == 64 with the same 16-byte rows;
 //   generic (attention_generic.cu) otherwise: any dtype, head dim and strides.
 // All compute the cpu reference's function (ops/cpu/attention.cpp) with the same masks and dropout draw.
 #include "ops/cuda/attention.h"
@@ -78,7 +77,7 @@ bool use_tensor_cores(const cpu::FlashAttentionInputs& in, const FlashAttentionP
   return all_rows_are_16_byte_vectors(in, rows);
 }
 
-// The fp32 CUDA-core kernels: f32, 16-byte rows, and attn::simt_applies (head dim 64, the keep bits with dropout).
+// The fp32 CUDA-core kernels: f32, 16-byte rows, and attn::simt_applies (head dim 64).
 bool use_simt(const cpu::FlashAttentionInputs& in, const attn::FlashArgs& a,
               std::initializer_list<const Tensor*> rows) {
   return in.q.dtype() == DType::f32 && attn::simt_applies(a) && all_rows_are_16_byte_vectors(in, rows);
@@ -179,7 +178,7 @@ void flash_attention_backward(const cpu::FlashAttentionInputs& in, const FlashAt
   if (use_tensor_cores(in, params, {&dout, &dq, &dk, &dv}) &&
       attn::launch_backward_tensor_core(a, in.q.dtype() == DType::bf16, tuning().backward))
     return;
-  if (a.ds && use_simt(in, a, {&dout, &dq, &dk, &dv})) return attn::launch_backward_simt(a);
+  if (use_simt(in, a, {&dout, &dq, &dk, &dv})) return attn::launch_backward_simt(a);
   attn::launch_backward_generic(a, int(in.q.dtype()));
 }
 

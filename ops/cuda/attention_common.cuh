@@ -629,8 +629,9 @@ void launch_forward_generic(const FlashArgs& a, int dtype);
 void launch_keep_bits(const FlashArgs& a);
 void launch_backward_generic(const FlashArgs& a, int dtype);
 // attention_simt.cu: true fp32 at head dim 64 (rows of every operand 16-byte vectors, checked by the caller).
-// simt_applies: D == Dv == 64 and, with dropout, the keep bits kept (forward: a.keep_out, which
-// launch_forward_simt reads after launch_keep_bits wrote it; backward: a.keep_in). The backward also needs a.ds.
+// simt_applies: D == Dv == 64. With dropout the kernels read the keep bits where kept (forward: a.keep_out, which
+// launch_forward_simt reads after launch_keep_bits wrote it; backward: a.keep_in) and draw otherwise; the backward's
+// dQ reads a.ds where kept and recomputes dS otherwise.
 bool simt_applies(const FlashArgs& a);
 void launch_forward_simt(const FlashArgs& a);
 void launch_backward_simt(const FlashArgs& a);

@@ -15,10 +15,11 @@
 //   dK dV     per key tile, for each query tile that sees it: S, dP = dO V^T, P, dS = P (dP Z - delta); P Z and dS
 //             transposed into shared memory for dV += (P Z)^T dO and dK += dS^T Q, and dS (times the scale) written
 //             to the op's dS buffer (ops/attention.h: kept for short keys).
-//   dQ        per query tile: dQ = dS K over the key tiles it sees, dS read back from that buffer.
-// So the backward runs only where the op kept dS (short keys), and with dropout only where the forward kept its keep
-// bits (written first by launch_keep_bits, then read by the forward and the backward instead of drawing). The backward
-// is deterministic: no atomics, every sum in a fixed order.
+//   dQ        per query tile: dQ = dS K over the key tiles it sees, dS read back from that buffer; where the op kept
+//             none (long keys: ops/attention.h), S, dP and dS recomputed per key tile (a third pass of the products).
+// Dropout decisions: read from the keep bits where the op kept them (written first by launch_keep_bits, then read by
+// the forward and the backward), else drawn per element (engine/rng.h's draw, as the cpu). The backward is
+// deterministic: no atomics, every sum in a fixed order.
 // Measured (H200, 2026-12-06, engine_train --profile of bert_squad large 384 x 16 fp32, 24 layers): forward 8.72 ms,
 // 26.6 TFLOP/s; backward 17.06 ms, 34.0 TFLOP/s counting its recomputed S (2.5 forwards' FLOPs); the naive
 // composition's GEMMs and masked_fill/softmax/dropout passes took 47.5 ms on an H100 (BENCHMARKS.md). Expected bound:
@@ -119,9 +120,43 @@ __device__ __forceinline__ bool sees(const FlashArgs& a, bool ok, int i, int key
   return ok && i < a.Lq && !(a.causal && key > i + (a.Lk - a.Lq));
 }
 
-// The keep bits of query i's keys k0 .. k0 + 63 (a.keep_ld bytes a row, k0 a multiple of 64: 8 aligned bytes).
-__device__ __forceinline__ uint64_t keep_word(const uint8_t* keep, const FlashArgs& a, int bh, int i, int k0) {
-  return *reinterpret_cast<const uint64_t*>(keep + (int64_t(bh) * a.Lq + i) * a.keep_ld + k0 / 8);
+// Query i's dropout decisions on keys k0 .. k0 + 63 as bits 0 .. 63 (query i < Lq): read from the kept bits (keep:
+// a.keep_ld bytes a row, k0 a multiple of 64, so 8 aligned bytes), or, without them, drawn for the thread's own keys
+// k0 + tx + 16 j only (the other bits 0).
+__device__ __forceinline__ uint64_t keep_word(const uint8_t* keep, const FlashArgs& a, int bh, int i, int k0, int tx) {
+  if (keep) return *reinterpret_cast<const uint64_t*>(keep + (int64_t(bh) * a.Lq + i) * a.keep_ld + k0 / 8);
+  uint64_t word = 0;
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    const int key = k0 + tx + 16 * j;
+    if (key < a.Lk && dropout_keep(a, dropout_index(a, bh, i, key))) word |= uint64_t(1) << (tx + 16 * j);
+  }
+  return word;
+}
+
+// The backward's entries of one tile pair (queries q0 + ty + 16 i, keys k0 + tx + 16 j) from S = Q K^T and dP = dO V^T:
+// P Z (P = exp(scale S - lse), Z the dropout factor) and scale * dS = scale * P (dP Z - delta); 0 where the query does
+// not see the key. lse2: the rows' lse in base 2 (+inf past Lq); keep: the kept bits or nullptr (drawn).
+__device__ __forceinline__ void probabilities_and_ds(const FlashArgs& a, const uint8_t* keep, const bool (&ok)[4],
+                                                     int bh, int q0, int k0, int ty, int tx, const float (&s)[4][4],
+                                                     const float (&dp)[4][4], const float (&lse2)[4],
+                                                     const float (&delta)[4], float (&pz)[4][4], float (&ds)[4][4]) {
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int qi = q0 + ty + 16 * i;
+    const uint64_t bits = a.dropout && qi < a.Lq ? keep_word(keep, a, bh, qi, k0, tx) : ~uint64_t(0);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const int c = tx + 16 * j;
+      pz[i][j] = ds[i][j] = 0.f;
+      if (sees(a, ok[j], qi, k0 + c)) {
+        const float p = exp2f(s[i][j] * a.scale_log2 - lse2[i]);  // 0 when lse = +inf (a row that saw no key)
+        const float z = a.dropout ? ((bits >> c) & 1 ? a.keep_scale : 0.f) : 1.f;
+        ds[i][j] = a.scale * (p * (dp[i][j] * z - delta[i]));
+        pz[i][j] = p * z;
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -176,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(const FlashArgs a)
 #pragma unroll
       for (int e = 0; e < 4; e++) o[i][e] *= alpha;
       if (a.dropout) {
-        const uint64_t keep = qi < a.Lq ? keep_word(a.keep_out, a, bh, qi, k0) : 0;
+        const uint64_t keep = qi < a.Lq ? keep_word(a.keep_out, a, bh, qi, k0, tx) : 0;
 #pragma unroll
         for (int j = 0; j < 4; j++) p[j] = (keep >> (tx + 16 * j)) & 1 ? p[j] * a.keep_scale : 0.f;
       }
@@ -213,6 +248,7 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(const FlashArgs a) {
   float* sSt = sPt + kTileFloats;   // [64 keys][68] (scale dS)^T
   float* sLse = sSt + kTileFloats;  // [64] lse in base 2 (+inf past Lq)
   float* sDelta = sLse + kB;        // [64]
+  // (dS written to the op's buffer when it kept one: a.ds, [ds_rows, ds_ld] per head, queries x keys)
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h, k0 = int(blockIdx.x) * kB;
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
   const float* qh = head_rows<float>(a.q, a.qs, b, h);
@@ -221,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(const FlashArgs a) {
   const float* doh = head_rows<float>(a.dout, a.dos, b, h);
   const uint8_t* pad_row = pad_row_of(a, b);
   const QueryTiles tiles = query_tiles<kB>(a, pad_row, k0, kB);
-  float* ds = static_cast<float*>(a.ds) + int64_t(bh) * a.ds_rows * a.ds_ld;  // [ds_rows, ds_ld] queries x keys
+  float* ds = a.ds ? static_cast<float*>(a.ds) + int64_t(bh) * a.ds_rows * a.ds_ld : nullptr;
 
   load_tile(sK, kh, a.ks.l, k0, a.Lk);
   load_tile(sV, vh, a.vs.l, k0, a.Lk);
@@ -246,24 +282,19 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(const FlashArgs a) {
     float s[4][4] = {}, dp[4][4] = {};  // queries ty + 16 i, keys tx + 16 j
     dot_rows(sQ, sK, ty, tx, s);
     dot_rows(sdO, sV, ty, tx, dp);
+    float lse2[4], delta[4], pz[4][4], d[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) lse2[i] = sLse[ty + 16 * i], delta[i] = sDelta[ty + 16 * i];
+    probabilities_and_ds(a, a.keep_in, ok, bh, q0, k0, ty, tx, s, dp, lse2, delta, pz, d);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-      const int r = ty + 16 * i, qi = q0 + r;
-      const uint64_t keep = a.dropout && qi < a.Lq ? keep_word(a.keep_in, a, bh, qi, k0) : ~uint64_t(0);
-      float* ds_row = ds + int64_t(qi) * a.ds_ld + k0;
+      const int r = ty + 16 * i;
 #pragma unroll
       for (int j = 0; j < 4; j++) {
         const int c = tx + 16 * j;
-        float pz = 0.f, d = 0.f;
-        if (sees(a, ok[j], qi, k0 + c)) {
-          const float p = exp2f(s[i][j] * a.scale_log2 - sLse[r]);  // 0 when lse = +inf (a row that saw no key)
-          const float z = a.dropout ? ((keep >> c) & 1 ? a.keep_scale : 0.f) : 1.f;
-          d = a.scale * (p * (dp[i][j] * z - sDelta[r]));
-          pz = p * z;
-        }
-        sPt[c * kLd + r] = pz;
-        sSt[c * kLd + r] = d;
-        ds_row[c] = d;
+        sPt[c * kLd + r] = pz[i][j];
+        sSt[c * kLd + r] = d[i][j];
+        if (ds) ds[int64_t(q0 + r) * a.ds_ld + k0 + c] = d[i][j];
       }
     }
     __syncthreads();
@@ -313,6 +344,67 @@ __global__ void __launch_bounds__(kThreads, 2) dq_kernel(const FlashArgs a) {
   }
 }
 
+// dQ where the op kept no dS: one block per (query tile, head), over the key tiles it sees, S, dP and dS recomputed
+// (dS through shared memory, [query][key]) for dQ += dS K.
+__global__ void __launch_bounds__(kThreads, 2) dq_recompute_kernel(const FlashArgs a) {
+  extern __shared__ __align__(16) float smem[];
+  float* sQ = smem;               // [64 queries][68]
+  float* sdO = sQ + kTileFloats;  // [64 queries][68]
+  float* sK = sdO + kTileFloats;  // [64 keys][68]
+  float* sV = sK + kTileFloats;   // [64 keys][68]
+  float* sS = sV + kTileFloats;   // [64 queries][68] scale dS
+  const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h, q0 = int(blockIdx.x) * kB;
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  const float* qh = head_rows<float>(a.q, a.qs, b, h);
+  const float* kh = head_rows<float>(a.k, a.ks, b, h);
+  const float* vh = head_rows<float>(a.v, a.vs, b, h);
+  const float* doh = head_rows<float>(a.dout, a.dos, b, h);
+  const uint8_t* pad_row = pad_row_of(a, b);
+  const KeyTiles tiles = key_tiles<kB>(a, pad_row, min(q0 + kB, a.Lq));
+
+  load_tile(sQ, qh, a.qs.l, q0, a.Lq);
+  load_tile(sdO, doh, a.dos.l, q0, a.Lq);
+  cp_async_commit();
+  float lse2[4], delta[4];
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int qi = q0 + ty + 16 * i;
+    const bool in = qi < a.Lq;
+    lse2[i] = in ? static_cast<const float*>(a.lse)[int64_t(bh) * a.Lq + qi] * kLog2e : INFINITY;
+    delta[i] = in ? static_cast<const float*>(a.delta)[int64_t(bh) * a.Lq + qi] : 0.f;
+  }
+  float dq[4][4] = {};  // queries ty + 16 i, dims 4 tx .. 4 tx + 3
+  for (int kt = tiles.begin; kt < tiles.end; kt++) {
+    const int k0 = kt * kB;
+    __syncthreads();  // the previous tile's product is done with sK, sS
+    load_tile(sK, kh, a.ks.l, k0, a.Lk);
+    load_tile(sV, vh, a.vs.l, k0, a.Lk);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    float s[4][4] = {}, dp[4][4] = {}, pz[4][4], d[4][4];
+    dot_rows(sQ, sK, ty, tx, s);
+    dot_rows(sdO, sV, ty, tx, dp);
+    bool ok[4];
+    columns_ok(a, pad_row, k0, tx, ok);
+    probabilities_and_ds(a, a.keep_in, ok, bh, q0, k0, ty, tx, s, dp, lse2, delta, pz, d);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int j = 0; j < 4; j++) sS[(ty + 16 * i) * kLd + tx + 16 * j] = d[i][j];
+    __syncthreads();
+    accumulate(sS, sK, ty, tx, dq);
+  }
+  cp_async_wait<0>();  // a block without key tiles never waited for its queries' copy
+  float* dqh = static_cast<float*>(a.dq) + b * a.dqs.b + h * a.dqs.h;
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int qi = q0 + ty + 16 * i;
+    if (qi < a.Lq)
+      *reinterpret_cast<float4*>(dqh + int64_t(qi) * a.dqs.l + 4 * tx) = float4{dq[i][0], dq[i][1], dq[i][2], dq[i][3]};
+  }
+}
+
 template <typename Kernel>
 void launch(Kernel kernel, int L, int tiles, const FlashArgs& a) {
   const int blocks = (L + kB - 1) / kB;
@@ -325,13 +417,16 @@ void launch(Kernel kernel, int L, int tiles, const FlashArgs& a) {
 
 }  // namespace
 
-bool simt_applies(const FlashArgs& a) { return a.D == kD && a.Dv == kD && (!a.dropout || a.keep_out || a.keep_in); }
+bool simt_applies(const FlashArgs& a) { return a.D == kD && a.Dv == kD; }
 
 void launch_forward_simt(const FlashArgs& a) { launch(forward_kernel, a.Lq, 4, a); }
 
 void launch_backward_simt(const FlashArgs& a) {
   launch(dkdv_kernel, a.Lk, 6, a);
-  launch(dq_kernel, a.Lq, 2, a);
+  if (a.ds)
+    launch(dq_kernel, a.Lq, 2, a);
+  else
+    launch(dq_recompute_kernel, a.Lq, 5, a);
 }
 
 }  // namespace ops::cuda::attn
