@@ -6,11 +6,15 @@
 //      eight candidates: transformer_big's first feed-forward product and Mask R-CNN's box head.
 //   4. (`candidates`) How far cuBLASLt's first choice is from the fastest of its first eight candidates, for the
 //      forward, dx and dW products of bert_base's, BERT-Large's and transformer_big's linears.
+//   5. (`gelu`) Which GELU cuBLASLt's GELU epilogues compute, BERT's erf form or GPT-2's tanh form, on exact f32
+//      inputs (the forward GELU and the backward DGELU's derivative, each against both forms in double), and what
+//      GELU_AUX_BIAS (the forward keeping its pre-activation) and DGELU / DGELU_BGRAD (the backward) cost against
+//      BIAS / DEFAULT at bert_base's feed-forward shapes.
 //   2. BERT's vocabulary projection ([2464, 768] x [768, 30522], its backward GEMMs too) with the logits' rows 30522
 //      elements apart (61044 bytes: 4-byte aligned) against rows padded to 30528 (16-byte aligned), and against a
 //      vocabulary padded to 30528 words.
 // Build and run on the GPU machine:
-//   nvcc -O2 -std=c++17 -arch=sm_90 tools/bench/cublaslt_probe.cu -lcublasLt -o p && ./p [relu]
+//   nvcc -O2 -std=c++17 -arch=sm_90 tools/bench/cublaslt_probe.cu -lcublasLt -o p && ./p [relu | candidates | gelu]
 // Prints the median of 20 timed calls (CUDA events) per variant, and checks the epilogue's bias gradient against
 // a column sum on the host.
 #include <cublasLt.h>
@@ -58,7 +62,7 @@ struct Mat {  // a column-major cuBLASLt operand
 // candidate `candidate` (0: its first choice, the engine's). Returns the median ms of 20 calls, or -1 when cuBLASLt
 // has no such candidate.
 double time_gemm(const Mat& a, const Mat& b, void* d, int64_t m, int64_t n, int64_t ldd, cublasLtEpilogue_t epi,
-                 void* bias, char* algo_name = nullptr, int candidate = 0) {
+                 void* bias, char* algo_name = nullptr, int candidate = 0, void* aux = nullptr) {
   cublasLtMatmulDesc_t desc;
   LT(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &a.op, sizeof a.op));
@@ -68,6 +72,10 @@ double time_gemm(const Mat& a, const Mat& b, void* d, int64_t m, int64_t n, int6
     LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     cudaDataType_t bt = CUDA_R_16BF;
     LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+  }
+  if (aux) {  // the pre-activation, laid out as D
+    LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldd, sizeof ldd));
   }
   cublasLtMatrixLayout_t la, lb, ld;
   LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, a.rows, a.cols, a.ld));
@@ -230,6 +238,98 @@ std::pair<double, double> linear_candidates(int64_t R, int64_t in, int64_t out) 
   return sum;
 }
 
+// Runs D[m, 1] = A[m, 1] * 1 with epilogue `epi` in f32 (inputs exact), aux the pre-activation for DGELU.
+std::vector<float> gelu_epilogue_f32(const std::vector<float>& a, cublasLtEpilogue_t epi, const std::vector<float>& aux) {
+  const int64_t m = int64_t(a.size()), one_ld = 1;
+  float *da, *db, *dd, *daux = nullptr;
+  CK(cudaMalloc(&da, a.size() * 4));
+  CK(cudaMalloc(&db, 4));
+  CK(cudaMalloc(&dd, a.size() * 4));
+  CK(cudaMemcpy(da, a.data(), a.size() * 4, cudaMemcpyHostToDevice));
+  const float unit = 1;
+  CK(cudaMemcpy(db, &unit, 4, cudaMemcpyHostToDevice));
+  cublasLtMatmulDesc_t desc;
+  LT(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  if (!aux.empty()) {
+    CK(cudaMalloc(&daux, aux.size() * 4));
+    CK(cudaMemcpy(daux, aux.data(), aux.size() * 4, cudaMemcpyHostToDevice));
+    LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &daux, sizeof daux));
+    LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &m, sizeof m));
+  }
+  cublasLtMatrixLayout_t la, lb, ld;
+  LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, m, 1, m));
+  LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, 1, 1, one_ld));
+  LT(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, 1, m));
+  const float alpha = 1, beta = 0;
+  LT(cublasLtMatmul(g_lt, desc, &alpha, da, la, db, lb, &beta, dd, ld, dd, ld, nullptr, g_ws, kWs, 0));
+  std::vector<float> d(a.size());
+  CK(cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost));
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatmulDescDestroy(desc);
+  for (float* p : {da, db, dd, daux})
+    if (p) CK(cudaFree(p));
+  return d;
+}
+
+// Lever 5: GELU's form in cuBLASLt's epilogues, then their cost at bert_base's feed-forward shapes (512 x 32).
+void gelu_epilogues() {
+  std::vector<float> x;
+  for (int i = 0; i < 4096; i++) x.push_back(-6.0f + 12.0f * float(i) / 4095.0f);
+  const auto erf_gelu = [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); };
+  const auto erf_dgelu = [](double v) {
+    return 0.5 * (1 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI);
+  };
+  const double c = std::sqrt(2 / M_PI), k = 0.044715;
+  const auto tanh_gelu = [&](double v) { return 0.5 * v * (1 + std::tanh(c * (v + k * v * v * v))); };
+  const auto tanh_dgelu = [&](double v) {
+    const double t = std::tanh(c * (v + k * v * v * v));
+    return 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * k * v * v);
+  };
+  const std::vector<float> y = gelu_epilogue_f32(x, CUBLASLT_EPILOGUE_GELU, {});
+  const std::vector<float> dy = gelu_epilogue_f32(std::vector<float>(x.size(), 1.0f), CUBLASLT_EPILOGUE_DGELU, x);
+  double e[4] = {0, 0, 0, 0};  // GELU vs erf, vs tanh; DGELU vs erf, vs tanh
+  for (size_t i = 0; i < x.size(); i++) {
+    e[0] = std::max(e[0], std::abs(y[i] - erf_gelu(x[i])));
+    e[1] = std::max(e[1], std::abs(y[i] - tanh_gelu(x[i])));
+    e[2] = std::max(e[2], std::abs(dy[i] - erf_dgelu(x[i])));
+    e[3] = std::max(e[3], std::abs(dy[i] - tanh_dgelu(x[i])));
+  }
+  std::printf("GELU epilogue on 4096 exact f32 inputs in [-6, 6]: max |y - erf form| %.3e, max |y - tanh form| %.3e\n",
+              e[0], e[1]);
+  std::printf("DGELU epilogue (derivative): max |d - erf form| %.3e, max |d - tanh form| %.3e\n", e[2], e[3]);
+  // Cost, bf16: the intermediate linear [16384, 768] -> 3072 with BIAS / GELU_AUX_BIAS (pre-activation kept), and the
+  // output linear's dx [16384, 768] -> 3072 with DEFAULT / DGELU / DGELU_BGRAD (the intermediate's bias gradient).
+  const int64_t R = 16384, C = 768, F = 3072;
+  __nv_bfloat16* x1 = random_bf16(size_t(R * C), 20);
+  __nv_bfloat16* w1 = random_bf16(size_t(F * C), 21);
+  __nv_bfloat16* b1 = random_bf16(size_t(F), 22);
+  __nv_bfloat16* w2 = random_bf16(size_t(C * F), 23);
+  __nv_bfloat16* g2 = random_bf16(size_t(R * C), 24);
+  __nv_bfloat16 *h, *y1, *dh, *db1;
+  CK(cudaMalloc(&h, size_t(R * F) * 2));
+  CK(cudaMalloc(&y1, size_t(R * F) * 2));
+  CK(cudaMalloc(&dh, size_t(R * F) * 2));
+  CK(cudaMalloc(&db1, size_t(F) * 2));
+  char n[4][64];
+  const Mat w1t{w1, CUBLAS_OP_T, C, F, C}, xn{x1, CUBLAS_OP_N, C, R, C};
+  const double fb = time_gemm(w1t, xn, h, F, R, F, CUBLASLT_EPILOGUE_BIAS, b1, n[0]);
+  const double fg = time_gemm(w1t, xn, y1, F, R, F, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, b1, n[1], 0, h);
+  std::printf("forward [%lld, %lld] -> %lld: BIAS %.3f ms (%s) | GELU_AUX_BIAS %.3f ms (%s)\n", (long long)R,
+              (long long)C, (long long)F, fb, n[0], fg, n[1]);
+  // dx of the output linear [R, F] -> [R, C]: D[F, R] = W2-as-stored [F, C] op N, g-as-stored [C, R] op N.
+  const Mat w2n{w2, CUBLAS_OP_N, F, C, F}, gn{g2, CUBLAS_OP_N, C, R, C};
+  const double bd = time_gemm(w2n, gn, dh, F, R, F, CUBLASLT_EPILOGUE_DEFAULT, nullptr, n[0]);
+  const double bg = time_gemm(w2n, gn, dh, F, R, F, CUBLASLT_EPILOGUE_DGELU, nullptr, n[1], 0, h);
+  const double bgb = time_gemm(w2n, gn, dh, F, R, F, CUBLASLT_EPILOGUE_DGELU_BGRAD, db1, n[2], 0, h);
+  std::printf("backward dx [%lld, %lld] -> %lld: DEFAULT %.3f ms (%s) | DGELU %.3f ms (%s) | DGELU_BGRAD %.3f ms (%s)\n",
+              (long long)R, (long long)C, (long long)F, bd, n[0], bg, n[1], bgb, n[2]);
+  for (void* p : {(void*)x1, (void*)w1, (void*)b1, (void*)w2, (void*)g2, (void*)h, (void*)y1, (void*)dh, (void*)db1})
+    CK(cudaFree(p));
+}
+
 // The vocabulary projection y[R, V] = x[R, C] W[V, C]^T + b and its two backward GEMMs, y's (and g's) rows ld apart.
 void vocab(int64_t R, int64_t C, int64_t V, int64_t ld) {
   __nv_bfloat16* x = random_bf16(size_t(R * C), 3);
@@ -266,6 +366,10 @@ int main(int argc, char** argv) {
     relu_epilogue(8192, 1024, 4096);                 // transformer_big --tokens 8192: fc1
     relu_epilogue(1024, 12544, 1024);                // Mask R-CNN batch 2: fc6 over 2 x 512 RoIs
     relu_epilogue(1024, 1024, 1024);                 // fc7
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "gelu") {  // lever 5 only
+    gelu_epilogues();
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "candidates") {  // lever 4 only; per model, one layer's products
