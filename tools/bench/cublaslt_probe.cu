@@ -239,7 +239,8 @@ std::pair<double, double> linear_candidates(int64_t R, int64_t in, int64_t out) 
 }
 
 // Runs D[m, 1] = A[m, 1] * 1 with epilogue `epi` in f32 (inputs exact), aux the pre-activation for DGELU.
-std::vector<float> gelu_epilogue_f32(const std::vector<float>& a, cublasLtEpilogue_t epi, const std::vector<float>& aux) {
+std::vector<float> gelu_epilogue_f32(const std::vector<float>& a, cublasLtEpilogue_t epi,
+                                     const std::vector<float>& aux) {
   const int64_t m = int64_t(a.size()), one_ld = 1;
   float *da, *db, *dd, *daux = nullptr;
   CK(cudaMalloc(&da, a.size() * 4));
@@ -324,7 +325,8 @@ void gelu_epilogues() {
   const double bd = time_gemm(w2n, gn, dh, F, R, F, CUBLASLT_EPILOGUE_DEFAULT, nullptr, n[0]);
   const double bg = time_gemm(w2n, gn, dh, F, R, F, CUBLASLT_EPILOGUE_DGELU, nullptr, n[1], 0, h);
   const double bgb = time_gemm(w2n, gn, dh, F, R, F, CUBLASLT_EPILOGUE_DGELU_BGRAD, db1, n[2], 0, h);
-  std::printf("backward dx [%lld, %lld] -> %lld: DEFAULT %.3f ms (%s) | DGELU %.3f ms (%s) | DGELU_BGRAD %.3f ms (%s)\n",
+  std::printf("backward dx [%lld, %lld] -> %lld: DEFAULT %.3f ms (%s) | DGELU %.3f ms (%s) | DGELU_BGRAD %.3f ms "
+              "(%s)\n",
               (long long)R, (long long)C, (long long)F, bd, n[0], bg, n[1], bgb, n[2]);
   for (void* p : {(void*)x1, (void*)w1, (void*)b1, (void*)w2, (void*)g2, (void*)h, (void*)y1, (void*)dh, (void*)db1})
     CK(cudaFree(p));
