@@ -99,6 +99,10 @@ World world_of(const Flags& flags) {
   ENGINE_CHECK(w.bucket_mb >= 1 && w.bucket_mb <= (1 << 20), "engine_train: --bucket-mb ", w.bucket_mb,
                " must be 1 or more");
   w.bucket_view = flags.on("bucket-view");
+  ENGINE_CHECK(w.world_size > 1 || (!flags.given("bucket-mb") && !w.bucket_view),
+               "engine_train: --bucket-mb and --bucket-view set the gradient buckets of a data-parallel world, which "
+               "one process does not have: give --nproc N (cpu ranks), start the ranks with a launcher that sets "
+               "WORLD_SIZE, or predict them with --device meta --world-size N");
   if (w.world_size == 1) return w;
   ENGINE_CHECK(!flags.on("find-max-batch") || meta,
                "engine_train: --find-max-batch of a data-parallel world runs on meta (--device meta --world-size N): "

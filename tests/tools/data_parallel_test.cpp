@@ -60,12 +60,13 @@ void expect_same_tensors(const Checkpoint& got, const Checkpoint& want, const st
   }
 }
 
-// `common` trained on two ranks (saved, with --json dp.json) and as one process accumulating two (saved): both run
+// `common` trained on two ranks (buckets of 1 MiB, saved, with --json dp.json) and as one process accumulating two
+// (saved; one process has no buckets, and engine_train refuses --bucket-mb there): both run
 // and print the same losses, and their checkpoints hold as many tensors; *dp and *acc are those checkpoints.
 void train_on_two_ranks_and_accumulating(const std::string& common, const testutil::TempDir& dir, Checkpoint* dp,
                                          Checkpoint* acc) {
-  const auto [rc_dp, out_dp] =
-      shell(common + " --nproc 2 --save " + dir.file("dp.safetensors") + " --json " + dir.file("dp.json"));
+  const auto [rc_dp, out_dp] = shell(common + " --nproc 2 --bucket-mb 1 --save " + dir.file("dp.safetensors") +
+                                     " --json " + dir.file("dp.json"));
   ASSERT_EQ(rc_dp, 0) << out_dp;
   const auto [rc_acc, out_acc] = shell(common + " --accumulate 2 --save " + dir.file("acc.safetensors"));
   ASSERT_EQ(rc_acc, 0) << out_acc;
@@ -80,7 +81,7 @@ void expect_meta_predicts_both_ranks(const std::string& common, const testutil::
   for (int r = 0; r < 2; r++) {
     const std::string m = dir.file("meta" + std::to_string(r) + ".json");
     const auto [rc_m, out_m] =
-        shell(common + " --device meta --world-size 2 --rank " + std::to_string(r) + " --json " + m);
+        shell(common + " --device meta --world-size 2 --bucket-mb 1 --rank " + std::to_string(r) + " --json " + m);
     ASSERT_EQ(rc_m, 0) << out_m;
     EXPECT_EQ(ledger_of(dir.file(r == 0 ? "dp.json" : "dp.json.rank1")), ledger_of(m)) << "rank " << r;
   }
@@ -125,7 +126,7 @@ TEST(DataParallel, MtdnnRanksOfDifferentTasksTrainAsOneProcessAccumulating) {
   testutil::TempDir dir;
   const std::string common = kTrain +
                              " --model mtdnn --size tiny --task mnli,sst,stsb --batch 2 --steps 4 --seed 3 --dropout 0 "
-                             "--attention-dropout 0 --bucket-mb 1";
+                             "--attention-dropout 0";
   Checkpoint dp, acc;
   ASSERT_NO_FATAL_FAILURE(train_on_two_ranks_and_accumulating(common, dir, &dp, &acc));
   int heads = 0, exact = 0;
@@ -156,7 +157,7 @@ TEST(DataParallel, MtdnnRanksOfDifferentTasksTrainAsOneProcessAccumulating) {
 TEST(DataParallel, UnsupmtTrainsAsOneProcessAccumulatingAndMetaPredictsEachRank) {
   testutil::TempDir dir;
   const std::string common =
-      kTrain + " --model unsupmt --size tiny --steps 3 --seed 3 --dropout 0 --attention-dropout 0 --bucket-mb 1";
+      kTrain + " --model unsupmt --size tiny --steps 3 --seed 3 --dropout 0 --attention-dropout 0";
   Checkpoint dp, acc;
   ASSERT_NO_FATAL_FAILURE(train_on_two_ranks_and_accumulating(common, dir, &dp, &acc));
   int compared = 0;
@@ -580,6 +581,8 @@ TEST(DataParallel, ErrorsNameTheProblemAndTheFix) {
       {"--model mtdnn --size tiny --device meta --world-size 2 --zero 3", "train different modules in one step"},
       {"--model yolov3 --size tiny --device meta --world-size 2 --zero 2 --bucket-view", "use it with --zero 0 or 1"},
       {"--model yolov3 --size tiny --zero 1", "give --nproc N (cpu) or --world-size N (meta)"},
+      {"--model yolov3 --size tiny --bucket-mb 4", "--bucket-mb and --bucket-view set the gradient buckets"},
+      {"--model yolov3 --size tiny --bucket-view", "which one process does not have"},
       {"--model yolov3 --size tiny --device meta --rank 1", "--rank 1 is a rank of the meta prediction"},
   };
   for (const Case& c : cases) {
