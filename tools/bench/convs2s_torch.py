@@ -17,17 +17,18 @@ K - 1 outputs dropped, as fairseq's LinearizedConvolution).
 Prints one JSON line: {"model", "parameters", "tokens", "sentences", "length", "precision", "conv", "tok_per_s",
 "ms_per_step", "loss", "peak_gib"}. Usage: python3 tools/bench/convs2s_torch.py --tokens 4000 --length 25 --precision
 bf16 [--conv tbc]. Written on 2026-12-07 on a machine without torch or a GPU: not yet run (its first run should check
-the parameter count against the engine's 209,569,920 and the loss against the engine's first steps).
+the parameter count against the engine's 209,569,920; "loss" is that of one more step after the timed ones).
 """
 import argparse
 import json
 import math
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils.parametrizations import weight_norm
+
+from torch_bench import time_steps
 
 V, E, OUT_E, PAD, EOS, MAX_POS, DROPOUT = 40000, 768, 512, 1, 2, 1024, 0.2
 LAYERS = [(512, 3)] * 9 + [(1024, 3)] * 4 + [(2048, 1)] * 2
@@ -176,21 +177,12 @@ def main():
         opt.zero_grad(set_to_none=True)
         return loss
 
-    for _ in range(a.warmup):
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    for _ in range(a.steps):
-        loss = step()
-    torch.cuda.synchronize()
-    s = (time.perf_counter() - t0) / a.steps
+    s, peak = time_steps(step, a.steps, a.warmup)
     params = sum(t.numel() for t in model.parameters())
     print(json.dumps({"model": "convs2s (fconv_wmt_en_de in PyTorch)", "parameters": params, "tokens": a.tokens,
                       "sentences": B, "length": L, "precision": a.precision, "conv": a.conv,
                       "tok_per_s": round(B * L / s, 1), "ms_per_step": round(1000 * s, 2),
-                      "loss": round(float(loss), 4), "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3)}),
-          flush=True)
+                      "loss": round(float(step()), 4), "peak_gib": round(peak, 3)}), flush=True)
 
 
 if __name__ == "__main__":
