@@ -7,10 +7,13 @@
 #              then transformers with SDPA (memory-efficient kernel) and fused AdamW, both true fp32 (TF32 off)
 #   gans       pix2pixhd 2048 x 1024 batch 1 and stylegan 1024^2 batch 4, fp32: the engine (Winograd on, then off)
 #              beside tools/bench/{pix2pixhd,stylegan}_torch.py
+#   gpt2       transformer_lm --size small at 1024 tokens x 8, fp32 (causal attention, dropout drawn, dQ recomputed
+#              on the CUDA-core kernels): the engine with flash and naive attention, then transformers' GPT-2 with
+#              SDPA and with its eager attention (tools/bench/gpt2_torch.py)
 #   models     every model's cuda ledger against meta's (ModelsCuda.*)
-# Usage on the GPU machine: BIN=build OUT=$OUT tools/bench/fp32_gpu.sh [tests] [bert] [gans] [models]
+# Usage on the GPU machine: BIN=build OUT=$OUT tools/bench/fp32_gpu.sh [tests] [bert] [gans] [gpt2] [models]
 set -uo pipefail
-PARTS=${*:-tests bert gans models}
+PARTS=${*:-tests bert gans gpt2 models}
 want() { [[ " $PARTS " == *" $1 "* ]]; }
 BIN=${BIN:-build}
 OUT=${OUT:-/tmp/fp32_gpu}
@@ -42,6 +45,18 @@ if want gans; then
       echo "engine $name fp32 winograd=$w | $(grep -E '^step 6|rror' "$OUT/engine_${name}_winograd$w.log" | tail -1)"
     done
     timeout 150 python3 "tools/bench/${name}_torch.py" --precision fp32 2>&1 | tail -1 | tee "$OUT/torch_${name}.log"
+  done
+fi
+if want gpt2; then
+  cfg="--model transformer_lm --size small --seq 1024 --batch 8 --precision fp32 --steps 8"
+  for attn in flash naive; do
+    # shellcheck disable=SC2086
+    timeout 120 "$BIN/engine_train" $cfg --attention $attn --device cuda > "$OUT/engine_gpt2_$attn.log" 2>&1
+    echo "engine gpt2 small fp32 $attn | $(grep -E '^step 8|rror' "$OUT/engine_gpt2_$attn.log" | tail -1)"
+  done
+  for attn in sdpa eager; do
+    timeout 150 python3 tools/bench/gpt2_torch.py --size small --seq 1024 --batch 8 --precision fp32 --attn $attn 2>&1 |
+      tail -1 | tee -a "$OUT/torch_gpt2.log"
   done
 fi
 if want models; then
