@@ -25,13 +25,18 @@ if want tests; then
     --gtest_filter='AttentionCuda.*:ConvCuda.Winograd*:ConvCuda.PathChoice' > "$OUT/cuda_tests.log" 2>&1
   grep -E '^\[  (PASSED|FAILED) |FAILED|passed|Failure' "$OUT/cuda_tests.log" | head -20
 fi
-if want bert; then
-  cfg="--model bert_squad --size large --seq 384 --batch 16 --precision fp32 --steps 8"
+# engine_train NAME ARGS... with flash, then naive attention (8 steps, fp32, cuda): step 8's line of each.
+both_attentions() {
+  local name=$1
+  shift
   for attn in flash naive; do
-    # shellcheck disable=SC2086
-    timeout 120 "$BIN/engine_train" $cfg --attention $attn --device cuda > "$OUT/engine_bert_squad_$attn.log" 2>&1
-    echo "engine bert_squad fp32 $attn | $(grep -E '^step 8|rror' "$OUT/engine_bert_squad_$attn.log" | tail -1)"
+    timeout 120 "$BIN/engine_train" "$@" --precision fp32 --steps 8 --attention $attn --device cuda \
+      > "$OUT/engine_${name}_$attn.log" 2>&1
+    echo "engine $name fp32 $attn | $(grep -E '^step 8|rror' "$OUT/engine_${name}_$attn.log" | tail -1)"
   done
+}
+if want bert; then
+  both_attentions bert_squad --model bert_squad --size large --seq 384 --batch 16
   timeout 150 python3 tools/bench/bert_torch.py --size large --fused-adamw \
     --sweep bert_squad:384:16:fp32:sdpa 2>&1 | tail -2 | tee "$OUT/torch_bert_squad.log"
 fi
@@ -48,12 +53,7 @@ if want gans; then
   done
 fi
 if want gpt2; then
-  cfg="--model transformer_lm --size small --seq 1024 --batch 8 --precision fp32 --steps 8"
-  for attn in flash naive; do
-    # shellcheck disable=SC2086
-    timeout 120 "$BIN/engine_train" $cfg --attention $attn --device cuda > "$OUT/engine_gpt2_$attn.log" 2>&1
-    echo "engine gpt2 small fp32 $attn | $(grep -E '^step 8|rror' "$OUT/engine_gpt2_$attn.log" | tail -1)"
-  done
+  both_attentions gpt2 --model transformer_lm --size small --seq 1024 --batch 8
   for attn in sdpa eager; do
     timeout 150 python3 tools/bench/gpt2_torch.py --size small --seq 1024 --batch 8 --precision fp32 --attn $attn 2>&1 |
       tail -1 | tee -a "$OUT/torch_gpt2.log"
