@@ -2,10 +2,10 @@
 # convs2s (fairseq's fconv_wmt_en_de) on the GPU in one call: the conv1d kernels' tests, the engine's step in both
 # precisions (and a second build's, for a before/after), the same work in PyTorch, and where the engine's step goes.
 #   tests      Conv1dCuda.* and GluCuda.* (the conv1d family against the cpu), MatmulCuda.* (its GEMMs)
-#   engine     engine_train --model convs2s --tokens 4000, bf16 and fp32 (TF32 off), steps 8; with BIN_BEFORE also
+#   engine     engine_train --model convs2s --tokens 4000, bf16 and fp32 (TF32 off), 70 steps; with BIN_BEFORE also
 #              that build's engine_train, alternately, for a before/after in the same call
 #   torch      tools/bench/convs2s_torch.py at 4000 tokens of 25-token sentences, bf16 and fp32, cuDNN and ConvTBC
-#   profile    engine_train --profile of the bf16 and fp32 steps (the op table: conv1d_backward, linear, ...)
+#   profile    engine_train --profile of the bf16 and fp32 steps, step 40 (a shape seen before): the op table
 # The engine's steps are its own length-bucketed batches under the 4000-token budget, PyTorch's one batch of 160 x 25:
 # compare target tokens per second. Usage on the GPU machine:
 #   BIN=build [BIN_BEFORE=build_before] OUT=$OUT tools/bench/convs2s_gpu.sh [tests] [engine] [torch] [profile]
@@ -25,14 +25,20 @@ if want tests; then
     2>&1 | grep '^conv1d' | tee "$OUT/conv1d_throughput.log"
 fi
 if want engine; then
+  # 70 steps: the 4000-token budget cuts the corpus into 33 batches of different shapes, and a shape's first step
+  # pays cuBLASLt's algorithm queries and first kernel loads on the host; steps 40-70 repeat known shapes.
   bins=("$BIN")
   [[ -n "$BIN_BEFORE" ]] && bins+=("$BIN_BEFORE" "$BIN" "$BIN_BEFORE")
   i=0
   for b in "${bins[@]}"; do
     for p in bf16 fp32; do
       log="$OUT/engine_${p}_$i.log"
-      timeout 120 "$b/engine_train" --model convs2s --device cuda --precision "$p" --steps 8 > "$log" 2>&1
-      echo "$b convs2s $p | $(grep -E '^step (6|7|8)/|rror' "$log" | tr '\n' ' ')"
+      timeout 120 "$b/engine_train" --model convs2s --device cuda --precision "$p" --steps 70 > "$log" 2>&1
+      echo "$b convs2s $p | $(grep -E '^step 70/|rror' "$log" | tr '\n' ' ')"
+      grep -E '^step' "$log" | awk -F'|' '{ ms = $3 + 0; tok = ($4 + 0) * ms / 1000 }
+        NR >= 2 && NR <= 33 { cm += ms; ct += tok; cn++ } NR >= 40 { wm += ms; wt += tok; wn++ }
+        END { if (cn && wn) printf "  steps 2-33 (new shapes): %.1f ms, %.0f tok/s; steps 40-70: %.1f ms, %.0f tok/s\n",
+                                   cm / cn, ct * 1000 / cm, wm / wn, wt * 1000 / wm }'
     done
     i=$((i + 1))
   done
@@ -47,7 +53,7 @@ if want torch; then
 fi
 if want profile; then
   for p in bf16 fp32; do
-    timeout 120 "$BIN/engine_train" --model convs2s --device cuda --precision "$p" --steps 6 --profile \
+    timeout 120 "$BIN/engine_train" --model convs2s --device cuda --precision "$p" --steps 40 --profile \
       > "$OUT/profile_$p.log" 2>&1
     echo "== profile $p"
     grep -E '^## Time' -A24 "$OUT/profile_$p.log" | head -26
