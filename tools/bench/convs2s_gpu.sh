@@ -3,17 +3,19 @@
 # precisions (and a second build's, for a before/after), the same work in PyTorch, and where the engine's step goes.
 #   tests      Conv1dCuda.* and GluCuda.* (the conv1d family against the cpu), MatmulCuda.* (its GEMMs)
 #   engine     engine_train --model convs2s --tokens 4000, bf16 and fp32 (TF32 off), 70 steps; with BIN_BEFORE also
-#              that build's engine_train, alternately, for a before/after in the same call
+#              that build's engine_train, alternately (ROUNDS times each, default 2), for a before/after in one call
 #   torch      tools/bench/convs2s_torch.py at 4000 tokens of 25-token sentences, bf16 and fp32, cuDNN and ConvTBC
 #   profile    engine_train --profile of the bf16 and fp32 steps, step 40 (a shape seen before): the op table
 # The engine's steps are its own length-bucketed batches under the 4000-token budget, PyTorch's one batch of 160 x 25:
 # compare target tokens per second. Usage on the GPU machine:
-#   BIN=build [BIN_BEFORE=build_before] OUT=$OUT tools/bench/convs2s_gpu.sh [tests] [engine] [torch] [profile]
+#   BIN=build [BIN_BEFORE=build_before] [ROUNDS=2] [TORCH_CONVS="cudnn tbc"] [PROFILE_PRECISIONS="bf16 fp32"] \
+#     OUT=$OUT tools/bench/convs2s_gpu.sh [tests] [engine] [torch] [profile]
 set -uo pipefail
 PARTS=${*:-tests engine torch profile}
 want() { [[ " $PARTS " == *" $1 "* ]]; }
 BIN=${BIN:-build}
 BIN_BEFORE=${BIN_BEFORE:-}
+ROUNDS=${ROUNDS:-2}  # engine: runs of each build, alternated
 OUT=${OUT:-/tmp/convs2s_gpu}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -27,8 +29,11 @@ fi
 if want engine; then
   # 70 steps: the 4000-token budget cuts the corpus into 33 batches of different shapes, and a shape's first step
   # pays cuBLASLt's algorithm queries and first kernel loads on the host; steps 40-70 repeat known shapes.
-  bins=("$BIN")
-  [[ -n "$BIN_BEFORE" ]] && bins+=("$BIN_BEFORE" "$BIN" "$BIN_BEFORE")
+  bins=()
+  for ((r = 0; r < ROUNDS; r++)); do
+    bins+=("$BIN")
+    [[ -n "$BIN_BEFORE" ]] && bins+=("$BIN_BEFORE")
+  done
   i=0
   for b in "${bins[@]}"; do
     for p in bf16 fp32; do
@@ -45,14 +50,14 @@ if want engine; then
 fi
 if want torch; then
   for p in bf16 fp32; do
-    for c in cudnn tbc; do
+    for c in ${TORCH_CONVS:-cudnn tbc}; do
       timeout 120 python3 tools/bench/convs2s_torch.py --tokens 4000 --length 25 --precision "$p" --conv "$c" 2>&1 |
         tail -2 | tee -a "$OUT/torch.log"
     done
   done
 fi
 if want profile; then
-  for p in bf16 fp32; do
+  for p in ${PROFILE_PRECISIONS:-bf16 fp32}; do
     timeout 120 "$BIN/engine_train" --model convs2s --device cuda --precision "$p" --steps 40 --profile \
       > "$OUT/profile_$p.log" 2>&1
     echo "== profile $p"
