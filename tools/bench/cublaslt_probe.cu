@@ -10,11 +10,16 @@
 //      inputs (the forward GELU and the backward DGELU's derivative, each against both forms in double), and what
 //      GELU_AUX_BIAS (the forward keeping its pre-activation) and DGELU / DGELU_BGRAD (the backward) cost against
 //      BIAS / DEFAULT at bert_base's feed-forward shapes.
+//   6. (`heuristic`) What a product of a shape not seen before costs the host: cuBLASLt's algorithm query
+//      (cublasLtMatmulAlgoGetHeuristic, asked once per shape as ops/cuda/matmul.cu does) against the rest of the
+//      call (descriptor, layouts, cublasLtMatmul's launch), for convs2s's and mtdnn's products at row counts that
+//      change batch to batch; the median over the shapes, microseconds of host time.
 //   2. BERT's vocabulary projection ([2464, 768] x [768, 30522], its backward GEMMs too) with the logits' rows 30522
 //      elements apart (61044 bytes: 4-byte aligned) against rows padded to 30528 (16-byte aligned), and against a
 //      vocabulary padded to 30528 words.
 // Build and run on the GPU machine:
-//   nvcc -O2 -std=c++17 -arch=sm_90 tools/bench/cublaslt_probe.cu -lcublasLt -o p && ./p [relu | candidates | gelu]
+//   nvcc -O2 -std=c++17 -arch=sm_90 tools/bench/cublaslt_probe.cu -lcublasLt -o p && ./p [relu | candidates | gelu |
+//   heuristic]
 // Prints the median of 20 timed calls (CUDA events) per variant, and checks the epilogue's bias gradient against
 // a column sum on the host.
 #include <cublasLt.h>
@@ -22,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -361,6 +367,75 @@ void vocab(int64_t R, int64_t C, int64_t V, int64_t ld) {
 
 }  // namespace
 
+// Host microseconds of one bf16 product y[R, out] = x[R, in] W (as the engine's linear asks for it), split into
+// cuBLASLt's algorithm query and the rest (descriptor, preference, layouts, cublasLtMatmul's launch), for each row
+// count in `rows` (each new to cuBLASLt's heuristic); then the same shapes again with the query's answer reused
+// (the engine's cache). Prints the medians over the row counts.
+void heuristic_cost(const char* what, const std::vector<int64_t>& rows, int64_t in, int64_t out) {
+  const int64_t R_max = *std::max_element(rows.begin(), rows.end());
+  __nv_bfloat16* x = random_bf16(size_t(R_max * in), 20);
+  __nv_bfloat16* w = random_bf16(size_t(out * in), 21);
+  __nv_bfloat16* y;
+  CK(cudaMalloc(&y, size_t(R_max * out) * 2));
+  using clock = std::chrono::steady_clock;
+  auto us = [](clock::time_point a, clock::time_point b) {
+    return std::chrono::duration<double, std::micro>(b - a).count();
+  };
+  std::vector<double> query, rest, cached;
+  std::vector<cublasLtMatmulHeuristicResult_t> known(rows.size());
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t i = 0; i < rows.size(); i++) {
+      const int64_t R = rows[i];
+      const auto t0 = clock::now();
+      cublasLtMatmulDesc_t desc;
+      LT(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+      LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof op_t));
+      LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof op_n));
+      cublasLtMatrixLayout_t la, lb, ld;
+      LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, in, out, in));
+      LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, in, R, in));
+      LT(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, out, R, out));
+      cublasLtMatmulPreference_t pref;
+      LT(cublasLtMatmulPreferenceCreate(&pref));
+      size_t ws = kWs;
+      LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+      const auto t1 = clock::now();
+      if (pass == 0) {
+        int found = 0;
+        LT(cublasLtMatmulAlgoGetHeuristic(g_lt, desc, la, lb, ld, ld, pref, 1, &known[i], &found));
+        if (found == 0) std::printf("no algorithm for %lld rows\n", (long long)R);
+      }
+      const auto t2 = clock::now();
+      const float one = 1, zero = 0;
+      LT(cublasLtMatmul(g_lt, desc, &one, w, la, x, lb, &zero, y, ld, y, ld, &known[i].algo, g_ws, kWs, 0));
+      cublasLtMatmulPreferenceDestroy(pref);
+      cublasLtMatrixLayoutDestroy(la);
+      cublasLtMatrixLayoutDestroy(lb);
+      cublasLtMatrixLayoutDestroy(ld);
+      cublasLtMatmulDescDestroy(desc);
+      const auto t3 = clock::now();
+      if (pass == 0) {
+        query.push_back(us(t1, t2));
+        rest.push_back(us(t0, t1) + us(t2, t3));
+      } else {
+        cached.push_back(us(t0, t3));
+      }
+      CK(cudaDeviceSynchronize());  // the host times alone, not queued behind the GPU
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf(
+      "%s [R, %lld] -> %lld over %zu row counts: query %.1f us (max %.1f), rest %.1f us; shapes known: "
+      "%.1f us a product\n",
+      what, (long long)in, (long long)out, rows.size(), median(query), *std::max_element(query.begin(), query.end()),
+      median(rest), median(cached));
+  for (void* p : {(void*)x, (void*)w, (void*)y}) CK(cudaFree(p));
+}
+
 int main(int argc, char** argv) {
   LT(cublasLtCreate(&g_lt));
   CK(cudaMalloc(&g_ws, kWs));
@@ -368,6 +443,16 @@ int main(int argc, char** argv) {
     relu_epilogue(8192, 1024, 4096);                 // transformer_big --tokens 8192: fc1
     relu_epilogue(1024, 12544, 1024);                // Mask R-CNN batch 2: fc6 over 2 x 512 RoIs
     relu_epilogue(1024, 1024, 1024);                 // fc7
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "heuristic") {  // 6 only
+    std::vector<int64_t> convs2s_rows, mtdnn_rows;
+    for (int64_t r = 3900; r < 4000; r += 7) convs2s_rows.push_back(r);    // token budgets' row counts
+    for (int64_t l = 128; l <= 512; l += 24) mtdnn_rows.push_back(8 * l);  // 8 rows padded to the longest
+    heuristic_cost("convs2s conv tap", convs2s_rows, 512, 1024);
+    heuristic_cost("convs2s conv tap", convs2s_rows, 1024, 2048);
+    heuristic_cost("mtdnn qkv", mtdnn_rows, 1024, 3072);
+    heuristic_cost("mtdnn ffn", mtdnn_rows, 1024, 4096);
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "gelu") {  // lever 5 only
