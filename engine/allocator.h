@@ -17,9 +17,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <set>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -43,28 +43,34 @@ class Allocator {
   size_t capacity() const { return capacity_; }
   size_t allocated() const { return allocated_; }      // rounded bytes of live blocks
   size_t high_water() const { return high_water_; }    // largest end offset ever used
-  size_t end_in_use() const;                           // end offset of the last live block now
+  size_t end_in_use() const;                           // end offset of the last live block now (a scan)
   size_t largest_free_block() const;
   size_t live_blocks() const { return live_.size(); }
-  size_t free_blocks() const { return free_by_offset_.size(); }
+  size_t free_blocks() const { return free_by_size_.size(); }
 
  private:
   size_t capacity_;
   size_t allocated_ = 0;
   size_t high_water_ = 0;
-  using OffsetMap = std::map<size_t, size_t>;
+  // Live blocks by offset; free blocks by (size, offset), by start and by end. Only best fit needs an order (the
+  // set's lower_bound); the rest are exact lookups (a freed block's neighbours: the free block starting at its end and
+  // the one ending at its start), so hash maps, a probe each, rather than trees a dozen levels deep.
   using SizeSet = std::set<std::pair<size_t, size_t>>;
-  OffsetMap live_;            // offset -> size
-  OffsetMap free_by_offset_;  // offset -> size
-  SizeSet free_by_size_;      // (size, offset): best fit = lower_bound
-  // Tree nodes taken out of the containers above (extract) and put back in with new values, so that an allocation
-  // or a free allocates no node (the meta device makes thousands of allocations a step: their tree nodes were a
-  // large share of its host time). Behaviour unchanged: the containers hold the same values either way.
-  std::vector<OffsetMap::node_type> spare_entries_;
+  using Blocks = std::unordered_map<size_t, size_t>;
+  using FreeStarts = std::unordered_map<size_t, SizeSet::iterator>;
+  Blocks live_;             // offset -> size
+  SizeSet free_by_size_;    // (size, offset): best fit = lower_bound
+  FreeStarts free_starts_;  // offset -> its free_by_size_ entry
+  Blocks free_ends_;        // offset + size -> offset
+  // Nodes taken out of the containers above (extract) and put back in with new values, so that an allocation or a
+  // free allocates no node (the meta device makes thousands of allocations a step: their nodes were a large share
+  // of its host time). Behaviour unchanged: the containers hold the same values either way.
+  std::vector<Blocks::node_type> spare_blocks_;
+  std::vector<FreeStarts::node_type> spare_starts_;
   std::vector<SizeSet::node_type> spare_sizes_;
 
   void insert_free(size_t offset, size_t size);
-  void erase_free(size_t offset, size_t size);
+  void erase_free(SizeSet::iterator by_size);  // the free block of that entry
 };
 
 }  // namespace engine

@@ -1,8 +1,11 @@
-// allocator_test.cpp: best fit, splitting, coalescing, fragmentation, determinism, and the out-of-memory
-// report of a device.
+// allocator_test.cpp: best fit, splitting, coalescing, fragmentation, determinism, the same choices as a brute-force
+// best fit over random requests, and the out-of-memory report of a device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <optional>
 #include <random>
+#include <vector>
 
 #include "engine/allocator.h"
 #include "engine/device.h"
@@ -96,6 +99,106 @@ TEST(Allocator, DeterministicSequence) {
     return offsets;
   };
   EXPECT_EQ(run(), run());
+}
+
+// The policy of allocator.h's notes, written as plainly as possible: the arena as a list of blocks in offset order,
+// best fit by a scan of every free block (smallest that fits, lowest offset among equals), the tail of a split left
+// free, a freed block merged with its free neighbours. The allocator must choose the same offsets and keep the same
+// books for any sequence of requests, whatever containers it uses to find them fast.
+class BruteForceArena {
+ public:
+  explicit BruteForceArena(size_t capacity) { blocks_.push_back({0, capacity, true}); }
+  std::optional<size_t> allocate(size_t bytes) {
+    const size_t size = Allocator::round_up(bytes);
+    size_t best = blocks_.size();
+    for (size_t i = 0; i < blocks_.size(); i++)
+      if (blocks_[i].free && blocks_[i].size >= size &&
+          (best == blocks_.size() || blocks_[i].size < blocks_[best].size))
+        best = i;
+    if (best == blocks_.size()) return std::nullopt;
+    Block& b = blocks_[best];
+    if (b.size > size) blocks_.insert(blocks_.begin() + long(best) + 1, {b.offset + size, b.size - size, true});
+    blocks_[best].size = size;
+    blocks_[best].free = false;
+    return blocks_[best].offset;
+  }
+  size_t free(size_t offset) {
+    size_t i = 0;
+    while (blocks_[i].offset != offset) i++;
+    const size_t size = blocks_[i].size;
+    blocks_[i].free = true;
+    if (i + 1 < blocks_.size() && blocks_[i + 1].free) {
+      blocks_[i].size += blocks_[i + 1].size;
+      blocks_.erase(blocks_.begin() + long(i) + 1);
+    }
+    if (i > 0 && blocks_[i - 1].free) {
+      blocks_[i - 1].size += blocks_[i].size;
+      blocks_.erase(blocks_.begin() + long(i));
+    }
+    return size;
+  }
+  size_t allocated() const { return sum(false); }
+  size_t free_blocks() const { return count(true); }
+  size_t live_blocks() const { return count(false); }
+  size_t largest_free_block() const {
+    size_t m = 0;
+    for (const Block& b : blocks_)
+      if (b.free) m = std::max(m, b.size);
+    return m;
+  }
+  size_t end_in_use() const {
+    for (size_t i = blocks_.size(); i-- > 0;)
+      if (!blocks_[i].free) return blocks_[i].offset + blocks_[i].size;
+    return 0;
+  }
+
+ private:
+  struct Block {
+    size_t offset, size;
+    bool free;
+  };
+  std::vector<Block> blocks_;
+  size_t sum(bool free) const {
+    size_t s = 0;
+    for (const Block& b : blocks_)
+      if (b.free == free) s += b.size;
+    return s;
+  }
+  size_t count(bool free) const {
+    size_t n = 0;
+    for (const Block& b : blocks_) n += b.free == free;
+    return n;
+  }
+};
+
+TEST(Allocator, ChoosesWhatABruteForceBestFitChooses) {
+  for (uint64_t seed = 0; seed < 6; seed++) {
+    const size_t capacity = size_t(1) << (20 + seed);
+    Allocator a(capacity);
+    BruteForceArena ref(capacity);
+    std::mt19937_64 rng(seed);
+    std::vector<size_t> live;
+    for (int i = 0; i < 4000; i++) {
+      if (!live.empty() && rng() % 100 < 45) {
+        const size_t k = rng() % live.size();
+        ASSERT_EQ(a.free(live[k]), ref.free(live[k])) << "seed " << seed << ", request " << i;
+        live[k] = live.back();
+        live.pop_back();
+      } else {
+        // Small, medium and rare large requests: holes of many sizes, equal sizes, and requests that fail.
+        const uint64_t kind = rng() % 20;
+        const size_t bytes = kind < 8 ? rng() % 600 : kind < 19 ? rng() % (capacity / 64) : rng() % (capacity / 3);
+        const std::optional<size_t> got = a.allocate(bytes), want = ref.allocate(bytes);
+        ASSERT_EQ(got, want) << "seed " << seed << ", request " << i << " of " << bytes << " bytes";
+        if (got) live.push_back(*got);
+      }
+      ASSERT_EQ(a.allocated(), ref.allocated()) << "seed " << seed << ", request " << i;
+      ASSERT_EQ(a.free_blocks(), ref.free_blocks()) << "seed " << seed << ", request " << i;
+      ASSERT_EQ(a.live_blocks(), ref.live_blocks()) << "seed " << seed << ", request " << i;
+      ASSERT_EQ(a.largest_free_block(), ref.largest_free_block()) << "seed " << seed << ", request " << i;
+      ASSERT_EQ(a.end_in_use(), ref.end_in_use()) << "seed " << seed << ", request " << i;
+    }
+  }
 }
 
 TEST(Device, OutOfMemoryReportNamesTheProblem) {
