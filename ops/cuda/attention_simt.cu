@@ -122,12 +122,27 @@ __device__ __forceinline__ bool sees(const FlashArgs& a, bool ok, int i, int key
   return ok && i < a.Lq && !(a.causal && key > i + (a.Lk - a.Lq));
 }
 
-// Query i's dropout decisions on keys k0 .. k0 + 63 as bits 0 .. 63 (query i < Lq): read from the kept bits (keep:
-// a.keep_ld bytes a row, k0 a multiple of 64, so 8 aligned bytes), or, without them, drawn for the thread's own keys
-// k0 + tx + 16 j only (the other bits 0).
+// Query i's dropout decisions on keys k0 .. k0 + 63 as bits 0 .. 63 (read for query i < Lq; the caller ignores the
+// word of a query past Lq): read from the kept bits (keep: a.keep_ld bytes a row, k0 a multiple of 64, so 8 aligned
+// bytes), or, without them, drawn, only the bits of the thread's own keys k0 + tx + 16 j set. Drawn where the draw's
+// Philox blocks start on multiples of 8 keys (dropout_blocks_aligned): the 16 lanes that share query i draw the tile
+// row's 8 blocks (lane tx block tx % 8: lanes 8-15 repeat lanes 0-7, whose draws the warp issues anyway), make each a
+// byte of keep bits (dropout_keep_byte) and every lane gathers the 4 bytes that hold its keys, bytes tx / 8 + 2 j, by
+// shuffles within its 16 lanes: one Philox block a lane per row instead of one per key. Otherwise one block per key.
+// Every lane of the warp calls it together (the shuffles), whatever its query.
 __device__ __forceinline__ uint64_t keep_word(const uint8_t* keep, const FlashArgs& a, int bh, int i, int k0, int tx) {
-  if (keep) return *reinterpret_cast<const uint64_t*>(keep + (int64_t(bh) * a.Lq + i) * a.keep_ld + k0 / 8);
+  if (keep)
+    return i < a.Lq ? *reinterpret_cast<const uint64_t*>(keep + (int64_t(bh) * a.Lq + i) * a.keep_ld + k0 / 8) : 0;
   uint64_t word = 0;
+  if (dropout_blocks_aligned(a)) {
+    const uint32_t byte = dropout_keep_byte(a, dropout_index(a, bh, i, k0 + 8 * (tx & 7)));
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const int b = (tx >> 3) + 2 * j;
+      word |= uint64_t(__shfl_sync(0xffffffffu, byte, b, 16) & 0xffu) << (8 * b);
+    }
+    return word;
+  }
 #pragma unroll
   for (int j = 0; j < 4; j++) {
     const int key = k0 + tx + 16 * j;
@@ -146,7 +161,7 @@ __device__ __forceinline__ void probabilities_and_ds(const FlashArgs& a, const u
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     const int qi = q0 + ty + 16 * i;
-    const uint64_t bits = a.dropout && qi < a.Lq ? keep_word(keep, a, bh, qi, k0, tx) : ~uint64_t(0);
+    const uint64_t bits = a.dropout ? keep_word(keep, a, bh, qi, k0, tx) : ~uint64_t(0);  // (the whole warp)
 #pragma unroll
     for (int j = 0; j < 4; j++) {
       const int c = tx + 16 * j;
@@ -213,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(const FlashArgs a)
 #pragma unroll
       for (int e = 0; e < 4; e++) o[i][e] *= alpha;
       if (a.dropout) {
-        const uint64_t keep = qi < a.Lq ? keep_word(a.keep_out, a, bh, qi, k0, tx) : 0;
+        const uint64_t keep = keep_word(a.keep_out, a, bh, qi, k0, tx);  // (the whole warp)
 #pragma unroll
         for (int j = 0; j < 4; j++) p[j] = (keep >> (tx + 16 * j)) & 1 ? p[j] * a.keep_scale : 0.f;
       }
