@@ -1,5 +1,5 @@
 // norm.cpp: layer_norm, its fused multi-output backward op, and that op's own rule (double backward);
-// dropout_add_layer_norm (the post-norm residual step in one op).
+// dropout_add_layer_norm (the post-norm residual step in one op); weight_norm and its backward op.
 #include "ops/norm.h"
 
 #include "ops/cpu/dropout.h"
@@ -7,6 +7,7 @@
 #include "ops/cpu/norm.h"
 #ifdef ENGINE_CUDA
 #include "ops/cuda/norm.h"
+#include "ops/cuda/reduce.h"
 #endif
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
@@ -219,6 +220,121 @@ LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tenso
                              return layer_norm_double_backward(n, h[0], h[1], h[2], eps, has_weight);
                            });
   }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Weight normalization
+
+namespace {
+
+// Every dimension of an ndim-dimensional v but dim: those weight_norm sums over.
+std::vector<int64_t> dims_but(int64_t dim, int64_t ndim) {
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < ndim; d++)
+    if (d != dim) dims.push_back(d);
+  return dims;
+}
+
+std::vector<bool> mask_but(int64_t dim, int64_t ndim) {
+  std::vector<bool> mask(size_t(ndim), true);
+  mask[size_t(dim)] = false;
+  return mask;
+}
+
+// g's shape for v: v's with 1 in every dimension but dim.
+Shape channel_shape(const Shape& v, int64_t dim) {
+  Shape s(v.size(), 1);
+  s[size_t(dim)] = v[size_t(dim)];
+  return s;
+}
+
+// weight_norm_backward with engine ops, from v (so differentiable in dw, v and g): the rule under create_graph.
+WeightNormGrads weight_norm_backward_composite(const Tensor& dw, const Tensor& v, const Tensor& g, int64_t dim,
+                                               std::array<bool, 2> output_mask) {
+  const std::vector<int64_t> dims = dims_but(dim, v.dim());
+  // A channel's sum (a 1-d v: each element is its own channel; ops::sum over no dimensions would sum all).
+  auto channel_sum = [&](const Tensor& t) { return dims.empty() ? t : sum(t, dims, true); };
+  Tensor norm_sq = channel_sum(mul(v, v)), r = sqrt(norm_sq);
+  Tensor s = channel_sum(mul(dw, v));  // [.., n, ..]
+  WeightNormGrads out;
+  if (output_mask[0]) out.dv = mul(div(g, r), sub(dw, mul(v, div(s, norm_sq))));
+  if (output_mask[1]) out.dg = div(s, r);
+  return out;
+}
+
+}  // namespace
+
+Tensor weight_norm(const Tensor& v, const Tensor& g, int64_t dim) {
+  const char* name = "weight_norm";
+  OpScope scope(name);
+  check_floating(name, "v", v);
+  check_same_dtype(name, v, g);
+  check_same_device(name, v, g);
+  ENGINE_CHECK(v.dim() >= 1, name, ": v must have at least 1 dimension (the channels'), got a scalar");
+  const int64_t d = normalize_dim(name, dim, v.dim()), n = v.size(d);
+  ENGINE_CHECK(g.shape() == channel_shape(v.shape(), d), name, ": g ", engine::shape_str(g.shape()), " must be ",
+               engine::shape_str(channel_shape(v.shape(), d)), " for v ", engine::shape_str(v.shape()),
+               " normalized over every dimension but ", d);
+  Tensor vc = contiguous(v), gc = contiguous(g);       // parameters: no copy
+  Tensor norm_sq = new_empty(v, {n}, stats_dtype(v));  // [n], saved
+  Tensor w = empty_like(vc);                           // v's shape
+  {
+    const std::vector<bool> mask = mask_but(d, v.dim());
+    Tensor partials = sum_workspace(vc, mask, n);  // freed with this scope
+    run_kernel(
+        name, w, [&] { cpu::weight_norm_forward(vc, gc, d, w, norm_sq); },
+        CUDA_KERNEL(cuda::sum_of_products(vc, vc, mask, norm_sq, partials);
+                    cuda::weight_norm_scale(vc, gc, norm_sq, d, w)));
+  }
+  engine::count_op(name, 3.0 * double(v.numel()), double(2 * v.nbytes() + w.nbytes() + norm_sq.nbytes()));
+  if (graph::any_requires_grad({v, g})) {
+    graph::record(name, {v, g}, {w}, {vc, gc, norm_sq}, [d](Node& n, const Grads& gr) -> Grads {
+      WeightNormGrads r = weight_norm_backward(gr[0], n.saved(0), n.saved(1), n.saved(2), d,
+                                               {n.needs_input_grad(0), n.needs_input_grad(1)});
+      return {r.dv, r.dg};
+    });
+  }
+  return w;
+}
+
+WeightNormGrads weight_norm_backward(const Tensor& dw, const Tensor& v, const Tensor& g, const Tensor& norm_sq,
+                                     int64_t dim, std::array<bool, 2> output_mask) {
+  const char* name = "weight_norm_backward";
+  OpScope scope(name);
+  check_floating(name, "dw", dw);
+  check_same_dtype(name, dw, v);
+  check_same_dtype(name, v, g);
+  check_same_device(name, dw, v);
+  check_same_device(name, v, g);
+  const int64_t d = normalize_dim(name, dim, v.dim()), n = v.size(d);
+  ENGINE_CHECK(dw.shape() == v.shape(), name, ": the gradient dw ", engine::shape_str(dw.shape()),
+               " must have v's shape ", engine::shape_str(v.shape()));
+  ENGINE_CHECK(g.shape() == channel_shape(v.shape(), d), name, ": g ", engine::shape_str(g.shape()), " must be ",
+               engine::shape_str(channel_shape(v.shape(), d)));
+  check_dtype(name, "norm_sq", norm_sq, stats_dtype(v));
+  ENGINE_CHECK(norm_sq.shape() == Shape{n}, name, ": the saved squared norms must be [", n, "], got ",
+               engine::shape_str(norm_sq.shape()));
+
+  // The gradient will be differentiated again (create_graph): compute it with engine ops.
+  if (graph::any_requires_grad({dw, v, g})) return weight_norm_backward_composite(dw, v, g, d, output_mask);
+
+  Tensor dwc = contiguous(dw), vc = contiguous(v), gc = contiguous(g);
+  WeightNormGrads out;
+  if (output_mask[0]) out.dv = empty_like(vc);
+  if (output_mask[1]) out.dg = empty_like(gc);
+  if (!out.dv.defined() && !out.dg.defined()) return out;
+  {
+    const std::vector<bool> mask = mask_but(d, v.dim());
+    Tensor s = new_workspace(v, {n}, stats_dtype(v), "weight_norm's per-channel sums of dw * v");
+    Tensor partials = sum_workspace(vc, mask, n);
+    run_kernel(
+        name, vc, [&] { cpu::weight_norm_backward(dwc, vc, gc, norm_sq, d, out.dv, out.dg); },
+        CUDA_KERNEL(cuda::sum_of_products(dwc, vc, mask, s, partials);
+                    cuda::weight_norm_backward(dwc, vc, gc, norm_sq, s, d, out.dv, out.dg)));
+  }
+  engine::count_op(name, 5.0 * double(v.numel()),
+                   double(3 * v.nbytes() + (out.dv.defined() ? v.nbytes() : 0) + norm_sq.nbytes()));
   return out;
 }
 

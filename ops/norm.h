@@ -1,4 +1,4 @@
-// norm.h: layer normalization over the last dimension, and its fused backward op.
+// norm.h: layer normalization over the last dimension, and its fused backward op; weight normalization.
 //
 //   layer_norm(x, weight, bias, eps)   x [..., C], weight [C] or undefined, bias [C] or undefined -> [..., C]
 //       y = (x - mean) * rstd * weight + bias,   mean and var (biased, / C) per row,  rstd = 1 / sqrt(var + eps)
@@ -43,6 +43,25 @@ struct LayerNormGrads {
 // output_mask = {dx, dweight, dbias}: which gradients to compute (dweight needs a weight).
 LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                    const Tensor& rstd, double eps, std::array<bool, 3> output_mask);
+
+// Weight normalization (Salimans & Kingma 2016; torch.nn.utils.weight_norm's reparametrization) as one op:
+//   weight_norm(v, g, dim)   v [..., n, ...] (n = v.size(dim), the channels), g with v's shape but 1 in every
+//       dimension except dim  ->  w = v * g / ||v||, ||v|| per channel: the norm over every dimension but dim.
+// The squared norms are summed in float (double for f64) and w rounded once; FLOPs 3 per element.
+// Saved: v, g and the squared norms [n] (f32; f64 for f64). The composition it replaces (square, sum, sqrt, div,
+// mul: five ops and a full-size temporary forward, about ten backward) is its definition and its test's reference.
+//
+// Backward: weight_norm_backward, one op for both gradients from one read of dw and v for the sums and one pass:
+//   with r = ||v|| and s = sum over a channel of dw * v:   dv = (g / r) (dw - v s / r^2),   dg = s / r.
+// Under create_graph (the gradient differentiated again) it computes them with engine ops, from v.
+Tensor weight_norm(const Tensor& v, const Tensor& g, int64_t dim);
+
+struct WeightNormGrads {
+  Tensor dv, dg;  // undefined where not requested
+};
+// dw: the gradient of w (v's shape); norm_sq: the squared norms [n] saved by weight_norm; output_mask = {dv, dg}.
+WeightNormGrads weight_norm_backward(const Tensor& dw, const Tensor& v, const Tensor& g, const Tensor& norm_sq,
+                                     int64_t dim, std::array<bool, 2> output_mask);
 
 // The double backward of a normalization's backward op, shared by layer norm (statistics over the last
 // dimension of each row) and batch norm (over the rows of each channel, or running statistics that do not

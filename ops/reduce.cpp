@@ -69,11 +69,7 @@ Tensor reduce_sum(const char* name, const Tensor& x, const std::vector<int64_t>&
   double scale = is_mean ? (count > 0 ? 1.0 / double(count) : 0.0) : 1.0;
   Tensor out = new_empty(x, keep);
   {
-    const int64_t splits = sum_splits(x, mask, out.numel());
-    Tensor partials;  // [splits, outputs] workspace of the GPU kernel, freed with this scope
-    if (splits > 1)
-      partials = new_workspace(x, {splits, out.numel()}, x.dtype() == DType::f64 ? DType::f64 : DType::f32,
-                               "the sum's partial sums, one per piece of the reduced elements");
+    Tensor partials = sum_workspace(x, mask, out.numel());  // freed with this scope
     run_kernel(
         name, out, [&] { cpu::sum(x, mask, scale, out); }, CUDA_KERNEL(cuda::sum(x, mask, scale, out, partials)));
   }
@@ -91,6 +87,13 @@ Tensor reduce_sum(const char* name, const Tensor& x, const std::vector<int64_t>&
 }
 
 }  // namespace
+
+Tensor sum_workspace(const Tensor& x, const std::vector<bool>& reduced, int64_t outputs) {
+  const int64_t splits = sum_splits(x, reduced, outputs);
+  if (splits == 1) return Tensor();
+  return new_workspace(x, {splits, outputs}, x.dtype() == DType::f64 ? DType::f64 : DType::f32,
+                       "the sum's partial sums, one per piece of the reduced elements");
+}
 
 Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
   return reduce_sum("sum", x, dims, keepdim, false);

@@ -22,4 +22,10 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 // Index of the (first) maximum along dim, as i64 (no gradient).
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 
+// For ops that sum inside their own kernels (weight_norm): the GPU's workspace for summing x over the dimensions
+// where reduced[d] is true into `outputs` values: [splits, outputs] partial sums of the accumulation type (f32;
+// f64 for f64) when the GPU cuts each output's inputs into pieces, else undefined. A function of the shape,
+// allocated alike on every device (cpu and meta leave it unused), so that meta predicts the GPU.
+Tensor sum_workspace(const Tensor& x, const std::vector<bool>& reduced, int64_t outputs);
+
 }  // namespace ops

@@ -9,6 +9,7 @@
 #include "ops/elementwise.h"
 #include "ops/factory.h"
 #include "ops/matmul.h"
+#include "ops/norm.h"
 #include "ops/op.h"
 #include "ops/reduce.h"
 
@@ -30,13 +31,7 @@ Tensor weight_norm_magnitude(const Tensor& v, int64_t dim) {
   return ops::sqrt(ops::sum(ops::mul(v, v), all_dims_but(d, v.dim()), true));
 }
 
-Tensor weight_norm(const Tensor& v, const Tensor& g, int64_t dim) {
-  const int64_t d = ops::normalize_dim("weight_norm", dim, v.dim());
-  Tensor norm = weight_norm_magnitude(v, d);  // [1, .., n_dim, .., 1]
-  ENGINE_CHECK(g.shape() == norm.shape(), "weight_norm: g ", engine::shape_str(g.shape()), " must be ",
-               engine::shape_str(norm.shape()), " for v ", engine::shape_str(v.shape()), " normalized except dim ", d);
-  return ops::mul(v, ops::div(g, norm));  // the small [.., n, ..] factor first, then one pass over v
-}
+Tensor weight_norm(const Tensor& v, const Tensor& g, int64_t dim) { return ops::weight_norm(v, g, dim); }
 
 // ---------------------------------------------------------------------------------------------------
 WeightNormLinear::WeightNormLinear(int64_t in, int64_t out, double dropout) : in_features(in), out_features(out) {

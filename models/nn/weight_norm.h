@@ -2,14 +2,16 @@
 // differentiable reparametrization, and the two weight-normalized layers convs2s is made of.
 //
 //   w = g * v / ||v||, the norm taken over every dimension of v except `dim` (one norm per output unit).
-// weight_norm() is a composition of engine ops (square, sum, sqrt, div, mul), so gradients reach g and v
-// (and double backward works) through autograd; the layers recompute w from (g, v) at every forward, as
-// PyTorch's forward pre-hook does. Parameter names and shapes are PyTorch's after weight_norm: weight_g
-// (v's shape with every dimension but `dim` set to 1) and weight_v, registered after bias, as in a
-// fairseq state dict. At creation g = ||v||, so w starts equal to the initial v.
+// weight_norm() is the engine op ops::weight_norm (ops/norm.h: one pass for the norms, one for w; one backward
+// op for dv and dg; double backward through engine ops), so gradients reach g and v through autograd; the
+// layers recompute w from (g, v) at every forward, as PyTorch's forward pre-hook does. Parameter names and
+// shapes are PyTorch's after weight_norm: weight_g (v's shape with every dimension but `dim` set to 1) and
+// weight_v, registered after bias, as in a fairseq state dict. At creation g = ||v||, so w starts equal to
+// the initial v.
 //
 // Memory: w is a temporary of v's size each forward; the layer that uses it saves it for backward (w is
-// what its dx needs), so a weight-normalized layer keeps one extra weight-sized activation until backward.
+// what its dx needs), so a weight-normalized layer keeps one extra weight-sized activation until backward
+// (and the op its [n] squared norms).
 #pragma once
 #include <memory>
 

@@ -113,4 +113,86 @@ void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
   });
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Weight normalization
+
+namespace {
+
+struct ChannelView {
+  int64_t outer, n, inner;
+};
+
+ChannelView channel_view(const Tensor& v, int64_t dim) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; d++) outer *= v.size(d);
+  for (int64_t d = dim + 1; d < v.dim(); d++) inner *= v.size(d);
+  return {outer, v.size(dim), inner};
+}
+
+// Per channel j, the sum over (o, i) of a * b at [o, j, i], in (o, i) order.
+template <typename T>
+std::vector<acc_t<T>> channel_dots(const T* a, const T* b, const ChannelView& c) {
+  std::vector<acc_t<T>> sums(size_t(c.n), acc_t<T>(0));
+  for (int64_t o = 0; o < c.outer; o++)
+    for (int64_t j = 0; j < c.n; j++)
+      for (int64_t i = 0; i < c.inner; i++) {
+        const int64_t e = (o * c.n + j) * c.inner + i;
+        sums[size_t(j)] += ld(a[e]) * ld(b[e]);
+      }
+  return sums;
+}
+
+}  // namespace
+
+void weight_norm_forward(const Tensor& v, const Tensor& g, int64_t dim, const Tensor& w, const Tensor& norm_sq) {
+  const ChannelView c = channel_view(v, dim);
+  ENGINE_FLOAT_SWITCH(v.dtype(), T, {
+    using A = acc_t<T>;
+    const T* pv = v.data<T>();
+    const T* pg = g.data<T>();
+    T* pw = w.data<T>();
+    std::vector<A> sq = channel_dots(pv, pv, c);
+    std::vector<A> factor(size_t(c.n));
+    for (int64_t j = 0; j < c.n; j++) {
+      norm_sq.data<A>()[j] = sq[size_t(j)];
+      factor[size_t(j)] = ld(pg[j]) / std::sqrt(sq[size_t(j)]);
+    }
+    for (int64_t o = 0; o < c.outer; o++)
+      for (int64_t j = 0; j < c.n; j++)
+        for (int64_t i = 0; i < c.inner; i++) {
+          const int64_t e = (o * c.n + j) * c.inner + i;
+          pw[e] = st<T>(ld(pv[e]) * factor[size_t(j)]);
+        }
+  });
+}
+
+void weight_norm_backward(const Tensor& dw, const Tensor& v, const Tensor& g, const Tensor& norm_sq, int64_t dim,
+                          const Tensor& dv, const Tensor& dg) {
+  const ChannelView c = channel_view(v, dim);
+  ENGINE_FLOAT_SWITCH(v.dtype(), T, {
+    using A = acc_t<T>;
+    const T* pv = v.data<T>();
+    const T* pdw = dw.data<T>();
+    const T* pg = g.data<T>();
+    const A* psq = norm_sq.data<A>();
+    std::vector<A> s = channel_dots(pdw, pv, c);
+    std::vector<A> a(size_t(c.n)), b(size_t(c.n));  // dv = a dw + b v
+    for (int64_t j = 0; j < c.n; j++) {
+      const A r = std::sqrt(psq[j]);
+      a[size_t(j)] = ld(pg[j]) / r;
+      b[size_t(j)] = -a[size_t(j)] * s[size_t(j)] / psq[j];
+      if (dg.defined()) dg.data<T>()[j] = st<T>(s[size_t(j)] / r);
+    }
+    if (dv.defined()) {
+      T* pdv = dv.data<T>();
+      for (int64_t o = 0; o < c.outer; o++)
+        for (int64_t j = 0; j < c.n; j++)
+          for (int64_t i = 0; i < c.inner; i++) {
+            const int64_t e = (o * c.n + j) * c.inner + i;
+            pdv[e] = st<T>(a[size_t(j)] * ld(pdw[e]) + b[size_t(j)] * ld(pv[e]));
+          }
+    }
+  });
+}
+
 }  // namespace ops::cpu

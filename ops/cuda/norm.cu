@@ -10,6 +10,9 @@
 // GPU) is one block, whose lanes add their columns' terms row after row into their warp's shared-memory
 // sums; the block adds its warps in order and writes workspace[b]; then
 // layer_norm_param_grads adds the P partial rows in a fixed tree (32 stripes, then the stripes in order).
+// Weight normalization: its per-channel sums are reduce.cu's sum_of_products (the op's split workspace, fixed
+// order); the two passes here are pointwise over v viewed as [outer, n, inner], a thread per 16-byte pack, each
+// element's channel coefficients computed from the [n] sums (read from cache) in float.
 #include "engine/rng.h"
 #include "ops/cuda/dropout.h"
 #include "ops/cuda/elementwise.h"
@@ -477,6 +480,148 @@ void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
       ENGINE_CUDA_LAUNCH_CHECK("layer_norm_backward (column sums)");
     }
   });
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Weight normalization's pointwise passes
+
+namespace {
+
+// The channel of element e of a contiguous [outer, n, inner] tensor.
+template <typename I>
+__device__ __forceinline__ I channel_of(I e, I n, I inner) {
+  return (e / inner) % n;
+}
+
+// Where the weight-norm kernels read and write: v viewed as [outer, n, inner], contiguous.
+template <typename T, typename I>
+struct WeightNormArgs {
+  using A = acc_t<T>;
+  const T* v;
+  const T* g;        // [n]
+  const A* norm_sq;  // [n]
+  const T* dw;       // backward: the gradient of w
+  const A* s;        // backward: [n] sums of dw * v
+  T* out;            // forward: w; backward: dv (or null)
+  T* dg;             // backward: [n] (or null)
+  I numel, n, inner;
+};
+
+// Calls f(e0, count) for this thread's packs of VEC elements (grid-stride), the last pack perhaps short.
+template <int VEC, typename I, typename F>
+__device__ __forceinline__ void for_packs(I numel, F&& f) {
+  const I packs = (numel + VEC - 1) / VEC;
+  for (I k = I(blockIdx.x) * blockDim.x + threadIdx.x; k < packs; k += I(gridDim.x) * blockDim.x) f(k * VEC);
+}
+
+// w[e] = v[e] * (g[j] / sqrt(norm_sq[j])), as ops::cpu::weight_norm_forward.
+template <int VEC, typename T, typename I>
+__global__ void weight_norm_scale_kernel(WeightNormArgs<T, I> p) {
+  using A = acc_t<T>;
+  auto w = [&](A ve, I e) {
+    const I j = channel_of(e, p.n, p.inner);
+    return from_acc<T>(ve * (to_acc<A>(p.g[j]) / sqrt(p.norm_sq[j])));
+  };
+  for_packs<VEC>(p.numel, [&](I e0) {
+    if (e0 + VEC <= p.numel) {
+      Vec<T, VEC> x = *reinterpret_cast<const Vec<T, VEC>*>(p.v + e0), y;
+#pragma unroll
+      for (int q = 0; q < VEC; q++) y.v[q] = w(to_acc<A>(x.v[q]), e0 + q);
+      *reinterpret_cast<Vec<T, VEC>*>(p.out + e0) = y;
+    } else {
+      for (I e = e0; e < p.numel; e++) p.out[e] = w(to_acc<A>(p.v[e]), e);
+    }
+  });
+}
+
+// dv[e] = a_j dw[e] + b_j v[e] with a_j = g_j / r_j, b_j = -a_j s_j / r_j^2 (r_j = sqrt(norm_sq_j)); the first n
+// threads also write dg[j] = s_j / r_j. As ops::cpu::weight_norm_backward. out (dv) or dg may be null.
+template <int VEC, typename T, typename I>
+__global__ void weight_norm_backward_kernel(WeightNormArgs<T, I> p) {
+  using A = acc_t<T>;
+  const I t = I(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p.dg && t < p.n) p.dg[t] = from_acc<T>(p.s[t] / sqrt(p.norm_sq[t]));
+  if (!p.out) return;
+  auto dv = [&](A dwe, A ve, I e) {
+    const I j = channel_of(e, p.n, p.inner);
+    const A a = to_acc<A>(p.g[j]) / sqrt(p.norm_sq[j]);
+    const A b = -a * p.s[j] / p.norm_sq[j];
+    return from_acc<T>(a * dwe + b * ve);
+  };
+  for_packs<VEC>(p.numel, [&](I e0) {
+    if (e0 + VEC <= p.numel) {
+      Vec<T, VEC> x = *reinterpret_cast<const Vec<T, VEC>*>(p.dw + e0);
+      Vec<T, VEC> y = *reinterpret_cast<const Vec<T, VEC>*>(p.v + e0), z;
+#pragma unroll
+      for (int q = 0; q < VEC; q++) z.v[q] = dv(to_acc<A>(x.v[q]), to_acc<A>(y.v[q]), e0 + q);
+      *reinterpret_cast<Vec<T, VEC>*>(p.out + e0) = z;
+    } else {
+      for (I e = e0; e < p.numel; e++) p.out[e] = dv(to_acc<A>(p.dw[e]), to_acc<A>(p.v[e]), e);
+    }
+  });
+}
+
+bool aligned16(std::initializer_list<const void*> ps) {
+  for (const void* p : ps)
+    if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+// Fills the arguments for v viewed around dim and launches the forward's or the backward's kernel with 16-byte
+// packs where every pointer allows, else single elements; a thread per pack (grid-stride), at least n threads
+// (the backward's dg).
+template <bool kBackward, typename T>
+void launch_weight_norm(const Tensor& v, int64_t dim, const Tensor& g, const Tensor& norm_sq, const Tensor& dw,
+                        const Tensor& s, const Tensor& out, const Tensor& dg) {
+  using A = acc_t<T>;
+  int64_t inner = 1;
+  for (int64_t d = dim + 1; d < v.dim(); d++) inner *= v.size(d);
+  auto launch = [&](auto index) {
+    using I = decltype(index);
+    WeightNormArgs<T, I> p{static_cast<const T*>(v.data_ptr()),
+                           static_cast<const T*>(g.data_ptr()),
+                           static_cast<const A*>(norm_sq.data_ptr()),
+                           ptr_or_null<T>(dw),
+                           s.defined() ? static_cast<const A*>(s.data_ptr()) : nullptr,
+                           out.defined() ? static_cast<T*>(out.data_ptr()) : nullptr,
+                           dg.defined() ? static_cast<T*>(dg.data_ptr()) : nullptr,
+                           I(v.numel()),
+                           I(v.size(dim)),
+                           I(inner)};
+    constexpr int V = vec16<T>();
+    const bool packs = aligned16({p.v, p.dw, p.out});
+    const int64_t threads = std::max<int64_t>(packs ? (v.numel() + V - 1) / V : v.numel(), v.size(dim));
+    const unsigned grid = std::max<unsigned>(grid_for(threads, 256), unsigned((v.size(dim) + 255) / 256));
+    cudaStream_t stream = engine::cuda::stream();
+    if (kBackward && packs)
+      weight_norm_backward_kernel<V, T, I><<<grid, 256, 0, stream>>>(p);
+    else if (kBackward)
+      weight_norm_backward_kernel<1, T, I><<<grid, 256, 0, stream>>>(p);
+    else if (packs)
+      weight_norm_scale_kernel<V, T, I><<<grid, 256, 0, stream>>>(p);
+    else
+      weight_norm_scale_kernel<1, T, I><<<grid, 256, 0, stream>>>(p);
+  };
+  if (v.numel() < (int64_t(1) << 31) - 64)
+    launch(int32_t(0));
+  else
+    launch(int64_t(0));
+}
+
+}  // namespace
+
+void weight_norm_scale(const Tensor& v, const Tensor& g, const Tensor& norm_sq, int64_t dim, const Tensor& w) {
+  if (v.numel() == 0) return;
+  ENGINE_CUDA_FLOAT_SWITCH(v.dtype(), T,
+                           { launch_weight_norm<false, T>(v, dim, g, norm_sq, Tensor(), Tensor(), w, Tensor()); });
+  ENGINE_CUDA_LAUNCH_CHECK("weight_norm");
+}
+
+void weight_norm_backward(const Tensor& dw, const Tensor& v, const Tensor& g, const Tensor& norm_sq, const Tensor& s,
+                          int64_t dim, const Tensor& dv, const Tensor& dg) {
+  if (v.size(dim) == 0 || (!dv.defined() && !dg.defined())) return;
+  ENGINE_CUDA_FLOAT_SWITCH(v.dtype(), T, { launch_weight_norm<true, T>(v, dim, g, norm_sq, dw, s, dv, dg); });
+  ENGINE_CUDA_LAUNCH_CHECK("weight_norm_backward");
 }
 
 }  // namespace ops::cuda

@@ -29,4 +29,15 @@ void layer_norm_backward(const engine::Tensor& g, const engine::Tensor& x, const
                          const engine::Tensor& mean, const engine::Tensor& rstd, const engine::Tensor& dx,
                          const engine::Tensor& dweight, const engine::Tensor& dbias, const engine::Tensor& workspace);
 
+// Weight normalization's passes after its sums (cuda::sum_of_products of v with v, or of dw with v, into
+// norm_sq / s [n] of the accumulation type), v viewed as [outer, n, inner] around dim, every tensor contiguous;
+// the same functions as ops::cpu::weight_norm_forward / _backward:
+//   weight_norm_scale      w = v * g / sqrt(norm_sq) per channel
+//   weight_norm_backward   dv = (g / r) (dw - v s / r^2), dg = s / r (r = sqrt(norm_sq)); dv or dg may be undefined
+void weight_norm_scale(const engine::Tensor& v, const engine::Tensor& g, const engine::Tensor& norm_sq, int64_t dim,
+                       const engine::Tensor& w);
+void weight_norm_backward(const engine::Tensor& dw, const engine::Tensor& v, const engine::Tensor& g,
+                          const engine::Tensor& norm_sq, const engine::Tensor& s, int64_t dim, const engine::Tensor& dv,
+                          const engine::Tensor& dg);
+
 }  // namespace ops::cuda

@@ -1,4 +1,5 @@
-// cuda/reduce.cu: sum over any set of dimensions, and the max (value and first index) along one.
+// cuda/reduce.cu: sum over any set of dimensions (of x, or of the products x * y into the accumulation type:
+// sum_of_products), and the max (value and first index) along one.
 //
 // The host first collapses x's layout: size-1 dimensions go, neighbouring dimensions merge where strides
 // allow, and the rest split into kept dimensions (which index the outputs, row-major: out is contiguous)
@@ -33,10 +34,12 @@ constexpr int kColTile = 32;   // outputs per block along the kept inner dimensi
 constexpr int kColLanes = 8;   // lanes over the reduced inputs per output
 constexpr int64_t kBlockRowMin = 2048;  // a row of at least this many inputs gets a block, else a warp
 
-// Everything a sum kernel needs, passed by value.
-template <typename T, typename I> struct SumParams {
+// Everything a sum kernel needs, passed by value. O: the output's type (T, or A for a sum of products).
+template <typename T, typename I, typename O = T>
+struct SumParams {
   using A = acc_t<T>;
   const T* x;
+  const T* y;             // the second factor of a sum of products (x's layout), or nullptr
   Indexer<1, I> kept;     // output index -> offset in x (rows: all kept dims; columns: the outer ones)
   Indexer<1, I> reduced;  // input index within an output -> offset in x
   int64_t outputs;        // O
@@ -44,7 +47,7 @@ template <typename T, typename I> struct SumParams {
   int64_t chunk;          // inputs per piece (count when splits == 1)
   int64_t splits;
   A scale;
-  T* out;                 // [O], when splits == 1
+  O* out;                 // [O], when splits == 1
   A* partials;            // [splits, O], when splits > 1
   // columns only
   int64_t inner;          // size of the kept inner dimension
@@ -52,51 +55,73 @@ template <typename T, typename I> struct SumParams {
   int64_t col_tiles;      // ceil(inner / kColTile)
 };
 
-template <typename T, typename I>
-__device__ __forceinline__ void write_sum(const SumParams<T, I>& p, int64_t o, int64_t s, acc_t<T> total) {
-  if (p.splits == 1) p.out[o] = st<T>(total * p.scale);
+template <typename T, typename I, typename O>
+__device__ __forceinline__ void write_sum(const SumParams<T, I, O>& p, int64_t o, int64_t s, acc_t<T> total) {
+  if (p.splits == 1)
+    p.out[o] = st<O>(total * p.scale);
   else p.partials[s * p.outputs + o] = total;
 }
 
-// Sum of x[base + reduced(q)] for q in [q0, q1) taken by `lane` of `lanes` threads (lanes strided).
+// One term of a sum: x's element at offset i, times y's (kDot: a sum of products).
+template <bool kDot, typename T, typename I, typename O>
+__device__ __forceinline__ acc_t<T> term(const SumParams<T, I, O>& p, I i) {
+  using A = acc_t<T>;
+  if constexpr (kDot)
+    return A(ld(p.x[i])) * A(ld(p.y[i]));
+  else
+    return A(ld(p.x[i]));
+}
+
+// Sum of the terms at base + reduced(q) for q in [q0, q1) taken by `lane` of `lanes` threads (lanes strided).
 // A dense run (one reduced dimension of stride 1) is read in 16-byte packs after a scalar head that
-// reaches 16-byte alignment, and a scalar tail.
-template <typename T, typename I>
-__device__ acc_t<T> partial_run(const SumParams<T, I>& p, I base, int64_t q0, int64_t q1, int lane, int lanes) {
+// reaches 16-byte alignment, and a scalar tail (x and y share their layout, so y's packs are aligned as x's).
+template <bool kDot, typename T, typename I, typename O>
+__device__ acc_t<T> partial_run(const SumParams<T, I, O>& p, I base, int64_t q0, int64_t q1, int lane, int lanes) {
   using A = acc_t<T>;
   A acc = A(0);
   const bool dense = p.reduced.ndim == 0 || (p.reduced.ndim == 1 && p.reduced.stride[0][0] == 1);
   if (dense) {
     constexpr int VEC = vec16<T>();
-    const T* run = p.x + base + q0;
+    const I start = base + I(q0);
+    const T* run = p.x + start;
     const int64_t len = q1 - q0;
     int64_t head = int64_t((16 - (reinterpret_cast<uintptr_t>(run) & 15u)) & 15u) / int64_t(sizeof(T));
     if ((reinterpret_cast<uintptr_t>(run) % sizeof(T)) != 0 || head > len) head = len;
-    for (int64_t k = lane; k < head; k += lanes) acc += A(ld(run[k]));
+    if constexpr (kDot) {  // y's run must be aligned as x's for the packs
+      if ((reinterpret_cast<uintptr_t>(p.y + start) & 15u) != (reinterpret_cast<uintptr_t>(run) & 15u)) head = len;
+    }
+    for (int64_t k = lane; k < head; k += lanes) acc += term<kDot>(p, start + I(k));
     const int64_t packs = (len - head) / VEC;
     const Vec<T, VEC>* vp = reinterpret_cast<const Vec<T, VEC>*>(run + head);
+    const Vec<T, VEC>* wp = kDot ? reinterpret_cast<const Vec<T, VEC>*>(p.y + start + I(head)) : nullptr;
 #pragma unroll 4
     for (int64_t k = lane; k < packs; k += lanes) {
       Vec<T, VEC> v = vp[k];
+      if constexpr (kDot) {
+        Vec<T, VEC> w = wp[k];
 #pragma unroll
-      for (int j = 0; j < VEC; j++) acc += A(ld(v.v[j]));
+        for (int j = 0; j < VEC; j++) acc += A(ld(v.v[j])) * A(ld(w.v[j]));
+      } else {
+#pragma unroll
+        for (int j = 0; j < VEC; j++) acc += A(ld(v.v[j]));
+      }
     }
-    for (int64_t k = head + packs * VEC + lane; k < len; k += lanes) acc += A(ld(run[k]));
+    for (int64_t k = head + packs * VEC + lane; k < len; k += lanes) acc += term<kDot>(p, start + I(k));
     return acc;
   }
 #pragma unroll 4
   for (int64_t q = q0 + lane; q < q1; q += lanes) {
     I off[1];
     p.reduced.offsets(I(q), off);
-    acc += A(ld(p.x[base + off[0]]));
+    acc += term<kDot>(p, base + off[0]);
   }
   return acc;
 }
 
 // sum_rows: one task = (output o, piece s). kBlock: a block of kThreads per task (grid = tasks), summed
 // with block_sum; else a warp per task (kThreads / 32 tasks per block), summed with warp_sum.
-template <bool kBlock, typename T, typename I>
-__global__ void sum_rows(SumParams<T, I> p) {
+template <bool kBlock, bool kDot, typename T, typename I, typename O>
+__global__ void sum_rows(SumParams<T, I, O> p) {
   using A = acc_t<T>;
   __shared__ A scratch[32];
   const int lanes = kBlock ? blockDim.x : 32;
@@ -107,7 +132,7 @@ __global__ void sum_rows(SumParams<T, I> p) {
   I base[1];
   p.kept.offsets(I(o), base);
   const int64_t q0 = s * p.chunk, q1 = min(p.count, q0 + p.chunk);
-  A acc = partial_run(p, base[0], q0, q1, lane, lanes);
+  A acc = partial_run<kDot>(p, base[0], q0, q1, lane, lanes);
   acc = kBlock ? block_sum(acc, scratch) : warp_sum(acc);
   if (lane == 0) write_sum(p, o, s, acc);
 }
@@ -116,8 +141,8 @@ __global__ void sum_rows(SumParams<T, I> p) {
 // inputs ty, ty + lanes, ... of the CV output columns (tile * 32 + tx) * CV + j within piece blockIdx.y,
 // reading them with one CV-element access (CV = 2 for 16-bit types on dense rows: 4-byte loads; twice the
 // lanes then keep as many threads per output column); the lane sums of each column are added in lane order.
-template <int CV, typename T, typename I>
-__global__ void sum_cols(SumParams<T, I> p) {
+template <int CV, bool kDot, typename T, typename I, typename O>
+__global__ void sum_cols(SumParams<T, I, O> p) {
   using A = acc_t<T>;
   constexpr int kLanes = kColLanes * CV;
   __shared__ A lane_sums[kLanes][kColTile * CV + 1];
@@ -134,11 +159,17 @@ __global__ void sum_cols(SumParams<T, I> p) {
     const int64_t q0 = s * p.chunk, q1 = min(p.count, q0 + p.chunk);
     auto add_at = [&](I off) {  // the CV columns' inputs at reduced offset `off`
       if constexpr (CV == 1) {
-        acc[0] += A(ld(p.x[at + off]));
+        acc[0] += term<kDot>(p, at + off);
       } else {
         Vec<T, CV> v = *reinterpret_cast<const Vec<T, CV>*>(p.x + at + off);
+        if constexpr (kDot) {
+          Vec<T, CV> w = *reinterpret_cast<const Vec<T, CV>*>(p.y + at + off);
 #pragma unroll
-        for (int j = 0; j < CV; j++) acc[j] += A(ld(v.v[j]));
+          for (int j = 0; j < CV; j++) acc[j] += A(ld(v.v[j])) * A(ld(w.v[j]));
+        } else {
+#pragma unroll
+          for (int j = 0; j < CV; j++) acc[j] += A(ld(v.v[j]));
+        }
       }
     };
     // Two loops rather than a test per input: the compiler then unrolls and issues 4 loads at once.
@@ -172,8 +203,8 @@ __global__ void sum_cols(SumParams<T, I> p) {
 
 // sum_partials: out[o] = scale * sum over s of partials[s, o]; a warp per output, lanes strided over s,
 // then a shuffle tree. splits == 0 (no inputs at all) writes zeros.
-template <typename T>
-__global__ void sum_partials(const acc_t<T>* partials, int64_t outputs, int64_t splits, acc_t<T> scale, T* out) {
+template <typename T, typename O>
+__global__ void sum_partials(const acc_t<T>* partials, int64_t outputs, int64_t splits, acc_t<T> scale, O* out) {
   using A = acc_t<T>;
   const int64_t o = int64_t(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
   if (o >= outputs) return;
@@ -181,7 +212,7 @@ __global__ void sum_partials(const acc_t<T>* partials, int64_t outputs, int64_t 
   A acc = A(0);
   for (int64_t s = lane; s < splits; s += 32) acc += partials[s * outputs + o];
   acc = warp_sum(acc);
-  if (lane == 0) out[o] = st<T>(acc * scale);
+  if (lane == 0) out[o] = st<O>(acc * scale);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -292,8 +323,8 @@ template <typename I> Indexer<1, I> indexer(const char* op, const Dims& d) {
   return make_indexer<1, I>(op, d.size, {d.stride});
 }
 
-template <typename T, typename I>
-void launch_sum(const Tensor& x, const std::vector<bool>& reduced, double scale, const Tensor& out,
+template <typename T, typename I, typename O, bool kDot>
+void launch_sum(const Tensor& x, const Tensor& y, const std::vector<bool>& reduced, double scale, const Tensor& out,
                 const Tensor& partials) {
   using A = acc_t<T>;
   const Shape& xs = x.shape();
@@ -305,29 +336,30 @@ void launch_sum(const Tensor& x, const std::vector<bool>& reduced, double scale,
     (reduced[d] ? red : kept).add(xs[d], x.strides()[d]);
     inner_reduced = reduced[d];
   }
-  SumParams<T, I> p{};
+  SumParams<T, I, O> p{};
   p.x = static_cast<const T*>(x.data_ptr());
+  p.y = kDot ? static_cast<const T*>(y.data_ptr()) : nullptr;
   p.outputs = out.numel();
   p.count = x.numel() / std::max<int64_t>(p.outputs, 1);
   p.splits = partials.defined() ? partials.shape()[0] : 1;
   p.chunk = (p.count + p.splits - 1) / p.splits;
   p.chunk = (p.chunk + 7) / 8 * 8;  // pieces start 16-byte aligned where the run is
   p.scale = A(scale);
-  p.out = static_cast<T*>(out.data_ptr());
+  p.out = static_cast<O*>(out.data_ptr());
   p.partials = partials.defined() ? static_cast<A*>(partials.data_ptr()) : nullptr;
   p.reduced = indexer<I>("sum", red);
   cudaStream_t stream = engine::cuda::stream();
   if (p.count == 0) {  // nothing to add: every output is 0
-    sum_partials<T><<<unsigned((p.outputs + 7) / 8), kThreads, 0, stream>>>(nullptr, p.outputs, 0, p.scale, p.out);
+    sum_partials<T, O><<<unsigned((p.outputs + 7) / 8), kThreads, 0, stream>>>(nullptr, p.outputs, 0, p.scale, p.out);
     return;
   }
   if (inner_reduced) {
     p.kept = indexer<I>("sum", kept);
     const int64_t tasks = p.outputs * p.splits;
     if (p.chunk >= kBlockRowMin) {
-      sum_rows<true><<<unsigned(tasks), kThreads, 0, stream>>>(p);
+      sum_rows<true, kDot><<<unsigned(tasks), kThreads, 0, stream>>>(p);
     } else {
-      sum_rows<false><<<unsigned((tasks + kThreads / 32 - 1) / (kThreads / 32)), kThreads, 0, stream>>>(p);
+      sum_rows<false, kDot><<<unsigned((tasks + kThreads / 32 - 1) / (kThreads / 32)), kThreads, 0, stream>>>(p);
     }
   } else {
     p.inner = kept.size.back();
@@ -345,13 +377,16 @@ void launch_sum(const Tensor& x, const std::vector<bool>& reduced, double scale,
     const int cv = pairs ? 2 : 1;
     p.col_tiles = (p.inner + kColTile * cv - 1) / (kColTile * cv);
     const dim3 grid(unsigned(p.col_tiles * outer), unsigned(p.splits)), block(kColTile, kColLanes * cv);
-    if (pairs) sum_cols<2><<<grid, block, 0, stream>>>(p);
-    else sum_cols<1><<<grid, block, 0, stream>>>(p);
+    if (pairs && kDot) pairs = reinterpret_cast<uintptr_t>(p.y) % 4 == 0;
+    if (pairs)
+      sum_cols<2, kDot><<<grid, block, 0, stream>>>(p);
+    else
+      sum_cols<1, kDot><<<grid, block, 0, stream>>>(p);
   }
   if (p.splits > 1) {
     ENGINE_CUDA_LAUNCH_CHECK("sum");
-    sum_partials<T><<<unsigned((p.outputs + 7) / 8), kThreads, 0, stream>>>(p.partials, p.outputs, p.splits,
-                                                                             p.scale, p.out);
+    sum_partials<T, O>
+        <<<unsigned((p.outputs + 7) / 8), kThreads, 0, stream>>>(p.partials, p.outputs, p.splits, p.scale, p.out);
   }
 }
 
@@ -382,19 +417,45 @@ void launch_amax(const Tensor& x, int64_t dim, const Tensor& values, const Tenso
 
 }  // namespace
 
+namespace {
+
+void check_partials(const char* op, const Tensor& x, const Tensor& out, const Tensor& partials) {
+  if (!partials.defined()) return;
+  ENGINE_CHECK(partials.dim() == 2 && partials.shape()[1] == out.numel() && partials.is_contiguous() &&
+                   partials.dtype() == (x.dtype() == DType::f64 ? DType::f64 : DType::f32),
+               op, ": workspace ", engine::shape_str(partials.shape()), " ", engine::dtype_name(partials.dtype()),
+               " is not [splits, ", out.numel(), "] of the accumulation type");
+}
+
+}  // namespace
+
 void sum(const Tensor& x, const std::vector<bool>& reduced, double scale, const Tensor& out, const Tensor& partials) {
   if (out.numel() == 0) return;
-  if (partials.defined()) {
-    ENGINE_CHECK(partials.dim() == 2 && partials.shape()[1] == out.numel() && partials.is_contiguous() &&
-                     partials.dtype() == (x.dtype() == DType::f64 ? DType::f64 : DType::f32),
-                 "cuda sum: workspace ", engine::shape_str(partials.shape()), " ", engine::dtype_name(partials.dtype()),
-                 " is not [splits, ", out.numel(), "] of the accumulation type");
-  }
+  check_partials("cuda sum", x, out, partials);
   ENGINE_CUDA_FLOAT_SWITCH(x.dtype(), T, {
-    if (fits_int32(x.numel(), {&x})) launch_sum<T, int32_t>(x, reduced, scale, out, partials);
-    else launch_sum<T, int64_t>(x, reduced, scale, out, partials);
+    if (fits_int32(x.numel(), {&x}))
+      launch_sum<T, int32_t, T, false>(x, Tensor(), reduced, scale, out, partials);
+    else
+      launch_sum<T, int64_t, T, false>(x, Tensor(), reduced, scale, out, partials);
   });
   ENGINE_CUDA_LAUNCH_CHECK("sum");
+}
+
+void sum_of_products(const Tensor& x, const Tensor& y, const std::vector<bool>& reduced, const Tensor& out,
+                     const Tensor& partials) {
+  if (out.numel() == 0) return;
+  check_partials("cuda sum_of_products", x, out, partials);
+  ENGINE_CHECK(y.dtype() == x.dtype() && y.shape() == x.shape() && y.strides() == x.strides() &&
+                   out.dtype() == (x.dtype() == DType::f64 ? DType::f64 : DType::f32) && out.is_contiguous(),
+               "cuda sum_of_products: y must have x's dtype, shape and strides and out the accumulation type");
+  ENGINE_CUDA_FLOAT_SWITCH(x.dtype(), T, {
+    using A = acc_t<T>;
+    if (fits_int32(x.numel(), {&x, &y}))
+      launch_sum<T, int32_t, A, true>(x, y, reduced, 1.0, out, partials);
+    else
+      launch_sum<T, int64_t, A, true>(x, y, reduced, 1.0, out, partials);
+  });
+  ENGINE_CUDA_LAUNCH_CHECK("sum_of_products");
 }
 
 void amax(const Tensor& x, int64_t dim, const Tensor& values, const Tensor& indices) {

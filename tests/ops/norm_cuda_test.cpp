@@ -2,7 +2,9 @@
 // gradients dx, dweight, dbias (the deterministic two-stage column sums, with many row chunks), the fused
 // backward op's own rule (double backward), over the warp kernels of each register size, the block kernels
 // (long, strided, misaligned rows), without weight or bias; repeatability; the ledger equal to meta's;
-// dropout_add_layer_norm (its fused warp kernel and its three-kernel path) the same way.
+// dropout_add_layer_norm (its fused warp kernel and its three-kernel path) the same way; weight_norm (its sums,
+// reduce.cu's sum_of_products on rows and columns, split or not, and its two pointwise passes, in packs or not)
+// the same way, and its ledger.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -181,6 +183,54 @@ TEST(DropoutAddLayerNormCuda, LedgerMatchesMeta) {
     Tensor w = ops::rand({768}, 0.5, 1.5, DType::bf16).set_requires_grad(true);
     Tensor b = ops::rand({768}, -1, 1, DType::bf16).set_requires_grad(true);
     graph::backward(ops::sum(ops::dropout_add_layer_norm(y, r, w, b, 0.1, true, 1e-5)));
+  });
+}
+
+TEST(WeightNormCuda, MatchesCpuOnEveryPath) {
+  // v's layouts around dim: channels last (column sums, split into pieces when the rows are many), channels first
+  // (row sums, warp or block per channel, split), a middle dim (strided runs), an odd count (no 16-byte packs), a
+  // 1-d v; then the output and both gradients against the cpu.
+  struct WnCase {
+    Shape shape;
+    int64_t dim;
+  };
+  const WnCase cases[] = {{{3, 40, 24}, 2}, {{3, 512, 1024}, 2}, {{1, 2048, 40}, 2}, {{96, 40}, 0},    {{24, 20000}, 0},
+                          {{5, 6, 7}, 1},   {{5, 7, 3}, 0},      {{13}, 0},          {{1000, 3, 8}, 1}};
+  for (DType dt : kFloats) {
+    for (const WnCase& c : cases) {
+      const std::string what =
+          engine::str("weight_norm ", engine::dtype_name(dt), " v ", engine::shape_str(c.shape), " dim ", c.dim);
+      Shape gs(c.shape.size(), 1);
+      gs[size_t(c.dim)] = c.shape[size_t(c.dim)];
+      auto f = [&c](const std::vector<Tensor>& in) { return ops::weight_norm(in[0], in[1], c.dim); };
+      // dg sums over a channel's elements: up to 3 x 512 = 1536 and 20000 terms, so f32's tolerance grows as there.
+      const int64_t per_channel = engine::numel_of(c.shape) / c.shape[size_t(c.dim)];
+      expect_cuda_matches_cpu(what, f, {cpu_input(c.shape, dt, -1, 1, true), cpu_input(gs, dt, 0.5, 1.5, true)},
+                              column_sum_tolerance(dt, per_channel));
+    }
+  }
+}
+
+TEST(WeightNormCuda, RepeatableBitForBitAndLedgerMatchesMeta) {
+  // Split sums in fixed order: two runs give the same bits. The ledger: the norms saved, the sums' workspaces.
+  Tensor v = testutil::to_cuda(cpu_input({3, 1024, 2048}, DType::bf16, -1, 1, true));
+  Tensor g = testutil::to_cuda(cpu_input({1, 1, 2048}, DType::bf16, 0.5, 1.5, true));
+  engine::DeviceGuard guard(testutil::cuda_device());
+  std::vector<Tensor> runs[2];
+  for (auto& r : runs) {
+    Tensor w = ops::weight_norm(v, g, 2);
+    r = graph::grad({w}, {v, g}, {ops::mul(ops::ones_like(w), 0.37)});
+    r.push_back(w);
+  }
+  for (size_t k = 0; k < runs[0].size(); k++)
+    testutil::expect_equal(engine::str("weight_norm run twice, result ", k), runs[0][k], runs[1][k]);
+  testutil::expect_cuda_ledger_matches_meta([] {
+    Tensor v = ops::rand({3, 512, 1024}, -1, 1, DType::bf16).set_requires_grad(true);
+    Tensor g = ops::rand({1, 1, 1024}, 0.5, 1.5, DType::bf16).set_requires_grad(true);
+    Tensor v0 = ops::rand({40, 20000}, -1, 1, DType::f32).set_requires_grad(true);
+    Tensor g0 = ops::rand({40, 1}, 0.5, 1.5, DType::f32).set_requires_grad(true);
+    graph::backward(ops::sum(ops::weight_norm(v, g, 2)));
+    graph::backward(ops::sum(ops::weight_norm(v0, g0, 0)));
   });
 }
 

@@ -267,3 +267,96 @@ TEST(DropoutAddLayerNorm, MetaAllocatesLikeCpu) {
     graph::backward(ops::sum(ops::mul(ops::dropout_add_layer_norm(y, r, w, b, 0.2, true), y)));
   });
 }
+
+// weight_norm against the composition of ops it replaces (its definition: v * g / sqrt(sum(v * v)) over every
+// dimension but dim): values and both gradients, f64 to rounding and f32 / bf16 within their rounding, for each
+// dim of a 3-d v and for a 1-d v; its gradients and second derivatives against finite differences; errors; meta.
+namespace {
+
+Tensor weight_norm_composition(const Tensor& v, const Tensor& g, int64_t dim) {
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < v.dim(); d++)
+    if (d != (dim + v.dim()) % v.dim()) dims.push_back(d);
+  Tensor squares = ops::mul(v, v);  // a 1-d v: each element its own channel (ops::sum over {} would sum all)
+  return ops::mul(v, ops::div(g, ops::sqrt(dims.empty() ? squares : ops::sum(squares, dims, true))));
+}
+
+Shape channel_shape(const Shape& v, int64_t dim) {
+  Shape s(v.size(), 1);
+  const size_t d = size_t((dim + int64_t(v.size())) % int64_t(v.size()));
+  s[d] = v[d];
+  return s;
+}
+
+}  // namespace
+
+TEST(WeightNorm, IsTheCompositionOfOps) {
+  const std::vector<std::pair<Shape, int64_t>> cases = {{{3, 4, 5}, 0}, {{3, 4, 5}, 1}, {{3, 4, 5}, 2}, {{3, 4, 5}, -1},
+                                                        {{7}, 0},       {{6, 9}, 0},    {{6, 9}, 1}};
+  for (DType dt : {DType::f64, DType::f32, DType::bf16}) {
+    for (const auto& [shape, dim] : cases) {
+      SCOPED_TRACE(engine::str(engine::dtype_name(dt), " v ", engine::shape_str(shape), " dim ", dim));
+      engine::manual_seed(11);
+      Tensor v64 = ops::rand(shape, -2, 2, DType::f64),
+             g64 = ops::rand(channel_shape(shape, dim), 0.5, 1.5, DType::f64);
+      Tensor up64 = ops::rand(shape, -1, 1, DType::f64);
+      // The reference in f64 from the same (rounded) inputs.
+      Tensor v = ops::to(v64, dt).set_requires_grad(true), g = ops::to(g64, dt).set_requires_grad(true);
+      Tensor up = ops::to(up64, dt);
+      Tensor vr = ops::to(v.detach(), DType::f64).set_requires_grad(true);
+      Tensor gr = ops::to(g.detach(), DType::f64).set_requires_grad(true);
+      Tensor want = weight_norm_composition(vr, gr, dim);
+      std::vector<Tensor> want_grads = graph::grad({want}, {vr, gr}, {ops::to(up, DType::f64)});
+      Tensor got = ops::weight_norm(v, g, dim);
+      EXPECT_EQ(got.dtype(), dt);
+      EXPECT_EQ(got.shape(), shape);
+      std::vector<Tensor> got_grads = graph::grad({got}, {v, g}, {up});
+      // f64: rounding only; f32 / bf16: the output's rounding and the float sums' (relative to the largest value).
+      const double tol = dt == DType::f64 ? 1e-12 : dt == DType::f32 ? 1e-5 : 2e-2;
+      auto expect_close = [&](const Tensor& a, const Tensor& b, const char* what) {
+        std::vector<double> x = ops::to(a, DType::f64).to_double(), y = b.to_double();
+        double scale = 1;  // inputs are of order 1 (a 1-d v's dv is 0 but for the float sums' cancellation)
+        for (double e : y) scale = std::max(scale, std::abs(e));
+        for (size_t i = 0; i < y.size(); i++) ASSERT_NEAR(x[i], y[i], tol * scale) << what << " at " << i;
+      };
+      expect_close(got, want, "w");
+      expect_close(got_grads[0], want_grads[0], "dv");
+      expect_close(got_grads[1], want_grads[1], "dg");
+    }
+  }
+}
+
+TEST(WeightNorm, GradAndDoubleBackward) {
+  for (int64_t dim : {0, 1, 2}) {
+    SCOPED_TRACE(dim);
+    Tensor v = rand_input({2, 3, 4}, -2, 2), g = rand_input(channel_shape({2, 3, 4}, dim), 0.5, 1.5);
+    testutil::Fn f = [dim](const std::vector<Tensor>& in) { return ops::weight_norm(in[0], in[1], dim); };
+    testutil::expect_gradcheck(f, {v, g});
+    testutil::expect_double_backward(f, {v, g});
+  }
+}
+
+TEST(WeightNorm, ErrorsNameTheArgument) {
+  try {
+    ops::weight_norm(ops::ones({3, 4, 5}), ops::ones({1, 4, 1}), 2);
+    FAIL() << "expected an error";
+  } catch (const engine::Error& e) {
+    const std::string msg = e.what();
+    for (const char* part : {"weight_norm", "g [1, 4, 1]", "[1, 1, 5]", "[3, 4, 5]", "dimension but 2"})
+      EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  }
+  EXPECT_THROW(ops::weight_norm(ops::ones({3, 4}), ops::ones({3, 1}), 2), engine::Error);  // no dimension 2
+  EXPECT_THROW(ops::weight_norm(ops::ones({3, 4}), ops::ones({3, 1}, DType::f64), 0), engine::Error);
+  EXPECT_THROW(ops::weight_norm(ops::ones({3, 4}, DType::i64), ops::ones({3, 1}, DType::i64), 0), engine::Error);
+}
+
+TEST(WeightNorm, MetaAllocatesLikeCpu) {
+  testutil::expect_meta_allocates_like_cpu([] {
+    // Both with the GPU's split workspace: columns (dim last) and rows (dim 0).
+    Tensor v = ops::rand({2, 2048, 24}).set_requires_grad(true), g = ops::ones({1, 1, 24}).set_requires_grad(true);
+    Tensor w = ops::weight_norm(v, g, 2);
+    graph::backward(ops::sum(ops::mul(w, w)));
+    Tensor v0 = ops::rand({8, 20000}).set_requires_grad(true), g0 = ops::ones({8, 1}).set_requires_grad(true);
+    graph::backward(ops::sum(ops::weight_norm(v0, g0, 0)));
+  });
+}
