@@ -143,9 +143,11 @@ TEST(ShapeLevers, InconsistentShapesAreErrorsNamingThePair) {
                    "--task chooses the tasks of mtdnn", "stylegan has one task");
   EXPECT_ERROR_HAS(parameters_of(with("yolov3", [](ModelConfig& c) { c.r1_every = 4; })), "--r1-every is stylegan's",
                    "yolov3 has none");
-  for (const auto& e : models::registry())  // a model that takes flash attention builds with it
-    if (e.has(models::kFlash))
+  for (const auto& e : models::registry()) {  // a model that takes flash attention builds with it
+    if (e.has(models::kFlash)) {
       EXPECT_NO_THROW(parameters_of(with(e.name.c_str(), [](ModelConfig& c) { c.attention = "flash"; }))) << e.name;
+    }
+  }
   EXPECT_ERROR_HAS(models::read_hf_config(config_file("gpt2.json"), "bert_base"), "model_type is \"gpt2\"",
                    "bert_base reads \"bert\"");
   EXPECT_ERROR_HAS(models::read_hf_config(config_file("gpt2.json"), "deeplabv3"), "not for deeplabv3");
