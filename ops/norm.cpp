@@ -249,14 +249,18 @@ Shape channel_shape(const Shape& v, int64_t dim) {
   return s;
 }
 
+// The sum of t over every dimension but dim, kept as size 1 (a 1-d t: each element is its own channel, while
+// ops::sum over no dimensions would sum all).
+Tensor channel_sum(const Tensor& t, int64_t dim) {
+  const std::vector<int64_t> dims = dims_but(dim, t.dim());
+  return dims.empty() ? t : sum(t, dims, true);
+}
+
 // weight_norm_backward with engine ops, from v (so differentiable in dw, v and g): the rule under create_graph.
 WeightNormGrads weight_norm_backward_composite(const Tensor& dw, const Tensor& v, const Tensor& g, int64_t dim,
                                                std::array<bool, 2> output_mask) {
-  const std::vector<int64_t> dims = dims_but(dim, v.dim());
-  // A channel's sum (a 1-d v: each element is its own channel; ops::sum over no dimensions would sum all).
-  auto channel_sum = [&](const Tensor& t) { return dims.empty() ? t : sum(t, dims, true); };
-  Tensor norm_sq = channel_sum(mul(v, v)), r = sqrt(norm_sq);
-  Tensor s = channel_sum(mul(dw, v));  // [.., n, ..]
+  Tensor norm_sq = channel_sum(mul(v, v), dim), r = sqrt(norm_sq);
+  Tensor s = channel_sum(mul(dw, v), dim);  // [.., n, ..]
   WeightNormGrads out;
   if (output_mask[0]) out.dv = mul(div(g, r), sub(dw, mul(v, div(s, norm_sq))));
   if (output_mask[1]) out.dg = div(s, r);
@@ -264,6 +268,10 @@ WeightNormGrads weight_norm_backward_composite(const Tensor& dw, const Tensor& v
 }
 
 }  // namespace
+
+Tensor weight_norm_magnitude(const Tensor& v, int64_t dim) {
+  return sqrt(channel_sum(mul(v, v), normalize_dim("weight_norm_magnitude", dim, v.dim())));
+}
 
 Tensor weight_norm(const Tensor& v, const Tensor& g, int64_t dim) {
   const char* name = "weight_norm";

@@ -55,6 +55,8 @@ LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tenso
 //   with r = ||v|| and s = sum over a channel of dw * v:   dv = (g / r) (dw - v s / r^2),   dg = s / r.
 // Under create_graph (the gradient differentiated again) it computes them with engine ops, from v.
 Tensor weight_norm(const Tensor& v, const Tensor& g, int64_t dim);
+// ||v|| per channel, shaped as weight_norm's g (the g that makes w = v: a layer's initial g), with engine ops.
+Tensor weight_norm_magnitude(const Tensor& v, int64_t dim);
 
 struct WeightNormGrads {
   Tensor dv, dg;  // undefined where not requested

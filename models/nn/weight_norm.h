@@ -2,9 +2,9 @@
 // differentiable reparametrization, and the two weight-normalized layers convs2s is made of.
 //
 //   w = g * v / ||v||, the norm taken over every dimension of v except `dim` (one norm per output unit).
-// weight_norm() is the engine op ops::weight_norm (ops/norm.h: one pass for the norms, one for w; one backward
-// op for dv and dg; double backward through engine ops), so gradients reach g and v through autograd; the
-// layers recompute w from (g, v) at every forward, as PyTorch's forward pre-hook does. Parameter names and
+// w is the engine op ops::weight_norm (ops/norm.h: one pass for the norms, one for w; one backward op for dv
+// and dg; double backward through engine ops), so gradients reach g and v through autograd; the layers
+// recompute w from (g, v) at every forward, as PyTorch's forward pre-hook does. Parameter names and
 // shapes are PyTorch's after weight_norm: weight_g (v's shape with every dimension but `dim` set to 1) and
 // weight_v, registered after bias, as in a fairseq state dict. At creation g = ||v||, so w starts equal to
 // the initial v.
@@ -20,11 +20,6 @@
 namespace models::nn {
 
 using engine::Tensor;
-
-// g * v / ||v|| with the norm over every dimension of v but `dim`; g has v's rank, size 1 except at dim.
-Tensor weight_norm(const Tensor& v, const Tensor& g, int64_t dim);
-// ||v|| over every dimension but `dim`, shaped like g (the initial g).
-Tensor weight_norm_magnitude(const Tensor& v, int64_t dim);
 
 // fairseq's fconv Linear(): nn.Linear with weight ~ N(0, sqrt((1 - dropout) / in)), bias 0, weight_norm(dim=0).
 class WeightNormLinear : public graph::Module {

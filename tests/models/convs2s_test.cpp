@@ -12,6 +12,7 @@
 #include "models/nn/weight_norm.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
+#include "ops/norm.h"
 #include "ops/reduce.h"
 #include "tests/util/gradcheck_util.h"
 
@@ -84,20 +85,19 @@ struct ParameterCount {
 
 TEST(WeightNorm, ValuesGradAndDoubleBackward) {
   Tensor v = testutil::rand_input({3, 4, 2}), g = testutil::rand_input({1, 1, 2}, 0.5, 1.5);
-  std::vector<double> w = models::nn::weight_norm(v, g, 2).to_double(), vv = v.to_double(), gv = g.to_double();
+  std::vector<double> w = ops::weight_norm(v, g, 2).to_double(), vv = v.to_double(), gv = g.to_double();
   for (int64_t o = 0; o < 2; o++) {
     double norm = 0;
     for (int64_t i = 0; i < 12; i++) norm += vv[size_t(i * 2 + o)] * vv[size_t(i * 2 + o)];
     for (int64_t i = 0; i < 12; i++)
       EXPECT_NEAR(w[size_t(i * 2 + o)], gv[size_t(o)] * vv[size_t(i * 2 + o)] / std::sqrt(norm), 1e-14);
   }
-  auto f = [](const std::vector<Tensor>& in) { return models::nn::weight_norm(in[0], in[1], 2); };
+  auto f = [](const std::vector<Tensor>& in) { return ops::weight_norm(in[0], in[1], 2); };
   testutil::expect_gradcheck(f, {v, g});
   testutil::expect_double_backward(f, {v, g});
   Tensor v0 = testutil::rand_input({4, 3}), g0 = testutil::rand_input({4, 1}, 0.5, 1.5);
-  testutil::expect_gradcheck([](const std::vector<Tensor>& in) { return models::nn::weight_norm(in[0], in[1], 0); },
-                             {v0, g0});
-  EXPECT_THROW(models::nn::weight_norm(v, ops::ones({1, 4, 1}, engine::DType::f64), 2), engine::Error);
+  testutil::expect_gradcheck([](const std::vector<Tensor>& in) { return ops::weight_norm(in[0], in[1], 0); }, {v0, g0});
+  EXPECT_THROW(ops::weight_norm(v, ops::ones({1, 4, 1}, engine::DType::f64), 2), engine::Error);
 }
 
 TEST(Convs2s, ParameterNamesAreFairseqs) {
