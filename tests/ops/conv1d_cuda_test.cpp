@@ -1,6 +1,5 @@
 // conv1d_cuda_test.cpp: conv1d and glu on the GPU against the cpu reference, by dtype: outputs and gradients
-// (the shifted cuBLASLt GEMMs of forward and input gradient: over all the sentences' rows with the edge rows
-// recomputed where To == T, batched over the sentences otherwise; the weight gradient's flat GEMM for the unshifted
+// (the shifted cuBLASLt GEMMs of forward and input gradient; the weight gradient's flat GEMM for the unshifted
 // tap, its flat GEMMs less the sentence-boundary pairs for the shifted ones where To == T (one sentence, one and
 // several boundary rows), and its tiled kernel for the other paddings, over several tiles with ragged edges), the
 // gradient ops' own
