@@ -5,15 +5,10 @@
 // reads rows [t0 + k - pad_left, t1 + k - pad_left) of every sentence and adds into rows [t0, t1) of y.
 // The output is first set to the bias rows (or zeros) by one memory-bound pass. No im2col buffer exists.
 // The weight gradient reduces over (sentence, time) pairs. The unshifted tap pairs every row of g with the
-// same row of x: one cuBLASLt GEMM over the flattened rows. A shifted tap (x row t + s with g row t) skips
-// padding at each sentence's edges, which a batch-first layout cannot flatten into one GEMM dimension
-// (ConvTBC's time-major layout can). Where the convolution keeps the length (To == T: convs2s's encoder (1, 1)
-// and causal decoder (K - 1, 0)), the flattened rows still pair row r of g with row r + s of x everywhere, and
-// the only wrong pairs are the |s| rows at each boundary between two sentences, a row every T rows of each tensor:
-// dw[k] = (flat GEMM over B T - |s| rows) - (|s| GEMMs over those B - 1 boundary rows), on cuBLASLt's tensor
-// cores, the corrections first (alpha = -1) so that the large sum is rounded once, into dw itself: no workspace,
-// no copy. Other paddings (To != T) run this file's own tiled kernel on CUDA cores, which maps each reduction row
-// to (b, t) itself. Both are deterministic (cuBLASLt's chosen kernel, or a fixed order).
+// same row of x: one cuBLASLt GEMM over the flattened rows. A shifted tap's rows skip padding at each
+// sentence's edges, which a batch-first layout cannot flatten into one GEMM dimension (ConvTBC's time-major
+// layout can): this file's own tiled kernel maps each reduction row r to (b, t) itself (no workspace,
+// deterministic: a fixed order).
 // GLU: one pass forward (reads x, writes y), one pass backward (reads g and x, writes dx).
 #include <algorithm>
 #include <vector>
@@ -235,30 +230,9 @@ void conv1d_backward_weight(const Tensor& g, const Tensor& x, int64_t pad_left, 
       matmul(x_t, g_rows, Tensor(), dw_k);
       continue;
     }
-    const Conv1dTapRows rows = conv1d_tap_rows(k, pad_left, s.T, s.To);  // g rows [t0, t1) of every sentence
-    if (rows.count() == 0) {
-      ENGINE_CUDA_CHECK(cudaMemsetAsync(dw_k.data_ptr(), 0, dw_k.nbytes(), engine::cuda::stream()));  // 0.0
-      continue;
-    }
-    if (s.To != s.T) {  // the kernel below maps the rows itself
-      shifted.push_back(k);
-      continue;
-    }
-    // A shifted tap over the flattened rows (the file's comment): g rows [t0, (B - 1) T + t1) with x rows s = k -
-    // pad_left further on, less the pairs that cross a sentence boundary, g rows b T + t1 + j (j < |s|) of sentences
-    // b < B - 1, T rows apart in both tensors.
-    const int64_t shift = k - pad_left, t0 = rows.begin, t1 = rows.end, R = (s.B - 1) * s.T + t1 - t0;
-    Tensor dw_k3 = Tensor::view_of(dw, {1, s.Cin, s.Cout}, {s.Cin * s.Cout, s.Cout, 1}, dw_k.offset());
-    double beta = 0;  // dw[k] is first written, then added to
-    for (int64_t j = 0; s.B > 1 && j < s.T - t1 + t0; j++, beta = 1) {
-      const int64_t r = t1 + j;  // g's row of sentence 0 (past its tap rows), then every T rows
-      Tensor xe = Tensor::view_of(x, {1, s.Cin, s.B - 1}, {0, 1, s.T * s.Cin}, x.offset() + (r + shift) * s.Cin);
-      Tensor ge = Tensor::view_of(g, {1, s.B - 1, s.Cout}, {0, s.T * s.Cout, 1}, g.offset() + r * s.Cout);
-      matmul_accumulate(xe, ge, dw_k3, -1.0, beta);
-    }
-    Tensor xf = Tensor::view_of(x, {1, s.Cin, R}, {0, 1, s.Cin}, x.offset() + (t0 + shift) * s.Cin);
-    Tensor gf = Tensor::view_of(g, {1, R, s.Cout}, {0, s.Cout, 1}, g.offset() + t0 * s.Cout);
-    matmul_accumulate(xf, gf, dw_k3, 1.0, beta);
+    // A shifted tap: its reduction rows skip the padding at every sentence's edges, which no single GEMM
+    // dimension describes in a batch-first layout; this family's kernel maps them itself.
+    shifted.push_back(k);
   }
   for (size_t first = 0; first < shifted.size(); first += kMaxTapsPerLaunch) {
     TapList taps{};
