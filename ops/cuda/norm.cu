@@ -507,7 +507,8 @@ struct WeightNormArgs {
   I numel, n, inner;
 };
 
-// Calls f(e0, count) for this thread's packs of VEC elements (grid-stride), the last pack perhaps short.
+// Calls f(e0) for the first element of each of this thread's packs of VEC elements (grid-stride); the last pack
+// may be short (f checks e0 + VEC against numel).
 template <int VEC, typename I, typename F>
 __device__ __forceinline__ void for_packs(I numel, F&& f) {
   const I packs = (numel + VEC - 1) / VEC;
@@ -561,12 +562,6 @@ __global__ void weight_norm_backward_kernel(WeightNormArgs<T, I> p) {
   });
 }
 
-bool aligned16(std::initializer_list<const void*> ps) {
-  for (const void* p : ps)
-    if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-  return true;
-}
-
 // Fills the arguments for v viewed around dim and launches the forward's or the backward's kernel with 16-byte
 // packs where every pointer allows, else single elements; a thread per pack (grid-stride), at least n threads
 // (the backward's dg).
@@ -589,7 +584,7 @@ void launch_weight_norm(const Tensor& v, int64_t dim, const Tensor& g, const Ten
                            I(v.size(dim)),
                            I(inner)};
     constexpr int V = vec16<T>();
-    const bool packs = aligned16({p.v, p.dw, p.out});
+    const bool packs = aligned16(p.v) && (!p.dw || aligned16(p.dw)) && (!p.out || aligned16(p.out));
     const int64_t threads = std::max<int64_t>(packs ? (v.numel() + V - 1) / V : v.numel(), v.size(dim));
     const unsigned grid = std::max<unsigned>(grid_for(threads, 256), unsigned((v.size(dim) + 255) / 256));
     cudaStream_t stream = engine::cuda::stream();
@@ -602,7 +597,7 @@ void launch_weight_norm(const Tensor& v, int64_t dim, const Tensor& g, const Ten
     else
       weight_norm_scale_kernel<1, T, I><<<grid, 256, 0, stream>>>(p);
   };
-  if (v.numel() < (int64_t(1) << 31) - 64)
+  if (fits_int32(v.numel(), {&v}))
     launch(int32_t(0));
   else
     launch(int64_t(0));
