@@ -1,14 +1,22 @@
 // cuda/conv1d.cu: the 1-D convolution over [B, T, C] and GLU on the GPU.
 //
 // Forward and input gradient follow fairseq's ConvTBC: K GEMMs over shifted views, each accumulating into
-// the output (cuBLASLt with beta = 1, matmul_accumulate), batched over the B sentences with a stride: tap k
-// reads rows [t0 + k - pad_left, t1 + k - pad_left) of every sentence and adds into rows [t0, t1) of y.
-// The output is first set to the bias rows (or zeros) by one memory-bound pass. No im2col buffer exists.
+// the output (cuBLASLt with beta = 1, matmul_accumulate): tap k adds rows [t0 + k - pad_left, t1 + k - pad_left)
+// of every sentence of x, times w[k], into rows [t0, t1) of y. The output is first set to the bias rows (or
+// zeros) by one memory-bound pass. No im2col buffer exists. Where the convolution keeps the length (To == T), a
+// tap is one GEMM over the sentences' rows laid end to end, and the few rows at each sentence's edges that this
+// pairs with a neighbouring sentence are then recomputed (accumulate_taps); other shapes batch a GEMM per tap over
+// the B sentences (M = a sentence's rows).
 // The weight gradient reduces over (sentence, time) pairs. The unshifted tap pairs every row of g with the
-// same row of x: one cuBLASLt GEMM over the flattened rows. A shifted tap's rows skip padding at each
-// sentence's edges, which a batch-first layout cannot flatten into one GEMM dimension (ConvTBC's time-major
-// layout can): this file's own tiled kernel maps each reduction row r to (b, t) itself (no workspace,
-// deterministic: a fixed order).
+// same row of x: one cuBLASLt GEMM over the flattened rows. A shifted tap (x row t + s with g row t) skips
+// padding at each sentence's edges, which a batch-first layout cannot flatten into one GEMM dimension
+// (ConvTBC's time-major layout can). Where the convolution keeps the length (To == T: convs2s's encoder (1, 1)
+// and causal decoder (K - 1, 0)), the flattened rows still pair row r of g with row r + s of x everywhere, and
+// the only wrong pairs are the |s| rows at each boundary between two sentences, a row every T rows of each tensor:
+// dw[k] = (flat GEMM over B T - |s| rows) - (|s| GEMMs over those B - 1 boundary rows), on cuBLASLt's tensor
+// cores, the corrections first (alpha = -1) so that the large sum is rounded once, into dw itself: no workspace,
+// no copy. Other paddings (To != T) run this file's own tiled kernel on CUDA cores, which maps each reduction row
+// to (b, t) itself. Both are deterministic (cuBLASLt's chosen kernel, or a fixed order).
 // GLU: one pass forward (reads x, writes y), one pass backward (reads g and x, writes dx).
 #include <algorithm>
 #include <vector>
@@ -29,13 +37,17 @@ namespace {
 // ---------------------------------------------------------------------------------------------------
 // Kernels
 
-// y[r, c] = bias[c] (or 0) over rows x C. Grid-stride, one element per thread per step: it moves
-// rows * C * sizeof(T) bytes (plus the bias row from cache) and is bound by write bandwidth.
+// y[b, t, c] = bias[c] (or 0) for the rows t in [t0, t0 + count) of every sentence b of y [B, T, C] (all of them:
+// t0 = 0, count = T). Grid-stride, one element per thread per step: it moves B * count * C * sizeof(T) bytes (plus
+// the bias row from cache) and is bound by write bandwidth.
 template <typename T>
-__global__ void fill_bias_rows_kernel(T* y, const T* bias, int64_t rows, int64_t C) {
-  const int64_t n = rows * C;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = bias ? bias[i % C] : from_acc<T>(acc_t<T>(0));
+__global__ void fill_bias_rows_kernel(T* y, const T* bias, int64_t B, int64_t T_, int64_t t0, int64_t count,
+                                      int64_t C) {
+  const int64_t n = B * count * C;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / C, b = row / count, t = t0 + row % count;
+    y[(b * T_ + t) * C + i % C] = bias ? bias[i % C] : from_acc<T>(acc_t<T>(0));
+  }
 }
 
 // dw[k, i, o] = sum over r = (b, t), t in tap k's rows [t0, t1), of x[b, t + k - pad_left, i] * g[b, t, o].
@@ -183,36 +195,82 @@ void glu_sizes(const Tensor& x, int64_t dim, int64_t* outer, int64_t* half) {
   *half = x.numel() / std::max<int64_t>(1, *outer) / 2;
 }
 
+// out rows [t0, t0 + count) of every sentence set to bias (or zeros).
+void fill_rows(const Tensor& out, const Tensor& bias, int64_t t0, int64_t count) {
+  const int64_t B = out.size(0), T = out.size(1), C = out.size(2);
+  if (B * count * C == 0) return;
+  ENGINE_CUDA_FLOAT_SWITCH(out.dtype(), E, {
+    const int threads = 256;
+    fill_bias_rows_kernel<E><<<grid_for(B * count * C, threads), threads, 0, engine::cuda::stream()>>>(
+        static_cast<E*>(out.data_ptr()), bias.defined() ? static_cast<const E*>(bias.data_ptr()) : nullptr, B, T, t0,
+        count, C);
+    ENGINE_CUDA_LAUNCH_CHECK("conv1d bias rows");
+  });
+}
+
+// One tap of the forward or the input gradient: out rows t in [lo, hi) of every sentence += in rows t + d of the
+// same sentence @ m (the forward: in x, out y, m = w[k]; the input gradient: in g, out dx, m = w[k]^T).
+struct ShiftedTap {
+  int64_t lo, hi, d;
+  Tensor m;
+};
+
+// out = bias (or zeros) + the taps, in tap order, over the B sentences of in [B, Ti, Cin] and out [B, To, Cout].
+// Where in and out have the same rows per sentence (To == Ti, convs2s's paddings), each tap is one flat GEMM over
+// the sentences' rows [lo, (B - 1) T + hi) laid end to end (M = about B T rows where the batched form has M = T, a
+// few dozen words, and wastes most of each tensor-core tile): a row in [lo, hi) of its sentence meets its own
+// sentence's row t + d; only the rows outside some tap's [lo, hi), the first max(lo) and the last T - min(hi) of
+// each sentence, also meet a neighbouring sentence's rows. Those few rows are then set again and recomputed by
+// the batched form, so every row ends as bias + its own taps in tap order. Other shapes: the batched form, a GEMM
+// per tap with the B sentences as its batch.
+void accumulate_taps(const Tensor& in, const Tensor& out, const Tensor& bias, const std::vector<ShiftedTap>& taps) {
+  const int64_t B = out.size(0), T = out.size(1);
+  // Rows [w0, w1) of every sentence: bias, then each tap's rows there, as GEMMs batched over the sentences.
+  auto batched = [&](int64_t w0, int64_t w1) {
+    fill_rows(out, bias, w0, w1 - w0);
+    for (const ShiftedTap& tap : taps) {
+      const int64_t first = std::max(tap.lo, w0), count = std::min(tap.hi, w1) - first;
+      if (count > 0) matmul_accumulate(rows_view(in, first + tap.d, count), tap.m, rows_view(out, first, count));
+    }
+  };
+  int64_t lo_max = 0, hi_min = T;
+  for (const ShiftedTap& tap : taps)
+    if (tap.hi > tap.lo) lo_max = std::max(lo_max, tap.lo), hi_min = std::min(hi_min, tap.hi);
+  if (B == 1 || in.size(1) != T || lo_max >= hi_min) return batched(0, T);
+  fill_rows(out, bias, 0, T);
+  for (const ShiftedTap& tap : taps) {
+    if (tap.hi <= tap.lo) continue;
+    const int64_t R = (B - 1) * T + tap.hi - tap.lo, Cin = in.size(2), Cout = out.size(2);
+    // [1, R, C] views: matmul_accumulate takes a batch of one
+    matmul_accumulate(Tensor::view_of(in, {1, R, Cin}, {R * Cin, Cin, 1}, in.offset() + (tap.lo + tap.d) * Cin),
+                      tap.m, Tensor::view_of(out, {1, R, Cout}, {R * Cout, Cout, 1}, out.offset() + tap.lo * Cout));
+  }
+  if (lo_max > 0) batched(0, lo_max);
+  if (hi_min < T) batched(hi_min, T);
+}
+
 }  // namespace
 
 void conv1d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t pad_left, const Tensor& y) {
   const Sizes s{x.size(0), x.size(1), x.size(2), y.size(1), y.size(2), w.size(0)};
   if (y.numel() == 0) return;
-  ENGINE_CUDA_FLOAT_SWITCH(y.dtype(), T, {
-    const int threads = 256;
-    fill_bias_rows_kernel<T><<<grid_for(y.numel(), threads), threads, 0, engine::cuda::stream()>>>(
-        static_cast<T*>(y.data_ptr()), bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr, s.B * s.To,
-        s.Cout);
-    ENGINE_CUDA_LAUNCH_CHECK("conv1d bias rows");
-  });
+  std::vector<ShiftedTap> taps;  // y rows t += x rows t + k - pad_left @ w[k]
   for (int64_t k = 0; k < s.K; k++) {
     const Conv1dTapRows rows = conv1d_tap_rows(k, pad_left, s.T, s.To);
-    if (rows.count() == 0) continue;
-    matmul_accumulate(rows_view(x, rows.begin + k - pad_left, rows.count()), tap_matrix(w, k, false),
-                      rows_view(y, rows.begin, rows.count()));
+    taps.push_back({rows.begin, rows.end, k - pad_left, tap_matrix(w, k, false)});
   }
+  accumulate_taps(x, y, bias, taps);
 }
 
 void conv1d_backward_input(const Tensor& g, const Tensor& w, int64_t pad_left, const Tensor& dx) {
   const Sizes s{dx.size(0), dx.size(1), dx.size(2), g.size(1), g.size(2), w.size(0)};
   if (dx.numel() == 0) return;
-  ENGINE_CUDA_CHECK(cudaMemsetAsync(dx.data_ptr(), 0, dx.nbytes(), engine::cuda::stream()));  // 0.0 in every dtype
+  std::vector<ShiftedTap> taps;  // dx rows t + k - pad_left += g rows t @ w[k]^T
   for (int64_t k = 0; k < s.K; k++) {
     const Conv1dTapRows rows = conv1d_tap_rows(k, pad_left, s.T, s.To);
-    if (rows.count() == 0) continue;
-    matmul_accumulate(rows_view(g, rows.begin, rows.count()), tap_matrix(w, k, true),
-                      rows_view(dx, rows.begin + k - pad_left, rows.count()));
+    taps.push_back({rows.begin + k - pad_left, rows.end + k - pad_left, pad_left - k, tap_matrix(w, k, true)});
   }
+  accumulate_taps(g, dx, Tensor(), taps);
 }
 
 void conv1d_backward_weight(const Tensor& g, const Tensor& x, int64_t pad_left, const Tensor& dw) {
@@ -230,9 +288,30 @@ void conv1d_backward_weight(const Tensor& g, const Tensor& x, int64_t pad_left, 
       matmul(x_t, g_rows, Tensor(), dw_k);
       continue;
     }
-    // A shifted tap: its reduction rows skip the padding at every sentence's edges, which no single GEMM
-    // dimension describes in a batch-first layout; this family's kernel maps them itself.
-    shifted.push_back(k);
+    const Conv1dTapRows rows = conv1d_tap_rows(k, pad_left, s.T, s.To);  // g rows [t0, t1) of every sentence
+    if (rows.count() == 0) {
+      ENGINE_CUDA_CHECK(cudaMemsetAsync(dw_k.data_ptr(), 0, dw_k.nbytes(), engine::cuda::stream()));  // 0.0
+      continue;
+    }
+    if (s.To != s.T) {  // the kernel below maps the rows itself
+      shifted.push_back(k);
+      continue;
+    }
+    // A shifted tap over the flattened rows (the file's comment): g rows [t0, (B - 1) T + t1) with x rows s = k -
+    // pad_left further on, less the pairs that cross a sentence boundary, g rows b T + t1 + j (j < |s|) of sentences
+    // b < B - 1, T rows apart in both tensors.
+    const int64_t shift = k - pad_left, t0 = rows.begin, t1 = rows.end, R = (s.B - 1) * s.T + t1 - t0;
+    Tensor dw_k3 = Tensor::view_of(dw, {1, s.Cin, s.Cout}, {s.Cin * s.Cout, s.Cout, 1}, dw_k.offset());
+    double beta = 0;  // dw[k] is first written, then added to
+    for (int64_t j = 0; s.B > 1 && j < s.T - t1 + t0; j++, beta = 1) {
+      const int64_t r = t1 + j;  // g's row of sentence 0 (past its tap rows), then every T rows
+      Tensor xe = Tensor::view_of(x, {1, s.Cin, s.B - 1}, {0, 1, s.T * s.Cin}, x.offset() + (r + shift) * s.Cin);
+      Tensor ge = Tensor::view_of(g, {1, s.B - 1, s.Cout}, {0, s.T * s.Cout, 1}, g.offset() + r * s.Cout);
+      matmul_accumulate(xe, ge, dw_k3, -1.0, beta);
+    }
+    Tensor xf = Tensor::view_of(x, {1, s.Cin, R}, {0, 1, s.Cin}, x.offset() + (t0 + shift) * s.Cin);
+    Tensor gf = Tensor::view_of(g, {1, R, s.Cout}, {0, s.Cout, 1}, g.offset() + t0 * s.Cout);
+    matmul_accumulate(xf, gf, dw_k3, 1.0, beta);
   }
   for (size_t first = 0; first < shifted.size(); first += kMaxTapsPerLaunch) {
     TapList taps{};

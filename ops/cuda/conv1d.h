@@ -1,7 +1,9 @@
 // cuda/conv1d.h: the conv1d family on the GPU, with the contracts of ops/cpu/conv1d.h (contiguous tensors,
 // same arguments, same results). The forward and input gradient are K cuBLASLt GEMMs accumulating into their
-// output (matmul_accumulate); the weight gradient is one cuBLASLt GEMM for the unshifted tap and this family's
-// own tiled kernel for the shifted ones; GLU is one pass each way.
+// output (matmul_accumulate), each over all the sentences' rows where To == T (the rows at sentence edges then
+// recomputed); the weight gradient is one cuBLASLt GEMM for the unshifted tap, one for each shifted
+// tap less its sentence-boundary pairs where To == T, and this family's own tiled kernel for the shifted taps of
+// other paddings; GLU is one pass each way.
 #pragma once
 #include "engine/tensor.h"
 

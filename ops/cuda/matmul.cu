@@ -260,7 +260,7 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& 
 
 namespace ops::cuda {
 
-void matmul_accumulate(const Tensor& a, const Tensor& b, const Tensor& out) {
+void matmul_accumulate(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta) {
   ENGINE_CHECK(a.dim() == 3 && out.dim() == 3 && (b.dim() == 2 || b.dim() == 3) && out.strides()[2] == 1,
                "cuda matmul_accumulate: expects a [batch, M, K], b [batch, K, N] or [K, N], out [batch, M, N] "
                "with unit column stride");
@@ -280,7 +280,7 @@ void matmul_accumulate(const Tensor& a, const Tensor& b, const Tensor& out) {
   LtLayout lb(t, ra, ca, lda, int32_t(batch), stride_a);
   LtLayout lc(t, N, M, ld_o, int32_t(batch), stride_o);
   gemm.choose(la, lb, lc, engine::str("cuda matmul_accumulate ", batch, " x [", M, ", ", K, "] x [", K, ", ", N, "]"));
-  gemm.run(out.device(), 1.0, b.data_ptr(), la, a.data_ptr(), lb, 1.0, out.data_ptr(), lc);  // out += a b
+  gemm.run(out.device(), alpha, b.data_ptr(), la, a.data_ptr(), lb, beta, out.data_ptr(), lc);
 }
 
 }  // namespace ops::cuda

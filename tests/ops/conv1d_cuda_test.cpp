@@ -1,6 +1,9 @@
 // conv1d_cuda_test.cpp: conv1d and glu on the GPU against the cpu reference, by dtype: outputs and gradients
-// (the shifted cuBLASLt GEMMs of forward and input gradient; the weight gradient's flat GEMM for the unshifted
-// tap and its tiled kernel for the shifted ones, over several tiles with ragged edges), the gradient ops' own
+// (the shifted cuBLASLt GEMMs of forward and input gradient: over all the sentences' rows with the edge rows
+// recomputed where To == T, batched over the sentences otherwise; the weight gradient's flat GEMM for the unshifted
+// tap, its flat GEMMs less the sentence-boundary pairs for the shifted ones where To == T (one sentence, one and
+// several boundary rows), and its tiled kernel for the other paddings, over several tiles with ragged edges), the
+// gradient ops' own
 // rules (double backward), GLU's vectorized and scalar paths; the ledger equal to meta's; a perf mode at
 // convs2s's layer sizes.
 #include <gtest/gtest.h>
@@ -38,6 +41,10 @@ const ConvCase kConvCases[] = {
     {"ragged tiles: Cin 130, Cout 200", 2, 13, 130, 200, 3, 1, 1},
     {"pad wider than kernel (3, 2), K=2", 2, 4, 8, 8, 2, 3, 2},
     {"long reduction: B 8 x T 50", 8, 50, 40, 72, 3, 2, 0},
+    {"one sentence K=3 (1, 1)", 1, 9, 16, 24, 3, 1, 1},
+    {"decoder causal K=5 (4, 0)", 3, 11, 16, 24, 5, 4, 0},
+    {"encoder K=5 (2, 2), sentences shorter than a tap's shift", 4, 2, 16, 24, 5, 2, 2},
+    {"To != T: (2, 1), K=3 (the tiled kernel)", 3, 7, 16, 24, 3, 2, 1},
 };
 
 // The GPU accumulates tap after tap in the output's dtype (cuBLASLt beta = 1, as fairseq's ConvTBC does with
