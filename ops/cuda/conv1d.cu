@@ -5,8 +5,8 @@
 // of every sentence of x, times w[k], into rows [t0, t1) of y. The output is first set to the bias rows (or
 // zeros) by one memory-bound pass. No im2col buffer exists. Where the convolution keeps the length (To == T), a
 // tap is one GEMM over the sentences' rows laid end to end, and the few rows at each sentence's edges that this
-// pairs with a neighbouring sentence are then recomputed (accumulate_taps); other shapes batch a GEMM per tap over
-// the B sentences (M = a sentence's rows).
+// pairs with a neighbouring sentence are then recomputed, a GEMM per edge row over that row of every sentence
+// (accumulate_taps); other shapes batch a GEMM per tap over the B sentences (M = a sentence's rows).
 // The weight gradient reduces over (sentence, time) pairs. The unshifted tap pairs every row of g with the
 // same row of x: one cuBLASLt GEMM over the flattened rows. A shifted tap (x row t + s with g row t) skips
 // padding at each sentence's edges, which a batch-first layout cannot flatten into one GEMM dimension
@@ -215,29 +215,34 @@ struct ShiftedTap {
   Tensor m;
 };
 
-// out = bias (or zeros) + the taps, in tap order, over the B sentences of in [B, Ti, Cin] and out [B, To, Cout].
-// Where in and out have the same rows per sentence (To == Ti, convs2s's paddings), each tap is one flat GEMM over
-// the sentences' rows [lo, (B - 1) T + hi) laid end to end (M = about B T rows where the batched form has M = T, a
-// few dozen words, and wastes most of each tensor-core tile): a row in [lo, hi) of its sentence meets its own
-// sentence's row t + d; only the rows outside some tap's [lo, hi), the first max(lo) and the last T - min(hi) of
-// each sentence, also meet a neighbouring sentence's rows. Those few rows are then set again and recomputed by
-// the batched form, so every row ends as bias + its own taps in tap order. Other shapes: the batched form, a GEMM
-// per tap with the B sentences as its batch.
+// Row t of every sentence of a contiguous [B, L, C] tensor: a [1, B, C] view, its rows L C apart.
+Tensor sentence_rows(const Tensor& t, int64_t row) {
+  const int64_t B = t.size(0), L = t.size(1), C = t.size(2);
+  return Tensor::view_of(t, {1, B, C}, {B * L * C, L * C, 1}, t.offset() + row * C);
+}
+
+// out = bias (or zeros) + the taps, in tap order, over the B sentences of in [B, Ti, Cin] and out [B, To, Cout]
+// (both contiguous). Where in and out have the same rows per sentence (To == Ti, convs2s's paddings), each tap is
+// one flat GEMM over the sentences' rows [lo, (B - 1) T + hi) laid end to end (M = about B T rows where a GEMM per
+// sentence has M = T, a few dozen words, and wastes most of each tensor-core tile): a row in [lo, hi) of its
+// sentence meets its own sentence's row t + d; only the rows outside some tap's [lo, hi), the first max(lo) and the
+// last T - min(hi) of each sentence, also meet a neighbouring sentence's rows. Those few edge rows are then set
+// again and recomputed, one GEMM per edge row and tap over that row of every sentence (M = B, rows T apart: each
+// reads the tap's matrix once, where a GEMM per sentence of one row would read it B times), so every row ends as
+// bias + its own taps in tap order. Other shapes: a GEMM per tap batched over the B sentences.
 void accumulate_taps(const Tensor& in, const Tensor& out, const Tensor& bias, const std::vector<ShiftedTap>& taps) {
   const int64_t B = out.size(0), T = out.size(1);
-  // Rows [w0, w1) of every sentence: bias, then each tap's rows there, as GEMMs batched over the sentences.
-  auto batched = [&](int64_t w0, int64_t w1) {
-    fill_rows(out, bias, w0, w1 - w0);
-    for (const ShiftedTap& tap : taps) {
-      const int64_t first = std::max(tap.lo, w0), count = std::min(tap.hi, w1) - first;
-      if (count > 0) matmul_accumulate(rows_view(in, first + tap.d, count), tap.m, rows_view(out, first, count));
-    }
-  };
   int64_t lo_max = 0, hi_min = T;
   for (const ShiftedTap& tap : taps)
     if (tap.hi > tap.lo) lo_max = std::max(lo_max, tap.lo), hi_min = std::min(hi_min, tap.hi);
-  if (B == 1 || in.size(1) != T || lo_max >= hi_min) return batched(0, T);
   fill_rows(out, bias, 0, T);
+  if (B == 1 || in.size(1) != T || lo_max >= hi_min) {
+    for (const ShiftedTap& tap : taps)
+      if (tap.hi > tap.lo)
+        matmul_accumulate(rows_view(in, tap.lo + tap.d, tap.hi - tap.lo), tap.m,
+                          rows_view(out, tap.lo, tap.hi - tap.lo));
+    return;
+  }
   for (const ShiftedTap& tap : taps) {
     if (tap.hi <= tap.lo) continue;
     const int64_t R = (B - 1) * T + tap.hi - tap.lo, Cin = in.size(2), Cout = out.size(2);
@@ -245,8 +250,15 @@ void accumulate_taps(const Tensor& in, const Tensor& out, const Tensor& bias, co
     matmul_accumulate(Tensor::view_of(in, {1, R, Cin}, {R * Cin, Cin, 1}, in.offset() + (tap.lo + tap.d) * Cin),
                       tap.m, Tensor::view_of(out, {1, R, Cout}, {R * Cout, Cout, 1}, out.offset() + tap.lo * Cout));
   }
-  if (lo_max > 0) batched(0, lo_max);
-  if (hi_min < T) batched(hi_min, T);
+  auto redo_edge_rows = [&](int64_t w0, int64_t w1) {
+    if (w1 <= w0) return;
+    fill_rows(out, bias, w0, w1 - w0);
+    for (int64_t t = w0; t < w1; t++)
+      for (const ShiftedTap& tap : taps)
+        if (t >= tap.lo && t < tap.hi) matmul_accumulate(sentence_rows(in, t + tap.d), tap.m, sentence_rows(out, t));
+  };
+  redo_edge_rows(0, lo_max);
+  redo_edge_rows(hi_min, T);
 }
 
 }  // namespace

@@ -48,12 +48,16 @@ const ConvCase kConvCases[] = {
 };
 
 // The GPU accumulates tap after tap in the output's dtype (cuBLASLt beta = 1, as fairseq's ConvTBC does with
-// addmm_): bf16/f16 outputs are rounded K times, the cpu's once; f32 sums run in another order.
+// addmm_): bf16/f16 outputs are rounded K times, the cpu's once; f32 sums run in another order. A rounding's error
+// scales with the partial sum, not the result: in the long-reduction case a tap's sum over 72 channels reaches ~8,
+// where half an f16 step is 2^-8, so K - 1 = 2 extra roundings can leave 2^-7 (0.0078) on a result of 0.13 (seen on
+// an H100: whether it does depends on cuBLASLt's f32 summation order, which the flat GEMMs changed).
 Tolerance conv_tolerance(DType dt) {
   switch (dt) {
     case DType::f32: return {1e-4, 1e-4};
     case DType::bf16: return {5e-2, 3e-2};
-    case DType::f16: return {5e-3, 5e-3};
+    case DType::f16:
+      return {1e-2, 5e-3};
     default: return {};
   }
 }
