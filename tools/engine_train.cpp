@@ -109,8 +109,8 @@ std::string profile_table(const std::vector<ops::KernelTime>& times, double step
 
 // The last step's largest (module, op) times: which layer's forward or backward costs the most, beside that
 // layer's counted FLOPs (engine::Counters::by_module_op).
-std::string module_time_table(const std::vector<ops::KernelTime>& by_module, double step_ms) {
-  const size_t shown = std::min<size_t>(30, by_module.size());
+std::string module_time_table(const std::vector<ops::KernelTime>& by_module, double step_ms, int64_t rows) {
+  const size_t shown = rows > 0 ? std::min(size_t(rows), by_module.size()) : by_module.size();
   std::string s = engine::str("## Time by module (the ", shown, " largest of ", by_module.size(),
                               " module and op pairs)\n\n| module | op | kernels | ms | share of step | TFLOP/s |\n"
                               "|---|---|---:|---:|---:|---:|\n");
@@ -237,6 +237,7 @@ void add_flags(tools::Flags& flags) {
                 "with --generate: prompt tokens per prefill pass, whole sequences (0: every prompt in one pass)");
   flags.add_bool("profile", "time every kernel (CUDA events on cuda) and print the last step's time by op, "
                             "with its achieved TFLOP/s and GB/s, then the largest times by module and op");
+  flags.add_int("profile-rows", 30, "with --profile: how many of the largest (module, op) times to list (0: all)");
   flags.add_bool("explain",
                  "after the run, the last step's every allocation and free in order, each with its tensor, "
                  "category and why it exists and when it died, then the step's peak (small configs)");
@@ -273,6 +274,8 @@ void add_flags(tools::Flags& flags) {
 
 models::ModelConfig config_of(const tools::Flags& flags) {
   ENGINE_CHECK(flags.integer("steps") >= 1, "engine_train: --steps must be at least 1");
+  ENGINE_CHECK(flags.integer("profile-rows") >= 0, "engine_train: --profile-rows must be 0 (all) or more, got ",
+               flags.integer("profile-rows"));
   ENGINE_CHECK(flags.integer("batch") >= 0 && flags.integer("seq") >= 0 && flags.integer("tokens") >= 0,
                "engine_train: --batch, --seq and --tokens must be positive");
   models::ModelConfig config;
@@ -642,7 +645,7 @@ int run(int argc, char** argv) {
                                              : profile_table(times, last_ms, type == engine::DeviceType::cuda));
     if (type != engine::DeviceType::meta) {
       out.say("");
-      out.say(module_time_table(module_times, last_ms));
+      out.say(module_time_table(module_times, last_ms, flags.integer("profile-rows")));
     }
   }
   out.say("");

@@ -114,31 +114,37 @@ AttentionLayer::AttentionLayer(int64_t conv_channels, int64_t embed_dim) {
   out_projection = register_module("out_projection", std::make_shared<nn::WeightNormLinear>(embed_dim, conv_channels));
 }
 
-Tensor AttentionLayer::forward(const Tensor& h, const Tensor& target_embedding, const Tensor& keys_t,
-                               const Tensor& values, const Tensor& padding_mask, const Tensor& value_scale) const {
+Tensor AttentionLayer::forward(const Tensor& h, const Tensor& target_embedding, const AttentionInputs& a) const {
   auto s = scope();
   Tensor z = ops::mul(ops::add(in_projection->forward(h), target_embedding), kHalfSqrt);  // [B, T, E]
-  Tensor scores = ops::bmm(z, keys_t);                                                    // [B, T, S]
-  scores = ops::masked_fill(scores, ops::unsqueeze(padding_mask, 1), -std::numeric_limits<double>::infinity());
+  Tensor scores = ops::bmm(z, a.keys_t);                                                  // [B, T, S']
+  scores = ops::masked_fill(scores, ops::unsqueeze(a.mask, 1), -std::numeric_limits<double>::infinity());
   Tensor p = ops::softmax(scores, -1);
-  Tensor c = ops::mul(ops::bmm(p, values), value_scale);  // [B, T, E] * sqrt(s_b)
+  Tensor c = ops::mul(ops::bmm(p, a.values), a.value_scale);  // [B, T, E] * sqrt(s_b)
   return ops::mul(ops::add(out_projection->forward(c), h), kHalfSqrt);
 }
 
 // ---------------------------------------------------------------------------------------------------
-namespace {
-
-// The encoder keys transposed once for every layer (as fairseq) [B, E, S], and sqrt(real source length)
-// per sentence [B, 1, 1].
-void attention_inputs(const FConvEncoder::Output& enc, const Tensor& src_padding_mask, Tensor* keys_t,
-                      Tensor* value_scale) {
-  engine::MemoryScope a("attention_inputs");
-  *keys_t = ops::contiguous(ops::transpose(enc.x, 1, 2));
+AttentionInputs attention_inputs(const FConvEncoder::Output& enc, const Tensor& src_padding_mask) {
+  engine::MemoryScope scope("attention_inputs");
+  const int64_t B = enc.x.size(0), S = enc.x.size(1), E = enc.x.size(2);
+  const int64_t multiple = engine::dtype_size(enc.x.dtype()) == 2 ? 8 : 1;  // 16 bytes of bf16 / f16 (fconv.h)
+  const int64_t Sp = (S + multiple - 1) / multiple * multiple;
+  AttentionInputs a;
   Tensor pads = ops::sum(ops::to(src_padding_mask, enc.x.dtype()), {1}, true);  // [B, 1]
-  *value_scale = ops::unsqueeze(ops::sqrt(ops::add(ops::neg(pads), double(src_padding_mask.size(1)))), -1);
+  a.value_scale = ops::unsqueeze(ops::sqrt(ops::add(ops::neg(pads), double(S))), -1);
+  if (Sp == S) {
+    a.keys_t = ops::contiguous(ops::transpose(enc.x, 1, 2));
+    a.values = enc.y;
+    a.mask = src_padding_mask;
+    return a;
+  }
+  // Zero-padded to S' (slice_backward writes its input into zeros; its gradient is the slice back).
+  a.keys_t = ops::slice_backward(ops::transpose(enc.x, 1, 2), {B, E, Sp}, 2, 0, S, 1);
+  a.values = ops::slice_backward(enc.y, {B, Sp, E}, 1, 0, S, 1);
+  a.mask = ops::concat({src_padding_mask, ops::full({B, Sp - S}, 1, engine::DType::boolean, enc.x.device_ptr())}, 1);
+  return a;
 }
-
-}  // namespace
 
 FConvDecoder::FConvDecoder(const FConvConfig& c) : config(c) {
   build_side(*this, c, c.tgt_vocab, true);
@@ -156,14 +162,13 @@ Tensor FConvDecoder::forward(const Tensor& prev_output, const Tensor& positions,
   x = ops::dropout(x, config.dropout, training());
   const Tensor target_embedding = x;
   x = fc1->forward(x);  // [B, T, C0]
-  Tensor keys_t, value_scale;
-  attention_inputs(enc, src_padding_mask, &keys_t, &value_scale);
+  const AttentionInputs attention_in = attention_inputs(enc, src_padding_mask);
   for (size_t i = 0; i < convolutions.size(); i++) {
     engine::MemoryScope layer("layers." + std::to_string(i));
     Tensor residual = projections[i] ? projections[i]->forward(x) : x;
     x = ops::dropout(x, config.dropout, training());
     x = ops::glu(convolutions[i]->forward(x), -1);  // causal
-    x = attention[i]->forward(x, target_embedding, keys_t, enc.y, src_padding_mask, value_scale);
+    x = attention[i]->forward(x, target_embedding, attention_in);
     x = ops::mul(ops::add(x, residual), kHalfSqrt);
   }
   x = fc2->forward(x);  // [B, T, out_embed]
@@ -175,7 +180,7 @@ IncrementalState FConvDecoder::start_incremental(const FConvEncoder::Output& enc
                                                  const Tensor& src_padding_mask) const {
   auto s = scope();
   IncrementalState state;
-  attention_inputs(enc, src_padding_mask, &state.keys_t, &state.value_scale);
+  state.attention = attention_inputs(enc, src_padding_mask);
   for (const auto& conv : convolutions)
     state.conv_inputs.push_back(
         conv->kernel_size > 1
@@ -198,7 +203,7 @@ Tensor FConvDecoder::step(const Tensor& tokens, const Tensor& positions, const F
     Tensor window = conv.kernel_size > 1 ? ops::concat({state.conv_inputs[i], x}, 1) : x;  // [B, K, Cin]
     if (conv.kernel_size > 1) state.conv_inputs[i] = ops::contiguous(ops::slice(window, 1, 1, conv.kernel_size));
     x = ops::glu(ops::conv1d(window, conv.weight(), conv.bias, 0, 0), -1);  // [B, 1, C]
-    x = attention[i]->forward(x, target_embedding, state.keys_t, enc.y, src_padding_mask, state.value_scale);
+    x = attention[i]->forward(x, target_embedding, state.attention);
     x = ops::mul(ops::add(x, residual), kHalfSqrt);
   }
   Tensor logits = fc3->forward(fc2->forward(x));  // [B, 1, V]

@@ -1,19 +1,23 @@
 // convs2s_test.cpp: weight normalization's gradients; the tiny convs2s learns to reverse sentences and greedy
 // decoding then reproduces held-out reversals; fairseq's parameter names; the full fconv_wmt_en_de on the
-// meta device holds exactly the analytic parameter and optimizer bytes; meta makes the cpu's allocations.
+// meta device holds exactly the analytic parameter and optimizer bytes; meta makes the cpu's allocations; the
+// attention over the source padded to 16 bytes is the unpadded formula.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 
 #include "engine/allocator.h"
 #include "engine/device.h"
 #include "graph/autograd.h"
 #include "models/convs2s/convs2s.h"
+#include "models/convs2s/fconv.h"
 #include "models/nn/weight_norm.h"
 #include "ops/elementwise.h"
 #include "ops/factory.h"
 #include "ops/norm.h"
 #include "ops/reduce.h"
+#include "ops/view.h"
 #include "tests/util/gradcheck_util.h"
 
 using engine::Device;
@@ -177,6 +181,47 @@ TEST(Convs2s, IncrementalStepEqualsTheLastRowOfTheFullDecoder) {
       for (int64_t v = 0; v < V; v++)
         worst = std::max(worst, std::abs(step_v[size_t(r * V + v)] - full_v[size_t((r * T + t) * V + v)]));
     EXPECT_LT(worst, 1e-4) << "position " << t;
+  }
+}
+
+TEST(Convs2s, AttentionOverThePaddedSourceIsTheUnpaddedFormula) {
+  // attention_inputs pads the source to a multiple of 8 positions in bf16 (5 -> 8; 8 stays 8), not in f32; the
+  // layer's output and its gradients must be those of the formula over the S real and padded positions alone.
+  engine::DeviceGuard guard(cpu());
+  const int64_t B = 3, T = 4, C = 6, E = 8;
+  for (int64_t S : {5, 8}) {
+    for (engine::DType dt : {engine::DType::f32, engine::DType::bf16}) {
+      std::unique_ptr<models::convs2s::AttentionLayer> layer;
+      {
+        graph::ParameterDtypeScope scope(dt);
+        layer = std::make_unique<models::convs2s::AttentionLayer>(C, E);
+      }
+      Tensor h = ops::rand({B, T, C}, -1, 1, dt), te = ops::rand({B, T, E}, -1, 1, dt);
+      models::convs2s::FConvEncoder::Output enc{ops::rand({B, S, E}, -1, 1, dt), ops::rand({B, S, E}, -1, 1, dt)};
+      std::vector<double> pad(size_t(B * S), 0.0);
+      pad[size_t(0 * S + S - 1)] = pad[size_t(2 * S + S - 2)] = pad[size_t(2 * S + S - 1)] = 1;  // right padding
+      Tensor mask = ops::from_vector(pad, {B, S}, engine::DType::boolean);
+      for (Tensor* t : {&h, &enc.x, &enc.y}) t->set_requires_grad(true);
+      auto run = [&](const models::convs2s::AttentionInputs& a) {
+        Tensor out = layer->forward(h, te, a);
+        std::vector<Tensor> g = graph::grad({ops::sum(ops::mul(out, out))}, {h, enc.x, enc.y});
+        return std::vector<std::vector<double>>{out.to_double(), g[0].to_double(), g[1].to_double(), g[2].to_double()};
+      };
+      const models::convs2s::AttentionInputs padded = models::convs2s::attention_inputs(enc, mask);
+      const int64_t Sp = dt == engine::DType::bf16 ? 8 : S;
+      EXPECT_EQ(padded.keys_t.size(2), Sp);
+      EXPECT_EQ(padded.values.size(1), Sp);
+      models::convs2s::AttentionInputs plain{ops::contiguous(ops::transpose(enc.x, 1, 2)), enc.y, mask,
+                                             padded.value_scale};
+      const auto want = run(plain), got = run(padded);
+      const double tol = dt == engine::DType::f32 ? 1e-6 : 0.0;  // bf16: the same sums in the same order
+      for (size_t i = 0; i < want.size(); i++) {
+        ASSERT_EQ(want[i].size(), got[i].size());
+        for (size_t j = 0; j < want[i].size(); j++)
+          ASSERT_NEAR(want[i][j], got[i][j], tol + 1e-6 * std::abs(want[i][j]))
+              << "S " << S << " " << engine::dtype_name(dt) << " output " << i << " element " << j;
+      }
+    }
   }
 }
 
