@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # The CUDA changes written without a device, tested and measured in one device call, most wanted first (a call may
-# be cut short): the conv1d changes' tests (the forward's and input gradient's flat GEMMs, the weight gradient's
-# flat GEMMs less the sentence-boundary pairs: reverted on main by 92815ca, 3eecda7 and 64869ce, so revert those
-# first) with weight_norm's and the reductions' (landed, run once), convs2s before/after (ROUNDS=1) and its bf16
-# profile, every model's ledger against meta, the fp32 flash kernels' tests and their shared dropout draws' A/B
-# (GPT-2 small, BERT-Large; landed), PyTorch's convs2s, what cuBLASLt's algorithm query costs the host per new shape
-# (cublaslt_probe heuristic). What each part gave on 2026-12-07: BENCHMARKS.md's twenty-third session.
+# be cut short): the conv1d family's tests with weight_norm's, the reductions' and the GEMMs', convs2s before/after
+# (ROUNDS=1) and its bf16 profile, every model's ledger against meta, the fp32 flash kernels' tests and their shared
+# dropout draws' A/B (GPT-2 small, BERT-Large), PyTorch's convs2s, what cuBLASLt's algorithm query costs the host per
+# new shape (cublaslt_probe heuristic). What each part gave: BENCHMARKS.md's twenty-third session (2026-12-07, the
+# conv1d flat GEMMs failing a shape check) and twenty-fourth (their fix passing, landed as 3e6ab7d).
 # Usage on the GPU machine: BIN=dir OUT=$OUT tools/bench/pending_gpu.sh [tests] [convs2s] [models] [attention]
 # [torch] [probe] (default all, in that order), with dir holding the new build's engine_cuda_tests, engine_train and cublaslt_probe
 # (nvcc -O2 -std=c++17 -arch=sm_90 tools/bench/cublaslt_probe.cu -lcublasLt) and dir/before/engine_train the build
