@@ -175,7 +175,7 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss
+        return loss.detach()  # float() of a tensor that requires grad warns
 
     s, peak = time_steps(step, a.steps, a.warmup)
     params = sum(t.numel() for t in model.parameters())

@@ -13,11 +13,12 @@ Untested here (no GPU on the build machine); the lead runs it beside build/engin
 import argparse
 import json
 import math
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from torch_bench import time_steps
 
 V, C, H, FFN, LAYERS, PAD, EOS = 32768, 1024, 16, 4096, 6, 1, 2
 
@@ -84,16 +85,8 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    for _ in range(a.warmup):
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    for _ in range(a.steps):
-        step()
-    torch.cuda.synchronize()
-    s = (time.perf_counter() - t0) / a.steps
-    peak = torch.cuda.max_memory_allocated()
+    s, _ = time_steps(step, a.steps, a.warmup)
+    peak = torch.cuda.max_memory_allocated()  # of the timed steps: time_steps reset the statistics before them
     print(json.dumps({"model": "transformer_big (torch.nn.Transformer)", "tokens": a.tokens, "sentences": B,
                       "length": L, "precision": a.precision, "attn": a.attn, "tok_per_s": round(B * L / s, 1),
                       "ms_per_step": round(1000 * s, 2), "peak_bytes": peak, "peak_gib": round(peak / 2**30, 3)}))
