@@ -2,11 +2,12 @@
 //
 // Forward and input gradient follow fairseq's ConvTBC: K GEMMs over shifted views, each accumulating into
 // the output (cuBLASLt with beta = 1, matmul_accumulate): tap k adds rows [t0 + k - pad_left, t1 + k - pad_left)
-// of every sentence of x, times w[k], into rows [t0, t1) of y. The output is first set to the bias rows (or
-// zeros) by one memory-bound pass. No im2col buffer exists. Where the convolution keeps the length (To == T), a
-// tap is one GEMM over the sentences' rows laid end to end, and the few rows at each sentence's edges that this
-// pairs with a neighbouring sentence are then recomputed, a GEMM per edge row over that row of every sentence
-// (accumulate_taps); other shapes batch a GEMM per tap over the B sentences (M = a sentence's rows).
+// of every sentence of x, times w[k], into rows [t0, t1) of y. No im2col buffer exists. Where the convolution keeps
+// the length (To == T), a tap is one GEMM over the sentences' rows laid end to end (the first with beta = 0 and the
+// bias in its epilogue), and the few rows at each sentence's edges that this pairs with a neighbouring sentence are
+// then set to the bias rows and recomputed, a GEMM per edge row over that row of every sentence (accumulate_taps);
+// other shapes set the output to the bias rows (or zeros) by one memory-bound pass, then batch a GEMM per tap over
+// the B sentences (M = a sentence's rows).
 // The weight gradient reduces over (sentence, time) pairs. The unshifted tap pairs every row of g with the
 // same row of x: one cuBLASLt GEMM over the flattened rows. A shifted tap (x row t + s with g row t) skips
 // padding at each sentence's edges, which a batch-first layout cannot flatten into one GEMM dimension
@@ -226,7 +227,8 @@ Tensor sentence_rows(const Tensor& t, int64_t row) {
 // one flat GEMM over the sentences' rows [lo, (B - 1) T + hi) laid end to end (M = about B T rows where a GEMM per
 // sentence has M = T, a few dozen words, and wastes most of each tensor-core tile): a row in [lo, hi) of its
 // sentence meets its own sentence's row t + d; only the rows outside some tap's [lo, hi), the first max(lo) and the
-// last T - min(hi) of each sentence, also meet a neighbouring sentence's rows. Those few edge rows are then set
+// last T - min(hi) of each sentence, also meet a neighbouring sentence's rows. The first tap's GEMM writes its rows
+// with the bias in its epilogue (beta = 0: no separate fill pass), the others add. The few edge rows are then set
 // again and recomputed, one GEMM per edge row and tap over that row of every sentence (M = B, rows T apart: each
 // reads the tap's matrix once, where a GEMM per sentence of one row would read it B times), so every row ends as
 // bias + its own taps in tap order. Other shapes: a GEMM per tap batched over the B sentences.
@@ -235,20 +237,30 @@ void accumulate_taps(const Tensor& in, const Tensor& out, const Tensor& bias, co
   int64_t lo_max = 0, hi_min = T;
   for (const ShiftedTap& tap : taps)
     if (tap.hi > tap.lo) lo_max = std::max(lo_max, tap.lo), hi_min = std::min(hi_min, tap.hi);
-  fill_rows(out, bias, 0, T);
   if (B == 1 || in.size(1) != T || lo_max >= hi_min) {
+    fill_rows(out, bias, 0, T);
     for (const ShiftedTap& tap : taps)
       if (tap.hi > tap.lo)
         matmul_accumulate(rows_view(in, tap.lo + tap.d, tap.hi - tap.lo), tap.m,
                           rows_view(out, tap.lo, tap.hi - tap.lo));
     return;
   }
+  // The first tap writes its rows (beta = 0) with the bias added in the GEMM's epilogue, the others add to them.
+  // Every row it leaves unwritten (the first sentence's first rows, the last one's last) is an edge row, set below.
+  // f64 with a bias fills first instead (the engine uses no cuBLASLt epilogue in f64 elsewhere; tests only).
+  bool first = true;
+  if (bias.defined() && out.dtype() == engine::DType::f64) {
+    fill_rows(out, bias, 0, T);
+    first = false;
+  }
   for (const ShiftedTap& tap : taps) {
     if (tap.hi <= tap.lo) continue;
     const int64_t R = (B - 1) * T + tap.hi - tap.lo, Cin = in.size(2), Cout = out.size(2);
     // [1, R, C] views: matmul_accumulate takes a batch of one
     matmul_accumulate(Tensor::view_of(in, {1, R, Cin}, {R * Cin, Cin, 1}, in.offset() + (tap.lo + tap.d) * Cin),
-                      tap.m, Tensor::view_of(out, {1, R, Cout}, {R * Cout, Cout, 1}, out.offset() + tap.lo * Cout));
+                      tap.m, Tensor::view_of(out, {1, R, Cout}, {R * Cout, Cout, 1}, out.offset() + tap.lo * Cout), 1.0,
+                      first ? 0.0 : 1.0, first ? bias : Tensor());
+    first = false;
   }
   auto redo_edge_rows = [&](int64_t w0, int64_t w1) {
     if (w1 <= w0) return;

@@ -260,7 +260,8 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& 
 
 namespace ops::cuda {
 
-void matmul_accumulate(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta) {
+void matmul_accumulate(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta,
+                       const Tensor& bias) {
   ENGINE_CHECK(a.dim() == 3 && out.dim() == 3 && (b.dim() == 2 || b.dim() == 3) && out.strides()[2] == 1,
                "cuda matmul_accumulate: expects a [batch, M, K], b [batch, K, N] or [K, N], out [batch, M, N] "
                "with unit column stride");
@@ -275,6 +276,7 @@ void matmul_accumulate(const Tensor& a, const Tensor& b, const Tensor& out, doub
   describe(K, N, b.strides()[size_t(b.dim() - 2)], b.strides()[size_t(b.dim() - 1)], &op_b, &rb, &cb, &ldb);
   describe(M, K, a.strides()[1], a.strides()[2], &op_a, &ra, &ca, &lda);
   LtGemm gemm(out.dtype(), op_b, op_a);
+  gemm.set_epilogue(bias, false);
   gemm.align_to(b.data_ptr(), a.data_ptr(), out.data_ptr());  // a tap's rows start at any element
   LtLayout la(t, rb, cb, ldb, int32_t(batch), stride_b);
   LtLayout lb(t, ra, ca, lda, int32_t(batch), stride_a);
