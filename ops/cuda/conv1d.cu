@@ -257,8 +257,8 @@ void accumulate_taps(const Tensor& in, const Tensor& out, const Tensor& bias, co
     if (tap.hi <= tap.lo) continue;
     const int64_t R = (B - 1) * T + tap.hi - tap.lo, Cin = in.size(2), Cout = out.size(2);
     // [1, R, C] views: matmul_accumulate takes a batch of one
-    matmul_accumulate(Tensor::view_of(in, {1, R, Cin}, {R * Cin, Cin, 1}, in.offset() + (tap.lo + tap.d) * Cin),
-                      tap.m, Tensor::view_of(out, {1, R, Cout}, {R * Cout, Cout, 1}, out.offset() + tap.lo * Cout), 1.0,
+    matmul_accumulate(Tensor::view_of(in, {1, R, Cin}, {R * Cin, Cin, 1}, in.offset() + (tap.lo + tap.d) * Cin), tap.m,
+                      Tensor::view_of(out, {1, R, Cout}, {R * Cout, Cout, 1}, out.offset() + tap.lo * Cout), 1.0,
                       first ? 0.0 : 1.0, first ? bias : Tensor());
     first = false;
   }
