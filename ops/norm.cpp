@@ -273,6 +273,12 @@ Tensor weight_norm_magnitude(const Tensor& v, int64_t dim) {
   return sqrt(channel_sum(mul(v, v), normalize_dim("weight_norm_magnitude", dim, v.dim())));
 }
 
+bool weight_norm_one_pass(const Shape& v_shape, int64_t dim) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < int64_t(v_shape.size()); i++) (i < dim ? outer : inner) *= i == dim ? 1 : v_shape[size_t(i)];
+  return outer == 1 || inner == 1;
+}
+
 Tensor weight_norm(const Tensor& v, const Tensor& g, int64_t dim) {
   const char* name = "weight_norm";
   OpScope scope(name);
@@ -287,7 +293,11 @@ Tensor weight_norm(const Tensor& v, const Tensor& g, int64_t dim) {
   Tensor vc = contiguous(v), gc = contiguous(g);       // parameters: no copy
   Tensor norm_sq = new_empty(v, {n}, stats_dtype(v));  // [n], saved
   Tensor w = empty_like(vc);                           // v's shape
-  {
+  if (weight_norm_one_pass(v.shape(), d)) {
+    run_kernel(
+        name, w, [&] { cpu::weight_norm_forward(vc, gc, d, w, norm_sq); },
+        CUDA_KERNEL(cuda::weight_norm_forward_one_pass(vc, gc, d, norm_sq, w)));
+  } else {
     const std::vector<bool> mask = mask_but(d, v.dim());
     Tensor partials = sum_workspace(vc, mask, n);  // freed with this scope
     run_kernel(
@@ -332,7 +342,11 @@ WeightNormGrads weight_norm_backward(const Tensor& dw, const Tensor& v, const Te
   if (output_mask[0]) out.dv = empty_like(vc);
   if (output_mask[1]) out.dg = empty_like(gc);
   if (!out.dv.defined() && !out.dg.defined()) return out;
-  {
+  if (weight_norm_one_pass(v.shape(), d)) {
+    run_kernel(
+        name, vc, [&] { cpu::weight_norm_backward(dwc, vc, gc, norm_sq, d, out.dv, out.dg); },
+        CUDA_KERNEL(cuda::weight_norm_backward_one_pass(dwc, vc, gc, norm_sq, d, out.dv, out.dg)));
+  } else {
     const std::vector<bool> mask = mask_but(d, v.dim());
     Tensor s = new_workspace(v, {n}, stats_dtype(v), "weight_norm's per-channel sums of dw * v");
     Tensor partials = sum_workspace(vc, mask, n);

@@ -58,6 +58,12 @@ Tensor weight_norm(const Tensor& v, const Tensor& g, int64_t dim);
 // ||v|| per channel, shaped as weight_norm's g (the g that makes w = v: a layer's initial g), with engine ops.
 Tensor weight_norm_magnitude(const Tensor& v, int64_t dim);
 
+// Whether weight_norm's kernels take one pass each way (no partial-sums workspace): v's channels are its rows
+// (nothing before dim but sizes of 1: a Linear's [out, in] by output) or its columns (nothing after dim: a
+// convolution's [K, Cin, Cout] by output channel). Other layouts sum through reduce's split workspace first. A
+// shape rule, so every device allocates alike.
+bool weight_norm_one_pass(const engine::Shape& v_shape, int64_t dim);
+
 struct WeightNormGrads {
   Tensor dv, dg;  // undefined where not requested
 };

@@ -603,6 +603,135 @@ void launch_weight_norm(const Tensor& v, int64_t dim, const Tensor& g, const Ten
     launch(int64_t(0));
 }
 
+// The one-pass kernels (weight_norm_one_pass in ops/norm.h: the channels are v's rows or its columns). Each
+// channel's sum (of v * v forward, of dw * v backward) is taken in f32 in a fixed order, then the same elements are
+// read again (from L1/L2) for the pointwise pass; the forward writes norm_sq, the backward reads the saved one and
+// writes dg. No workspace, one launch: convs2s's 69 weights spent 10-20 us each in the sum, partials and scale
+// launches.
+template <bool kBackward, typename T>
+struct OnePassArgs {
+  using A = acc_t<T>;
+  const T* v;
+  const T* g;      // [n]
+  A* norm_sq;      // [n]: written forward, read backward
+  const T* dw;     // backward
+  T* out;          // w forward, dv backward (or null)
+  T* dg;           // backward (or null)
+  int64_t n, len;  // channels, elements per channel
+};
+
+// The pointwise value for one element, given the channel's g, squared norm and (backward) sum s of dw * v:
+// forward w = v g / r; backward dv = (g / r) dw - (g / r) (s / r^2) v, as weight_norm_backward_kernel.
+template <bool kBackward, typename A>
+struct ChannelScale {
+  A a, b;  // out = a * (forward: v; backward: dw) + b * v
+  __device__ ChannelScale(A g, A norm_sq, A s) {
+    a = g / sqrt(norm_sq);
+    b = kBackward ? -a * s / norm_sq : A(0);
+  }
+  __device__ A operator()(A x, A ve) const { return kBackward ? a * x + b * ve : a * ve; }
+};
+
+// Channels as rows of [n, len]: a warp per row (grid-stride), VEC-element packs when every row starts 16-byte
+// aligned; lanes sum their packs, then a fixed shuffle tree.
+template <bool kBackward, int VEC, typename T>
+__global__ void weight_norm_rows_kernel(OnePassArgs<kBackward, T> p) {
+  using A = acc_t<T>;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
+  for (int64_t j = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); j < p.n; j += warps) {
+    const T* v = p.v + j * p.len;
+    const T* dw = kBackward ? p.dw + j * p.len : nullptr;
+    A sum = 0;
+    for (int64_t i = int64_t(lane) * VEC; i < p.len; i += 32 * VEC) {
+      Vec<T, VEC> x = *reinterpret_cast<const Vec<T, VEC>*>(v + i), y = x;
+      if (kBackward) y = *reinterpret_cast<const Vec<T, VEC>*>(dw + i);
+#pragma unroll
+      for (int q = 0; q < VEC; q++) sum += to_acc<A>(y.v[q]) * to_acc<A>(x.v[q]);
+    }
+    sum = warp_sum(sum);
+    if (!kBackward && lane == 0) p.norm_sq[j] = sum;
+    const A norm_sq = kBackward ? p.norm_sq[j] : sum;
+    if (kBackward && p.dg && lane == 0) p.dg[j] = from_acc<T>(sum / sqrt(norm_sq));
+    if (!p.out) continue;
+    const ChannelScale<kBackward, A> f(to_acc<A>(p.g[j]), norm_sq, sum);
+    T* out = p.out + j * p.len;
+    for (int64_t i = int64_t(lane) * VEC; i < p.len; i += 32 * VEC) {
+      Vec<T, VEC> x = *reinterpret_cast<const Vec<T, VEC>*>(v + i), y = x, z;
+      if (kBackward) y = *reinterpret_cast<const Vec<T, VEC>*>(dw + i);
+#pragma unroll
+      for (int q = 0; q < VEC; q++) z.v[q] = from_acc<T>(f(to_acc<A>(y.v[q]), to_acc<A>(x.v[q])));
+      *reinterpret_cast<Vec<T, VEC>*>(out + i) = z;
+    }
+  }
+}
+
+// Channels as columns of [len, n]: a block of kColLanes x 16 threads per 16 columns, thread (lane, c) summing rows
+// lane, lane + kColLanes, ... of column c (a warp reads two rows of 16 adjacent elements), the lanes' sums added in
+// lane order through shared memory.
+constexpr int kColLanes = 32;
+template <bool kBackward, typename T>
+__global__ void weight_norm_cols_kernel(OnePassArgs<kBackward, T> p) {
+  using A = acc_t<T>;
+  __shared__ A partial[kColLanes][16];
+  __shared__ A total[16];
+  const int c = threadIdx.x & 15, lane = threadIdx.x >> 4;
+  const int64_t j = int64_t(blockIdx.x) * 16 + c;
+  const bool live = j < p.n;
+  A sum = 0;
+  if (live)
+    for (int64_t r = lane; r < p.len; r += kColLanes) {
+      const A ve = to_acc<A>(p.v[r * p.n + j]);
+      sum += (kBackward ? to_acc<A>(p.dw[r * p.n + j]) : ve) * ve;
+    }
+  partial[lane][c] = sum;
+  __syncthreads();
+  if (lane == 0) {
+    A t = 0;
+    for (int l = 0; l < kColLanes; l++) t += partial[l][c];
+    total[c] = t;
+    if (live && !kBackward) p.norm_sq[j] = t;
+    if (live && kBackward && p.dg) p.dg[j] = from_acc<T>(t / sqrt(p.norm_sq[j]));
+  }
+  __syncthreads();
+  if (!live || !p.out) return;
+  const ChannelScale<kBackward, A> f(to_acc<A>(p.g[j]), kBackward ? p.norm_sq[j] : total[c], total[c]);
+  for (int64_t r = lane; r < p.len; r += kColLanes) {
+    const A ve = to_acc<A>(p.v[r * p.n + j]);
+    p.out[r * p.n + j] = from_acc<T>(f(kBackward ? to_acc<A>(p.dw[r * p.n + j]) : ve, ve));
+  }
+}
+
+template <bool kBackward, typename T>
+void launch_one_pass(const Tensor& v, int64_t dim, const Tensor& g, const Tensor& norm_sq, const Tensor& dw,
+                     const Tensor& out, const Tensor& dg) {
+  using A = acc_t<T>;
+  const int64_t n = v.size(dim), len = n == 0 ? 0 : v.numel() / n;
+  if (n == 0) return;
+  int64_t outer = 1;
+  for (int64_t d = 0; d < dim; d++) outer *= v.size(d);
+  OnePassArgs<kBackward, T> p{static_cast<const T*>(v.data_ptr()),
+                              static_cast<const T*>(g.data_ptr()),
+                              static_cast<A*>(norm_sq.data_ptr()),
+                              ptr_or_null<T>(dw),
+                              out.defined() ? static_cast<T*>(out.data_ptr()) : nullptr,
+                              dg.defined() ? static_cast<T*>(dg.data_ptr()) : nullptr,
+                              n,
+                              len};
+  cudaStream_t stream = engine::cuda::stream();
+  if (outer > 1) {  // columns of [len, n] (weight_norm_one_pass: then nothing follows dim)
+    weight_norm_cols_kernel<kBackward, T><<<unsigned((n + 15) / 16), 16 * kColLanes, 0, stream>>>(p);
+    return;
+  }
+  constexpr int V = vec16<T>();
+  const bool packs = len % V == 0 && aligned16(p.v) && (!p.dw || aligned16(p.dw)) && (!p.out || aligned16(p.out));
+  const unsigned grid = unsigned(std::min<int64_t>((n + 7) / 8, 65535));  // 8 warps (rows) a block
+  if (packs)
+    weight_norm_rows_kernel<kBackward, V, T><<<grid, 256, 0, stream>>>(p);
+  else
+    weight_norm_rows_kernel<kBackward, 1, T><<<grid, 256, 0, stream>>>(p);
+}
+
 }  // namespace
 
 void weight_norm_scale(const Tensor& v, const Tensor& g, const Tensor& norm_sq, int64_t dim, const Tensor& w) {
@@ -610,6 +739,20 @@ void weight_norm_scale(const Tensor& v, const Tensor& g, const Tensor& norm_sq, 
   ENGINE_CUDA_FLOAT_SWITCH(v.dtype(), T,
                            { launch_weight_norm<false, T>(v, dim, g, norm_sq, Tensor(), Tensor(), w, Tensor()); });
   ENGINE_CUDA_LAUNCH_CHECK("weight_norm");
+}
+
+void weight_norm_forward_one_pass(const Tensor& v, const Tensor& g, int64_t dim, const Tensor& norm_sq,
+                                  const Tensor& w) {
+  if (v.numel() == 0) return;
+  ENGINE_CUDA_FLOAT_SWITCH(v.dtype(), T, { launch_one_pass<false, T>(v, dim, g, norm_sq, Tensor(), w, Tensor()); });
+  ENGINE_CUDA_LAUNCH_CHECK("weight_norm (one pass)");
+}
+
+void weight_norm_backward_one_pass(const Tensor& dw, const Tensor& v, const Tensor& g, const Tensor& norm_sq,
+                                   int64_t dim, const Tensor& dv, const Tensor& dg) {
+  if (v.size(dim) == 0 || (!dv.defined() && !dg.defined())) return;
+  ENGINE_CUDA_FLOAT_SWITCH(v.dtype(), T, { launch_one_pass<true, T>(v, dim, g, norm_sq, dw, dv, dg); });
+  ENGINE_CUDA_LAUNCH_CHECK("weight_norm_backward (one pass)");
 }
 
 void weight_norm_backward(const Tensor& dw, const Tensor& v, const Tensor& g, const Tensor& norm_sq, const Tensor& s,

@@ -34,6 +34,14 @@ void layer_norm_backward(const engine::Tensor& g, const engine::Tensor& x, const
 // the same functions as ops::cpu::weight_norm_forward / _backward:
 //   weight_norm_scale      w = v * g / sqrt(norm_sq) per channel
 //   weight_norm_backward   dv = (g / r) (dw - v s / r^2), dg = s / r (r = sqrt(norm_sq)); dv or dg may be undefined
+// Where weight_norm_one_pass(v's shape, dim) (ops/norm.h: the channels are v's rows or its columns), each direction
+// in one kernel, its sums included: forward norm_sq and w; backward dv and dg (either may be undefined) from the
+// saved norm_sq. No workspace.
+void weight_norm_forward_one_pass(const engine::Tensor& v, const engine::Tensor& g, int64_t dim,
+                                  const engine::Tensor& norm_sq, const engine::Tensor& w);
+void weight_norm_backward_one_pass(const engine::Tensor& dw, const engine::Tensor& v, const engine::Tensor& g,
+                                   const engine::Tensor& norm_sq, int64_t dim, const engine::Tensor& dv,
+                                   const engine::Tensor& dg);
 void weight_norm_scale(const engine::Tensor& v, const engine::Tensor& g, const engine::Tensor& norm_sq, int64_t dim,
                        const engine::Tensor& w);
 void weight_norm_backward(const engine::Tensor& dw, const engine::Tensor& v, const engine::Tensor& g,

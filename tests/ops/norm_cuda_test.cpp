@@ -187,15 +187,17 @@ TEST(DropoutAddLayerNormCuda, LedgerMatchesMeta) {
 }
 
 TEST(WeightNormCuda, MatchesCpuOnEveryPath) {
-  // v's layouts around dim: channels last (column sums, split into pieces when the rows are many), channels first
-  // (row sums, warp or block per channel, split), a middle dim (strided runs), an odd count (no 16-byte packs), a
-  // 1-d v; then the output and both gradients against the cpu.
+  // v's layouts around dim: channels last (the one-pass column kernel: 16 columns a block, a partial last group),
+  // channels first (the one-pass row kernel: a warp per channel; also behind a leading 1), a middle dim (the split
+  // sums, then the pointwise pass), an odd count (no 16-byte packs), a 1-d v; then the output and both gradients
+  // against the cpu.
   struct WnCase {
     Shape shape;
     int64_t dim;
   };
-  const WnCase cases[] = {{{3, 40, 24}, 2}, {{3, 512, 1024}, 2}, {{1, 2048, 40}, 2}, {{96, 40}, 0},    {{24, 20000}, 0},
-                          {{5, 6, 7}, 1},   {{5, 7, 3}, 0},      {{13}, 0},          {{1000, 3, 8}, 1}};
+  const WnCase cases[] = {{{3, 40, 24}, 2}, {{3, 512, 1024}, 2}, {{1, 2048, 40}, 2}, {{50, 37}, 1},
+                          {{96, 40}, 0},    {{24, 20000}, 0},    {{1, 40, 96}, 1},   {{5, 6, 7}, 1},
+                          {{5, 7, 3}, 0},   {{13}, 0},           {{1000, 3, 8}, 1}};
   for (DType dt : kFloats) {
     for (const WnCase& c : cases) {
       const std::string what =
@@ -212,25 +214,36 @@ TEST(WeightNormCuda, MatchesCpuOnEveryPath) {
 }
 
 TEST(WeightNormCuda, RepeatableBitForBitAndLedgerMatchesMeta) {
-  // Split sums in fixed order: two runs give the same bits. The ledger: the norms saved, the sums' workspaces.
-  Tensor v = testutil::to_cuda(cpu_input({3, 1024, 2048}, DType::bf16, -1, 1, true));
-  Tensor g = testutil::to_cuda(cpu_input({1, 1, 2048}, DType::bf16, 0.5, 1.5, true));
-  engine::DeviceGuard guard(testutil::cuda_device());
-  std::vector<Tensor> runs[2];
-  for (auto& r : runs) {
-    Tensor w = ops::weight_norm(v, g, 2);
-    r = graph::grad({w}, {v, g}, {ops::mul(ops::ones_like(w), 0.37)});
-    r.push_back(w);
+  // Sums in a fixed order (one-pass columns and rows, split for a middle dim): two runs give the same bits. The
+  // ledger: the norms saved, the split sums' workspaces (none on the one-pass layouts).
+  const std::pair<Shape, int64_t> layouts[] = {{{3, 1024, 2048}, 2}, {{20000, 512}, 0}, {{64, 512, 32}, 1}};
+  for (const auto& [shape, dim] : layouts) {
+    Shape gs(shape.size(), 1);
+    gs[size_t(dim)] = shape[size_t(dim)];
+    Tensor v = testutil::to_cuda(cpu_input(shape, DType::bf16, -1, 1, true));
+    Tensor g = testutil::to_cuda(cpu_input(gs, DType::bf16, 0.5, 1.5, true));
+    engine::DeviceGuard guard(testutil::cuda_device());
+    std::vector<Tensor> runs[2];
+    for (auto& r : runs) {
+      Tensor w = ops::weight_norm(v, g, dim);
+      r = graph::grad({w}, {v, g}, {ops::mul(ops::ones_like(w), 0.37)});
+      r.push_back(w);
+    }
+    for (size_t k = 0; k < runs[0].size(); k++)
+      testutil::expect_equal(
+          engine::str("weight_norm ", engine::shape_str(shape), " dim ", dim, " run twice, result ", k), runs[0][k],
+          runs[1][k]);
   }
-  for (size_t k = 0; k < runs[0].size(); k++)
-    testutil::expect_equal(engine::str("weight_norm run twice, result ", k), runs[0][k], runs[1][k]);
   testutil::expect_cuda_ledger_matches_meta([] {
     Tensor v = ops::rand({3, 512, 1024}, -1, 1, DType::bf16).set_requires_grad(true);
     Tensor g = ops::rand({1, 1, 1024}, 0.5, 1.5, DType::bf16).set_requires_grad(true);
     Tensor v0 = ops::rand({40, 20000}, -1, 1, DType::f32).set_requires_grad(true);
     Tensor g0 = ops::rand({40, 1}, 0.5, 1.5, DType::f32).set_requires_grad(true);
+    Tensor v1 = ops::rand({64, 512, 32}, -1, 1, DType::f32).set_requires_grad(true);
+    Tensor g1 = ops::rand({1, 512, 1}, 0.5, 1.5, DType::f32).set_requires_grad(true);
     graph::backward(ops::sum(ops::weight_norm(v, g, 2)));
     graph::backward(ops::sum(ops::weight_norm(v0, g0, 0)));
+    graph::backward(ops::sum(ops::weight_norm(v1, g1, 1)));
   });
 }
 

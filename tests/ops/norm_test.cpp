@@ -352,11 +352,16 @@ TEST(WeightNorm, ErrorsNameTheArgument) {
 
 TEST(WeightNorm, MetaAllocatesLikeCpu) {
   testutil::expect_meta_allocates_like_cpu([] {
-    // Both with the GPU's split workspace: columns (dim last) and rows (dim 0).
+    // The one-pass layouts, columns (dim last) and rows (dim 0): no workspace; a middle dim: the split sums'.
     Tensor v = ops::rand({2, 2048, 24}).set_requires_grad(true), g = ops::ones({1, 1, 24}).set_requires_grad(true);
     Tensor w = ops::weight_norm(v, g, 2);
     graph::backward(ops::sum(ops::mul(w, w)));
     Tensor v0 = ops::rand({8, 20000}).set_requires_grad(true), g0 = ops::ones({8, 1}).set_requires_grad(true);
     graph::backward(ops::sum(ops::weight_norm(v0, g0, 0)));
+    ASSERT_TRUE(ops::weight_norm_one_pass(v.shape(), 2) && ops::weight_norm_one_pass(v0.shape(), 0));
+    Tensor v1 = ops::rand({64, 4, 256}).set_requires_grad(true), g1 = ops::ones({1, 4, 1}).set_requires_grad(true);
+    ASSERT_FALSE(ops::weight_norm_one_pass(v1.shape(), 1));
+    ASSERT_TRUE(ops::sum_workspace(v1, {true, false, true}, 4).defined());  // the split path allocates
+    graph::backward(ops::sum(ops::weight_norm(v1, g1, 1)));
   });
 }
