@@ -667,9 +667,10 @@ __global__ void weight_norm_rows_kernel(OnePassArgs<kBackward, T> p) {
 }
 
 // Channels as columns of [len, n]: a block of kColLanes x 16 threads per 16 columns, thread (lane, c) summing rows
-// lane, lane + kColLanes, ... of column c (a warp reads two rows of 16 adjacent elements), the lanes' sums added in
-// lane order through shared memory.
-constexpr int kColLanes = 32;
+// lane, lane + kColLanes, ... of column c (a warp reads two rows of 16 adjacent elements; the loops unrolled so that
+// several rows' loads are in flight: a conv weight's few blocks are otherwise latency-bound), the lanes' sums added
+// in lane order through shared memory.
+constexpr int kColLanes = 64;
 template <bool kBackward, typename T>
 __global__ void weight_norm_cols_kernel(OnePassArgs<kBackward, T> p) {
   using A = acc_t<T>;
@@ -680,6 +681,7 @@ __global__ void weight_norm_cols_kernel(OnePassArgs<kBackward, T> p) {
   const bool live = j < p.n;
   A sum = 0;
   if (live)
+#pragma unroll 8
     for (int64_t r = lane; r < p.len; r += kColLanes) {
       const A ve = to_acc<A>(p.v[r * p.n + j]);
       sum += (kBackward ? to_acc<A>(p.dw[r * p.n + j]) : ve) * ve;
@@ -696,6 +698,7 @@ __global__ void weight_norm_cols_kernel(OnePassArgs<kBackward, T> p) {
   __syncthreads();
   if (!live || !p.out) return;
   const ChannelScale<kBackward, A> f(to_acc<A>(p.g[j]), kBackward ? p.norm_sq[j] : total[c], total[c]);
+#pragma unroll 4
   for (int64_t r = lane; r < p.len; r += kColLanes) {
     const A ve = to_acc<A>(p.v[r * p.n + j]);
     p.out[r * p.n + j] = from_acc<T>(f(kBackward ? to_acc<A>(p.dw[r * p.n + j]) : ve, ve));
