@@ -60,31 +60,14 @@ Convs2s::Convs2s(const ModelConfig& c) : Convs2s(Convs2sRecipe::from(c)) {}
 
 Convs2s::Convs2s(const Convs2sRecipe& r) : recipe_(r) {
   const FConvConfig& n = recipe_.net;
-  const int64_t vocab = std::min(n.src_vocab, n.tgt_vocab);
-  if (recipe_.data.empty()) {
-    const int64_t words = recipe_.synthetic_words > 0 ? recipe_.synthetic_words : vocab - TranslationIds::first_word;
-    ENGINE_CHECK(TranslationIds::first_word + words <= vocab, "convs2s: ", words,
-                 " synthetic words need vocabularies of ", TranslationIds::first_word + words);
-    pairs_ = data::synthetic_reversal_pairs(recipe_.synthetic_pairs, words, recipe_.lengths, recipe_.seed);
-    data_description_ = engine::str("synthetic reversal pairs: ", pairs_.size(), " sentences of ", words,
-                                    " words, lengths ~ ", recipe_.lengths.median, " x exp(", recipe_.lengths.spread,
-                                    " N(0,1)) in [", recipe_.lengths.min_len, ", ", recipe_.lengths.max_len, "]");
-  } else {
-    data::ParallelCorpus corpus = data::read_parallel_corpus(recipe_.data);
-    ENGINE_CHECK(corpus.vocab_size <= vocab, "convs2s: the vocabulary of ", recipe_.data, " has ", corpus.vocab_size,
-                 " tokens; the model's vocabularies have ", n.src_vocab, " and ", n.tgt_vocab);
-    pairs_ = std::move(corpus.pairs);
-    data_description_ = corpus.describe;
-  }
-  for (const auto& p : pairs_) {
+  corpus_ = std::make_unique<data::TokenBatchedCorpus>(
+      data::CorpusOptions{"convs2s", recipe_.data, std::min(n.src_vocab, n.tgt_vocab), recipe_.synthetic_pairs,
+                          recipe_.synthetic_words, recipe_.lengths, recipe_.tokens, recipe_.seed});
+  for (const auto& p : corpus_->pairs()) {
     const int64_t len = data::pair_length(p);
     ENGINE_CHECK(len + n.padding_idx < n.max_positions, "convs2s: a sentence of ", len, " tokens exceeds the ",
                  n.max_positions - n.padding_idx - 1, " learned positions");
   }
-  data::TokenBatches batching = data::batch_pairs_by_tokens(pairs_, recipe_.tokens, recipe_.seed, "convs2s");
-  batches_ = std::move(batching.batches);
-  order_ = std::move(batching.order);
-  data_description_ += batching.note;
 
   engine::manual_seed(recipe_.seed);
   net_ = std::make_shared<FConvModel>(n);
@@ -110,13 +93,11 @@ std::string Convs2s::summary() const {
   return engine::str("convs2s (fairseq fconv_wmt_en_de): ", n.layers.size(), "+", n.layers.size(), " layers ", layers,
                      ", embed ", n.embed_dim, ", out-embed ", n.out_embed_dim, ", vocab ", n.src_vocab, "/",
                      n.tgt_vocab, ", dropout ", n.dropout, ", NAG lr ", recipe_.lr, " momentum ", recipe_.momentum,
-                     ", clip ", recipe_.clip_norm, ", --tokens ", recipe_.tokens, " (", batches_.size(),
-                     " batches) | data: ", data_description_);
+                     ", clip ", recipe_.clip_norm, ", --tokens ", recipe_.tokens, " (", corpus_->num_batches(),
+                     " batches) | data: ", corpus_->description());
 }
 
-data::TranslationBatch Convs2s::host_batch(int64_t step) const {
-  return data::make_translation_batch(pairs_, batches_[size_t(order_->batch_for(step, parts()))]);  // a data step
-}
+data::TranslationBatch Convs2s::host_batch(int64_t step) const { return corpus_->batch(step, parts()); }
 
 Batch Convs2s::batch_tensors(const data::TranslationBatch& b, int64_t padding_idx) {
   auto dev = engine::default_device();

@@ -59,12 +59,9 @@ class Convs2s : public Model {
   int64_t batch_size() const override { return recipe_.tokens; }
   // Steps 1-2 the longest batch, step 3 the most padded one (models/data/translation.h): both extremes.
   std::vector<int64_t> probe_schedule() const override { return {1, 2, 3}; }
-  std::vector<int64_t> epoch_steps() const override { return order_->epoch_steps(); }
+  std::vector<int64_t> epoch_steps() const override { return corpus_->epoch_steps(); }
   // Step `step`'s batch on this rank (its first micro-batch).
-  std::string describe_batch(int64_t step) const override {
-    return data::describe_translation_batch(host_batch(data_step(step)), order_->batch_for(data_step(step), parts()),
-                                            int64_t(batches_.size()));
-  }
+  std::string describe_batch(int64_t step) const override { return corpus_->describe_batch(data_step(step), parts()); }
   // Greedy decoding of the step's batch (incremental); items = generated tokens.
   StepResult eval_step(int64_t step) override;
   FConvModel& net() { return *net_; }
@@ -82,10 +79,7 @@ class Convs2s : public Model {
  private:
   Convs2sRecipe recipe_;
   std::shared_ptr<FConvModel> net_;
-  std::vector<data::SentencePair> pairs_;
-  std::vector<std::vector<int64_t>> batches_;
-  std::unique_ptr<data::BatchOrder> order_;
-  std::string data_description_;
+  std::unique_ptr<data::TokenBatchedCorpus> corpus_;
   int64_t last_target_tokens_ = 0;
 };
 

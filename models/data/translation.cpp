@@ -214,6 +214,36 @@ TokenBatches batch_pairs_by_tokens(const std::vector<SentencePair>& pairs, int64
   return t;
 }
 
+TokenBatchedCorpus::TokenBatchedCorpus(const CorpusOptions& o) {
+  if (o.data.empty()) {
+    const int64_t words = o.words > 0 ? o.words : o.vocab - TranslationIds::first_word;
+    ENGINE_CHECK(TranslationIds::first_word + words <= o.vocab, o.model, ": ", words,
+                 " synthetic words need a vocabulary of ", TranslationIds::first_word + words);
+    pairs_ = synthetic_reversal_pairs(o.pairs, words, o.lengths, o.seed);
+    description_ = engine::str("synthetic reversal pairs: ", pairs_.size(), " sentences of ", words,
+                               " words, lengths ~ ", o.lengths.median, " x exp(", o.lengths.spread, " N(0,1)) in [",
+                               o.lengths.min_len, ", ", o.lengths.max_len, "]");
+  } else {
+    ParallelCorpus corpus = read_parallel_corpus(o.data);
+    ENGINE_CHECK(corpus.vocab_size <= o.vocab, o.model, ": the vocabulary of ", o.data, " has ", corpus.vocab_size,
+                 " tokens; the model's has ", o.vocab);
+    pairs_ = std::move(corpus.pairs);
+    description_ = corpus.describe;
+  }
+  TokenBatches batching = batch_pairs_by_tokens(pairs_, o.tokens, o.seed, o.model);
+  batches_ = std::move(batching.batches);
+  order_ = std::move(batching.order);
+  description_ += batching.note;
+}
+
+TranslationBatch TokenBatchedCorpus::batch(int64_t data_step, int64_t parts) const {
+  return make_translation_batch(pairs_, batches_[size_t(order_->batch_for(data_step, parts))]);
+}
+
+std::string TokenBatchedCorpus::describe_batch(int64_t data_step, int64_t parts) const {
+  return describe_translation_batch(batch(data_step, parts), order_->batch_for(data_step, parts), num_batches());
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Noise
 

@@ -142,4 +142,34 @@ std::string describe_translation_batch(const TranslationBatch& b, int64_t index,
 // The length a pair occupies in a batch: max(|src|, |tgt|) + 1 (EOS).
 int64_t pair_length(const SentencePair& p);
 
+// A token-batched model's parallel data (transformer_big's and convs2s's): synthetic reversal pairs (`pairs`
+// sentences of `words` words, 0: every word of the vocabulary, lengths from `lengths`) or --data PREFIX (its
+// vocabulary no larger than the model's), cut by batch_pairs_by_tokens. Errors name `model`.
+struct CorpusOptions {
+  std::string model, data;
+  int64_t vocab = 0;  // the model's (the smaller of its source and target vocabularies)
+  int64_t pairs = 0, words = 0;
+  LengthDistribution lengths;
+  int64_t tokens = 0;
+  uint64_t seed = 1;
+};
+class TokenBatchedCorpus {
+ public:
+  explicit TokenBatchedCorpus(const CorpusOptions& o);
+  const std::vector<SentencePair>& pairs() const { return pairs_; }
+  int64_t num_batches() const { return int64_t(batches_.size()); }
+  // The batch of data step `data_step` when an optimizer step has `parts` parts (BatchOrder::batch_for).
+  TranslationBatch batch(int64_t data_step, int64_t parts) const;
+  std::string describe_batch(int64_t data_step, int64_t parts) const;  // describe_translation_batch
+  std::vector<int64_t> epoch_steps() const { return order_->epoch_steps(); }
+  // "synthetic reversal pairs: ..." or the file's description, with batch_pairs_by_tokens' note.
+  const std::string& description() const { return description_; }
+
+ private:
+  std::vector<SentencePair> pairs_;
+  std::vector<std::vector<int64_t>> batches_;
+  std::unique_ptr<BatchOrder> order_;
+  std::string description_;
+};
+
 }  // namespace models::data

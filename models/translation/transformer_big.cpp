@@ -63,26 +63,9 @@ TransformerBigRecipe TransformerBigRecipe::from(const ModelConfig& c) {
 TransformerBig::TransformerBig(const ModelConfig& c) : TransformerBig(TransformerBigRecipe::from(c)) {}
 
 TransformerBig::TransformerBig(const TransformerBigRecipe& r) : recipe_(r) {
-  if (recipe_.data.empty()) {
-    int64_t words =
-        recipe_.synthetic_words > 0 ? recipe_.synthetic_words : recipe_.net.vocab - TranslationIds::first_word;
-    ENGINE_CHECK(TranslationIds::first_word + words <= recipe_.net.vocab, "transformer_big: ", words,
-                 " synthetic words need a vocabulary of ", TranslationIds::first_word + words);
-    pairs_ = data::synthetic_reversal_pairs(recipe_.synthetic_pairs, words, recipe_.lengths, recipe_.seed);
-    data_description_ = engine::str("synthetic reversal pairs: ", pairs_.size(), " sentences of ", words,
-                                    " words, lengths ~ ", recipe_.lengths.median, " x exp(", recipe_.lengths.spread,
-                                    " N(0,1)) in [", recipe_.lengths.min_len, ", ", recipe_.lengths.max_len, "]");
-  } else {
-    data::ParallelCorpus corpus = data::read_parallel_corpus(recipe_.data);
-    ENGINE_CHECK(corpus.vocab_size <= recipe_.net.vocab, "transformer_big: the vocabulary of ", recipe_.data, " has ",
-                 corpus.vocab_size, " tokens; the model has ", recipe_.net.vocab);
-    pairs_ = std::move(corpus.pairs);
-    data_description_ = corpus.describe;
-  }
-  data::TokenBatches batching = data::batch_pairs_by_tokens(pairs_, recipe_.tokens, recipe_.seed, "transformer_big");
-  batches_ = std::move(batching.batches);
-  order_ = std::move(batching.order);
-  data_description_ += batching.note;
+  corpus_ = std::make_unique<data::TokenBatchedCorpus>(
+      data::CorpusOptions{"transformer_big", recipe_.data, recipe_.net.vocab, recipe_.synthetic_pairs,
+                          recipe_.synthetic_words, recipe_.lengths, recipe_.tokens, recipe_.seed});
 
   engine::manual_seed(recipe_.seed);
   net_ = std::make_shared<Seq2Seq>(recipe_.net);
@@ -100,9 +83,9 @@ std::string TransformerBig::summary() const {
   const Seq2SeqConfig& n = recipe_.net;
   return engine::str("transformer_big (fairseq transformer_vaswani_wmt_en_de_big): ", n.encoder_layers, "+",
                      n.decoder_layers, " layers, d ", n.dim, ", ", n.heads, " heads, ffn ", n.ffn, ", vocab ", n.vocab,
-                     " (shared), --tokens ", recipe_.tokens, " (", batches_.size(), " batches), attention ",
+                     " (shared), --tokens ", recipe_.tokens, " (", corpus_->num_batches(), " batches), attention ",
                      ops::attention_algo_name(n.algo), n.recompute_layers ? ", recompute layer" : "",
-                     " | data: ", data_description_);
+                     " | data: ", corpus_->description());
 }
 
 std::vector<std::string> TransformerBig::load_weights(const std::map<std::string, Tensor>& tensors) {
@@ -112,9 +95,7 @@ std::vector<std::string> TransformerBig::load_weights(const std::map<std::string
        "decoder.embed_positions._float_tensor", "encoder.version", "decoder.version"});
 }
 
-data::TranslationBatch TransformerBig::host_batch(int64_t step) const {
-  return data::make_translation_batch(pairs_, batches_[size_t(order_->batch_for(step, parts()))]);  // a data step
-}
+data::TranslationBatch TransformerBig::host_batch(int64_t step) const { return corpus_->batch(step, parts()); }
 
 Model::HostBatch TransformerBig::make_host_batch(int64_t step) {
   auto b = std::make_shared<data::TranslationBatch>(host_batch(step));

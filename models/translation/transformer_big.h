@@ -49,12 +49,9 @@ class TransformerBig : public Model {
   int64_t batch_size() const override { return recipe_.tokens; }
   // Steps 1-2 the longest batch, step 3 the most padded one (models/data/translation.h): both extremes.
   std::vector<int64_t> probe_schedule() const override { return {1, 2, 3}; }
-  std::vector<int64_t> epoch_steps() const override { return order_->epoch_steps(); }
+  std::vector<int64_t> epoch_steps() const override { return corpus_->epoch_steps(); }
   // Step `step`'s batch on this rank (its first micro-batch).
-  std::string describe_batch(int64_t step) const override {
-    return data::describe_translation_batch(host_batch(data_step(step)), order_->batch_for(data_step(step), parts()),
-                                            int64_t(batches_.size()));
-  }
+  std::string describe_batch(int64_t step) const override { return corpus_->describe_batch(data_step(step), parts()); }
   std::vector<std::string> load_weights(const std::map<std::string, Tensor>& tensors) override;
   // Greedy decoding of the step's batch with the key/value cache; items = generated tokens.
   StepResult eval_step(int64_t step) override;
@@ -62,7 +59,6 @@ class TransformerBig : public Model {
   const TransformerBigRecipe& recipe() const { return recipe_; }
   // The host batch a step runs (the bucketed pool, in BatchOrder).
   data::TranslationBatch host_batch(int64_t step) const;
-  int64_t num_batches() const { return int64_t(batches_.size()); }
 
  protected:
   HostBatch make_host_batch(int64_t step) override;
@@ -72,10 +68,7 @@ class TransformerBig : public Model {
  private:
   TransformerBigRecipe recipe_;
   std::shared_ptr<Seq2Seq> net_;
-  std::vector<data::SentencePair> pairs_;
-  std::vector<std::vector<int64_t>> batches_;
-  std::unique_ptr<data::BatchOrder> order_;
-  std::string data_description_;
+  std::unique_ptr<data::TokenBatchedCorpus> corpus_;
   int64_t last_target_tokens_ = 0;
 };
 

@@ -121,6 +121,33 @@ TEST(TranslationData, BatchingByTokensRespectsTheBudgetAndUsesEverySentenceOnce)
       std::string::npos);
 }
 
+TEST(TranslationData, TokenBatchedCorpusServesTheStepsOrder) {
+  // Synthetic pairs cut by batch_pairs_by_tokens: every step's batch is the one BatchOrder names, within budget.
+  CorpusOptions o;
+  o.model = "model_x";
+  o.vocab = TranslationIds::first_word + 16;
+  o.pairs = 200;
+  o.lengths = LengthDistribution{6, 0.3, 3, 9};
+  o.tokens = 40;
+  TokenBatchedCorpus c(o);
+  ASSERT_EQ(c.pairs().size(), 200u);
+  EXPECT_NE(c.description().find("synthetic reversal pairs: 200 sentences of 16 words"), std::string::npos);
+  const TokenBatches t = batch_pairs_by_tokens(c.pairs(), o.tokens, o.seed, o.model);
+  EXPECT_EQ(c.num_batches(), int64_t(t.batches.size()));
+  EXPECT_EQ(c.epoch_steps(), t.order->epoch_steps());
+  for (int64_t step = 1; step <= 3 + c.num_batches(); step++) {
+    const TranslationBatch b = c.batch(step, 1);
+    const TranslationBatch want = make_translation_batch(c.pairs(), t.batches[size_t(t.order->batch_for(step, 1))]);
+    EXPECT_EQ(b.src, want.src) << "step " << step;
+    EXPECT_LE(b.batch * std::max(b.src_len, b.tgt_len), o.tokens) << "step " << step;
+  }
+  EXPECT_NE(c.describe_batch(1, 1).find(engine::str("of ", c.num_batches(), ": ")), std::string::npos);
+  o.vocab = TranslationIds::first_word + 3;
+  o.words = 5;
+  EXPECT_NE(error_of([&] { TokenBatchedCorpus bad(o); }).find("model_x: 5 synthetic words need a vocabulary of"),
+            std::string::npos);
+}
+
 TEST(TranslationData, BatchLayoutIsFairseqsRightPadded) {
   std::vector<SentencePair> pairs = {{{5, 6, 7}, {8}}, {{9}, {10, 11}}};
   TranslationBatch b = make_translation_batch(pairs, {0, 1});
