@@ -15,6 +15,15 @@
 
 namespace models::translation {
 
+void Seq2SeqConfig::apply_flags(const ModelConfig& c, const char* model) {
+  c.dims.apply(model, &encoder_layers, &dim, &heads, &ffn, &vocab, &max_positions, &dropout, &attention_dropout);
+  decoder_layers = encoder_layers;
+  algo = ops::attention_algo_from_name(c.attention);
+  ENGINE_CHECK(c.recompute == "none" || c.recompute == "layer", model, ": --recompute ", c.recompute,
+               " is not supported; use none or layer");
+  recompute_layers = c.recompute == "layer";
+}
+
 namespace {
 
 nn::TransformerLayerConfig layer_config(const Seq2SeqConfig& c) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "models/data/translation.h"
+#include "models/model.h"
 #include "models/nn/decoder.h"
 #include "models/nn/transformer.h"
 
@@ -60,6 +61,9 @@ struct Seq2SeqConfig {
     ffn = 128;
     max_positions = 64;
   }
+  // The command line's network flags, as both token-batched translation models take them: the transformer shape
+  // (--layers for both sides, --dim, --heads, ...), --attention and --recompute (none or layer). Errors name `model`.
+  void apply_flags(const ModelConfig& c, const char* model);
 };
 
 // The embedding stack of one side. Its modules are registered by the owning encoder or decoder under the

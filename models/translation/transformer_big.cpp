@@ -44,13 +44,7 @@ TransformerBigRecipe TransformerBigRecipe::from(const ModelConfig& c) {
                "transformer_big batches by tokens: give --tokens N (sentences x longest length <= N), "
                "not --batch");
   if (c.tokens) r.tokens = c.tokens;
-  c.dims.apply("transformer_big", &n.encoder_layers, &n.dim, &n.heads, &n.ffn, &n.vocab, &n.max_positions, &n.dropout,
-               &n.attention_dropout);
-  n.decoder_layers = n.encoder_layers;
-  n.algo = ops::attention_algo_from_name(c.attention);
-  ENGINE_CHECK(c.recompute == "none" || c.recompute == "layer", "transformer_big: --recompute ", c.recompute,
-               " is not supported; use none or layer");
-  n.recompute_layers = c.recompute == "layer";
+  n.apply_flags(c, "transformer_big");
   r.data = c.data;
   r.seed = c.seed;
   // Every budget makes a batch: no synthetic sentence (EOS included) is longer than the budget.

@@ -64,13 +64,7 @@ UnsupMTRecipe UnsupMTRecipe::from(const ModelConfig& c) {
                "(back-translation batches are ",
                r.bt_sentences, " sentences), not --batch");
   if (c.tokens) r.ae_tokens = c.tokens;
-  c.dims.apply("unsupmt", &n.encoder_layers, &n.dim, &n.heads, &n.ffn, &n.vocab, &n.max_positions, &n.dropout,
-               &n.attention_dropout);
-  n.decoder_layers = n.encoder_layers;
-  n.algo = ops::attention_algo_from_name(c.attention);
-  ENGINE_CHECK(c.recompute == "none" || c.recompute == "layer", "unsupmt: --recompute ", c.recompute,
-               " is not supported; use none or layer");
-  n.recompute_layers = c.recompute == "layer";
+  n.apply_flags(c, "unsupmt");
   r.data = c.data;
   r.seed = c.seed;
   r.lengths.max_len = std::max<int64_t>(0, std::min(r.lengths.max_len, r.ae_tokens - 1));
