@@ -2,6 +2,8 @@
 // dropout_add_layer_norm (the post-norm residual step in one op); weight_norm and its backward op.
 #include "ops/norm.h"
 
+#include <algorithm>
+
 #include "ops/cpu/dropout.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/cpu/norm.h"
@@ -274,9 +276,8 @@ Tensor weight_norm_magnitude(const Tensor& v, int64_t dim) {
 }
 
 bool weight_norm_one_pass(const Shape& v_shape, int64_t dim) {
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < int64_t(v_shape.size()); i++) (i < dim ? outer : inner) *= i == dim ? 1 : v_shape[size_t(i)];
-  return outer == 1 || inner == 1;
+  auto all_ones = [](auto first, auto last) { return std::all_of(first, last, [](int64_t n) { return n == 1; }); };
+  return all_ones(v_shape.begin(), v_shape.begin() + dim) || all_ones(v_shape.begin() + dim + 1, v_shape.end());
 }
 
 Tensor weight_norm(const Tensor& v, const Tensor& g, int64_t dim) {
