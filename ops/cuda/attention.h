@@ -4,7 +4,8 @@
 // Two paths, chosen per call (ops/cuda/attention.cu says when):
 //   tensor cores  bf16/f16, head dim 64 or 128 (D == Dv), rows of q, k, v (and dout) unit-stride and
 //                 16-byte aligned: mma.sync m16n8k16 with ldmatrix, f32 accumulation (sm_80 and later); on
-//                 sm_90a builds with a compute capability 9.0 GPU, wgmma kernels (attention_*_wgmma.cu).
+//                 sm_90a builds with a compute capability 9.0 GPU, wgmma kernels (attention_*_wgmma.cu; at head dim
+//                 128 the forward is warp-specialized, fed by TMA: attention_fwd_tma.cu).
 //   generic       every other case (f32, f64, other head dims, any strides, older GPUs): tiled kernels on
 //                 the CUDA cores, computing in acc_t (f32, or f64 for f64) like the cpu reference.
 // The backward is deterministic on both paths: dK and dV by key tiles, dQ by query tiles (a second pass

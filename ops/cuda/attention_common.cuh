@@ -608,10 +608,12 @@ __device__ __forceinline__ void store_dq(const FlashArgs& a, int b, int h, int r
 bool launch_forward_tensor_core(const FlashArgs& a, bool bf16, int variant);
 // attention_fwd_wgmma.cu: the forward on Hopper's wgmma (a build for sm_90a on a compute capability 9.0 device; head
 // dim 64 or 128), launch_forward_tensor_core's last kForwardWgmmaConfigs variants where available: config 0 plain,
-// 1 with the products of consecutive key tiles overlapped; false when it cannot run.
-constexpr int kForwardWgmmaConfigs = 2;
+// 1 with the products of consecutive key tiles overlapped (both copying with every thread), 2 and 3 the
+// warp-specialized kernel of attention_fwd_tma.cu without and with that overlap; false when it cannot run.
+constexpr int kForwardWgmmaConfigs = 4;
 bool forward_wgmma_available();
 bool launch_forward_wgmma(const FlashArgs& a, bool bf16, int config);
+void launch_forward_tma(const FlashArgs& a, bool bf16, bool overlap);
 bool launch_backward_tensor_core(const FlashArgs& a, bool bf16, int variant);
 // attention_bwd_wgmma.cu: the backward on wgmma (where forward_wgmma_available; head dim 64 or 128), config 0 with a
 // warpgroup per block, 1 with two: launch_backward_tensor_core's last two variants there; false when it cannot run.

@@ -304,8 +304,9 @@ const char* forward_tensor_core_name(int head_dim, int variant) {
   static const char* d64[] = {"Br128 Bc64 4 warps", "Br128 Bc64 4 warps Q smem 3 blocks/SM",
                               "Br64 Bc64 4 warps 4 blocks/SM"};
   static const char* d128[] = {"Br128 Bc64 8 warps", "Br64 Bc64 4 warps", "Br128 Bc32 4 warps Q smem"};
-  static const char* wgmma[kForwardWgmmaConfigs] = {"wgmma Br128 Bc64 2 warpgroups",
-                                                    "wgmma Br128 Bc64 2 warpgroups, tiles overlapped"};
+  static const char* wgmma[kForwardWgmmaConfigs] = {
+      "wgmma Br128 Bc64 2 warpgroups", "wgmma Br128 Bc64 2 warpgroups, tiles overlapped",
+      "wgmma TMA Br128 Bc128 producer warp, ping-pong", "wgmma TMA Br128 Bc128 producer warp, ping-pong, overlapped"};
   if (variant >= kWgmmaVariant && variant < kWgmmaVariant + kForwardWgmmaConfigs) return wgmma[variant - kWgmmaVariant];
   if (variant < 0 || variant >= 3) variant = 0;
   return head_dim == 64 ? d64[variant] : d128[variant];
@@ -313,11 +314,12 @@ const char* forward_tensor_core_name(int head_dim, int variant) {
 
 bool launch_forward_tensor_core(const FlashArgs& a, bool bf16, int variant) {
   if (a.D != a.Dv || (a.D != 64 && a.D != 128)) return false;
-  // The default on Hopper: the wgmma kernel without overlapped tiles (H200, bf16, 2026-12-05: 279 against the best
-  // mma.sync's 235 TFLOP/s at 32x12x512x64, 460 against 308 at 8x16x4096x128; causal at least as fast; the overlapped
-  // one ties at head dim 64 and loses at 128: attention_fwd_wgmma.cu).
+  // The defaults on Hopper: at head dim 64 the wgmma kernel whose threads copy, without overlapped tiles (H200, bf16,
+  // 2026-12-05: 279 against the best mma.sync's 235 TFLOP/s at 32x12x512x64; H100, 2026-12-07: 289 against the
+  // warp-specialized kernel's 259-271); at head dim 128 the warp-specialized TMA kernel with overlapped tiles (H100,
+  // 2026-12-07: 582 against 455 at 8x16x4096x128, causal 523 against 421; attention_fwd_tma.cu).
   if ((variant < 0 || variant >= forward_tensor_core_variants(a.D)) && forward_wgmma_available())
-    variant = kWgmmaVariant;
+    variant = kWgmmaVariant + (a.D == 128 ? 3 : 0);
   if (variant >= kWgmmaVariant && launch_forward_wgmma(a, bf16, variant - kWgmmaVariant)) return true;
   if (a.keep_out) launch_keep_bits(a);  // (these kernels do not write them)
   if (variant < 0 || variant >= 3) variant = default_variant(a);

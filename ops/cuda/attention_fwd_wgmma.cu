@@ -15,7 +15,9 @@
 // columns (rows of 128 bytes, the 128-byte swizzle: wgmma.cuh's layout), 1024-byte aligned; the next tile's K and V
 // load by cp.async while this tile is computed, one block barrier per tile.
 // Measured (bf16, 2026-12-05): 279 TFLOP/s at 32x12x512x64, 460 at 8x16x4096x128 on an H200 (PyTorch's cuDNN SDPA:
-// 291 and 634); 275 and 461 on an H100 (cuDNN 248 and 650).
+// 291 and 634); 275 and 461 on an H100 (cuDNN 248 and 650). The default at head dim 64; at 128 the warp-specialized
+// kernel of attention_fwd_tma.cu (its products' issue and the softmax of two warpgroups interleaved, the copies by a
+// producer warpgroup) is faster: 582 against 455 on an H100 (2026-12-07).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -54,8 +56,7 @@ struct WgFwdConfig {
 template <typename Cfg, typename T, Drop kDrop>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_kernel(const FlashArgs a) {
 #if defined(ENGINE_WGMMA_DEVICE)
-  // Drop::bits: shared draws, also written to the keep bits (ops/attention.h)
-  constexpr bool kDropout = kDrop != Drop::none, shared_draw = kDrop == Drop::shared || kDrop == Drop::bits;
+  constexpr bool kDropout = kDrop != Drop::none;  // (Drop::bits: shared draws, also written to the keep bits)
   constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, kThreads = Cfg::kThreads, kSlots = Cfg::kSlots;
   constexpr int NT = Bc / 8, DT = D / 8, KS = D / 16;
   extern __shared__ __align__(128) uint16_t smem_raw[];
@@ -103,10 +104,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
   // This warpgroup's Q rows: 64 rows of each panel, 8 KB into it.
   const uint32_t q_base = smem_addr(sQ) + uint32_t(wg * 64 * kPanelRowBytes);
 
-  // Dropout's keep bits of tile t (byte nt2: n-tiles 2 nt2, 2 nt2 + 1), drawn before its scores.
   auto draw_keep = [&](int t, KeepBytes<NT / 2>& keep) {
-    if constexpr (kDropout)
-      draw_keep_rows<shared_draw, NT, kDrop == Drop::bits>(a, bh, q0 + warp_row, t * Bc, lane, keep);
+    draw_keep_tile<kDrop, NT>(a, bh, q0 + warp_row, t * Bc, lane, keep);
   };
   // S = Q K^T of tile t, issued as one group: this warpgroup's [64, Bc]; s[4 nt + e] is attention_fwd.cu's
   // s[0][nt][e].
@@ -128,76 +127,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
     issue_rs<T, D>(o, pa, v_base, Bc);
     wgmma::commit();
   };
-  // Tile t's scores (computed) into probabilities in place, masked, the running max and sum updated, dropout applied;
-  // returns each row's rescaling alpha of the output (which the caller applies once no product writes it).
   auto softmax = [&](int t, float(&s)[Bc / 2], const KeepBytes<NT / 2>& keep, float(&alpha)[2]) {
-    const int k0 = t * Bc;
-    const bool need_mask = tile_needs_mask<Bc>(a, tiles, pad_row, k0, q0);
-    if (need_mask) {
-      bool col_ok[NT][2];
-      key_columns_ok(a, pad_row, k0, tq, col_ok);
-#pragma unroll
-      for (int half = 0; half < 2; half++) {
-        const int i = q0 + warp_row + g + half * 8;
-        const int last = a.causal ? i + a.Lk - a.Lq - k0 - 2 * tq : 0x7fffffff;  // last visible nt*8 + e
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-          for (int e = 0; e < 2; e++)
-            if (!col_ok[nt][e] || nt * 8 + e > last) s[4 * nt + 2 * half + e] = -INFINITY;
-      }
-    }
-    // Each row lives in the 4 lanes of a quad (attention_fwd.cu's online softmax).
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-      float mx = row_max[half];
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * half], s[4 * nt + 2 * half + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float base = mx == -INFINITY ? 0.f : mx * a.scale_log2;
-      alpha[half] = fast_exp2(row_max[half] * a.scale_log2 - base);
-      row_max[half] = mx;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const float p = fast_exp2(fmaf(s[4 * nt + 2 * half + e], a.scale_log2, -base));
-          s[4 * nt + 2 * half + e] = p;
-          sum += p;
-        }
-      row_sum[half] = row_sum[half] * alpha[half] + sum;
-    }
-    if constexpr (kDropout) {  // after the row sum (l counts every probability), before P V
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-          s[4 * nt + e] *= keep(nt / 2, row_keep_bit(nt % 2, e >> 1, e & 1)) ? a.keep_scale : 0.f;
-    }
+    online_softmax<kDropout, Bc>(a, tiles, pad_row, q0, q0 + warp_row, t * Bc, lane, s, keep, row_max, row_sum, alpha);
   };
-  // P (the probabilities in S's registers) packed to 16 bits as P V's A fragment (acc_to_a's packing): P's k16 step kk
-  // is n-tiles 2 kk, 2 kk + 1 of S.
-  auto pack_p = [&](const float(&s)[Bc / 2], uint32_t(&pa)[Bc / 16][4]) {
-#pragma unroll
-    for (int kk = 0; kk < Bc / 16; kk++) {
-      pa[kk][0] = pack2<T>(s[8 * kk], s[8 * kk + 1]);
-      pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-  };
-  auto rescale = [&](const float(&alpha)[2]) {
-#pragma unroll
-    for (int dt = 0; dt < DT; dt++)
-#pragma unroll
-      for (int half = 0; half < 2; half++) {
-        o[4 * dt + 2 * half] *= alpha[half];
-        o[4 * dt + 2 * half + 1] *= alpha[half];
-      }
-  };
-
+  auto rescale = [&](const float(&alpha)[2]) { rescale_rows<D>(o, alpha); };
   if constexpr (!Cfg::kPipelined) {
     for (int t = tiles.begin; t < tiles.end; t++) {
       tile_ready(t);
@@ -210,7 +143,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
       float alpha[2];
       softmax(t, s, keep, alpha);
       uint32_t pa[Bc / 16][4];
-      pack_p(s, pa);
+      pack_p<T, Bc>(s, pa);
       rescale(alpha);
       issue_pv(t, pa);
       wgmma::wait<0>();  // before the next tile rescales o, and before its K / V buffer is refilled
@@ -228,7 +161,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
       wgmma::wait<0>();
       wgmma::fence_operands(s);
       softmax(tiles.begin, s, keep, alpha);  // o is zero: nothing to rescale
-      pack_p(s, pa);
+      pack_p<T, Bc>(s, pa);
     }
     for (int t = tiles.begin + 1; t < tiles.end; t++) {
       tile_ready(t);  // (every warpgroup's P V of tile t - 2 is done: tile t + 1 may take its slot)
@@ -244,7 +177,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
       wgmma::fence_operands(o);
       fence_fragments(pa);
       rescale(alpha);
-      pack_p(s, pa);
+      pack_p<T, Bc>(s, pa);
     }
     issue_pv(tiles.end - 1, pa);
     wgmma::wait<0>();
@@ -256,18 +189,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
   cp_async_wait<0>();
   __syncthreads();  // sQ becomes the output staging tile (rows of D elements, attention_common.cuh's swizzle)
   float* lse = static_cast<float*>(a.lse) + int64_t(bh) * a.Lq;
+  float inv[2], row_lse[2];
+  finish_rows(a, row_max, row_sum, inv, row_lse);
 #pragma unroll
   for (int half = 0; half < 2; half++) {
-    float l = row_sum[half];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
     const int r = warp_row + g + half * 8;
 #pragma unroll
     for (int dt = 0; dt < DT; dt++)
       *reinterpret_cast<uint32_t*>(sQ + swizzle<D>(r, dt * 8) + 2 * tq) =
-          pack2<T>(o[4 * dt + 2 * half] * inv, o[4 * dt + 2 * half + 1] * inv);
-    if (tq == 0 && q0 + r < a.Lq) lse[q0 + r] = l > 0.f ? row_max[half] * a.scale + logf(l) : INFINITY;
+          pack2<T>(o[4 * dt + 2 * half] * inv[half], o[4 * dt + 2 * half + 1] * inv[half]);
+    if (tq == 0 && q0 + r < a.Lq) lse[q0 + r] = row_lse[half];
   }
   __syncthreads();
   store_output_tile<Br, D, kThreads>(sQ, a, b, h, q0);
@@ -289,19 +220,12 @@ void launch(const FlashArgs& a) {
 
 template <typename Cfg>
 void run(const FlashArgs& a, bool bf16) {
-  auto go = [&](auto drop) {
+  with_forward_drop_mode(a, [&](auto drop) {
     if (bf16)
       launch<Cfg, __nv_bfloat16, decltype(drop)::value>(a);
     else
       launch<Cfg, __half, decltype(drop)::value>(a);
-  };
-  // The keep bits written as they are drawn (shared draws; the op keeps them only then), else by their own kernel.
-  if (a.keep_out && drop_mode(a) == Drop::shared) {
-    go(std::integral_constant<Drop, Drop::bits>{});
-    return;
-  }
-  with_drop_mode(a, go);
-  if (a.keep_out) launch_keep_bits(a);
+  });
 }
 
 }  // namespace
@@ -311,6 +235,10 @@ bool forward_wgmma_available() { return wgmma::available(); }
 bool launch_forward_wgmma(const FlashArgs& a, bool bf16, int config) {
   if (!forward_wgmma_available() || a.D != a.Dv || (a.D != 64 && a.D != 128)) return false;
   if (config < 0 || config >= kForwardWgmmaConfigs) return false;
+  if (config >= 2) {  // the warp-specialized kernel (attention_fwd_tma.cu)
+    launch_forward_tma(a, bf16, config == 3);
+    return true;
+  }
   // Shared memory at head dim 128: 97 KB (two blocks per SM) and 129 KB (one).
   const bool pipelined = config == 1;
   if (a.D == 64) {

@@ -6,6 +6,7 @@
 // c of row r at chunk c ^ (r % 8) (the 128-byte swizzle of wgmma.cuh's descriptors; for D = 64 the same bytes as
 // attention_common.cuh's swizzle<64>), panels rows * 128 bytes apart, the tile 1024-byte aligned.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -104,6 +105,128 @@ __device__ __forceinline__ void two_products(float (&x)[NT][4], float (&y)[NT][4
   wgmma::wait<0>();
   wgmma::fence_operands(flat(x));
   wgmma::fence_operands(flat(y));
+}
+
+// Host: calls go(std::integral_constant<Drop, mode>) for a Hopper forward kernel of a's dropout mode. The keep bits
+// (a.keep_out: the op keeps them only with shared draws) are written as they are drawn (Drop::bits); otherwise, if
+// asked for, by their own kernel after the forward.
+template <typename Go>
+void with_forward_drop_mode(const FlashArgs& a, Go&& go) {
+  if (a.keep_out && drop_mode(a) == Drop::shared) {
+    go(std::integral_constant<Drop, Drop::bits>{});
+    return;
+  }
+  with_drop_mode(a, go);
+  if (a.keep_out) launch_keep_bits(a);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The forward's per-warp steps on a key tile, shared by the wgmma forwards (attention_fwd_wgmma.cu, whose threads
+// copy the tiles, and attention_fwd_tma.cu, whose producer warp does): a warp holds 16 query rows of a warpgroup's
+// [64, Bc] scores, s[4 nt + e] being attention_fwd.cu's s[0][nt][e] (rows row0 + g + 8 (e >> 1), keys k0 + 8 nt +
+// 2 tq + (e & 1)), and the same rows of the [64, D] output, o[4 dt + e].
+
+// Dropout's keep bits of the warp's tile at rows row0 .., keys k0 .. (byte nt2: n-tiles 2 nt2, 2 nt2 + 1), drawn before
+// its scores; Drop::bits also writes them to a.keep_out.
+template <Drop kDrop, int NT>
+__device__ __forceinline__ void draw_keep_tile(const FlashArgs& a, int bh, int row0, int k0, int lane,
+                                               KeepBytes<NT / 2>& keep) {
+  if constexpr (kDrop != Drop::none)
+    draw_keep_rows<kDrop == Drop::shared || kDrop == Drop::bits, NT, kDrop == Drop::bits>(a, bh, row0, k0, lane, keep);
+}
+
+// The tile's scores (computed) into probabilities in place: masked (when the tile needs it: tile_needs_mask for the
+// block's first row q0), the running max and sum of the lane's two rows updated, dropout applied after the sum (l
+// counts every probability); alpha: each row's rescaling of the output, which the caller applies once no product
+// writes it. Each row lives in the 4 lanes of a quad (attention_fwd.cu's online softmax).
+template <bool kDropout, int Bc>
+__device__ __forceinline__ void online_softmax(const FlashArgs& a, const KeyTiles& tiles, const uint8_t* pad_row,
+                                               int q0, int row0, int k0, int lane, float (&s)[Bc / 2],
+                                               const KeepBytes<Bc / 16>& keep, float (&row_max)[2], float (&row_sum)[2],
+                                               float (&alpha)[2]) {
+  constexpr int NT = Bc / 8;
+  const int g = lane / 4, tq = lane % 4;
+  if (tile_needs_mask<Bc>(a, tiles, pad_row, k0, q0)) {
+    bool col_ok[NT][2];
+    key_columns_ok(a, pad_row, k0, tq, col_ok);
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      const int i = row0 + g + half * 8;
+      const int last = a.causal ? i + a.Lk - a.Lq - k0 - 2 * tq : 0x7fffffff;  // last visible nt*8 + e
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+          if (!col_ok[nt][e] || nt * 8 + e > last) s[4 * nt + 2 * half + e] = -INFINITY;
+    }
+  }
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    float mx = row_max[half];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * half], s[4 * nt + 2 * half + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float base = mx == -INFINITY ? 0.f : mx * a.scale_log2;
+    alpha[half] = fast_exp2(row_max[half] * a.scale_log2 - base);
+    row_max[half] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const float p = fast_exp2(fmaf(s[4 * nt + 2 * half + e], a.scale_log2, -base));
+        s[4 * nt + 2 * half + e] = p;
+        sum += p;
+      }
+    row_sum[half] = row_sum[half] * alpha[half] + sum;
+  }
+  if constexpr (kDropout) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++)
+        s[4 * nt + e] *= keep(nt / 2, row_keep_bit(nt % 2, e >> 1, e & 1)) ? a.keep_scale : 0.f;
+  }
+}
+
+// P (the probabilities in S's registers) packed to 16 bits as P V's A fragment (acc_to_a's packing): P's k16 step kk
+// is n-tiles 2 kk, 2 kk + 1 of S.
+template <typename T, int Bc>
+__device__ __forceinline__ void pack_p(const float (&s)[Bc / 2], uint32_t (&pa)[Bc / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < Bc / 16; kk++) {
+    pa[kk][0] = pack2<T>(s[8 * kk], s[8 * kk + 1]);
+    pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+    pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+    pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+// The output rows times their alpha (online_softmax's).
+template <int D>
+__device__ __forceinline__ void rescale_rows(float (&o)[D / 2], const float (&alpha)[2]) {
+#pragma unroll
+  for (int dt = 0; dt < D / 8; dt++)
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      o[4 * dt + 2 * half] *= alpha[half];
+      o[4 * dt + 2 * half + 1] *= alpha[half];
+    }
+}
+
+// The end of the lane's two rows: inv = 1 / l (l summed over the quad; 0 for a row that saw no key) and lse = m scale
+// + log(l) (+inf for such a row: attention_fwd.cu's).
+__device__ __forceinline__ void finish_rows(const FlashArgs& a, const float (&row_max)[2], const float (&row_sum)[2],
+                                            float (&inv)[2], float (&lse)[2]) {
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    float l = row_sum[half];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    inv[half] = l > 0.f ? 1.f / l : 0.f;
+    lse[half] = l > 0.f ? row_max[half] * a.scale + logf(l) : INFINITY;
+  }
 }
 
 }  // namespace ops::cuda::attn

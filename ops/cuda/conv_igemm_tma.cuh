@@ -1,12 +1,11 @@
 // cuda/conv_igemm_tma.cuh: the implicit-GEMM convolutions' bulk tensor copies (TMA, sm_90a): the tensor maps the
-// host makes for them (a plain array's tiles: k128_tile_map, swizzle128_map; an NHWC tensor's im2col boxes:
-// im2col_map, x_im2col_map), and the warp-specialized main loop they feed (TmaWsTile, tma_ws_gemm_tile: a producer
-// warp issues the copies, two consumer warpgroups run the wgmmas of conv_igemm.cuh). The wgmma loop whose threads
-// copy with cp.async (and its weight tiles by the bulk copy) stays in conv_igemm.cuh.
+// host makes for them (a plain array's tiles: k128_tile_map, over tma.cuh's swizzle128_map; an NHWC tensor's im2col
+// boxes: im2col_map, x_im2col_map), and the warp-specialized main loop they feed (TmaWsTile, tma_ws_gemm_tile: a
+// producer warp issues the copies, two consumer warpgroups run the wgmmas of conv_igemm.cuh). The wgmma loop whose
+// threads copy with cp.async (and its weight tiles by the bulk copy) stays in conv_igemm.cuh.
 #pragma once
-#include <cudaTypedefs.h>
-
 #include "ops/cuda/conv_igemm.cuh"
+#include "ops/cuda/tma.cuh"
 
 namespace ops::cuda::conv::igemm {
 
@@ -96,39 +95,6 @@ __device__ __forceinline__ void tma_ws_gemm_tile(Produce&& produce, int k_tiles,
 #pragma unroll
   for (int mi = 0; mi < kMT; mi++) wgmma::fence_operands(acc[mi]);
   wgmma_for_each_pair<Cfg>(acc, store);
-}
-
-// The tensor map of a `rank`-dimensional array of 16-bit T (dims and box innermost first, the innermost contiguous;
-// strides: the byte strides of dimensions 1 .. rank - 1, multiples of 16; base 16-byte aligned) for bulk copies
-// of boxes whose innermost extent is 64 elements (128 bytes) into tiles of 128-byte rows with the 128-byte swizzle
-// (tile_chunk's and kn_chunk's layout); boxes past the array read zeros. cuTensorMapEncodeTiled comes from the
-// driver through the runtime.
-// A CUDA 12.0 driver function, through the runtime (no driver library is linked).
-template <typename Fn>
-Fn driver_function(const char* name) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  ENGINE_CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found));
-  ENGINE_CHECK(found == cudaDriverEntryPointSuccess && fn, "the CUDA driver has no ", name);
-  return reinterpret_cast<Fn>(fn);
-}
-template <typename T>
-constexpr CUtensorMapDataType tensor_map_type =
-    std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-
-template <typename T>
-CUtensorMap swizzle128_map(const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
-                           const cuuint32_t* box) {
-  static const auto encode = driver_function<PFN_cuTensorMapEncodeTiled_v12000>("cuTensorMapEncodeTiled");
-  CUtensorMap map;
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUtensorMapDataType type = tensor_map_type<T>;
-  const CUresult r = encode(&map, type, cuuint32_t(rank), const_cast<void*>(base), dims, strides, box, elem_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  ENGINE_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (", int(r), ") for a ", rank, "-dimensional array (",
-               dims[0], " innermost)");
-  return map;
 }
 
 // A row-major [rows, k] matrix (k a multiple of 8) in boxes of 64 k x box_rows rows: the forward's weight tiles.

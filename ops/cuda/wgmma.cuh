@@ -89,9 +89,9 @@ __device__ __forceinline__ void fence_proxy_async() {
 // The bulk tensor copy (TMA) and its mbarriers (shared-memory addresses in bytes, barriers 8-byte aligned):
 // mbar_init with the arrivals of a phase, then fence_mbarrier_init and a block barrier before any copy uses it;
 // mbar_expect_tx arrives and announces the bytes the phase's copies will deliver; tma_load_2d copies the box at
-// (c0, c1) (elements, innermost first) of the tensor map into dst, completing those bytes on `bar` (tma_load_3d: a
-// three-dimensional map's box at (c0, c1, c2)); mbar_wait
-// returns once the phase of the given parity has completed.
+// (c0, c1) (elements, innermost first) of the tensor map into dst, completing those bytes on `bar` (tma_load_3d and
+// tma_load_4d: a three- or four-dimensional map's box at (c0, c1, c2[, c3])); mbar_wait returns once the phase of the
+// given parity has completed.
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
   ENGINE_WGMMA_ASM("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
@@ -125,6 +125,38 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       "[%5];\n"
       ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
+}
+
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                            uint32_t bar) {
+  ENGINE_WGMMA_ASM(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
+// The registers per thread of the executing warpgroup raised / lowered to N (a multiple of 8, 24 to 256; sm_90a): a
+// warp-specialized kernel moves the registers its producer warpgroup does not need to its consumers. It takes effect
+// only in a kernel compiled with a register cap (__launch_bounds__(threads, 1)) whose roles are the two branches of one
+// if/else (HOPPER.md); ptxas says so when it ignores it (warning C7508).
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  ENGINE_WGMMA_ASM("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  ENGINE_WGMMA_ASM("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+// Named block barriers (ids 1-15; 0 is __syncthreads') among `threads` threads, a multiple of 32, whole warps each:
+// bar_sync waits until that many threads arrived (itself included), bar_arrive arrives without waiting (a producer
+// signalling a consumer that syncs on the same id).
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // The im2col bulk tensor copy (a map made by cuTensorMapEncodeIm2col over an NHWC tensor, dims innermost first

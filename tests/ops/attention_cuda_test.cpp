@@ -267,15 +267,15 @@ TEST(AttentionCuda, EveryTileConfigurationIsAccurate) {
   ops::cuda::set_flash_tuning({});
 }
 
-// The Hopper forwards (ops/cuda/attention_fwd_wgmma.cu, without and with overlapped tiles) on every tensor-core case of
-// the list, dropout by shared and by per-element draws included, in bf16 and f16: where the build and the device have
-// wgmma, the forward's variants named "wgmma ...".
+// The Hopper forwards (ops/cuda/attention_fwd_wgmma.cu and the warp-specialized attention_fwd_tma.cu, each without and
+// with overlapped tiles) on every tensor-core case of the list, dropout by shared and by per-element draws included, in
+// bf16 and f16: where the build and the device have wgmma, the forward's variants named "wgmma ...".
 TEST(AttentionCuda, WgmmaForwardMatchesReference) {
   std::vector<int> wgmma;
   for (int v = 0; v < ops::cuda::flash_forward_variants(64); v++)
     if (ops::cuda::flash_forward_variant_name(64, v).rfind("wgmma", 0) == 0) wgmma.push_back(v);
   if (wgmma.empty()) GTEST_SKIP() << "no wgmma forward here (a build for sm_90a on a compute capability 9.0 device)";
-  EXPECT_EQ(wgmma.size(), 2u) << "two wgmma forward configurations";
+  EXPECT_EQ(wgmma.size(), 4u) << "four wgmma forward configurations (two copying by every thread, two by TMA)";
   uint64_t seed = 500;
   for (int variant : wgmma) {
     SCOPED_TRACE(ops::cuda::flash_forward_variant_name(64, variant));

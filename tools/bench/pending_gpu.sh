@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The CUDA changes written without a device, tested and measured in one device call, most wanted first (a call may
-# be cut short): the conv1d family's tests with weight_norm's, the reductions' and the GEMMs', convs2s before/after
-# (ROUNDS=1) and its bf16 profile, every model's ledger against meta, the fp32 flash kernels' tests and their shared
-# dropout draws' A/B (GPT-2 small, BERT-Large), PyTorch's convs2s, what cuBLASLt's algorithm query costs the host per
-# new shape (cublaslt_probe heuristic). What each part gave: BENCHMARKS.md's twenty-third session (2026-12-07, the
-# conv1d flat GEMMs failing a shape check) and twenty-fourth (their fix passing, landed as 3e6ab7d).
-# Usage on the GPU machine: BIN=dir OUT=$OUT tools/bench/pending_gpu.sh [tests] [convs2s] [models] [attention]
-# [torch] [probe] (default all, in that order), with dir holding the new build's engine_cuda_tests, engine_train and cublaslt_probe
-# (nvcc -O2 -std=c++17 -arch=sm_90 tools/bench/cublaslt_probe.cu -lcublasLt) and dir/before/engine_train the build
-# before the changes.
+# be cut short): the flash attention tests (the warp-specialized TMA forward, attention_fwd_tma.cu, among the wgmma
+# variants), the attention kernel benchmark at head dims 64 and 128 (AttentionCudaBench: every forward and backward
+# configuration) beside PyTorch's SDPA backends on the same shapes (tools/bench/sdpa_torch.py), and bert_base's step
+# with each forward (ENGINE_FLASH_TUNING); `ab`: the benchmark of $BIN_BEFORE's engine_cuda_tests and $BIN's, twice,
+# alternating; `ncu`: Nsight Compute's speed-of-light, warp-state and scheduler sections of the warp-specialized forward
+# (head dim 128, overlapped tiles) in the benchmark; `suite`: the whole CUDA suite (make test-cuda's binary). What each
+# part gave: BENCHMARKS.md's twenty-fifth session. Still to run: `suite` on the commit that made the TMA forward head dim
+# 128's default (its device call found no machine; AttentionCuda.* passed in two calls).
+# Usage on the GPU machine: BIN=dir [BIN_BEFORE=dir] [ROUNDS=n] OUT=$OUT tools/bench/pending_gpu.sh [tests] [bench]
+# [torch] [bert] [ab] [ncu] [suite] (default: the first four), run in the order listed here, with dir holding a build's
+# engine_cuda_tests and engine_train.
 set -uo pipefail
-PARTS=${*:-tests convs2s models attention torch probe}
+PARTS=${*:-tests bench torch bert}
 want() { [[ " $PARTS " == *" $1 "* ]]; }
 B=${BIN:-build/carry}
 OUT=${OUT:-/tmp/call}
@@ -21,25 +23,44 @@ tests() {  # seconds, filter, log
   echo "$2 rc=$?: $(grep -cE '^\[       OK' "$OUT/$3") ok"
   grep -E '^\[  (PASSED|FAILED) |FAILED|Failure' "$OUT/$3" | head -20
 }
-if want tests; then
-  tests 90 'Conv1dCuda.*:GluCuda.*:MatmulCuda.*:WeightNormCuda.*:ReduceCuda.*:LayerNormCuda.*' conv_tests.log
+want tests && tests 150 'AttentionCuda.*' attention_tests.log
+if want bench; then
+  timeout 200 "$B/engine_cuda_tests" --gtest_also_run_disabled_tests --gtest_filter='AttentionCudaBench.*' \
+    > "$OUT/attention_bench.log" 2>&1
+  echo "AttentionCudaBench rc=$?"
+  grep -E ' (fwd|bwd) ' "$OUT/attention_bench.log"
 fi
-if want convs2s; then
-  ROUNDS=1 PROFILE_PRECISIONS=bf16 BIN=$B BIN_BEFORE=$B/before OUT=$OUT/convs2s timeout 120 \
-    tools/bench/convs2s_gpu.sh engine profile
+if want torch; then
+  timeout 150 python3 tools/bench/sdpa_torch.py --shapes 32x12x512x64,8x16x4096x128 > "$OUT/sdpa_torch.log" 2>&1
+  echo "sdpa_torch rc=$?"
+  grep -E 'cudnn|flash2' "$OUT/sdpa_torch.log" | grep -v unsupported
 fi
-want models && tests 100 'ModelsCuda.EveryModelAllocatesExactlyAsMetaPredicts' models_tests.log
-if want attention; then
-  tests 60 'AttentionCuda.*' attention_tests.log
-  for b in "$B/before" "$B"; do
-    n=$(basename "$b")
-    timeout 40 "$b/engine_train" --model transformer_lm --size small --seq 1024 --batch 8 --precision fp32 --steps 8 \
-      --attention flash --device cuda > "$OUT/gpt2_$n.log" 2>&1
-    echo "$n gpt2 fp32 flash | $(grep -E '^step 8|rror' "$OUT/gpt2_$n.log" | tail -1)"
-    timeout 30 "$b/engine_train" --model bert_squad --size large --seq 384 --batch 16 --precision fp32 --steps 8 \
-      --attention flash --device cuda > "$OUT/squad_$n.log" 2>&1
-    echo "$n bert_squad fp32 flash | $(grep -E '^step 8|rror' "$OUT/squad_$n.log" | tail -1)"
+if want bert; then
+  for tuning in -1,-1 5,-1 6,-1; do
+    ENGINE_FLASH_TUNING=$tuning timeout 60 "$B/engine_train" --device cuda --model bert_base --seq 512 --batch 32 \
+      --precision bf16 --attention flash --steps 30 > "$OUT/bert_$tuning.log" 2>&1
+    echo "bert_base ENGINE_FLASH_TUNING=$tuning | $(grep -E '^step 30|rror' "$OUT/bert_$tuning.log" | tail -1)"
+    grep -E '^step' "$OUT/bert_$tuning.log" | awk -F'|' 'NR >= 5 { print $3 + 0 }' | sort -n |
+      awk '{ a[NR] = $1 } END { if (NR) printf "  steps 5-30: median %.2f ms (%.2f-%.2f)\n", a[int((NR + 1) / 2)], a[1], a[NR] }'
   done
 fi
-want torch && TORCH_CONVS=cudnn BIN=$B OUT=$OUT/convs2s timeout 70 tools/bench/convs2s_gpu.sh torch
-want probe && timeout 20 "$B/cublaslt_probe" heuristic
+if want ab; then
+  for round in $(seq 1 "${ROUNDS:-2}"); do
+    for b in "$BIN_BEFORE" "$B"; do
+      timeout 120 "$b/engine_cuda_tests" --gtest_also_run_disabled_tests --gtest_filter='AttentionCudaBench.*' \
+        > "$OUT/ab_${round}_$(basename "$b").log" 2>&1
+      echo "== round $round, $b: rc=$?"
+      grep -E ' fwd ' "$OUT/ab_${round}_$(basename "$b").log"
+    done
+  done
+fi
+if want ncu; then
+  timeout 200 ncu --kernel-name-base mangled --kernel-name regex:TmaFwdConfigILi128ELb1E --launch-skip 5 \
+    --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    "$B/engine_cuda_tests" --gtest_also_run_disabled_tests \
+    --gtest_filter='AttentionCudaBench.DISABLED_HeadDim128Seq4096' > "$OUT/ncu_tma.log" 2>&1
+  echo "ncu rc=$?"
+  grep -vE '^(flash|B x H|[0-9]+x[0-9]+x)' "$OUT/ncu_tma.log" | grep -E '^ +[A-Z]|----|Section' | head -80
+fi
+want suite && tests 300 '*' suite.log
