@@ -1,7 +1,7 @@
 // engine/env.h: on/off switches read from the environment, for measuring one way against the other (a kernel
 // variant, a buffer kept or recomputed) in a whole process without rebuilding: ops/attention.cpp's
-// ENGINE_FLASH_KEEP_DS and ENGINE_FLASH_KEEP_DROPOUT, ops/cuda/conv.cu's ENGINE_CONV_IM2COL, ops/conv_params.h's
-// ENGINE_CONV_WINOGRAD.
+// ENGINE_FLASH_KEEP_DS, ENGINE_FLASH_DQ_SUMS and ENGINE_FLASH_KEEP_DROPOUT, ops/cuda/conv.cu's ENGINE_CONV_IM2COL,
+// ops/conv_params.h's ENGINE_CONV_WINOGRAD.
 #pragma once
 #include <cstdlib>
 #include <cstring>

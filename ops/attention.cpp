@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "engine/env.h"
 #include "ops/cpu/attention.h"
@@ -240,6 +241,20 @@ Tensor kept_ds(const Tensor& q, const Tensor& k, const Tensor& v) {
                        "dS of every query and key, kept for dQ");
 }
 
+// dQ's sums of flash's backward (ops/attention.h): f32 [B*H, Lq, D] and their turn counters i32 [B*H, ceil(Lq / 64)],
+// with ENGINE_FLASH_DQ_SUMS=1 in the environment, for bf16/f16 at D == Dv == 128 when dS is not kept; else undefined
+// (a dQ pass recomputes S and dP: faster on an H100 today, BENCHMARKS.md), on every device alike; read at each call.
+std::pair<Tensor, Tensor> dq_sums_workspace(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ds) {
+  const int64_t BH = q.size(0) * q.size(1), Lq = q.size(2), D = q.size(3);
+  const bool kernels = (q.dtype() == DType::bf16 || q.dtype() == DType::f16) && D == 128 && v.size(3) == 128;
+  if (ds.defined() || !kernels || Lq == 0 || k.size(2) == 0 ||
+      !engine::env_switch("ENGINE_FLASH_DQ_SUMS", false, "flash attention's backward recomputes S and dP for dQ",
+                          "its dK dV pass adds dQ's products to f32 sums"))
+    return {};
+  return {new_workspace(q, {BH, Lq, D}, DType::f32, "dQ's f32 sums, added to in key order"),
+          new_workspace(q, {BH, (Lq + 63) / 64}, DType::i32, "dQ's sums' turn per query tile")};
+}
+
 void flash_backward_into(const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k, const Tensor& v,
                          const Tensor& out, const Tensor& lse, const Tensor& pad, const FlashAttentionParams& params,
                          const Tensor& keep, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
@@ -250,14 +265,14 @@ void flash_backward_into(const Tensor& dout, const Tensor& dlse, const Tensor& q
   Tensor dlse_c = dlse.defined() ? contiguous(to(dlse, acc)) : Tensor();
   Tensor delta = new_empty(q, {B, H, Lq}, acc);  // [B, H, Lq] rowsum(dO∘O) - dlse
   Tensor ds = kept_ds(q, k, v);                  // (ops/attention.h: dS for the GPU's dQ, short keys only)
+  const std::pair<Tensor, Tensor> sums = dq_sums_workspace(q, k, v, ds);  // (the same: dQ's sums, dS not kept)
   run_kernel(
       name, dq,
       [&] {
         cpu::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, dq, dk, dv);
       },
-      CUDA_KERNEL(
-          cuda::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, ds, keep, dq, dk,
-                                         dv)));
+      CUDA_KERNEL(cuda::flash_attention_backward({q, k, v, pad}, params, out, lse_c, dout, dlse_c, delta, ds,
+                                                 sums.first, sums.second, keep, dq, dk, dv)));
   // S recomputed, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q.
   double fwd = attention_forward_flops(q, k, v, params.causal);
   double flops = fwd * double(3 * q.size(3) + 2 * Dv) / double(q.size(3) + Dv);

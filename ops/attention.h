@@ -17,6 +17,12 @@
 //          pass recomputing S, P and dS (ops/cuda/attention_bwd.cu, attention_simt.cu). Still linear in the sequence
 //          length: at most 8 times q's bytes, one layer at a time. ENGINE_FLASH_KEEP_DS=0 in the environment turns it
 //          off on every device (for measuring: dQ then always recomputes).
+//          With ENGINE_FLASH_DQ_SUMS=1 in the environment, where dS is not kept, at head dim 128 (D == Dv) in
+//          bf16/f16, backward instead holds dQ's f32 sums for the call: [B*H, Lq, D] f32 (twice q's bytes) and a turn
+//          counter per 64-row query tile ([B*H, ceil(Lq / 64)] i32), on every device alike: the GPU's Hopper dK dV
+//          pass multiplies its dS by K and adds the product to the sums in key order (ops/cuda/attention_bwd_wgmma.cu:
+//          the same bits every run), so that no dQ pass recomputes S and dP. Off by default: on an H100 it is slower
+//          than the dQ pass today (BENCHMARKS.md, 2026-12-07).
 //          With dropout, under the same short-key condition (and the draw's blocks aligned to 8 keys: Lk a multiple
 //          of 8), the forward also keeps its dropout decisions for backward instead of backward drawing them again:
 //          keep bits [B, H, Lq, W] u8, W = Lk rounded up to 64, over 8 (bit j % 8 of byte j / 8 = key j kept; at

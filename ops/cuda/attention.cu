@@ -143,8 +143,8 @@ void flash_attention_forward(const cpu::FlashAttentionInputs& in, const FlashAtt
 
 void flash_attention_backward(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& params,
                               const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
-                              const Tensor& delta, const Tensor& ds, const Tensor& keep, const Tensor& dq,
-                              const Tensor& dk, const Tensor& dv) {
+                              const Tensor& delta, const Tensor& ds, const Tensor& dq_sums, const Tensor& dq_turns,
+                              const Tensor& keep, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   attn::FlashArgs a = make_args(in, params);
   if (keep.defined()) {
     a.keep_in = static_cast<const uint8_t*>(keep.data_ptr());
@@ -172,6 +172,17 @@ void flash_attention_backward(const cpu::FlashAttentionInputs& in, const FlashAt
     a.ds = ds.data_ptr();
     a.ds_rows = ds.size(1);
     a.ds_ld = ds.size(2);
+  }
+  if (dq_sums.defined()) {
+    const int64_t rows = int64_t(a.B) * a.H, tiles = (a.Lq + 63) / 64;
+    ENGINE_CHECK(dq_sums.shape() == (engine::Shape{rows, a.Lq, a.D}) && dq_sums.dtype() == DType::f32 &&
+                     dq_sums.is_contiguous() && dq_turns.shape() == (engine::Shape{rows, tiles}) &&
+                     dq_turns.dtype() == DType::i32 && dq_turns.is_contiguous(),
+                 "flash_attention_backward (cuda): dq_sums must be f32 [B * H, Lq, D] and dq_turns i32 [B * H, "
+                 "ceil(Lq / 64)], contiguous; got ",
+                 engine::shape_str(dq_sums.shape()), " and ", engine::shape_str(dq_turns.shape()));
+    a.dq_sums = static_cast<float*>(dq_sums.data_ptr());
+    a.dq_turns = static_cast<uint32_t*>(dq_turns.data_ptr());
   }
   if (int64_t(a.B) * a.H == 0) return;
   attn::launch_backward_delta(a, int(in.q.dtype()));

@@ -25,14 +25,16 @@ using engine::Tensor;
 void flash_attention_forward(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& params,
                              const Tensor& out, const Tensor& lse, const Tensor& keep);
 
-// dq, dk, dv with unit-stride rows; delta [B, H, Lq] (accumulation type) is scratch the op allocated, and so is
+// dq, dk, dv with unit-stride rows; delta [B, H, Lq] (accumulation type) is scratch the op allocated, and so are
 // ds (undefined, or [B * H, Lq rounded up to 64, Lk rounded up to 64] of q's type: the tensor-core kernels then keep
-// dS there instead of recomputing it for dQ; other paths leave it unused). keep: undefined or the forward's keep
-// bits, which the Hopper kernels read instead of drawing (other paths draw again).
+// dS there instead of recomputing it for dQ; other paths leave it unused) and dq_sums, dq_turns (undefined, or f32
+// [B * H, Lq, D] and i32 [B * H, ceil(Lq / 64)]: the Hopper backward's dK dV pass then adds dQ's products there in
+// key order instead of a dQ pass recomputing S and dP; other paths leave them unused). keep: undefined or the
+// forward's keep bits, which the Hopper kernels read instead of drawing (other paths draw again).
 void flash_attention_backward(const cpu::FlashAttentionInputs& in, const FlashAttentionParams& params,
                               const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dlse,
-                              const Tensor& delta, const Tensor& ds, const Tensor& keep, const Tensor& dq,
-                              const Tensor& dk, const Tensor& dv);
+                              const Tensor& delta, const Tensor& ds, const Tensor& dq_sums, const Tensor& dq_turns,
+                              const Tensor& keep, const Tensor& dq, const Tensor& dk, const Tensor& dv);
 
 // Tuning hook for the benchmark (tests/ops/attention_cuda_test.cpp): the tile configuration the tensor-core
 // kernels use, -1 for the default. Returns how many configurations each pass has for head dim D. A process starts

@@ -14,10 +14,16 @@
 //            K MN-major, both from shared memory); without it (long keys) the same block recomputes S = Q K^T and
 //            dP = dO V^T per key tile (Q, dO, K, V from shared memory), dS in registers, dQ += dS K with dS from
 //            registers.
+//   dQ sums  instead of that dQ pass where the op gave dQ's f32 sums (head dim 128, two warpgroups: ops/attention.h,
+//            ENGINE_FLASH_DQ_SUMS=1), the dK dV block also computes its dQ product per query tile, dS K (dS^T through
+//            shared memory), and adds it to the sums by a bulk reduction in the order of the key blocks
+//            (DsUse::add_dq, below); a last kernel scales the sums into dQ. Five products per tile pair instead of
+//            seven, but slower so far (8x16x4096x128 on an H100: 10.9 ms against the dQ pass's 7.6; ncu: a third of
+//            the stalls at the block barriers behind thread 0's turn waits; BENCHMARKS.md), hence off by default.
 // Tiles are attention_common.cuh's panels (the 128-byte swizzle wgmma's descriptors describe), loaded by cp.async,
-// the next query (or key) tile's while this one is computed; one block barrier per tile. No atomics: the same inputs
-// give the same bits every run, as attention_bwd.cu's kernels (whose values these equal up to the order of the f32
-// sums inside a product).
+// the next query (or key) tile's while this one is computed; one block barrier per tile. No float atomics in any
+// order: the same inputs give the same bits every run, as attention_bwd.cu's kernels (whose values these equal up to
+// the order of the f32 sums inside a product).
 // Measured (BENCHMARKS.md): bf16 32x12x512x64 backward 0.357 ms (180 TFLOP/s, H100) with dS kept, 0.307 with dQ
 // recomputing it (ENGINE_FLASH_KEEP_DS=0); with BERT's dropout 0.410 ms drawing it again and 0.360 reading the
 // forward's keep bits (H200, 2026-12-05).
@@ -51,14 +57,83 @@ __device__ __forceinline__ void zero(float (&x)[N][4]) {
 // ---------------------------------------------------------------------------------------------------
 // dK, dV
 
+// What the dK dV pass does with dS besides dK: nothing (a dQ pass recomputes it), writes it out (kept dS: the dQ pass
+// reads it), or multiplies it by K itself and adds the product to dQ's f32 sums in key-block order (below).
+enum class DsUse { none, write, add_dq };
+
 template <int D_, int kWG_, int kMinBlocks_>
 struct WgDkdvConfig {
   static constexpr int D = D_, Br = 64, Bk = 64 * kWG_, kThreads = 128 * kWG_, kMinBlocks = kMinBlocks_;
   static constexpr int kKVElems = Bk * D, kQElems = Br * D, kKeepBytes = Br * Bk / 8;
-  static constexpr int kSmemBytes = (2 * kKVElems + 4 * kQElems) * 2 + 4 * Br * 4 + 2 * kKeepBytes + 1024;
+  static constexpr int kBaseBytes = (2 * kKVElems + 4 * kQElems) * 2 + 4 * Br * 4 + 2 * kKeepBytes;
+  static constexpr int kSmemBytes = kBaseBytes + 1024;
+  // DsUse::add_dq (two warpgroups at head dim 128, each computing dQ's half of the columns): the block's dS^T [Bk, Br]
+  // (one panel, 1024-byte aligned) and two [Br, D] f32 buffers of dQ products on their way to the sums.
+  static constexpr bool kAddsDq = kWG_ == 2 && D == 128;
+  static constexpr int kDsOffset = (kBaseBytes + 1023) / 1024 * 1024, kDqOffset = kDsOffset + Bk * Br * 2;
+  static constexpr int kAddDqSmemBytes = kDqOffset + 2 * Br * D * 4 + 1024;
+  static_assert(!kAddsDq || kAddDqSmemBytes <= 227 * 1024, "an SM has 227 KB of shared memory for a block");
 };
 
-template <typename Cfg, typename T, Drop kDrop, bool kWriteDs>
+// DsUse::add_dq: dQ = scale * sum over key blocks of dS K. Each block (Bk keys) computes its [Br, D] product for
+// every query tile it visits and adds it to dq_sums by one bulk reduction, in the order of the key blocks: tile m's
+// turn counter says how many blocks have added theirs (its contributors are the blocks from the row's first unpadded
+// key's on, every one of them visits m: query_tiles), and block n waits until it reads n - n_first. The sums are
+// therefore the same bits every run. A block waits only on blocks of lower index in the grid (launched before it),
+// so the waits cannot deadlock, and it visits its tiles from the last down, so that causal blocks all start on the
+// last tile (which every block sees) rather than block n waiting for n - 1 to reach its first. The turn is passed
+// on one tile late (after the next tile's products are issued), when the reduction has completed.
+
+// DsUse::add_dq, query tile m: this block's dQ product [Br, D] = dS K (dS^T in sDs: the MN-major A operand; K's
+// panels in sK: MN-major B), warpgroup w computing columns 64 w .. 64 w + 63, into the f32 buffer sdq (rows of D);
+// then thread 0 waits for the tile's turn and adds the buffer to the sums by one bulk reduction, whose turn it passes
+// on later (pending_turn: the kernel's pass_turn).
+template <typename Cfg, typename T>
+__device__ __forceinline__ void add_dq_tile(const FlashArgs& a, int bh, int m, const uint16_t* sDs, const uint16_t* sK,
+                                            float* sdq, uint32_t rank, uint32_t*& pending_turn) {
+  constexpr int Br = Cfg::Br, Bk = Cfg::Bk, D = Cfg::D, kCols = D / 2;  // a warpgroup's columns: one panel of K
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4, g = lane / 4, tq = lane % 4;
+  wgmma::fence_proxy_async();  // dS^T as every thread wrote it, for the tensor cores
+  __syncthreads();             // both warpgroups' rows
+  float dq[kCols / 8][4];
+  zero(dq);
+  wgmma::fence_operands(flat(dq));
+  wgmma::fence();
+  const uint32_t ds_base = smem_addr(sDs), k_base = smem_addr(sK) + uint32_t(wg * Bk * kPanelRowBytes);
+#pragma unroll
+  for (int kk = 0; kk < Bk / 16; kk++)
+    wgmma::mma_m64k16<T, 1, 1>(flat(dq),
+                               wgmma::desc_mn128(ds_base + uint32_t(kk * 2048), uint32_t(Bk * kPanelRowBytes)),
+                               wgmma::desc_mn128(k_base + uint32_t(kk * 2048), uint32_t(Bk * kPanelRowBytes)),
+                               std::integral_constant<int, kCols>{});
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::fence_operands(flat(dq));
+  const int row = (warp % 4) * 16 + g;
+#pragma unroll
+  for (int nt = 0; nt < kCols / 8; nt++)
+#pragma unroll
+    for (int half = 0; half < 2; half++)
+      *reinterpret_cast<float2*>(sdq + (row + 8 * half) * D + wg * kCols + nt * 8 + 2 * tq) =
+          make_float2(dq[nt][2 * half], dq[nt][2 * half + 1]);
+  wgmma::fence_proxy_async();  // for the bulk reduction
+  __syncthreads();
+  if (tid == 0) {
+    uint32_t* turn = a.dq_turns + int64_t(bh) * ((a.Lq + Br - 1) / Br) + m;
+    // (The blocks before this one add theirs within microseconds of each other; a wait of about a minute is a
+    // broken invariant, which traps rather than hangs.)
+    for (int64_t spins = 0; wgmma::load_acquire(turn) != rank; spins++)
+      if (spins > (int64_t(1) << 27)) __trap();
+    wgmma::fence_proxy_async_global();
+    const int rows = min(Br, a.Lq - m * Br);
+    wgmma::bulk_reduce_add_f32(a.dq_sums + (int64_t(bh) * a.Lq + int64_t(m) * Br) * D, smem_addr(sdq),
+                               uint32_t(rows * D * 4));
+    wgmma::bulk_commit();
+    pending_turn = turn;
+  }
+}
+
+template <typename Cfg, typename T, Drop kDrop, DsUse kDs>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_wgmma_kernel(const FlashArgs a) {
 #if defined(ENGINE_WGMMA_DEVICE)
   constexpr bool kDropout = kDrop != Drop::none, shared_draw = kDrop == Drop::shared;
@@ -73,6 +148,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_wgmma_ker
   float* sLse = reinterpret_cast<float*>(sdO + 2 * Cfg::kQElems);  // [2][Br]
   float* sDelta = sLse + 2 * Br;                                   // [2][Br]
   uint8_t* sKeep = reinterpret_cast<uint8_t*>(sDelta + 2 * Br);    // [2][Br, Bk / 8] keep bits (Drop::bits)
+  uint16_t* sDs = sK + Cfg::kDsOffset / 2;                         // add_dq: [Bk, Br] dS^T, one panel
+  float* sDq = reinterpret_cast<float*>(sK + Cfg::kDqOffset / 2);  // add_dq: [2][Br, D] f32, rows unswizzled
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, wg = warp / 4;
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
@@ -113,7 +190,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_wgmma_ker
       }
     }
   };
-  if (m_first < m_end) load_query_tile(m_first, 0);
+  // The tiles from the last down (DsUse::add_dq's order; the same sums for the others, in another order).
+  if (m_first < m_end) load_query_tile(m_end - 1, 0);
   cp_async_commit();
 
   bool key_ok[2];  // this lane's two keys (rows g and g + 8 of the warp's 16) are in range and not padding
@@ -129,12 +207,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_wgmma_ker
   const uint32_t k_base = smem_addr(sK) + uint32_t(wg * 64 * kPanelRowBytes);  // this warpgroup's 64 rows of each panel
   const uint32_t v_base = smem_addr(sV) + uint32_t(wg * 64 * kPanelRowBytes);
 
-  for (int m = m_first; m < m_end; m++) {
-    const int buf = (m - m_first) & 1, i0 = m * Br;
+  // add_dq: this block's place among tile m's contributors, and the turn it passes on after its reduction completed.
+  [[maybe_unused]] uint32_t rank = 0, *pending_turn = nullptr;
+  if constexpr (kDs == DsUse::add_dq) rank = uint32_t(int(blockIdx.x) - unpadded_keys(pad_row, a.Lk).first / Bk);
+  [[maybe_unused]] auto pass_turn = [&] {
+    if (tid == 0 && pending_turn) {
+      wgmma::bulk_wait_all();
+      wgmma::fence_proxy_async_global();
+      wgmma::store_release(pending_turn, rank + 1);
+      pending_turn = nullptr;
+    }
+  };
+
+  for (int step = 0; step < m_end - m_first; step++) {
+    const int m = m_end - 1 - step, buf = step & 1, i0 = m * Br;
     cp_async_wait<0>();
     wgmma::fence_proxy_async();
     __syncthreads();  // tile m (and K, V) landed for every thread and the tensor cores; the other buffer is free
-    if (m + 1 < m_end) load_query_tile(m + 1, buf ^ 1);
+    if (m > m_first) load_query_tile(m - 1, buf ^ 1);
     cp_async_commit();
     const uint32_t q_base = smem_addr(sQ + buf * Cfg::kQElems), do_base = smem_addr(sdO + buf * Cfg::kQElems);
 
@@ -150,7 +240,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_wgmma_ker
 
     // S^T = K Q^T and dP^T = V dO^T                                     [64 keys, Br] per warpgroup
     float s[NT][4], dp[NT][4];
-    two_products<T, Br, KS>(s, dp, k_base, v_base, Bk, q_base, do_base, Br);
+    two_products<T, Br, KS>(s, dp, k_base, v_base, Bk, q_base, do_base, Br, [&] {
+      if constexpr (kDs == DsUse::add_dq) pass_turn();  // (the previous tile's reduction, beside these products)
+    });
 
     dkdv_scores_to_ds<kDropout>(a, s, dp, keep_bits, sLse + buf * Br, sDelta + buf * Br, key_ok, i0, k0 + warp_key,
                                 lane);
@@ -165,14 +257,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) dkdv_wgmma_ker
     issue_rs<T, D>(flat(dv), pa, do_base, Br);
     issue_rs<T, D>(flat(dk), da, q_base, Br);
     wgmma::commit();
-    if constexpr (kWriteDs) store_ds_transposed<T>(a, bh, i0, k0 + warp_key, lane, dp);  // while the products run
+    // While the products run: dS out, or this warpgroup's rows of dS^T into sDs.
+    if constexpr (kDs == DsUse::write) store_ds_transposed<T>(a, bh, i0, k0 + warp_key, lane, dp);
+    if constexpr (kDs == DsUse::add_dq) {
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++)
+          *reinterpret_cast<uint32_t*>(sDs + panel_chunk<Bk>(warp_key + g + 8 * half, nt) + 2 * (lane % 4)) =
+              pack2<T>(dp[nt][2 * half], dp[nt][2 * half + 1]);
+    }
     wgmma::wait<0>();  // before the next tile's barrier lets this buffer be refilled
     wgmma::fence_operands(flat(dv));
     wgmma::fence_operands(flat(dk));
     fence_fragments(pa);
     fence_fragments(da);
+    if constexpr (kDs == DsUse::add_dq) add_dq_tile<Cfg, T>(a, bh, m, sDs, sK, sDq + buf * Br * D, rank, pending_turn);
   }
   cp_async_wait<0>();
+  if constexpr (kDs == DsUse::add_dq) pass_turn();
   store_dkdv<T>(a, b, h, k0 + warp_key, lane, dk, dv);
 #endif
 }
@@ -325,7 +428,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_wgmma_kernel(const FlashArgs
 
     // S = Q K^T, dP = dO V^T                                             [64 queries, Bc] per warpgroup
     float s[NT][4], dp[NT][4];
-    two_products<T, Bc, KS>(s, dp, q_base, do_base, Br, k_base, v_base, Bc);
+    two_products<T, Bc, KS>(s, dp, q_base, do_base, Br, k_base, v_base, Bc, [] {});
 
     const bool need_mask = tile_needs_mask<Bc>(a, tiles, pad_row, k0, q0);
     dq_scores_to_ds<kDropout>(a, s, dp, keep_bits, lse2, delta, need_mask, pad_row, q0 + warp_row, k0, lane);
@@ -354,33 +457,68 @@ void allow_smem(Kernel kernel, int bytes) {
   ENGINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
+// dQ = scale * its f32 sums, in dq's layout (8 columns a thread).
+template <typename T>
+__global__ void dq_from_sums_kernel(const FlashArgs a) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, chunks = a.D / 8;
+  if (i >= int64_t(a.B) * a.H * a.Lq * chunks) return;
+  const int64_t row = i / chunks, bh = row / a.Lq;
+  const int c = int(i % chunks), l = int(row % a.Lq), b = int(bh / a.H), h = int(bh % a.H);
+  const float4* src = reinterpret_cast<const float4*>(a.dq_sums + row * a.D + c * 8);
+  const float4 x = src[0], y = src[1];
+  uint4 out;
+  out.x = pack2<T>(x.x * a.scale, x.y * a.scale);
+  out.y = pack2<T>(x.z * a.scale, x.w * a.scale);
+  out.z = pack2<T>(y.x * a.scale, y.y * a.scale);
+  out.w = pack2<T>(y.z * a.scale, y.w * a.scale);
+  *reinterpret_cast<uint4*>(static_cast<uint16_t*>(a.dq) + b * a.dqs.b + h * a.dqs.h + int64_t(l) * a.dqs.l + c * 8) =
+      out;
+}
+
 template <typename DkdvCfg, int kDqWG, typename T, Drop kDrop>
 void launch(const FlashArgs& a) {
   using DqDs = WgDqDsConfig<DkdvCfg::D, kDqWG>;
   using Dq = WgDqConfig<DkdvCfg::D, kDqWG>;
   const bool keep_ds = a.ds && a.Lq > 0 && a.Lk > 0;
-  auto dkdv = keep_ds ? dkdv_wgmma_kernel<DkdvCfg, T, kDrop, true> : dkdv_wgmma_kernel<DkdvCfg, T, kDrop, false>;
+  const bool add_dq = DkdvCfg::kAddsDq && !keep_ds && a.dq_sums && a.Lq > 0 && a.Lk > 0;
+  auto dkdv =
+      keep_ds ? dkdv_wgmma_kernel<DkdvCfg, T, kDrop, DsUse::write> : dkdv_wgmma_kernel<DkdvCfg, T, kDrop, DsUse::none>;
+  if constexpr (DkdvCfg::kAddsDq)
+    if (add_dq) dkdv = dkdv_wgmma_kernel<DkdvCfg, T, kDrop, DsUse::add_dq>;
   static const bool configured = [] {
-    allow_smem(dkdv_wgmma_kernel<DkdvCfg, T, kDrop, true>, DkdvCfg::kSmemBytes);
-    allow_smem(dkdv_wgmma_kernel<DkdvCfg, T, kDrop, false>, DkdvCfg::kSmemBytes);
+    allow_smem(dkdv_wgmma_kernel<DkdvCfg, T, kDrop, DsUse::write>, DkdvCfg::kSmemBytes);
+    allow_smem(dkdv_wgmma_kernel<DkdvCfg, T, kDrop, DsUse::none>, DkdvCfg::kSmemBytes);
+    if constexpr (DkdvCfg::kAddsDq)
+      allow_smem(dkdv_wgmma_kernel<DkdvCfg, T, kDrop, DsUse::add_dq>, DkdvCfg::kAddDqSmemBytes);
     allow_smem(dq_from_ds_wgmma_kernel<DqDs, T>, DqDs::kSmemBytes);
     allow_smem(dq_wgmma_kernel<Dq, T, kDrop>, Dq::kSmemBytes);
     return true;
   }();
   (void)configured;
+  cudaStream_t stream = engine::cuda::stream();
+  if (add_dq) {  // the sums and the turns start at zero
+    const int64_t rows = int64_t(a.B) * a.H * a.Lq,
+                  tiles = int64_t(a.B) * a.H * ((a.Lq + DkdvCfg::Br - 1) / DkdvCfg::Br);
+    ENGINE_CUDA_CHECK(cudaMemsetAsync(a.dq_sums, 0, size_t(rows * a.D) * sizeof(float), stream));
+    ENGINE_CUDA_CHECK(cudaMemsetAsync(a.dq_turns, 0, size_t(tiles) * sizeof(uint32_t), stream));
+  }
   if (a.Lk > 0) {  // (with Lq = 0: dK, dV zero)
     const dim3 grid_kv(unsigned((a.Lk + DkdvCfg::Bk - 1) / DkdvCfg::Bk), unsigned(a.H), unsigned(a.B));
-    dkdv<<<grid_kv, DkdvCfg::kThreads, DkdvCfg::kSmemBytes, engine::cuda::stream()>>>(a);
+    dkdv<<<grid_kv, DkdvCfg::kThreads, add_dq ? DkdvCfg::kAddDqSmemBytes : DkdvCfg::kSmemBytes, stream>>>(a);
     ENGINE_CUDA_LAUNCH_CHECK("flash_attention_backward (wgmma dK dV)");
   }
   if (a.Lq == 0) return;
-  if (keep_ds) {
+  if (add_dq) {
+    const int64_t threads = int64_t(a.B) * a.H * a.Lq * (a.D / 8);
+    dq_from_sums_kernel<T><<<unsigned((threads + 255) / 256), 256, 0, stream>>>(a);
+    ENGINE_CUDA_LAUNCH_CHECK("flash_attention_backward (dQ from its sums)");
+  } else if (keep_ds) {
     const dim3 grid_q(unsigned((a.Lq + DqDs::Br - 1) / DqDs::Br), unsigned(a.H), unsigned(a.B));
-    dq_from_ds_wgmma_kernel<DqDs, T><<<grid_q, DqDs::kThreads, DqDs::kSmemBytes, engine::cuda::stream()>>>(a);
+    dq_from_ds_wgmma_kernel<DqDs, T><<<grid_q, DqDs::kThreads, DqDs::kSmemBytes, stream>>>(a);
     ENGINE_CUDA_LAUNCH_CHECK("flash_attention_backward (wgmma dQ from dS)");
   } else {
     const dim3 grid_q(unsigned((a.Lq + Dq::Br - 1) / Dq::Br), unsigned(a.H), unsigned(a.B));
-    dq_wgmma_kernel<Dq, T, kDrop><<<grid_q, Dq::kThreads, Dq::kSmemBytes, engine::cuda::stream()>>>(a);
+    dq_wgmma_kernel<Dq, T, kDrop><<<grid_q, Dq::kThreads, Dq::kSmemBytes, stream>>>(a);
     ENGINE_CUDA_LAUNCH_CHECK("flash_attention_backward (wgmma dQ)");
   }
 }

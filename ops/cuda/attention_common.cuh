@@ -57,6 +57,10 @@ struct FlashArgs {
   // dS kept (attention_bwd.cu): [B*H, ds_rows, ds_ld] of q's type, queries x keys, or nullptr (dQ recomputed)
   void* ds = nullptr;
   int64_t ds_rows = 0, ds_ld = 0;
+  // dQ's f32 sums (ops/attention.h; attention_bwd_wgmma.cu): [B*H, Lq, D] and a turn counter per head and 64-row query
+  // tile, [B*H, ceil(Lq / 64)], or nullptr (a dQ pass of its own)
+  float* dq_sums = nullptr;
+  uint32_t* dq_turns = nullptr;
   // The dropout keep bits (ops/attention.h): [B*H, Lq, keep_ld] bytes, bit j % 8 of byte j / 8 = key j kept. The
   // forward writes them (keep_out) as it draws; the Hopper backward reads them (keep_in) instead of drawing.
   // nullptr when not kept.

@@ -90,10 +90,11 @@ __device__ __forceinline__ void issue_rs(float (&x)[kFloats], const uint32_t (&a
 
 // X = A1 B1 and Y = A2 B2 for this warpgroup, [64, N] each (the dK dV pass's S^T = K Q^T and dP^T = V dO^T, the dQ
 // pass's S = Q K^T and dP = dO V^T): every operand a K-major panel tile (A's of a_rows rows, B's of b_rows), issued as
-// one group and waited for; the accumulators then hold the products.
-template <typename T, int N, int KS, int NT>
+// one group and waited for (`meanwhile()` runs while the tensor cores work); the accumulators then hold the products.
+template <typename T, int N, int KS, int NT, typename Meanwhile>
 __device__ __forceinline__ void two_products(float (&x)[NT][4], float (&y)[NT][4], uint32_t x_a, uint32_t y_a,
-                                             int a_rows, uint32_t x_b, uint32_t y_b, int b_rows) {
+                                             int a_rows, uint32_t x_b, uint32_t y_b, int b_rows,
+                                             Meanwhile&& meanwhile) {
 #pragma unroll
   for (int i = 0; i < NT; i++) x[i][0] = x[i][1] = x[i][2] = x[i][3] = y[i][0] = y[i][1] = y[i][2] = y[i][3] = 0.f;
   wgmma::fence_operands(flat(x));
@@ -102,6 +103,7 @@ __device__ __forceinline__ void two_products(float (&x)[NT][4], float (&y)[NT][4
   issue_kmajor<T, N, KS>(flat(x), x_a, a_rows, x_b, b_rows);
   issue_kmajor<T, N, KS>(flat(y), y_a, a_rows, y_b, b_rows);
   wgmma::commit();
+  meanwhile();
   wgmma::wait<0>();
   wgmma::fence_operands(flat(x));
   wgmma::fence_operands(flat(y));

@@ -176,6 +176,33 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   ENGINE_WGMMA_ASM("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
+// The bulk reduction: dst[0 .. bytes / 4) += the f32 values at shared address src, by the async proxy, added to the
+// thread's open bulk group (bytes a multiple of 16, both addresses 16-byte aligned); bulk_commit closes the group and
+// bulk_wait_all returns once every group this thread committed has completed, its writes performed.
+// fence_proxy_async_global orders this thread's generic-proxy accesses to global memory with its async-proxy ones (an
+// acquire before a bulk operation, a bulk operation's completion before a release).
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+  ENGINE_WGMMA_ASM("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+                   "r"(bytes)
+                   : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { ENGINE_WGMMA_ASM("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { ENGINE_WGMMA_ASM("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async_global() {
+  ENGINE_WGMMA_ASM("fence.proxy.async.global;\n" ::: "memory");
+}
+
+// A counter in global memory read with acquire / written with release semantics at the GPU's scope: the writes the
+// writer made before the release are visible to a reader whose acquire saw the value.
+__device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
+  uint32_t v = 0;
+  ENGINE_WGMMA_ASM("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_release(uint32_t* p, uint32_t v) {
+  ENGINE_WGMMA_ASM("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
 // Keeps the compiler from moving accesses to the accumulators across the asynchronous wgmma (CUTLASS's
 // warpgroup_fence_operand).
 template <int N>

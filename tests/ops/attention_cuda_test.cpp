@@ -15,9 +15,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 
@@ -53,13 +54,28 @@ struct Case {
   bool padding = false;
   double dropout_p = 0;
   int layout = 0;          // 0 contiguous [B, H, L, D]; 1 views of [B, L, H, D]; 2 rows with stride L (generic)
+  bool dq_sums = false;    // ENGINE_FLASH_DQ_SUMS=1 during the case (ops/attention.h: head dim 128, dS not kept)
+};
+
+// ENGINE_FLASH_DQ_SUMS=1 while it lives, when asked for.
+struct DqSumsOn {
+  explicit DqSumsOn(bool on) : on(on) {
+    if (on) setenv("ENGINE_FLASH_DQ_SUMS", "1", 1);
+  }
+  ~DqSumsOn() {
+    if (on) unsetenv("ENGINE_FLASH_DQ_SUMS");
+  }
+  bool on;
 };
 
 std::string describe(const Case& c, DType t) {
   return engine::str(c.name, " ", engine::dtype_name(t), " B", c.B, " H", c.H, " Lq", c.Lq, " Lk", c.Lk, " D", c.D,
                      " Dv", c.Dv, c.causal ? " causal" : "", c.padding ? " padding" : "",
                      c.dropout_p > 0 ? engine::str(" dropout ", c.dropout_p) : std::string(),
-                     c.layout == 1 ? " [B,L,H,D] views" : c.layout == 2 ? " strided rows" : "");
+                     c.layout == 1   ? " [B,L,H,D] views"
+                     : c.layout == 2 ? " strided rows"
+                                     : "",
+                     c.dq_sums ? " ENGINE_FLASH_DQ_SUMS=1" : "");
 }
 
 // A [B, H, L, W] tensor of dtype t on the cpu with the case's layout, values normal(0, 1).
@@ -173,6 +189,7 @@ void expect_accurate(const std::string& what, DType t, const Result& cuda, const
 void check_case(const Case& c, DType t, uint64_t seed) {
   const std::string what = describe(c, t);
   SCOPED_TRACE(what);
+  const DqSumsOn sums(c.dq_sums);
   engine::manual_seed(seed);
   Inputs cpu{make_input(c, c.Lq, c.D, t), make_input(c, c.Lk, c.D, t), make_input(c, c.Lk, c.Dv, t),
              ops::to(ops::randn({c.B, c.H, c.Lq, c.Dv}), t), padding_mask(c, nullptr)};
@@ -218,6 +235,12 @@ const std::vector<Case>& cases() {
       {"keys past 8 D (dQ recomputed), causal", 1, 2, 70, 600, 64, 64, true},
       // No keep bits kept past 8 D either: f32 draws by 16 lanes a query row there (a partial query tile here).
       {"keys past 8 D, dropout + causal, shared draws", 1, 2, 77, 600, 64, 64, true, false, 0.2},
+      // Head dim 128 past 8 D: a dQ pass, or dQ's f32 sums added to in key order by the Hopper dK dV pass
+      // (ops/attention.h: ENGINE_FLASH_DQ_SUMS=1).
+      {"head dim 128, keys past 8 D, dropout + padding", 2, 2, 200, 1100, 128, 128, false, true, 0.1},
+      {"head dim 128, keys past 8 D (dQ sums), dropout + padding", 2, 2, 200, 1100, 128, 128, false, true, 0.1, 0,
+       true},
+      {"head dim 128, keys past 8 D (dQ sums), causal, Lq > Lk", 1, 2, 1200, 1090, 128, 128, true, false, 0, 0, true},
       {"[B, L, H, D] views", 2, 3, 77, 131, 64, 64, true, false, 0, 1},
       {"strided rows (generic path)", 2, 2, 45, 67, 64, 64, false, true, 0, 2},
       {"head dim 40 (generic path)", 2, 2, 45, 67, 40, 40, true},
@@ -382,30 +405,33 @@ TEST(AttentionCuda, KeepBitsAreTheDrawAndChangeNoGradient) {
 
 TEST(AttentionCuda, BackwardIsDeterministicAndUsesDlse) {
   // Two runs give the same bits (no atomics), and a gradient on lse enters through delta as on the cpu.
-  for (DType t : {DType::bf16, DType::f32}) {
-    Case c{"determinism", 2, 3, 200, 300, 64, 64, true, true, 0.1};
-    SCOPED_TRACE(describe(c, t));
-    engine::manual_seed(7);
-    Tensor q = ops::to(ops::randn({c.B, c.H, c.Lq, c.D}), t), k = ops::to(ops::randn({c.B, c.H, c.Lk, c.D}), t);
-    Tensor v = ops::to(ops::randn({c.B, c.H, c.Lk, c.Dv}), t), dout = ops::to(ops::randn({c.B, c.H, c.Lq, c.Dv}), t);
-    Tensor dlse = ops::randn({c.B, c.H, c.Lq});
-    Tensor mask = padding_mask(c, nullptr);
-    ops::FlashAttentionParams p = params_of(c);
-    auto run = [&](std::shared_ptr<engine::Device> dev) {
-      auto mv = [&](const Tensor& x) { return dev ? ops::to_device(x, dev) : x; };
-      Tensor qd = mv(q), kd = mv(k), vd = mv(v), m = mask.defined() ? mv(mask) : Tensor();
-      std::vector<Tensor> f = ops::flash_attention_forward(qd, kd, vd, m, p);
-      std::vector<Tensor> g = ops::flash_attention_backward(mv(dout), mv(dlse), qd, kd, vd, f[0], f[1], m, p);
-      return std::vector<std::vector<double>>{g[0].to_double(), g[1].to_double(), g[2].to_double()};
-    };
-    auto first = run(gpu()), second = run(gpu()), cpu = run(nullptr);
-    const char* names[] = {"dq", "dk", "dv"};
-    const double tol = t == DType::f32 ? 2e-5 : 0.05;  // bf16: one rounding of dS to bf16 apart
-    for (int n = 0; n < 3; n++) {
-      EXPECT_EQ(first[n], second[n]) << names[n] << " differs between two identical runs";
-      EXPECT_LE(max_err(first[n], cpu[n]), tol) << names[n] << " with dlse: cuda vs cpu flash";
+  const Case cases_of[] = {{"determinism", 2, 3, 200, 300, 64, 64, true, true, 0.1},
+                           {"determinism, dQ sums", 2, 2, 150, 1100, 128, 128, true, true, 0.1, 0, true}};
+  for (const Case& c : cases_of)
+    for (DType t : {DType::bf16, DType::f32}) {
+      SCOPED_TRACE(describe(c, t));
+      const DqSumsOn sums(c.dq_sums);
+      engine::manual_seed(7);
+      Tensor q = ops::to(ops::randn({c.B, c.H, c.Lq, c.D}), t), k = ops::to(ops::randn({c.B, c.H, c.Lk, c.D}), t);
+      Tensor v = ops::to(ops::randn({c.B, c.H, c.Lk, c.Dv}), t), dout = ops::to(ops::randn({c.B, c.H, c.Lq, c.Dv}), t);
+      Tensor dlse = ops::randn({c.B, c.H, c.Lq});
+      Tensor mask = padding_mask(c, nullptr);
+      ops::FlashAttentionParams p = params_of(c);
+      auto run = [&](std::shared_ptr<engine::Device> dev) {
+        auto mv = [&](const Tensor& x) { return dev ? ops::to_device(x, dev) : x; };
+        Tensor qd = mv(q), kd = mv(k), vd = mv(v), m = mask.defined() ? mv(mask) : Tensor();
+        std::vector<Tensor> f = ops::flash_attention_forward(qd, kd, vd, m, p);
+        std::vector<Tensor> g = ops::flash_attention_backward(mv(dout), mv(dlse), qd, kd, vd, f[0], f[1], m, p);
+        return std::vector<std::vector<double>>{g[0].to_double(), g[1].to_double(), g[2].to_double()};
+      };
+      auto first = run(gpu()), second = run(gpu()), cpu = run(nullptr);
+      const char* names[] = {"dq", "dk", "dv"};
+      const double tol = t == DType::f32 ? 2e-5 : 0.05;  // bf16: one rounding of dS to bf16 apart
+      for (int n = 0; n < 3; n++) {
+        EXPECT_EQ(first[n], second[n]) << names[n] << " differs between two identical runs";
+        EXPECT_LE(max_err(first[n], cpu[n]), tol) << names[n] << " with dlse: cuda vs cpu flash";
+      }
     }
-  }
 }
 
 TEST(AttentionCuda, PaddedKeyTilesAreSkippedWithoutChangingABit) {
@@ -469,23 +495,27 @@ TEST(AttentionCuda, GradientsThroughAutograd) {
 }
 
 TEST(AttentionCuda, AllocatesLikeMeta) {
-  auto meta = engine::Device::create(engine::DeviceType::meta, size_t(1) << 30);
-  auto cuda = engine::Device::create(engine::DeviceType::cuda, size_t(1) << 30);
-  engine::manual_seed(9);
-  Tensor q = ops::to(ops::randn({2, 2, 33, 64}), DType::bf16), k = ops::to(ops::randn({2, 2, 47, 64}), DType::bf16);
-  Tensor v = ops::to(ops::randn({2, 2, 47, 64}), DType::bf16), dout = ops::to(ops::randn({2, 2, 33, 64}), DType::bf16);
-  Tensor mask = padding_mask({"ledger", 2, 2, 33, 47, 64, 64, false, true}, nullptr);
-  for (auto dev : {meta, cuda}) {
-    engine::DeviceGuard guard(dev);
-    ops::FlashAttentionParams p;
-    p.causal = true;
-    Tensor qd = ops::to_device(q, dev), kd = ops::to_device(k, dev), vd = ops::to_device(v, dev);
-    Tensor md = ops::to_device(mask, dev);
-    std::vector<Tensor> f = ops::flash_attention_forward(qd, kd, vd, md, p);
-    std::vector<Tensor> g =
-        ops::flash_attention_backward(ops::to_device(dout, dev), Tensor(), qd, kd, vd, f[0], f[1], md, p);
+  // Short keys at head dim 64 (dS kept) and long keys at 128 (dQ's sums, ENGINE_FLASH_DQ_SUMS=1).
+  for (auto [Lq, Lk, D] : {std::array<int64_t, 3>{33, 47, 64}, std::array<int64_t, 3>{40, 1100, 128}}) {
+    const DqSumsOn sums(D == 128);
+    auto meta = engine::Device::create(engine::DeviceType::meta, size_t(1) << 30);
+    auto cuda = engine::Device::create(engine::DeviceType::cuda, size_t(1) << 30);
+    engine::manual_seed(9);
+    Tensor q = ops::to(ops::randn({2, 2, Lq, D}), DType::bf16), k = ops::to(ops::randn({2, 2, Lk, D}), DType::bf16);
+    Tensor v = ops::to(ops::randn({2, 2, Lk, D}), DType::bf16), dout = ops::to(ops::randn({2, 2, Lq, D}), DType::bf16);
+    Tensor mask = padding_mask({"ledger", 2, 2, Lq, Lk, D, D, false, true}, nullptr);
+    for (auto dev : {meta, cuda}) {
+      engine::DeviceGuard guard(dev);
+      ops::FlashAttentionParams p;
+      p.causal = true;
+      Tensor qd = ops::to_device(q, dev), kd = ops::to_device(k, dev), vd = ops::to_device(v, dev);
+      Tensor md = ops::to_device(mask, dev);
+      std::vector<Tensor> f = ops::flash_attention_forward(qd, kd, vd, md, p);
+      std::vector<Tensor> g =
+          ops::flash_attention_backward(ops::to_device(dout, dev), Tensor(), qd, kd, vd, f[0], f[1], md, p);
+    }
+    EXPECT_EQ(cuda->ledger().events_csv(), meta->ledger().events_csv()) << "Lk " << Lk << ", head dim " << D;
   }
-  EXPECT_EQ(cuda->ledger().events_csv(), meta->ledger().events_csv());
 }
 
 TEST(AttentionCuda, PackedIsTheUnpackedOpOnItsViews) {
@@ -639,11 +669,17 @@ void bench_shape(int64_t B, int64_t H, int64_t L, int64_t D) {
              [&] { ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], Tensor(), p); });
     }
     ops::cuda::set_flash_tuning({});
-    // The default backward with dQ recomputed where it would keep dS (short keys: ops/attention.h).
+    // The default backward with dQ recomputed where it would keep dS (short keys: ops/attention.h), and (head dim 128)
+    // with dQ's sums instead of a dQ pass.
     setenv("ENGINE_FLASH_KEEP_DS", "0", 1);
     report("bwd", "default, dS recomputed", 2.5 * fwd_flops,
            [&] { ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], Tensor(), p); });
     unsetenv("ENGINE_FLASH_KEEP_DS");
+    if (D == 128) {
+      const DqSumsOn sums(true);
+      report("bwd", "default, dQ sums (ENGINE_FLASH_DQ_SUMS=1)", 2.5 * fwd_flops,
+             [&] { ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], Tensor(), p); });
+    }
     std::fflush(stdout);
   }
 }

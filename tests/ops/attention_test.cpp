@@ -3,6 +3,7 @@
 // gradient and second-derivative checks; memory: flash saves O(L) bytes for backward, naive O(L^2).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -296,24 +297,38 @@ TEST(Attention, SavesLinearVersusQuadraticMemory) {
   EXPECT_DOUBLE_EQ(flash_ratio, 2.0);
 }
 
+namespace {
+
+// The workspace blocks (their requested bytes) that flash's backward allocates and frees on meta for zero inputs q
+// [2, 3, Lq, D], k and v [2, 3, Lk, D] of type t.
+std::vector<size_t> workspaces_of_backward(DType t, int64_t Lq, int64_t Lk, int64_t D) {
+  auto meta = engine::Device::create(engine::DeviceType::meta, size_t(1) << 34);
+  engine::DeviceGuard guard(meta);
+  Tensor q = ops::zeros({2, 3, Lq, D}, t), k = ops::zeros({2, 3, Lk, D}, t), v = ops::zeros({2, 3, Lk, D}, t);
+  std::vector<Tensor> f = ops::flash_attention_forward(q, k, v, Tensor(), {});
+  Tensor dout = ops::zeros(f[0].shape(), t);
+  const int64_t from = meta->ledger().sequence();
+  ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], Tensor(), {});
+  std::vector<size_t> found;
+  for (const engine::BlockInfo& b : meta->ledger().history())
+    if (b.alloc_seq > from && b.free_seq >= 0 && b.category == engine::Category::workspace)
+      found.push_back(b.requested);
+  return found;
+}
+
+bool holds(const std::vector<size_t>& blocks, size_t bytes) {
+  return std::find(blocks.begin(), blocks.end(), bytes) != blocks.end();
+}
+
+}  // namespace
+
 TEST(Attention, FlashBackwardKeepsDsOnlyForShortKeys) {
   // The dS buffer of flash's backward (ops/attention.h): [B*H, Lq, Lk] rounded up to 64, of q's type, allocated
   // by the backward call when the GPU's kernels keep it (bf16/f16 with D == Dv in {64, 128}, f32 with 64) and it
   // takes at most 8 times q's bytes; never for other head dims or long keys. On meta, as on every device.
   auto ds_bytes_of_backward = [](DType t, int64_t Lq, int64_t Lk, int64_t D) -> size_t {
-    auto meta = engine::Device::create(engine::DeviceType::meta, size_t(1) << 34);
-    engine::DeviceGuard guard(meta);
-    const int64_t B = 2, H = 3;
-    Tensor q = ops::zeros({B, H, Lq, D}, t), k = ops::zeros({B, H, Lk, D}, t), v = ops::zeros({B, H, Lk, D}, t);
-    std::vector<Tensor> f = ops::flash_attention_forward(q, k, v, Tensor(), {});
-    Tensor dout = ops::zeros(f[0].shape(), t);
-    const int64_t from = meta->ledger().sequence();
-    ops::flash_attention_backward(dout, Tensor(), q, k, v, f[0], f[1], Tensor(), {});
-    const size_t want = size_t(B * H * ((Lq + 63) / 64 * 64) * ((Lk + 63) / 64 * 64)) * engine::dtype_size(t);
-    size_t found = 0;
-    for (const engine::BlockInfo& b : meta->ledger().history())
-      if (b.alloc_seq > from && b.requested == want && b.free_seq >= 0) found = b.requested;
-    return found;
+    const size_t want = size_t(2 * 3 * ((Lq + 63) / 64 * 64) * ((Lk + 63) / 64 * 64)) * engine::dtype_size(t);
+    return holds(workspaces_of_backward(t, Lq, Lk, D), want) ? want : 0;
   };
   EXPECT_EQ(ds_bytes_of_backward(DType::bf16, 512, 512, 64), size_t(2 * 3 * 512 * 512 * 2)) << "BERT's 512 keys";
   EXPECT_EQ(ds_bytes_of_backward(DType::f16, 77, 131, 128), size_t(2 * 3 * 128 * 192 * 2)) << "rounded up to 64";
@@ -336,6 +351,32 @@ TEST(Attention, FlashBackwardKeepsDsOnlyForShortKeys) {
     EXPECT_NE(std::string(e.what()).find("ENGINE_FLASH_KEEP_DS=\"no\""), std::string::npos) << e.what();
   }
   unsetenv("ENGINE_FLASH_KEEP_DS");
+}
+
+TEST(Attention, FlashBackwardHoldsDqSumsWhereDsIsNotKept) {
+  // dQ's f32 sums (ops/attention.h): [B*H, Lq, D] f32 and [B*H, ceil(Lq / 64)] i32, held through the backward call
+  // with ENGINE_FLASH_DQ_SUMS=1 for bf16/f16 at D == Dv == 128 when dS is not kept; never otherwise. On meta, as on
+  // every device.
+  auto sums_bytes_of_backward = [](DType t, int64_t Lq, int64_t Lk, int64_t D) -> size_t {
+    const std::vector<size_t> blocks = workspaces_of_backward(t, Lq, Lk, D);
+    const size_t sums = size_t(2 * 3 * Lq * D * 4), turns = size_t(2 * 3 * ((Lq + 63) / 64) * 4);
+    EXPECT_EQ(holds(blocks, sums), holds(blocks, turns)) << "the sums come with their turn counters";
+    return holds(blocks, sums) ? sums : 0;
+  };
+  EXPECT_EQ(sums_bytes_of_backward(DType::bf16, 40, 1100, 128), 0u) << "off by default";
+  setenv("ENGINE_FLASH_DQ_SUMS", "1", 1);
+  EXPECT_EQ(sums_bytes_of_backward(DType::bf16, 40, 1100, 128), size_t(2 * 3 * 40 * 128 * 4)) << "long keys";
+  EXPECT_EQ(sums_bytes_of_backward(DType::f16, 130, 1100, 128), size_t(2 * 3 * 130 * 128 * 4)) << "f16";
+  EXPECT_EQ(sums_bytes_of_backward(DType::bf16, 512, 512, 128), 0u) << "short keys: dS kept instead";
+  EXPECT_EQ(sums_bytes_of_backward(DType::bf16, 40, 1100, 64), 0u) << "head dim 64: a dQ pass";
+  EXPECT_EQ(sums_bytes_of_backward(DType::f32, 40, 1100, 128), 0u) << "f32: the generic kernels";
+  setenv("ENGINE_FLASH_KEEP_DS", "0", 1);
+  EXPECT_EQ(sums_bytes_of_backward(DType::bf16, 512, 512, 128), size_t(2 * 3 * 512 * 128 * 4))
+      << "ENGINE_FLASH_KEEP_DS=0: no dS, so the sums";
+  unsetenv("ENGINE_FLASH_KEEP_DS");
+  setenv("ENGINE_FLASH_DQ_SUMS", "0", 1);
+  EXPECT_EQ(sums_bytes_of_backward(DType::bf16, 40, 1100, 128), 0u) << "ENGINE_FLASH_DQ_SUMS=0";
+  unsetenv("ENGINE_FLASH_DQ_SUMS");
 }
 
 TEST(Attention, FlashForwardKeepsDropoutDecisionsForShortKeys) {
