@@ -39,6 +39,17 @@ void synchronize_and_check();
 }  // namespace engine::cuda
 
 #define ENGINE_CUDA_CHECK(call) ::engine::cuda::check((call), #call, __FILE__, __LINE__)
+
+namespace engine::cuda {
+// Raises a kernel's dynamic shared-memory limit to `bytes` (beyond the default 48 KB). A launcher whose kernel and
+// bytes are fixed calls it once, from a static of its own: `static const bool configured = set_smem_limit(k, n);`
+// (kernels of different template arguments share one function type, so the static cannot live here).
+template <typename Kernel>
+bool set_smem_limit(Kernel kernel, int bytes) {
+  ENGINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  return true;
+}
+}  // namespace engine::cuda
 #define ENGINE_CUBLAS_CHECK(call) ::engine::cuda::check((call), #call, __FILE__, __LINE__)
 #define ENGINE_CUDA_LAUNCH_CHECK(op) \
   ::engine::cuda::check(cudaGetLastError(), op " (kernel launch)", __FILE__, __LINE__)

@@ -474,10 +474,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_from_ds_kernel(const FlashAr
 // ---------------------------------------------------------------------------------------------------
 // Launchers
 
-template <typename Kernel>
-void allow_smem(Kernel kernel, int bytes) {
-  ENGINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
+using engine::cuda::set_smem_limit;
 
 // The dK dV pass writing dS, then dQ from it (a.ds given, the default configurations: 64-key, 64-query tiles).
 template <typename DkdvCfg, typename T, Drop kDrop>
@@ -486,7 +483,8 @@ void launch_with_ds(const FlashArgs& a) {
   using DqDs = DqDsConfig<DkdvCfg::D, 4>;
   auto dkdv = dkdv_kernel<DkdvCfg, T, kDrop, true>;
   auto dq = dq_from_ds_kernel<DqDs, T>;
-  static const bool configured = (allow_smem(dkdv, DkdvCfg::kSmemBytes), allow_smem(dq, DqDs::kSmemBytes), true);
+  static const bool configured =
+      (set_smem_limit(dkdv, DkdvCfg::kSmemBytes), set_smem_limit(dq, DqDs::kSmemBytes), true);
   (void)configured;
   const dim3 grid_kv(unsigned((a.Lk + DkdvCfg::Bc - 1) / DkdvCfg::Bc), unsigned(a.H), unsigned(a.B));
   dkdv<<<grid_kv, DkdvCfg::kThreads, DkdvCfg::kSmemBytes, engine::cuda::stream()>>>(a);
@@ -500,7 +498,8 @@ template <typename DkdvCfg, typename DqCfg, typename T, Drop kDrop>
 void launch(const FlashArgs& a) {
   auto dkdv = dkdv_kernel<DkdvCfg, T, kDrop>;
   auto dq = dq_kernel<DqCfg, T, kDrop>;
-  static const bool configured = (allow_smem(dkdv, DkdvCfg::kSmemBytes), allow_smem(dq, DqCfg::kSmemBytes), true);
+  static const bool configured =
+      (set_smem_limit(dkdv, DkdvCfg::kSmemBytes), set_smem_limit(dq, DqCfg::kSmemBytes), true);
   (void)configured;
   if (a.Lk > 0) {
     const dim3 grid(unsigned((a.Lk + DkdvCfg::Bc - 1) / DkdvCfg::Bc), unsigned(a.H), unsigned(a.B));

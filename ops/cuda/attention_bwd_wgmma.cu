@@ -452,10 +452,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_wgmma_kernel(const FlashArgs
 // ---------------------------------------------------------------------------------------------------
 // Launchers
 
-template <typename Kernel>
-void allow_smem(Kernel kernel, int bytes) {
-  ENGINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
+using engine::cuda::set_smem_limit;
 
 // dQ = scale * its f32 sums, in dq's layout (8 columns a thread).
 template <typename T>
@@ -486,12 +483,12 @@ void launch(const FlashArgs& a) {
   if constexpr (DkdvCfg::kAddsDq)
     if (add_dq) dkdv = dkdv_wgmma_kernel<DkdvCfg, T, kDrop, DsUse::add_dq>;
   static const bool configured = [] {
-    allow_smem(dkdv_wgmma_kernel<DkdvCfg, T, kDrop, DsUse::write>, DkdvCfg::kSmemBytes);
-    allow_smem(dkdv_wgmma_kernel<DkdvCfg, T, kDrop, DsUse::none>, DkdvCfg::kSmemBytes);
+    set_smem_limit(dkdv_wgmma_kernel<DkdvCfg, T, kDrop, DsUse::write>, DkdvCfg::kSmemBytes);
+    set_smem_limit(dkdv_wgmma_kernel<DkdvCfg, T, kDrop, DsUse::none>, DkdvCfg::kSmemBytes);
     if constexpr (DkdvCfg::kAddsDq)
-      allow_smem(dkdv_wgmma_kernel<DkdvCfg, T, kDrop, DsUse::add_dq>, DkdvCfg::kAddDqSmemBytes);
-    allow_smem(dq_from_ds_wgmma_kernel<DqDs, T>, DqDs::kSmemBytes);
-    allow_smem(dq_wgmma_kernel<Dq, T, kDrop>, Dq::kSmemBytes);
+      set_smem_limit(dkdv_wgmma_kernel<DkdvCfg, T, kDrop, DsUse::add_dq>, DkdvCfg::kAddDqSmemBytes);
+    set_smem_limit(dq_from_ds_wgmma_kernel<DqDs, T>, DqDs::kSmemBytes);
+    set_smem_limit(dq_wgmma_kernel<Dq, T, kDrop>, Dq::kSmemBytes);
     return true;
   }();
   (void)configured;

@@ -253,10 +253,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_kernel
 template <typename Cfg, typename T, Drop kDrop>
 void launch(const FlashArgs& a) {
   auto kernel = forward_kernel<Cfg, T, kDrop>;
-  static const bool configured = [&] {
-    ENGINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-    return true;
-  }();
+  static const bool configured = engine::cuda::set_smem_limit(kernel, Cfg::kSmemBytes);
   (void)configured;
   const dim3 grid(unsigned((a.Lq + Cfg::Br - 1) / Cfg::Br), unsigned(a.H), unsigned(a.B));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(a);

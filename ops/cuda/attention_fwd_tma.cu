@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   // The consumers (warps 0-7).
   auto consume = [&] {
-    const int g = lane / 4, tq = lane % 4, wg = warp / 4;
+    const int wg = warp / 4;
     const int warp_row = wg * 64 + (warp % 4) * 16;                              // first row of this warp in the tile
     const uint32_t q_base = smem_addr(sQ) + uint32_t(wg * 64 * kPanelRowBytes);  // this warpgroup's 64 rows of Q
     float o[D / 2];  // this thread's share of the warpgroup's [64, D] unnormalized output (wgmma.cuh's fragment)
@@ -204,18 +204,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
 
     // out = O / l into this warpgroup's rows of sQ (its own Q rows, which no product reads any more), then to a.out.
-    float* lse = static_cast<float*>(a.lse) + int64_t(bh) * a.Lq;
-    float inv[2], row_lse[2];
-    finish_rows(a, row_max, row_sum, inv, row_lse);
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-      const int r = warp_row + g + half * 8;
-#pragma unroll
-      for (int dt = 0; dt < DT; dt++)
-        *reinterpret_cast<uint32_t*>(sQ + panel_chunk<Br>(r, dt) + 2 * tq) =
-            pack2<T>(o[4 * dt + 2 * half] * inv[half], o[4 * dt + 2 * half + 1] * inv[half]);
-      if (tq == 0 && q0 + r < a.Lq) lse[q0 + r] = row_lse[half];
-    }
+    stage_output_rows<T, D>(a, bh, q0, warp_row, o, row_max, row_sum, sQ,
+                            [](int r, int dt) { return panel_chunk<Br>(r, dt); });
     wgmma::bar_sync(kStaged + wg, 128);
     uint16_t* out = static_cast<uint16_t*>(a.out) + b * a.outs.b + h * a.outs.h;
     const int t = tid % 128;
@@ -270,10 +260,7 @@ CUtensorMap head_map(const void* base, const Strides& s, int B, int H, int L, in
 template <typename Cfg, typename T, Drop kDrop>
 void launch(const FlashArgs& a) {
   auto kernel = forward_tma_kernel<Cfg, T, kDrop>;
-  static const bool configured = [&] {
-    ENGINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-    return true;
-  }();
+  static const bool configured = engine::cuda::set_smem_limit(kernel, Cfg::kSmemBytes);
   (void)configured;
   const CUtensorMap qmap = head_map<T>(a.q, a.qs, a.B, a.H, a.Lq, a.D, Cfg::Br);
   const CUtensorMap kmap = head_map<T>(a.k, a.ks, a.B, a.H, a.Lk, a.D, Cfg::Bc);
@@ -285,12 +272,7 @@ void launch(const FlashArgs& a) {
 
 template <typename Cfg>
 void run(const FlashArgs& a, bool bf16) {
-  with_forward_drop_mode(a, [&](auto drop) {
-    if (bf16)
-      launch<Cfg, __nv_bfloat16, decltype(drop)::value>(a);
-    else
-      launch<Cfg, __half, decltype(drop)::value>(a);
-  });
+  with_forward_type_and_drop(a, bf16, [&](auto t, auto drop) { launch<Cfg, decltype(t), decltype(drop)::value>(a); });
 }
 
 }  // namespace

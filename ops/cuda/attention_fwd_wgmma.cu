@@ -58,14 +58,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
 #if defined(ENGINE_WGMMA_DEVICE)
   constexpr bool kDropout = kDrop != Drop::none;  // (Drop::bits: shared draws, also written to the keep bits)
   constexpr int D = Cfg::D, Br = Cfg::Br, Bc = Cfg::Bc, kThreads = Cfg::kThreads, kSlots = Cfg::kSlots;
-  constexpr int NT = Bc / 8, DT = D / 8, KS = D / 16;
+  constexpr int NT = Bc / 8, KS = D / 16;
   extern __shared__ __align__(128) uint16_t smem_raw[];
   uint16_t* smem = aligned_smem(smem_raw);
   uint16_t* sQ = smem;                         // [Br, D] panels, later the output staging tile
   uint16_t* sK = sQ + Cfg::kQElems;            // [kSlots][Bc, D] panels
   uint16_t* sV = sK + kSlots * Cfg::kKVElems;  // [kSlots][Bc, D] panels
 
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4, wg = warp / 4;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
   const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);
   const int h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
   const int q0 = m_block * Br;
@@ -188,18 +188,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
   // out = O / l, lse = m * scale + log(l); a row that saw no key (l = 0): out 0, lse +inf (attention_fwd.cu's).
   cp_async_wait<0>();
   __syncthreads();  // sQ becomes the output staging tile (rows of D elements, attention_common.cuh's swizzle)
-  float* lse = static_cast<float*>(a.lse) + int64_t(bh) * a.Lq;
-  float inv[2], row_lse[2];
-  finish_rows(a, row_max, row_sum, inv, row_lse);
-#pragma unroll
-  for (int half = 0; half < 2; half++) {
-    const int r = warp_row + g + half * 8;
-#pragma unroll
-    for (int dt = 0; dt < DT; dt++)
-      *reinterpret_cast<uint32_t*>(sQ + swizzle<D>(r, dt * 8) + 2 * tq) =
-          pack2<T>(o[4 * dt + 2 * half] * inv[half], o[4 * dt + 2 * half + 1] * inv[half]);
-    if (tq == 0 && q0 + r < a.Lq) lse[q0 + r] = row_lse[half];
-  }
+  stage_output_rows<T, D>(a, bh, q0, warp_row, o, row_max, row_sum, sQ,
+                          [](int r, int dt) { return swizzle<D>(r, dt * 8); });
   __syncthreads();
   store_output_tile<Br, D, kThreads>(sQ, a, b, h, q0);
 #endif
@@ -208,10 +198,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) forward_wgmma_
 template <typename Cfg, typename T, Drop kDrop>
 void launch(const FlashArgs& a) {
   auto kernel = forward_wgmma_kernel<Cfg, T, kDrop>;
-  static const bool configured = [&] {
-    ENGINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-    return true;
-  }();
+  static const bool configured = engine::cuda::set_smem_limit(kernel, Cfg::kSmemBytes);
   (void)configured;
   const dim3 grid(unsigned((a.Lq + Cfg::Br - 1) / Cfg::Br), unsigned(a.H), unsigned(a.B));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, engine::cuda::stream()>>>(a);
@@ -220,12 +207,7 @@ void launch(const FlashArgs& a) {
 
 template <typename Cfg>
 void run(const FlashArgs& a, bool bf16) {
-  with_forward_drop_mode(a, [&](auto drop) {
-    if (bf16)
-      launch<Cfg, __nv_bfloat16, decltype(drop)::value>(a);
-    else
-      launch<Cfg, __half, decltype(drop)::value>(a);
-  });
+  with_forward_type_and_drop(a, bf16, [&](auto t, auto drop) { launch<Cfg, decltype(t), decltype(drop)::value>(a); });
 }
 
 }  // namespace

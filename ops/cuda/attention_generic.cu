@@ -333,7 +333,7 @@ void launch_tiles(Kernel kernel, const char* what, int tiles, size_t smem, const
                " need ", smem, " bytes of shared memory per block in the generic cuda kernel, the GPU has ",
                max_shared_bytes());
   if (tiles == 0 || a.B == 0 || a.H == 0) return;
-  ENGINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  engine::cuda::set_smem_limit(kernel, int(smem));
   const dim3 grid(unsigned(tiles), unsigned(a.H), unsigned(a.B));
   kernel<<<grid, kThreads, smem, engine::cuda::stream()>>>(a);
   ENGINE_CUDA_LAUNCH_CHECK("flash_attention (generic kernel)");

@@ -427,7 +427,7 @@ void launch(Kernel kernel, int L, int tiles, const FlashArgs& a) {
   const int blocks = (L + kB - 1) / kB;
   if (blocks == 0 || a.B == 0 || a.H == 0) return;
   const int smem = int(sizeof(float)) * (tiles * kTileFloats + 2 * kB);
-  ENGINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  engine::cuda::set_smem_limit(kernel, smem);
   kernel<<<dim3(unsigned(blocks), unsigned(a.H), unsigned(a.B)), kThreads, size_t(smem), engine::cuda::stream()>>>(a);
   ENGINE_CUDA_LAUNCH_CHECK("flash_attention (fp32 CUDA-core kernels)");
 }

@@ -121,6 +121,16 @@ void with_forward_drop_mode(const FlashArgs& a, Go&& go) {
   with_drop_mode(a, go);
   if (a.keep_out) launch_keep_bits(a);
 }
+// Host: go(T{}, drop) for a Hopper forward kernel: T __nv_bfloat16 (bf16) or __half, drop as with_forward_drop_mode.
+template <typename Go>
+void with_forward_type_and_drop(const FlashArgs& a, bool bf16, Go&& go) {
+  with_forward_drop_mode(a, [&](auto drop) {
+    if (bf16)
+      go(__nv_bfloat16{}, drop);
+    else
+      go(__half{}, drop);
+  });
+}
 
 // ---------------------------------------------------------------------------------------------------
 // The forward's per-warp steps on a key tile, shared by the wgmma forwards (attention_fwd_wgmma.cu, whose threads
@@ -217,17 +227,33 @@ __device__ __forceinline__ void rescale_rows(float (&o)[D / 2], const float (&al
     }
 }
 
-// The end of the lane's two rows: inv = 1 / l (l summed over the quad; 0 for a row that saw no key) and lse = m scale
-// + log(l) (+inf for such a row: attention_fwd.cu's).
-__device__ __forceinline__ void finish_rows(const FlashArgs& a, const float (&row_max)[2], const float (&row_sum)[2],
-                                            float (&inv)[2], float (&lse)[2]) {
+// The end of a wgmma forward's rows, for the lane's two rows of its warp's 16 (warp_row: the first, in the tile of
+// query q0): out = O / l (o: the thread's share of the warpgroup's [64, D] fragment; l summed over the quad) as T into
+// the staging tile at chunk(r, dt), row r's 8 columns dt .. (each kernel's own layout), and lse = m scale + log(l)
+// into a.lse. A row that saw no key (l = 0): out 0, lse +inf (attention_fwd.cu's).
+template <typename T, int D, typename Chunk>
+__device__ __forceinline__ void stage_output_rows(const FlashArgs& a, int bh, int q0, int warp_row, const float* o,
+                                                  const float (&row_max)[2], const float (&row_sum)[2],
+                                                  uint16_t* staged, Chunk&& chunk) {
+  const int lane = int(threadIdx.x % 32), g = lane / 4, tq = lane % 4;
+  float* lse = static_cast<float*>(a.lse) + int64_t(bh) * a.Lq;
+  float inv[2], row_lse[2];
 #pragma unroll
   for (int half = 0; half < 2; half++) {
     float l = row_sum[half];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     inv[half] = l > 0.f ? 1.f / l : 0.f;
-    lse[half] = l > 0.f ? row_max[half] * a.scale + logf(l) : INFINITY;
+    row_lse[half] = l > 0.f ? row_max[half] * a.scale + logf(l) : INFINITY;
+  }
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    const int r = warp_row + g + half * 8;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; dt++)
+      *reinterpret_cast<uint32_t*>(staged + chunk(r, dt) + 2 * tq) =
+          pack2<T>(o[4 * dt + 2 * half] * inv[half], o[4 * dt + 2 * half + 1] * inv[half]);
+    if (tq == 0 && q0 + r < a.Lq) lse[q0 + r] = row_lse[half];
   }
 }
 

@@ -472,13 +472,7 @@ struct FastDims {
         kw(std::max(dims.kw, 1)), cg(std::max(dims.cg, 1)), coutg(std::max(dims.coutg, 1)), sh(dims.sh), sw(dims.sw) {}
 };
 
-// Raises the kernel's dynamic shared-memory limit. Each launcher calls it once, from a static of its own
-// (kernels of different tiles share one function type, so the static cannot live here).
-template <typename Kernel>
-bool set_smem_limit(Kernel kernel, int bytes) {
-  ENGINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  return true;
-}
+using engine::cuda::set_smem_limit;
 
 // Two floats stored as a pair of T (one 4-byte store) or kept as f32 (8 bytes).
 template <typename T>
