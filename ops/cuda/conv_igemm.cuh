@@ -529,23 +529,29 @@ inline bool narrow_n(int64_t m, int64_t n, int64_t groups) {
 }
 
 // The wgmma tile for a GEMM of m rows and n columns, `blocks` times over (groups, splits): as
-// set_igemm_wgmma_shape forces (tests, benchmarks), else the larger tile (128 x 256 when n > 128, else 256 x 128)
-// where its waves cost less than 128 x 128's. Per FLOP 128 x 256 ran ~1.27x faster than 128 x 128 (H200,
-// 2026-12-04, Darknet 3x3 128->256 152^2 forward: 468 vs 367 TFLOP/s), but a wave of it does twice the work:
-// ResNet d2 256->256 32^2 (64 wide tiles for 132 SMs) ran 375 on 128 x 128 against 266-272, 3x3 s2 128->256 76^2
-// (91 wide tiles) 274 on 128 x 256 against 242. 256 x 128 (N <= 128) gained less per FLOP, 1.11-1.18x on the
-// Darknet data gradients (2026-12-04, second call), yet this rule picked the fastest measured shape on every perf
-// row (bf16/wg against bf16/w128, w256, m256 in BENCHMARKS.md).
+// set_igemm_wgmma_shape forces (tests, benchmarks), else the tile whose waves of 132 blocks cost least, a wave of a
+// large tile (128 x 256 where n > 128, 256 x 128 where m > 128) counted 200 / 127 of a wave of 128 x 128; ties go to
+// the large tiles, 128 x 256 first. Per FLOP the large tiles ran ~1.27x faster than 128 x 128 (H200, 2026-12-04,
+// Darknet 3x3 128->256 152^2 forward: 468 vs 367 TFLOP/s), but a wave of one does twice the work: ResNet d2 256->256
+// 32^2 (64 wide tiles for 132 SMs) ran 375 on 128 x 128 against 266-272, 3x3 s2 128->256 76^2 (91 wide tiles) 274 on
+// 128 x 256 against 242. 256 x 128 is a candidate wherever m > 128, not only where n <= 128: Darknet 128->256 152^2's
+// weight gradient (m = Cout 256, n = 1152, 14 pieces: 126 blocks of 256 x 128, one wave, against 252 of 128 x 128,
+// two) ran 742 TFLOP/s on it against 530 on 128 x 128 and 398 on 128 x 256 (H100, 2026-12-07; cuDNN 641), and 717
+// by this rule in the next call. On every other perf row the rule picks the shape it picked before, the fastest
+// measured or within 3% of it (BENCHMARKS.md).
 inline WgShape wgmma_shape(int64_t m, int64_t n, int64_t blocks) {
   if (const WgShape forced = igemm_wgmma_shape(); forced != WgShape::by_shape) return forced;
-  const bool wide_n = n > 128;
   const int64_t sms = engine::cuda::multiprocessors();
-  auto waves = [&](int64_t bm, int64_t bn) {
-    return (((m + bm - 1) / bm) * ((n + bn - 1) / bn) * blocks + sms - 1) / sms;
+  auto cost = [&](int64_t bm, int64_t bn) {  // waves, in waves of 128 x 128 tiles (x 127)
+    const int64_t waves = (((m + bm - 1) / bm) * ((n + bn - 1) / bn) * blocks + sms - 1) / sms;
+    return waves * (bm * bn > 128 * 128 ? 200 : 127);
   };
-  const int64_t big = wide_n ? waves(128, 256) : waves(256, 128), small = waves(128, 128);
-  if (big * 200 > small * 127) return WgShape::m128n128;
-  return wide_n ? WgShape::m128n256 : WgShape::m256n128;
+  WgShape best = WgShape::m128n128;  // ties go to the large tiles, 128 x 256 first
+  int64_t least = cost(128, 128);
+  if (n > 128 && cost(128, 256) <= least) best = WgShape::m128n256, least = cost(128, 256);
+  if (m > 128 && (best == WgShape::m128n128 ? cost(256, 128) <= least : cost(256, 128) < least))
+    best = WgShape::m256n128;
+  return best;
 }
 
 // f(Cfg{}) with the WgTile of shape s (kTma: its loader copies the weight tiles by the bulk tensor copy).

@@ -188,8 +188,8 @@ bool launch_weight_im2col(const Dims& d, const void* x, const void* dy, Out* out
 }
 
 // Cout/g <= 64: 64-row tiles (a 128-row tile would be half zeros). On Hopper, 16-bit types with Cout/g and the
-// filter length > 64 run wgmma tiles of 128 x 128/256 by the filter length (both operands in its M- and N-major
-// panels).
+// filter length > 64 run the wgmma tile wgmma_shape picks for Cout/g x the filter length over groups x pieces:
+// 128 x 128, 128 x 256 or 256 x 128 (both operands in its M- and N-major panels).
 template <typename T, bool kGather>
 void dispatch_weight(const Dims& d, const void* x, const void* dy, void* dw, float* ws, int splits) {
   if constexpr (!std::is_same_v<T, float>) {

@@ -14,6 +14,15 @@ Large at batch 32; groups = channels; whichever kernel PyTorch dispatches to: cu
 kernels), in ms per pass and GB/s of x + dy (the engine's count), bf16 and fp32 (TF32 off):
     .gpu/engine_cuda_tests --gtest_also_run_disabled_tests --gtest_filter='ConvCudaPerf.DISABLED_Depthwise'
     python3 tools/bench/conv_torch.py --depthwise
+
+--gemm times, for each shape, the plain GEMMs of the three passes' sizes through torch.matmul (cuBLAS), bf16 and
+tf32: forward and data gradient [N Ho Wo, K] x [K, Cout] and [N Ho Wo, Cout] x [Cout, K] (K = KH KW Cin), weight
+gradient [Cout, N Ho Wo] x [N Ho Wo, K]. Same FLOPs as the convolution, no im2col: what a GEMM library reaches on the
+implicit GEMM's sizes, the bound a convolution kernel could approach if gathering its operand cost nothing.
+
+--kernels prints, for each shape and pass, the names of the kernels cuDNN ran (torch.profiler, after the benchmark's
+warm-up picked them): their names carry cuDNN's tile shape, cluster and stages, what the engine's tiles are compared
+with.
 """
 import argparse
 import statistics
@@ -67,17 +76,25 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--types", default="bf16,tf32,fp32")
     ap.add_argument("--depthwise", action="store_true", help="the depthwise shapes (NASNet-A Large, batch 32)")
+    ap.add_argument("--gemm", action="store_true", help="plain GEMMs of each pass's sizes (cuBLAS), for comparison")
+    ap.add_argument("--kernels", action="store_true", help="the names of the kernels cuDNN runs for each pass")
+    ap.add_argument("--only", default="", help="only the shapes whose names contain this (one kernel under ncu)")
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = True
     print(f"# cuDNN {torch.backends.cudnn.version()}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
     if a.depthwise:
         depthwise()
         return
+    if a.gemm:
+        gemms(a.types)
+        return
     print(f"{'layer':34s} {'dtype':6s} {'fwd':>9s} {'data':>9s} {'weight':>9s}")
     for kind in a.types.split(","):
         dtype = torch.bfloat16 if kind == "bf16" else torch.float32
         torch.backends.cudnn.allow_tf32 = kind == "tf32"
         for name, (n, h, w, cin, cout, kh, kw, stride, pad, dil) in SHAPES:
+            if a.only not in name:
+                continue
             x = torch.randn(n, cin, h, w, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
             wt = (0.1 * torch.randn(cout, cin, kh, kw, device="cuda", dtype=dtype)).to(memory_format=torch.channels_last)
             y = torch.nn.functional.conv2d(x, wt, None, stride, pad, dil)
@@ -92,10 +109,52 @@ def main():
             f = median_ms(lambda: torch.nn.functional.conv2d(x, wt, None, stride, pad, dil))
             d = median_ms(backward([True, False, False]))
             g = median_ms(backward([False, True, False]))
+            if a.kernels:
+                for pass_name, fn in (("fwd", lambda: torch.nn.functional.conv2d(x, wt, None, stride, pad, dil)),
+                                      ("data", backward([True, False, False])),
+                                      ("weight", backward([False, True, False]))):
+                    print(f"  {name} {kind} {pass_name}: {', '.join(kernel_names(fn))}")
             print(f"{name:34s} {kind:6s} {flops / f * 1e-9:9.1f} {flops / d * 1e-9:9.1f} {flops / g * 1e-9:9.1f}   "
                   f"TFLOP/s ({f:.3f} / {d:.3f} / {g:.3f} ms)", flush=True)
             del x, wt, y, dy
         torch.cuda.empty_cache()
+
+
+def kernel_names(fn):
+    """The CUDA kernels one call of fn launches, in order (torch.profiler)."""
+    torch.cuda.synchronize()
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    except Exception as e:  # the profiler is an aid here: its failure must not cost the timings
+        return [f"(profiler failed: {e})"]
+
+
+def gemms(types):
+    print(f"{'layer (as plain GEMMs)':34s} {'dtype':6s} {'fwd':>9s} {'data':>9s} {'weight':>9s}")
+    for kind in types.split(","):
+        if kind == "fp32":
+            continue  # cuBLAS's true-fp32 GEMM says nothing about the tensor-core kernels
+        dtype = torch.bfloat16 if kind == "bf16" else torch.float32
+        torch.backends.cuda.matmul.allow_tf32 = kind == "tf32"
+        for name, (n, h, w, cin, cout, kh, kw, stride, pad, dil) in SHAPES:
+            ho = (h + 2 * pad - dil * (kh - 1) - 1) // stride + 1
+            wo = (w + 2 * pad - dil * (kw - 1) - 1) // stride + 1
+            m, k = n * ho * wo, kh * kw * cin
+            flops = 2.0 * m * cout * k
+            a_mk = torch.randn(m, k, device="cuda", dtype=dtype)
+            b_kn = torch.randn(k, cout, device="cuda", dtype=dtype)
+            dy_mn = torch.randn(m, cout, device="cuda", dtype=dtype)
+            f = median_ms(lambda: a_mk @ b_kn)
+            d = median_ms(lambda: dy_mn @ b_kn.t())
+            g = median_ms(lambda: dy_mn.t() @ a_mk)
+            print(f"{name:34s} {kind:6s} {flops / f * 1e-9:9.1f} {flops / d * 1e-9:9.1f} {flops / g * 1e-9:9.1f}   "
+                  f"TFLOP/s ({f:.3f} / {d:.3f} / {g:.3f} ms)", flush=True)
+            del a_mk, b_kn, dy_mn
+        torch.cuda.empty_cache()
+    torch.backends.cuda.matmul.allow_tf32 = False
 
 
 def depthwise():

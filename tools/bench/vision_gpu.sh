@@ -11,8 +11,19 @@
 #   6. (ab, only when named) two builds of the engine side by side: the second's ConvCuda tests, the convolutions' bf16
 #      and tf32 rows of each, then cuDNN, then yolov3 (bf16, fp32) and deeplabv3 (bf16) steps alternated before,
 #      after, before, after, then PyTorch's steps of the same.
+#   7. (tiles, only when named) the ConvCuda tests, then the bf16 rows of the perf test for the tile shapes
+#      (CONV_PERF_RUNS, default by shape, then each shape forced), cuDNN's bf16 with the names of the kernels it ran,
+#      and cuBLAS on plain GEMMs of the same sizes (conv_torch.py --gemm).
+#   8. (ncu, only when named) Nsight Compute's speed-of-light, warp-state, scheduler, compute and memory sections of one
+#      convolution kernel: NCU_KERNEL (a regex of the mangled name; default the forward's 128 x 256 im2col kernel) in
+#      the perf test's CONV_PERF_RUNS (default bf16/wg) rows of CONV_PERF_SHAPES (default "Darknet 3x3 128"),
+#      NCU_SKIP launches skipped (default 2: past the warm-up), then the same kernel's warp stall reasons (cycles per
+#      issued instruction), then cuDNN's forward kernel on the same shape (NCU_CUDNN, a regex of its name) with the
+#      same sections.
+#   9. (steps, only when named) yolov3 bf16 batch 8 steps of $BIN_BEFORE and $BIN alternated twice (the last three of
+#      10 steps each), then PyTorch's (yolov3_torch.py, channels_last, cudnn.benchmark, AMP).
 # Usage on the GPU machine: BIN=.gpu OUT=$OUT tools/bench/vision_gpu.sh [conv] [models] [parity] [maxbatch]
-# [ab] (BIN_BEFORE=the other build for ab; no argument: the first four parts; name some to split the work over calls
+# [ab] [tiles] [ncu] [steps] (BIN_BEFORE=the other build for ab; no argument: the first four parts; name some to split the work over calls
 # of the device's 10-minute limit).
 set -uo pipefail
 PARTS=${*:-conv models parity maxbatch}
@@ -89,4 +100,47 @@ done
 timeout 150 python3 tools/bench/yolov3_torch.py --batch 8 --precision bf16 2>&1 | grep -E "^torch yolov3 608|Error"
 timeout 150 python3 tools/bench/yolov3_torch.py --batch 8 --precision fp32 2>&1 | grep -E "^torch yolov3 608|Error"
 timeout 150 python3 tools/bench/deeplab_torch.py --batch 8 --precision bf16 2>&1 | grep -E "^torch|Error"
+fi
+if want tiles; then
+echo "== ConvCuda tests, then the tile shapes' bf16 rows, cuDNN, and cuBLAS on the same GEMM sizes"
+timeout 200 "$BIN/engine_cuda_tests" --gtest_filter='ConvCuda.*' > "$OUT/conv_tests.log" 2>&1
+echo "ConvCuda.* rc=$?: $(tail -1 "$OUT/conv_tests.log")"
+grep -E 'FAILED|Failure' "$OUT/conv_tests.log" | head -10
+CONV_PERF_RUNS=${CONV_PERF_RUNS:-bf16/wg,bf16/w128,bf16/w256,bf16/m256} timeout 200 "$BIN/engine_cuda_tests" \
+  --gtest_also_run_disabled_tests --gtest_filter='ConvCudaPerf.DISABLED_TFlops' > "$OUT/conv_tiles.log" 2>&1
+grep -E " TFLOP/s \(" "$OUT/conv_tiles.log" | sed 's/  */ /g'
+timeout 150 python3 tools/bench/conv_torch.py --types bf16 --kernels 2>&1 | tee "$OUT/conv_cudnn.log"
+timeout 150 python3 tools/bench/conv_torch.py --types bf16 --gemm 2>&1 | tee "$OUT/conv_gemm.log"
+fi
+if want ncu; then
+echo "== ncu: ${NCU_KERNEL:=forward_im2col_kernelI.*TmaWsTileILi128ELi256ELi4ELi1EEE13__nv_bfloat16} in ${CONV_PERF_SHAPES:=Darknet 3x3 128}"
+CONV_PERF_RUNS=${CONV_PERF_RUNS:-bf16/wg} CONV_PERF_SHAPES=$CONV_PERF_SHAPES timeout 300 ncu --kernel-name-base mangled \
+  --kernel-name "regex:$NCU_KERNEL" --launch-skip "${NCU_SKIP:-2}" --launch-count 1 --section SpeedOfLight \
+  --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+  --section Occupancy --section LaunchStats "$BIN/engine_cuda_tests" --gtest_also_run_disabled_tests \
+  --gtest_filter='ConvCudaPerf.DISABLED_TFlops' > "$OUT/conv_ncu.log" 2>&1
+echo "ncu rc=$?"
+grep -E '^ +[A-Z]|----|Section|==PROF==|==ERROR' "$OUT/conv_ncu.log" | head -120
+CONV_PERF_RUNS=${CONV_PERF_RUNS:-bf16/wg} CONV_PERF_SHAPES=$CONV_PERF_SHAPES timeout 200 ncu --kernel-name-base mangled \
+  --kernel-name "regex:$NCU_KERNEL" --launch-skip "${NCU_SKIP:-2}" --launch-count 1 \
+  --metrics 'regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$' "$BIN/engine_cuda_tests" \
+  --gtest_also_run_disabled_tests --gtest_filter='ConvCudaPerf.DISABLED_TFlops' > "$OUT/conv_ncu_stalls.log" 2>&1
+echo "ncu stalls rc=$?"
+grep -E 'stalled|==ERROR' "$OUT/conv_ncu_stalls.log" | sort -k3 -g -r | head -14
+timeout 200 ncu --kernel-name "regex:${NCU_CUDNN:-sm90_xmma_fprop.*tilesize128x128x64_warpgroupsize1x1x1}" --launch-skip 5 --launch-count 1 \
+  --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+  --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+  python3 tools/bench/conv_torch.py --types bf16 --only "$CONV_PERF_SHAPES" > "$OUT/conv_ncu_cudnn.log" 2>&1
+echo "ncu cudnn rc=$?"
+grep -E '^ +[A-Z]|----|Section|==PROF==|==ERROR' "$OUT/conv_ncu_cudnn.log" | head -120
+fi
+if want steps; then
+echo "== yolov3 bf16 x 8 steps: $BIN_BEFORE (before) and $BIN (after), alternated, then PyTorch"
+for round in 1 2; do
+  for b in "$BIN_BEFORE" "$BIN"; do
+    timeout 90 "$b/engine_train" --device cuda --steps 10 --model yolov3 --batch 8 --precision bf16 > "$OUT/steps.log" 2>&1
+    echo "$b | $(grep -E '^step (8|9|10)/|rror' "$OUT/steps.log" | tr '\n' ' ')"
+  done
+done
+timeout 150 python3 tools/bench/yolov3_torch.py --batch 8 --precision bf16 2>&1 | grep -E "^torch yolov3 608|Error"
 fi
