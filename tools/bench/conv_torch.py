@@ -86,7 +86,7 @@ def main():
         depthwise()
         return
     if a.gemm:
-        gemms(a.types)
+        gemms(a.types, a.only)
         return
     print(f"{'layer':34s} {'dtype':6s} {'fwd':>9s} {'data':>9s} {'weight':>9s}")
     for kind in a.types.split(","):
@@ -106,13 +106,11 @@ def main():
                 return lambda: torch.ops.aten.convolution_backward(dy, x, wt, None, [stride] * 2, [pad] * 2, [dil] * 2,
                                                                    False, [0, 0], 1, mask)
 
-            f = median_ms(lambda: torch.nn.functional.conv2d(x, wt, None, stride, pad, dil))
-            d = median_ms(backward([True, False, False]))
-            g = median_ms(backward([False, True, False]))
+            passes = (("fwd", lambda: torch.nn.functional.conv2d(x, wt, None, stride, pad, dil)),
+                      ("data", backward([True, False, False])), ("weight", backward([False, True, False])))
+            f, d, g = (median_ms(fn) for _, fn in passes)
             if a.kernels:
-                for pass_name, fn in (("fwd", lambda: torch.nn.functional.conv2d(x, wt, None, stride, pad, dil)),
-                                      ("data", backward([True, False, False])),
-                                      ("weight", backward([False, True, False]))):
+                for pass_name, fn in passes:
                     print(f"  {name} {kind} {pass_name}: {', '.join(kernel_names(fn))}")
             print(f"{name:34s} {kind:6s} {flops / f * 1e-9:9.1f} {flops / d * 1e-9:9.1f} {flops / g * 1e-9:9.1f}   "
                   f"TFLOP/s ({f:.3f} / {d:.3f} / {g:.3f} ms)", flush=True)
@@ -132,7 +130,7 @@ def kernel_names(fn):
         return [f"(profiler failed: {e})"]
 
 
-def gemms(types):
+def gemms(types, only):
     print(f"{'layer (as plain GEMMs)':34s} {'dtype':6s} {'fwd':>9s} {'data':>9s} {'weight':>9s}")
     for kind in types.split(","):
         if kind == "fp32":
@@ -140,6 +138,8 @@ def gemms(types):
         dtype = torch.bfloat16 if kind == "bf16" else torch.float32
         torch.backends.cuda.matmul.allow_tf32 = kind == "tf32"
         for name, (n, h, w, cin, cout, kh, kw, stride, pad, dil) in SHAPES:
+            if only not in name:
+                continue
             ho = (h + 2 * pad - dil * (kh - 1) - 1) // stride + 1
             wo = (w + 2 * pad - dil * (kw - 1) - 1) // stride + 1
             m, k = n * ho * wo, kh * kw * cin
