@@ -19,7 +19,7 @@
 #      the perf test's CONV_PERF_RUNS (default bf16/wg) rows of CONV_PERF_SHAPES (default "Darknet 3x3 128"),
 #      NCU_SKIP launches skipped (default 2: past the warm-up), then the same kernel's warp stall reasons (cycles per
 #      issued instruction), then cuDNN's forward kernel on the same shape (NCU_CUDNN, a regex of its name) with the
-#      same sections.
+#      same sections, and the engine kernel's sampled stalls per SASS instruction (tools/bench/ncu_hot.py).
 #   9. (steps, only when named) yolov3 bf16 batch 8 steps of $BIN_BEFORE and $BIN alternated twice (the last three of
 #      10 steps each), then PyTorch's (yolov3_torch.py, channels_last, cudnn.benchmark, AMP).
 # Usage on the GPU machine: BIN=.gpu OUT=$OUT tools/bench/vision_gpu.sh [conv] [models] [parity] [maxbatch]
@@ -113,26 +113,43 @@ timeout 150 python3 tools/bench/conv_torch.py --types bf16 --kernels 2>&1 | tee 
 timeout 150 python3 tools/bench/conv_torch.py --types bf16 --gemm 2>&1 | tee "$OUT/conv_gemm.log"
 fi
 if want ncu; then
-echo "== ncu: ${NCU_KERNEL:=forward_im2col_kernelI.*TmaWsTileILi128ELi256ELi4ELi1EEE13__nv_bfloat16} in ${CONV_PERF_SHAPES:=Darknet 3x3 128}"
+# Bytes through L2 and DRAM and the kernel's time, beside the sections: what each kernel reads per FLOP.
+NCU_BYTES=lts__t_bytes.sum,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes_read.sum,gpu__time_duration.sum
+# The warps' stall reasons, cycles per issued instruction (these names ran under ncu 2025 on the H200, 2026-12-07).
+NCU_STALLS=""
+for r in barrier branch_resolving dispatch_stall drain imc_miss lg_throttle long_scoreboard math_pipe_throttle membar \
+  mio_throttle no_instruction not_selected selected short_scoreboard sleeping tex_throttle wait; do
+  NCU_STALLS=$NCU_STALLS${NCU_STALLS:+,}smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio
+done
+echo "== ncu: ${NCU_KERNEL:=forward_im2col_kernelI.*TmaWsTileILi128ELi256ELi4EEE13__nv_bfloat16} in ${CONV_PERF_SHAPES:=Darknet 3x3 128}"
 CONV_PERF_RUNS=${CONV_PERF_RUNS:-bf16/wg} CONV_PERF_SHAPES=$CONV_PERF_SHAPES timeout 300 ncu --kernel-name-base mangled \
   --kernel-name "regex:$NCU_KERNEL" --launch-skip "${NCU_SKIP:-2}" --launch-count 1 --section SpeedOfLight \
   --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-  --section Occupancy --section LaunchStats "$BIN/engine_cuda_tests" --gtest_also_run_disabled_tests \
+  --section Occupancy --section LaunchStats --metrics "$NCU_BYTES" "$BIN/engine_cuda_tests" --gtest_also_run_disabled_tests \
   --gtest_filter='ConvCudaPerf.DISABLED_TFlops' > "$OUT/conv_ncu.log" 2>&1
 echo "ncu rc=$?"
-grep -E '^ +[A-Z]|----|Section|==PROF==|==ERROR' "$OUT/conv_ncu.log" | head -120
+grep -E '^ +[A-Za-z]|----|Section|==PROF==|==ERROR' "$OUT/conv_ncu.log" | head -120
 CONV_PERF_RUNS=${CONV_PERF_RUNS:-bf16/wg} CONV_PERF_SHAPES=$CONV_PERF_SHAPES timeout 200 ncu --kernel-name-base mangled \
   --kernel-name "regex:$NCU_KERNEL" --launch-skip "${NCU_SKIP:-2}" --launch-count 1 \
-  --metrics 'regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$' "$BIN/engine_cuda_tests" \
+  --metrics "$NCU_STALLS" "$BIN/engine_cuda_tests" \
   --gtest_also_run_disabled_tests --gtest_filter='ConvCudaPerf.DISABLED_TFlops' > "$OUT/conv_ncu_stalls.log" 2>&1
 echo "ncu stalls rc=$?"
 grep -E 'stalled|==ERROR' "$OUT/conv_ncu_stalls.log" | sort -k3 -g -r | head -14
+# Where the warps wait, per SASS instruction (sampled stall reasons): the mbarrier waits, wgmma's waits or the stores.
+CONV_PERF_RUNS=${CONV_PERF_RUNS:-bf16/wg} CONV_PERF_SHAPES=$CONV_PERF_SHAPES timeout 200 ncu --kernel-name-base mangled \
+  --kernel-name "regex:$NCU_KERNEL" --launch-skip "${NCU_SKIP:-2}" --launch-count 1 --section SourceCounters \
+  --section WarpStateStats -f -o "$OUT/conv_ncu_src" "$BIN/engine_cuda_tests" --gtest_also_run_disabled_tests \
+  --gtest_filter='ConvCudaPerf.DISABLED_TFlops' > "$OUT/conv_ncu_src.log" 2>&1
+echo "ncu source rc=$?"
+ncu -i "$OUT/conv_ncu_src.ncu-rep" --page source --csv --print-source sass > "$OUT/conv_ncu_sass.csv" 2>&1
+echo "sass rows: $(wc -l < "$OUT/conv_ncu_sass.csv"); the most sampled:"
+python3 tools/bench/ncu_hot.py "$OUT/conv_ncu_sass.csv" 30
 timeout 200 ncu --kernel-name "regex:${NCU_CUDNN:-sm90_xmma_fprop.*tilesize128x128x64_warpgroupsize1x1x1}" --launch-skip 5 --launch-count 1 \
   --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
-  --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+  --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --metrics "$NCU_BYTES" \
   python3 tools/bench/conv_torch.py --types bf16 --only "$CONV_PERF_SHAPES" > "$OUT/conv_ncu_cudnn.log" 2>&1
 echo "ncu cudnn rc=$?"
-grep -E '^ +[A-Z]|----|Section|==PROF==|==ERROR' "$OUT/conv_ncu_cudnn.log" | head -120
+grep -E '^ +[A-Za-z]|----|Section|==PROF==|==ERROR' "$OUT/conv_ncu_cudnn.log" | head -120
 fi
 if want steps; then
 echo "== yolov3 bf16 x 8 steps: $BIN_BEFORE (before) and $BIN (after), alternated, then PyTorch"
