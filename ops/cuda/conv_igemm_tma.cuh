@@ -26,6 +26,11 @@ namespace ops::cuda::conv::igemm {
 // next tile's copies during the epilogue) gained nothing at 152^2 and lost 5-10% on small layers; clusters of two
 // blocks sharing each weight tile's copy (TMA multicast, a third fewer bytes from L2 at 128 x 256) lost 0-12% on every
 // shape of the perf test (Darknet 128->256 152^2 forward 515 -> 455, data 506 -> 468 TFLOP/s on the H100).
+// Beside cuDNN (ncu, 2026-12-07, Darknet 128->256 152^2 forward, bf16; BENCHMARKS.md): this kernel at 128 x 256 keeps
+// the tensor pipe busy 57.8% of the cycles and moves 1.49 GB through L2; cuDNN's 79.9% and 0.82 GB, with persistent
+// blocks of three warpgroups in clusters of 8 (its 128 x 128 tiles shared through multicast) and, by its name, one
+// consumer warpgroup per tile in turn (ping-pong). The stall profiles look alike (barrier and copy-scoreboard waits
+// lead in both), so what separates them is bytes per FLOP and the epilogue beside the products, not one stall.
 template <int BM_, int BN_, int kStages_>
 struct TmaWsTile {
   using Elem = uint16_t;
